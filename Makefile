@@ -1,0 +1,52 @@
+# The two commands: `make run` (the product) and `make test` (the suite). Both set up
+# everything on a fresh clone: the virtualenv, packages, the database schema.
+
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# Local development defaults; any of them can be overridden from the environment.
+export DJANGO_DEBUG ?= 1
+
+.PHONY: run test lint format migrate services bench clean
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: requirements.txt | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	touch $@
+
+var:
+	mkdir -p var
+
+services:
+	scripts/ensure-services
+
+migrate: $(VENV)/.installed services | var
+	$(BIN)/python manage.py migrate --noinput
+
+run: migrate
+	$(BIN)/daphne -b $(HOST) -p $(PORT) botproject.asgi:application
+
+test: $(VENV)/.installed services | var
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(VENV)/.installed
+	$(BIN)/python -m benchmarks.pipeline_build
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,89 @@
+"""Typed readers for the process environment.
+
+Only ``botproject/settings.py`` calls these. Each reader returns a parsed value or raises
+``ImproperlyConfigured`` with a message that names the variable and says what was wrong, so a
+bad deployment stops at start-up instead of failing later in some request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str = "", *, environ: Mapping[str, str] | None = None) -> str:
+    """The variable's value with surrounding whitespace removed, or ``default`` when unset."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(name)
+    return default if value is None else value.strip()
+
+
+def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = None) -> bool:
+    """``1/true/yes/on`` or ``0/false/no/off`` (any case); ``default`` when unset.
+
+    Raises ImproperlyConfigured for anything else, e.g. ``DJANGO_DEBUG=maybe``.
+    """
+    environ = os.environ if environ is None else environ
+    if name not in environ:
+        return default
+    value = environ[name].strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(
+        f"{name} must be one of 1/true/yes/on or 0/false/no/off, got {environ[name]!r}"
+    )
+
+
+def env_list(
+    name: str, default: list[str], *, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """A comma-separated list with blanks dropped; ``default`` when unset."""
+    environ = os.environ if environ is None else environ
+    if name not in environ:
+        return list(default)
+    return [part.strip() for part in environ[name].split(",") if part.strip()]
+
+
+def env_url(
+    name: str,
+    default: str,
+    *,
+    schemes: tuple[str, ...],
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """A URL whose scheme is one of ``schemes`` and which names a host; ``default`` when unset.
+
+    Raises ImproperlyConfigured naming the variable when the value is not such a URL.
+    """
+    value = env_str(name, default, environ=environ)
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not parsed.netloc:
+        raise ImproperlyConfigured(
+            f"{name} must be a URL starting with {' or '.join(s + '://' for s in schemes)}, "
+            f"got {value!r}"
+        )
+    return value.rstrip("/") if parsed.scheme.startswith("http") else value
+
+
+def env_database(name: str, default: str, *, environ: Mapping[str, str] | None = None) -> dict:
+    """A Django DATABASES entry parsed from a URL (``sqlite:///path``, ``postgres://…``)."""
+    import dj_database_url
+
+    value = env_str(name, default, environ=environ)
+    try:
+        config = dj_database_url.parse(value, conn_max_age=60, conn_health_checks=True)
+    except (ValueError, KeyError) as error:
+        raise ImproperlyConfigured(
+            f"{name} is not a database URL Django can use: {error}"
+        ) from None
+    if not config.get("ENGINE"):
+        raise ImproperlyConfigured(f"{name} names no supported database engine: {value!r}")
+    return config

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from chat.models import (
+    ChannelWindowAnchor,
+    EventQueue,
+    MessageIndex,
+    ShortTermMemory,
+    Turn,
+    UnreadEvent,
+)
+
+
+@admin.register(Turn)
+class TurnAdmin(admin.ModelAdmin):
+    list_display = ("created_at", "persona_name", "channel_id", "reason", "status", "llm_ms")
+    list_filter = ("status", "reason", "persona")
+    search_fields = ("persona_name", "channel_id", "trigger_message_id", "reply_text")
+    date_hierarchy = "created_at"
+    readonly_fields = [field.name for field in Turn._meta.fields]
+
+
+@admin.register(MessageIndex)
+class MessageIndexAdmin(admin.ModelAdmin):
+    list_display = ("message_id", "channel_id", "author_id", "persona", "status", "created_at")
+    list_filter = ("status",)
+    search_fields = ("message_id", "channel_id", "author_id")
+
+
+@admin.register(EventQueue)
+class EventQueueAdmin(admin.ModelAdmin):
+    list_display = ("id", "channel_id", "message_id", "status", "created_at")
+    list_filter = ("status",)
+
+
+@admin.register(UnreadEvent)
+class UnreadEventAdmin(admin.ModelAdmin):
+    list_display = ("channel_id", "message_id", "author_id", "created_at")
+
+
+@admin.register(ShortTermMemory)
+class ShortTermMemoryAdmin(admin.ModelAdmin):
+    list_display = ("persona", "channel_id", "user_id", "turns_since_refresh", "updated_at")
+
+
+@admin.register(ChannelWindowAnchor)
+class ChannelWindowAnchorAdmin(admin.ModelAdmin):
+    list_display = ("channel_id", "anchor_message_id", "limit", "updated_at")

@@ -1,0 +1,258 @@
+"""What the bot worker persists: the message index, the event queue, unread pools, turns,
+short-term memories and history-window anchors.
+
+Discord ids are unsigned 64-bit integers (``*_id`` fields), never foreign keys. The event queue
+and the unread pool are unique on (channel, message), so a dispatch replayed by the gateway or a
+worker restarted mid-burst cannot enqueue the same message twice.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona
+
+
+class MessageIndex(models.Model):
+    """Who wrote a Discord message, as far as this product knows.
+
+    Rows for the bot's own deliveries are written ``pending`` *before* sending, so a gateway echo
+    that arrives before the send returns is still recognised as ours; delivery confirms them.
+    Proxied messages (PluralKit-style) record the member identity and the attested host account;
+    ``superseded_original_id`` is the user's original message the proxy replaced.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        CONFIRMED = "confirmed", "Confirmed"
+
+    message_id = models.PositiveBigIntegerField(unique=True)
+    channel_id = models.PositiveBigIntegerField()
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    author_id = models.PositiveBigIntegerField(null=True, blank=True)
+    persona = models.ForeignKey(
+        Persona, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
+    )
+    webhook_id = models.PositiveBigIntegerField(null=True, blank=True)
+    proxy_member_id = models.CharField(max_length=64, blank=True)
+    proxy_member_name = models.CharField(max_length=100, blank=True)
+    proxy_host_id = models.PositiveBigIntegerField(null=True, blank=True)
+    superseded_original_id = models.PositiveBigIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CONFIRMED)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "message index entry"
+        verbose_name_plural = "message index"
+        indexes = [models.Index(fields=["channel_id", "message_id"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "confirmed"]), name="message_index_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"message {self.message_id} in {self.channel_id} ({self.status})"
+
+
+class EventQueue(models.Model):
+    """The persisted ingress queue (seed 003, phase 1).
+
+    Every gateway ``MESSAGE_CREATE`` is written here before anything else looks at it. The row
+    stays after consumption (``consumed`` or ``discarded``) as the deduplication key until the
+    retention sweep removes it.
+    """
+
+    class Status(models.TextChoices):
+        READY = "ready", "Ready"
+        CONSUMED = "consumed", "Moved to the unread pool"
+        DISCARDED = "discarded", "Discarded (own message or echo)"
+
+    channel_id = models.PositiveBigIntegerField()
+    message_id = models.PositiveBigIntegerField()
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    event = models.JSONField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.READY)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        verbose_name = "queued event"
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel_id", "message_id"], name="event_queue_dedup_key"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["ready", "consumed", "discarded"]),
+                name="event_queue_status_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["status", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.channel_id}-{self.message_id} ({self.status})"
+
+
+class UnreadEvent(models.Model):
+    """A message in a channel's unread pool (seed 003, phase 2), waiting to be read or answered."""
+
+    channel_id = models.PositiveBigIntegerField()
+    message_id = models.PositiveBigIntegerField()
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    author_id = models.PositiveBigIntegerField()
+    event = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["channel_id", "message_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel_id", "message_id"], name="unread_event_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"unread {self.message_id} in {self.channel_id}"
+
+
+class Turn(models.Model):
+    """Everything one persona turn did, for moderators: why it ran, what the model saw and said.
+
+    ``context_items`` is the pipeline's structured item list (tag, role, text, token count);
+    ``request`` is the exact request body of the final attempt; ``attempts`` holds one entry per
+    model call (model, latency, error, usage). Users with full privacy never appear here: the
+    pipeline drops them before a turn is recorded.
+    """
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        REPLIED = "replied", "Replied"
+        SILENT = "silent", "Finished without a reply"
+        FAILED = "failed", "Failed"
+        ABORTED = "aborted", "Aborted"
+
+    class Reason(models.TextChoices):
+        MENTION = "mention", "Mentioned"
+        REPLY = "reply", "Reply to a persona"
+        TRIGGER_WORD = "trigger_word", "Trigger word"
+        DIRECT_MESSAGE = "dm", "Direct message"
+        PLANNER = "planner", "Planner decision"
+        PREVIEW = "preview", "Dashboard preview"
+
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    channel_id = models.PositiveBigIntegerField()
+    persona = models.ForeignKey(
+        Persona, on_delete=models.SET_NULL, null=True, blank=True, related_name="turns"
+    )
+    persona_name = models.CharField(max_length=80)
+    trigger_message_id = models.PositiveBigIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=16, choices=Reason.choices)
+    reason_detail = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    context_items = models.JSONField(default=list, blank=True)
+    request = models.JSONField(default=dict, blank=True)
+    cache_prefix_end = models.PositiveIntegerField(null=True, blank=True)
+    truncation = models.JSONField(default=dict, blank=True)
+    tool_allowlist = models.JSONField(default=list, blank=True)
+    prefill = models.TextField(blank=True)
+    attempts = models.JSONField(default=list, blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cached_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    reply_text = models.TextField(blank=True)
+    delivered_message_ids = models.JSONField(default=list, blank=True)
+    warnings = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    history_ms = models.FloatField(null=True, blank=True)
+    participant_ms = models.FloatField(null=True, blank=True)
+    build_ms = models.FloatField(null=True, blank=True)
+    llm_ms = models.FloatField(null=True, blank=True)
+    deliver_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["channel_id", "-created_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["running", "replied", "silent", "failed", "aborted"]),
+                name="turn_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.persona_name} in {self.channel_id} ({self.status})"
+
+
+class ShortTermMemory(models.Model):
+    """A persona's rolling summary of a channel (or, with ``user_id``, of a DM conversation).
+
+    Refreshed every ``refresh_every`` turns by a Celery task; ``turns_since_refresh`` counts the
+    turns since then and ``last_refreshed_turn`` is the turn the summary covers up to.
+    """
+
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    channel_id = models.PositiveBigIntegerField()
+    persona = models.ForeignKey(Persona, on_delete=models.CASCADE, related_name="memories")
+    user_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Set for a DM-scoped memory"
+    )
+    summary = models.TextField(blank=True)
+    categories = models.JSONField(default=dict, blank=True)
+    turns_since_refresh = models.PositiveIntegerField(default=0)
+    last_refreshed_turn = models.ForeignKey(
+        Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    refresh_every = models.PositiveSmallIntegerField(default=5)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "short-term memory"
+        verbose_name_plural = "short-term memories"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["persona", "channel_id"],
+                condition=Q(user_id__isnull=True),
+                name="stm_unique_per_channel",
+            ),
+            models.UniqueConstraint(
+                fields=["persona", "user_id"],
+                condition=Q(user_id__isnull=False),
+                name="stm_unique_per_dm_user",
+            ),
+            models.CheckConstraint(condition=Q(refresh_every__gte=1), name="stm_refresh_positive"),
+        ]
+
+    def __str__(self) -> str:
+        scope = f"DM {self.user_id}" if self.user_id else f"channel {self.channel_id}"
+        return f"{self.persona} / {scope}"
+
+    @property
+    def maintenance_due(self) -> bool:
+        return self.turns_since_refresh >= self.refresh_every
+
+
+class ChannelWindowAnchor(models.Model):
+    """Where a channel's history window starts (DESIGN §5, anchored selection).
+
+    Only the id is stored; the worker keeps the window itself in memory. ``limit`` is the fetch
+    limit the anchor was chosen for: a changed limit forces a new anchor.
+    """
+
+    channel_id = models.PositiveBigIntegerField(unique=True)
+    anchor_message_id = models.PositiveBigIntegerField()
+    limit = models.PositiveSmallIntegerField()
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(limit__gte=FETCH_LIMIT_MIN) & Q(limit__lte=FETCH_LIMIT_MAX),
+                name="anchor_limit_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel_id} from {self.anchor_message_id} (limit {self.limit})"

@@ -1,0 +1,282 @@
+"""What server admins configure: guilds, personas, channels, blocks and user privacy.
+
+Discord ids (snowflakes) are stored as unsigned 64-bit integers in fields named ``*_id``; they are
+not foreign keys because Discord, not this database, owns those objects. Limits that matter for
+prompts (fetch limit, note depth, model budgets) are enforced by database check constraints, so
+neither the dashboard, the admin nor ``importconfig`` can store a value the bot would reject.
+"""
+
+from __future__ import annotations
+
+import zoneinfo
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Lower
+
+FETCH_LIMIT_MIN = 20
+FETCH_LIMIT_MAX = 100
+FETCH_LIMIT_DEFAULT = 80
+NOTE_DEPTH_MAX = 100
+
+
+def validate_timezone(value: str) -> None:
+    """Raise ValidationError unless ``value`` is an IANA time zone name such as ``Asia/Tokyo``."""
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValidationError(f"{value!r} is not an IANA time zone name") from None
+
+
+def _fetch_limit_validators() -> list:
+    return [MinValueValidator(FETCH_LIMIT_MIN), MaxValueValidator(FETCH_LIMIT_MAX)]
+
+
+def _depth_validators() -> list:
+    return [MaxValueValidator(NOTE_DEPTH_MAX)]
+
+
+class PrivacyLevel(models.TextChoices):
+    MINIMAL = "minimal", "Minimal"
+    PARTIAL = "partial", "Partial"
+    FULL = "full", "Full (never shown to the model, previews or records)"
+
+
+class ChannelMode(models.TextChoices):
+    REACTIVE = "reactive", "Reactive (trigger rules decide)"
+    AUTONOMOUS = "autonomous", "Autonomous (the planner decides)"
+
+
+class BlockType(models.TextChoices):
+    BLOCK = "block", "Block (hidden from the persona)"
+    MUTE = "mute", "Mute (cannot trigger the persona)"
+
+
+class GuildConfig(models.Model):
+    """One Discord server's settings and its fallback context note."""
+
+    guild_id = models.PositiveBigIntegerField(unique=True)
+    name = models.CharField(max_length=100)
+    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    message_fetch_limit = models.PositiveSmallIntegerField(
+        default=FETCH_LIMIT_DEFAULT, validators=_fetch_limit_validators()
+    )
+    context_note = models.TextField(blank=True)
+    context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "guild"
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(message_fetch_limit__gte=FETCH_LIMIT_MIN)
+                & Q(message_fetch_limit__lte=FETCH_LIMIT_MAX),
+                name="guild_fetch_limit_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(context_note_depth__lte=NOTE_DEPTH_MAX), name="guild_note_depth_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.guild_id})"
+
+
+class Persona(models.Model):
+    """A character the bot speaks as in one guild.
+
+    The main persona speaks through the bot account; the others through a channel webhook with
+    their own name and avatar. At most one persona per guild is main, and names are unique per
+    guild ignoring case (both enforced by the database).
+    """
+
+    guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="personas")
+    name = models.CharField(max_length=80)
+    is_main = models.BooleanField(default=False)
+    enabled = models.BooleanField(default=True)
+    avatar_url = models.URLField(max_length=500, blank=True)
+    system_prompt = models.TextField(blank=True)
+    triggers = models.JSONField(default=list, blank=True, help_text="Trigger words (list of str)")
+    sample_dialogue = models.JSONField(
+        default=list, blank=True, help_text='List of {"role": "user"|"assistant", "content": str}'
+    )
+    prefill = models.TextField(blank=True)
+    context_note = models.TextField(blank=True)
+    context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
+    deliberate_tool_mode = models.BooleanField(default=True)
+    force_lowercase = models.BooleanField(default=False)
+    punctuation_splits = models.BooleanField(default=False)
+    llm_model = models.CharField(
+        max_length=200, blank=True, help_text="Empty: the deployment's LLM_MODEL"
+    )
+    fallback_models = models.JSONField(default=list, blank=True, help_text="Tried in order")
+    temperature = models.FloatField(
+        default=0.7, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
+    )
+    max_output_tokens = models.PositiveIntegerField(default=512, validators=[MinValueValidator(1)])
+    context_window = models.PositiveIntegerField(default=16000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["guild", "-is_main", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                "guild", Lower("name"), name="persona_name_unique_per_guild_ci"
+            ),
+            models.UniqueConstraint(
+                fields=["guild"], condition=Q(is_main=True), name="one_main_persona_per_guild"
+            ),
+            models.CheckConstraint(
+                condition=Q(context_note_depth__lte=NOTE_DEPTH_MAX),
+                name="persona_note_depth_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(temperature__gte=0.0) & Q(temperature__lte=2.0),
+                name="persona_temperature_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_output_tokens__gte=1), name="persona_max_output_tokens_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(context_window__gt=models.F("max_output_tokens")),
+                name="persona_context_window_exceeds_output",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        if self.context_window <= self.max_output_tokens:
+            raise ValidationError({"context_window": "must be larger than max output tokens"})
+
+
+class ChannelConfig(models.Model):
+    """Per-channel behaviour: reactive or autonomous, a channel note and a fetch-limit override."""
+
+    channel_id = models.PositiveBigIntegerField(unique=True)
+    guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="channels")
+    mode = models.CharField(
+        max_length=16, choices=ChannelMode.choices, default=ChannelMode.REACTIVE
+    )
+    enabled = models.BooleanField(default=True)
+    context_note = models.TextField(blank=True)
+    context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
+    message_fetch_limit = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=_fetch_limit_validators(),
+        help_text="Empty: the guild's limit",
+    )
+
+    class Meta:
+        verbose_name = "channel"
+        ordering = ["guild", "channel_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(mode__in=ChannelMode.values), name="channel_mode_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(context_note_depth__lte=NOTE_DEPTH_MAX),
+                name="channel_note_depth_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(message_fetch_limit__isnull=True)
+                | (
+                    Q(message_fetch_limit__gte=FETCH_LIMIT_MIN)
+                    & Q(message_fetch_limit__lte=FETCH_LIMIT_MAX)
+                ),
+                name="channel_fetch_limit_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.channel_id} ({self.mode})"
+
+    @property
+    def effective_fetch_limit(self) -> int:
+        return self.message_fetch_limit or self.guild.message_fetch_limit
+
+
+class Block(models.Model):
+    """A user blocked from one persona (or, with no persona, from every persona of the guild).
+
+    ``block`` hides the user's messages from that persona's prompts (a run of them becomes one
+    notice); ``mute`` only stops the user from triggering it. Expired rows are inert.
+    """
+
+    guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="blocks")
+    persona = models.ForeignKey(
+        Persona,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="blocks",
+        help_text="Empty: every persona of the guild",
+    )
+    user_id = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=8, choices=BlockType.choices, default=BlockType.BLOCK)
+    reason = models.CharField(max_length=500, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["guild", "user_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["persona", "user_id", "type"],
+                condition=Q(persona__isnull=False),
+                name="block_unique_per_persona",
+            ),
+            models.UniqueConstraint(
+                fields=["guild", "user_id", "type"],
+                condition=Q(persona__isnull=True),
+                name="block_unique_guild_wide",
+            ),
+            models.CheckConstraint(condition=Q(type__in=BlockType.values), name="block_type_valid"),
+        ]
+
+    def __str__(self) -> str:
+        target = self.persona.name if self.persona_id else "all personas"
+        return f"{self.type} {self.user_id} from {target}"
+
+    def clean(self) -> None:
+        if self.persona_id and self.guild_id and self.persona.guild_id != self.guild_id:
+            raise ValidationError({"persona": "belongs to another guild"})
+
+
+class UserPrivacy(models.Model):
+    """A Discord user's privacy level and blacklist flag.
+
+    The level is the user's own and applies everywhere; ``full`` means the user never appears in
+    prompts, previews, turn records or memories. ``guild`` records which guild's configuration
+    set the row (so ``exportconfig`` can list it there); it is empty when set outside one.
+    """
+
+    user_id = models.PositiveBigIntegerField(unique=True)
+    level = models.CharField(
+        max_length=8, choices=PrivacyLevel.choices, default=PrivacyLevel.MINIMAL
+    )
+    blacklisted = models.BooleanField(default=False)
+    guild = models.ForeignKey(
+        GuildConfig, on_delete=models.SET_NULL, null=True, blank=True, related_name="users"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "user privacy"
+        verbose_name_plural = "user privacy"
+        ordering = ["user_id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(level__in=PrivacyLevel.values), name="privacy_level_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.level}{' (blacklisted)' if self.blacklisted else ''}"
