@@ -1,0 +1,389 @@
+"""One persona reply from a model: attempts, retries, fallback models and tool rounds.
+
+``AttemptRunner.complete_turn`` is what the bot worker, Celery and the dashboard preview call.
+The steps:
+
+1. Models are tried in order (the persona's model, then its fallbacks); a model is left for
+   the next when it fails permanently, when its attempts are used up, or when it answers empty
+   twice.
+2. Every attempt asks ``render(plan)`` for its messages, so per-attempt decisions (prefill as a
+   final ``assistant`` message or an instruction, images or a notice, how many old stride
+   batches to drop) follow the model actually asked.
+3. Transient failures (429, 5xx, timeouts, dropped connections, unreadable answers) are retried
+   after a pause: the provider's ``Retry-After`` when given, else exponential backoff with
+   jitter; both capped. Permanent failures (400, 401, 403, 404) are not retried.
+4. An answer with no words once ``<think>`` blocks and the ``Name:`` label are removed is a
+   failed attempt; it is retried once on the same model with one more stride batch dropped.
+5. With a ``ToolBox``, tool calls are run and their results sent back, for at most
+   ``MAX_TOOL_ROUNDS`` rounds; then one last call *without* tools makes the model answer with
+   what it has, so a user who asked something always gets a reply.
+
+Every HTTP call is recorded (``AttemptRecord``); nothing raises for a model failure: a turn
+whose every model failed comes back with ``error`` set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chat.llm.base import (
+    ChatRequest,
+    Completion,
+    ErrorKind,
+    LLMClient,
+    LLMError,
+    Message,
+    ModelSpec,
+    ToolCall,
+    Usage,
+)
+from chat.llm.reply import strip_name_label, strip_reasoning
+from chat.llm.tools import ToolBox, ToolName
+
+MAX_TOOL_ROUNDS = 3
+"""Rounds of tool calls per turn; the call after the last round offers no tools."""
+
+
+@dataclass(frozen=True)
+class AttemptPlan:
+    """What one attempt's messages must be rendered for.
+
+    ``model`` is the model asked (its vision and prefill support decide media and prefill);
+    ``shorten_batches`` is how many extra stride batches of old history to drop (it grows by one
+    after an empty answer and never shrinks within a turn); ``tools`` names the tools this
+    attempt offers, so hints that name a tool appear only when it is offered.
+    """
+
+    model: ModelSpec
+    shorten_batches: int = 0
+    tools: tuple[ToolName, ...] = ()
+
+
+Render = Callable[[AttemptPlan], list[Message]]
+"""Builds one attempt's OpenAI messages. A final ``assistant`` message is a prefill: the model
+continues it, tool exchanges are placed before it, and the reply starts with its text."""
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds on retrying one model (all durations in seconds)."""
+
+    attempts_per_model: int = 3
+    backoff_base: float = 0.5
+    backoff_cap: float = 8.0
+    retry_after_cap: float = 30.0
+
+    def pause_before_retry(self, error: LLMError, *, retry_number: int, jitter: float) -> float:
+        """How long to wait after a transient ``error`` before retry ``retry_number`` (1-based).
+
+        The provider's ``Retry-After`` is honoured up to ``retry_after_cap``; otherwise the pause
+        is ``min(backoff_cap, backoff_base × 2^(retry_number − 1))``, of which the upper half is
+        random (``jitter`` in [0, 1)) so that many workers do not retry in step.
+        """
+        if error.retry_after is not None:
+            return min(error.retry_after, self.retry_after_cap)
+        ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (retry_number - 1))
+        return ceiling * (1 + jitter) / 2
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One model call, as moderators see it on the turn.
+
+    ``outcome`` is ``"ok"`` or the ``ErrorKind``; ``retry_after`` is the provider's header value
+    and ``wait_s`` the pause actually taken before the next attempt.
+    """
+
+    model: str
+    round: int
+    shorten_batches: int
+    latency_ms: float
+    outcome: str
+    error: str = ""
+    status: int | None = None
+    retry_after: float | None = None
+    wait_s: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "round": self.round,
+            "shorten_batches": self.shorten_batches,
+            "latency_ms": round(self.latency_ms, 1),
+            "outcome": self.outcome,
+            "error": self.error,
+            "status": self.status,
+            "retry_after": self.retry_after,
+            "wait_s": round(self.wait_s, 3),
+            "usage": self.usage.as_json(),
+        }
+
+
+@dataclass(frozen=True)
+class TurnCompletion:
+    """The result of ``complete_turn``.
+
+    ``reply_text`` is what the persona says (empty when ``error`` is set); ``usage`` sums every
+    model call of the turn, tools' own calls included; ``request`` is the exact body of the final
+    attempt; ``llm_ms`` is the wall time of the whole exchange, pauses and tools included.
+    """
+
+    reply_text: str
+    attempts: tuple[AttemptRecord, ...]
+    usage: Usage
+    request: dict[str, Any]
+    llm_ms: float
+    warnings: tuple[str, ...] = ()
+    error: LLMError | None = None
+
+
+@dataclass(frozen=True)
+class AttemptRunner:
+    """Runs turns against one client; ``sleep`` and ``jitter`` are injectable for tests."""
+
+    client: LLMClient
+    policy: RetryPolicy = RetryPolicy()
+    stream: bool = False
+    sleep: Sleep = asyncio.sleep
+    jitter: Callable[[], float] = random.random
+
+    async def complete_turn(
+        self,
+        *,
+        models: Sequence[ModelSpec],
+        render: Render,
+        persona_name: str,
+        toolbox: ToolBox | None = None,
+    ) -> TurnCompletion:
+        """Get one reply for a persona turn (steps in the module docstring).
+
+        ``models`` is the persona's model followed by its fallbacks (at least one). Returns a
+        ``TurnCompletion``; raises only ``ValueError`` for an empty ``models`` and whatever
+        ``render`` or the toolbox's dependencies raise unexpectedly.
+        """
+        if not models:
+            raise ValueError("complete_turn needs at least one model")
+        turn = _Turn(self, models=models, render=render, persona_name=persona_name)
+        try:
+            reply = await turn.converse(toolbox)
+        except LLMError as error:
+            return turn.result(reply_text="", error=error)
+        return turn.result(reply_text=reply)
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A successful attempt: the reply to deliver, or tool calls to run."""
+
+    reply: str
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+
+
+class _Turn:
+    """The mutable state of one ``complete_turn``: position in the model list, the shortening
+    level, the records so far."""
+
+    def __init__(
+        self,
+        runner: AttemptRunner,
+        *,
+        models: Sequence[ModelSpec],
+        render: Render,
+        persona_name: str,
+    ) -> None:
+        self._runner = runner
+        self._models = models
+        self._render = render
+        self._persona_name = persona_name
+        self._model_index = 0
+        self._shorten_batches = 0
+        self._started = time.perf_counter()
+        self._tool_usage = Usage()
+        self._request: dict[str, Any] = {}
+        self._records: list[AttemptRecord] = []
+        self._warnings: list[str] = []
+
+    async def converse(self, toolbox: ToolBox | None) -> str:
+        """Call the model, run its tool calls, repeat; return the reply. Raises ``LLMError``."""
+        transcript: list[Message] = []
+        for round_number in range(MAX_TOOL_ROUNDS):
+            answer = await self._call(round_number, transcript, toolbox)
+            if not answer.tool_calls:
+                return answer.reply
+            assert toolbox is not None  # tool calls are only accepted when tools were offered
+            transcript += await self._exchange_tools(toolbox, answer)
+        self._warnings.append(
+            f"the model used all {MAX_TOOL_ROUNDS} tool rounds; it answered without tools"
+        )
+        answer = await self._call(MAX_TOOL_ROUNDS, transcript, None)
+        return answer.reply
+
+    def result(self, *, reply_text: str, error: LLMError | None = None) -> TurnCompletion:
+        usage = sum((record.usage for record in self._records), self._tool_usage)
+        return TurnCompletion(
+            reply_text=reply_text,
+            attempts=tuple(self._records),
+            usage=usage,
+            request=self._request,
+            llm_ms=(time.perf_counter() - self._started) * 1000,
+            warnings=tuple(self._warnings),
+            error=error,
+        )
+
+    async def _call(
+        self, round_number: int, transcript: list[Message], toolbox: ToolBox | None
+    ) -> _Answer:
+        """One model answer, trying the remaining models in order. Raises the last model's
+        ``LLMError`` when none is left."""
+        while True:
+            model = self._models[self._model_index]
+            try:
+                return await self._call_model(model, round_number, transcript, toolbox)
+            except LLMError as error:
+                if self._model_index + 1 == len(self._models):
+                    raise
+                self._model_index += 1
+                fallback = self._models[self._model_index].name
+                self._warnings.append(f"{model.name} failed ({error}); fell back to {fallback}")
+
+    async def _call_model(
+        self,
+        model: ModelSpec,
+        round_number: int,
+        transcript: list[Message],
+        toolbox: ToolBox | None,
+    ) -> _Answer:
+        """One answer from ``model``, retrying within the policy. Raises ``LLMError`` when the
+        model failed permanently, used up its attempts, or answered empty twice."""
+        runner = self._runner
+        tools = toolbox.offered if toolbox is not None else ()
+        empty_retried = False
+        attempt_number = 0
+        while True:
+            attempt_number += 1
+            plan = AttemptPlan(model=model, shorten_batches=self._shorten_batches, tools=tools)
+            messages = _with_transcript(self._render(plan), transcript)
+            request = ChatRequest(
+                model=model,
+                messages=messages,
+                tools=toolbox.definitions() if toolbox is not None else (),
+                stream=runner.stream,
+            )
+            self._request = request.body()
+            started = time.perf_counter()
+            completion: Completion | None = None
+            try:
+                completion = await runner.client.complete(request)
+                answer = self._judge(completion, messages, tools_offered=bool(tools))
+            except LLMError as error:
+                pause = self._pause_after(error, attempt_number, empty_retried)
+                self._record(plan, round_number, started, completion, error, pause or 0.0)
+                if pause is None:
+                    raise
+                if error.kind is ErrorKind.EMPTY_ANSWER:
+                    empty_retried = True
+                    self._shorten_batches += 1
+                if pause:
+                    await runner.sleep(pause)
+                continue
+            self._record(plan, round_number, started, completion)
+            return answer
+
+    def _pause_after(
+        self, error: LLMError, attempt_number: int, empty_retried: bool
+    ) -> float | None:
+        """Seconds to wait before retrying the same model, or ``None`` to give it up."""
+        policy = self._runner.policy
+        if error.permanent or attempt_number >= policy.attempts_per_model:
+            return None
+        if error.kind is ErrorKind.EMPTY_ANSWER:
+            return None if empty_retried else 0.0
+        return policy.pause_before_retry(
+            error, retry_number=attempt_number, jitter=self._runner.jitter()
+        )
+
+    def _judge(
+        self, completion: Completion, messages: list[Message], *, tools_offered: bool
+    ) -> _Answer:
+        """Turn a completion into an answer. Tool calls count only when tools were offered.
+        Raises ``LLMError`` (empty answer) when there are no calls and no words."""
+        tool_calls = completion.tool_calls if tools_offered else ()
+        text = strip_reasoning(completion.text)
+        if not tool_calls and not strip_name_label(text, name=self._persona_name):
+            raise LLMError(
+                "the answer had no text besides reasoning",
+                kind=ErrorKind.EMPTY_ANSWER,
+                permanent=False,
+            )
+        reply = strip_name_label(_prefill(messages) + text, name=self._persona_name)
+        return _Answer(reply=reply, text=text, tool_calls=tool_calls)
+
+    async def _exchange_tools(self, toolbox: ToolBox, answer: _Answer) -> list[Message]:
+        """Run the answer's tool calls in order; return the assistant message that asked for
+        them followed by one ``tool`` message per call."""
+        exchange: list[Message] = [
+            {
+                "role": "assistant",
+                "content": answer.text or None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                    for call in answer.tool_calls
+                ],
+            }
+        ]
+        results = await toolbox.run_round(answer.tool_calls)
+        for call, result in zip(answer.tool_calls, results, strict=True):
+            self._tool_usage += result.usage
+            exchange.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
+        return exchange
+
+    def _record(
+        self,
+        plan: AttemptPlan,
+        round_number: int,
+        started: float,
+        completion: Completion | None,
+        error: LLMError | None = None,
+        wait_s: float = 0.0,
+    ) -> None:
+        self._records.append(
+            AttemptRecord(
+                model=plan.model.name,
+                round=round_number,
+                shorten_batches=plan.shorten_batches,
+                latency_ms=(time.perf_counter() - started) * 1000,
+                outcome=str(error.kind) if error is not None else "ok",
+                error=error.message if error is not None else "",
+                status=error.status if error is not None else None,
+                retry_after=error.retry_after if error is not None else None,
+                wait_s=wait_s,
+                usage=completion.usage if completion is not None else Usage(),
+            )
+        )
+
+
+def _with_transcript(messages: list[Message], transcript: list[Message]) -> list[Message]:
+    """The rendered messages with the tool exchange so far, kept before a final prefill."""
+    if transcript and messages and messages[-1].get("role") == "assistant":
+        return [*messages[:-1], *transcript, messages[-1]]
+    return [*messages, *transcript]
+
+
+def _prefill(messages: list[Message]) -> str:
+    """The text of a final ``assistant`` message (the prefill the model continued), else ``""``."""
+    last = messages[-1] if messages else {}
+    content = last.get("content")
+    return content if last.get("role") == "assistant" and isinstance(content, str) else ""

@@ -1,0 +1,177 @@
+"""The one protocol every caller of a model goes through, and the data it speaks.
+
+``LLMClient.complete`` sends one Chat Completions request and returns one ``Completion`` or raises
+``LLMError``; nothing else escapes it. Retries, fallbacks and tool rounds are built on top of it
+(``chat.llm.attempts``), so the bot worker, Celery tasks and the dashboard preview all reach a
+model the same way. Nothing here needs Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+Message = dict[str, Any]
+"""One OpenAI Chat Completions message (``{"role": ..., "content": ...}`` and friends)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model to try, with the persona's sampling settings.
+
+    ``supports_vision`` and ``supports_prefill`` tell the per-attempt render whether media may go
+    in as image parts and whether a prefill may end the request as an ``assistant`` message.
+    Both default to the safe choice (a notice, an instruction).
+    """
+
+    name: str
+    supports_vision: bool = False
+    supports_prefill: bool = False
+    temperature: float = 0.7
+    max_output_tokens: int = 512
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One Chat Completions call: a model, the messages, the tools offered, and the transport.
+
+    ``tools`` are OpenAI function definitions (``chat.llm.tools`` owns them); empty means the
+    request carries no ``tools`` key at all.
+    """
+
+    model: ModelSpec
+    messages: Sequence[Message]
+    tools: Sequence[dict[str, Any]] = ()
+    stream: bool = False
+
+    def body(self) -> dict[str, Any]:
+        """The exact JSON body sent to ``POST {base_url}/chat/completions``.
+
+        ``max_tokens`` (not ``max_completion_tokens``) because every OpenAI-compatible server
+        this product targets (Ollama, llama.cpp, vLLM, OpenRouter, OpenAI) accepts it. A
+        streaming request asks for a final usage chunk (``stream_options.include_usage``).
+        """
+        body: dict[str, Any] = {
+            "model": self.model.name,
+            "messages": list(self.messages),
+            "temperature": self.model.temperature,
+            "max_tokens": self.model.max_output_tokens,
+            "stream": self.stream,
+        }
+        if self.model.stop:
+            body["stop"] = list(self.model.stop)
+        if self.tools:
+            body["tools"] = list(self.tools)
+            body["tool_choice"] = "auto"
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token counts as the provider reported them; ``None`` means "not reported", not zero."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        """Field-wise sum in which a missing count adds nothing (``None + None`` stays ``None``)."""
+        return Usage(
+            prompt_tokens=_add_counts(self.prompt_tokens, other.prompt_tokens),
+            completion_tokens=_add_counts(self.completion_tokens, other.completion_tokens),
+            cached_prompt_tokens=_add_counts(self.cached_prompt_tokens, other.cached_prompt_tokens),
+        )
+
+    def as_json(self) -> dict[str, int | None]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_prompt_tokens": self.cached_prompt_tokens,
+        }
+
+
+def _add_counts(left: int | None, right: int | None) -> int | None:
+    if left is None:
+        return right
+    if right is None:
+        return left
+    return left + right
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function call the model asked for; ``arguments`` is the raw JSON text, unvalidated."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What one successful call returned, before any clean-up of the text.
+
+    ``text`` is the assistant content exactly as sent (it may hold ``<think>`` blocks or a name
+    label); ``tool_calls`` is empty when the model answered in text.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+class ErrorKind(StrEnum):
+    """Why a call failed; recorded on the turn for moderators."""
+
+    RATE_LIMITED = "rate_limited"  # HTTP 429
+    SERVER_ERROR = "server_error"  # HTTP 5xx, 408, 409
+    CLIENT_ERROR = "client_error"  # any other HTTP 4xx: the request itself is wrong
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"  # refused, reset, or closed mid-response
+    MALFORMED = "malformed_response"  # not JSON, not the expected shape, or a stream cut short
+    EMPTY_ANSWER = "empty_answer"  # no text once reasoning is removed (judged by the caller)
+
+
+class LLMError(Exception):
+    """The only error a model call raises.
+
+    ``permanent`` means retrying the same model cannot help (bad request, bad key, unknown model);
+    the attempt runner then moves to the next fallback model. ``status`` is the HTTP status when
+    there was one; ``retry_after`` is the provider's ``Retry-After`` in seconds, uncapped.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind,
+        permanent: bool,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.kind = kind
+        self.permanent = permanent
+        self.status = status
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        status = f" (HTTP {self.status})" if self.status is not None else ""
+        return f"{self.kind}{status}: {self.message}"
+
+
+class LLMClient(Protocol):
+    """Sends one Chat Completions request.
+
+    Implementations raise ``LLMError`` for every failure (HTTP status, timeout, connection,
+    unreadable body) and never retry: retry policy belongs to ``chat.llm.attempts``.
+    """
+
+    async def complete(self, request: ChatRequest) -> Completion: ...

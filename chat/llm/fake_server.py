@@ -1,0 +1,383 @@
+"""A local OpenAI-compatible server for tests and the demo: scripted answers and injected faults.
+
+Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks ending with
+``data: [DONE]`` when ``stream`` is true) and ``GET /v1/models``. Every request is recorded in
+``requests``. Each chat request takes the next item of the script, a queue of:
+
+- ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated);
+- ``Fault``: an HTTP error (500, 429 with ``Retry-After``, 401, …), a timeout (the server sleeps
+  past the client's limit), a malformed JSON body, a stream cut off before ``[DONE]``, an empty
+  answer, or a reasoning-only answer.
+
+With the script empty, the default rule answers "I am the fake model <model>. You said: <the last
+user message>". Usage is always reported, cached prompt tokens included: the estimate counts the
+prefix a request shares with the previous one as cached, as a provider's prompt cache would.
+
+In-process (ephemeral port)::
+
+    async with FakeLLMServer(script=[Fault(FaultKind.HTTP_ERROR, status=500)]) as server:
+        client = OpenAICompatibleClient(base_url=server.base_url)
+
+From a shell: ``python -m chat.llm.fake_server --port 8400`` (then
+``LLM_BASE_URL=http://127.0.0.1:8400/v1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+
+
+class FaultKind(StrEnum):
+    HTTP_ERROR = "http_error"  # answer with ``status`` (and ``Retry-After`` when given)
+    TIMEOUT = "timeout"  # sleep ``delay`` seconds, then answer normally
+    MALFORMED_JSON = "malformed_json"  # a 200 whose body (or first chunk) is not JSON
+    CUT_STREAM = "cut_stream"  # send part of the answer, then drop the connection
+    EMPTY_ANSWER = "empty_answer"  # a well-formed answer with no text
+    REASONING_ONLY = "reasoning_only"  # a well-formed answer holding only a <think> block
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    status: int = 500
+    retry_after: str | None = None
+    delay: float = 30.0
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+    """A dict is sent as its JSON text; a string is sent as is (so it may be malformed)."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer. Usage counts left ``None`` are estimated from the request."""
+
+    text: str = ""
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+
+    @classmethod
+    def calling(cls, name: str, arguments: str | dict[str, Any] = "{}") -> Reply:
+        """An answer that is a single tool call."""
+        return cls(tool_calls=(ScriptedToolCall(name, arguments),))
+
+
+ScriptItem = Reply | Fault
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+    """The parsed JSON body; the raw text when it was not JSON; ``None`` without a body."""
+
+
+class FakeLLMServer:
+    """The fake server; see the module docstring. ``base_url`` is set once started."""
+
+    def __init__(
+        self,
+        *,
+        script: Iterable[ScriptItem] = (),
+        models: Sequence[str] = ("fake-model",),
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.requests: list[RecordedRequest] = []
+        self.base_url = ""
+        self._script: deque[ScriptItem] = deque(script)
+        self._models = tuple(models)
+        self._host = host
+        self._port = port
+        self._previous_prompt = ""
+        self._ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self.app = web.Application()
+        self.app.router.add_post("/v1/chat/completions", self._chat_completions)
+        self.app.router.add_get("/v1/models", self._list_models)
+
+    def enqueue(self, *items: ScriptItem) -> None:
+        """Append answers to the script."""
+        self._script.extend(items)
+
+    @property
+    def chat_bodies(self) -> list[Any]:
+        """The bodies of the chat completion requests received, in order."""
+        return [r.body for r in self.requests if r.path == "/v1/chat/completions"]
+
+    async def __aenter__(self) -> Self:
+        """Start serving on ``host:port`` (port 0: an ephemeral one) and set ``base_url``."""
+        self._runner = web.AppRunner(self.app, handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.base_url = f"http://{host}:{port}/v1"
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _list_models(self, request: web.Request) -> web.Response:
+        self._record(request, None)
+        models = [{"id": name, "object": "model", "owned_by": "fake"} for name in self._models]
+        return web.json_response({"object": "list", "data": models})
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.text()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            body = raw
+        self._record(request, body)
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return _error_response(400, "the body must be a JSON object with a messages list")
+        item = self._script.popleft() if self._script else self._default_reply(body)
+        if isinstance(item, Fault):
+            return await self._fault(request, body, item)
+        return await self._answer(request, body, item)
+
+    def _record(self, request: web.Request, body: Any) -> None:
+        self.requests.append(
+            RecordedRequest(request.method, request.path, dict(request.headers), body)
+        )
+
+    def _default_reply(self, body: dict[str, Any]) -> Reply:
+        quote = _last_user_text(body["messages"])[:200]
+        return Reply(f"I am the fake model {body.get('model')}. You said: {quote}")
+
+    async def _fault(
+        self, request: web.Request, body: dict[str, Any], fault: Fault
+    ) -> web.StreamResponse:
+        match fault.kind:
+            case FaultKind.HTTP_ERROR:
+                headers = {"Retry-After": fault.retry_after} if fault.retry_after else {}
+                return _error_response(fault.status, f"fake fault {fault.status}", headers)
+            case FaultKind.TIMEOUT:
+                await asyncio.sleep(fault.delay)
+                return await self._answer(request, body, self._default_reply(body))
+            case FaultKind.MALFORMED_JSON:
+                if body.get("stream"):
+                    return await _send_events(request, ['{"choices": [{"delta": '])
+                return web.Response(text='{"choices": [', content_type="application/json")
+            case FaultKind.CUT_STREAM:
+                return await self._cut_off(request, body)
+            case FaultKind.EMPTY_ANSWER:
+                return await self._answer(request, body, Reply(""))
+            case FaultKind.REASONING_ONLY:
+                reasoning = Reply("<think>The user wants an answer. Let me think.</think>")
+                return await self._answer(request, body, reasoning)
+
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
+        answer = _Answer(
+            id=f"chatcmpl-fake-{next(self._ids)}",
+            model=str(body.get("model", "")),
+            reply=reply,
+            usage=self._usage(body, reply),
+        )
+        if not body.get("stream"):
+            return web.json_response(answer.response())
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return await _send_events(request, [*answer.chunks(include_usage), "[DONE]"])
+
+    async def _cut_off(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+        """Send the first half of an answer, then drop the connection (no ``[DONE]``)."""
+        answer = _Answer("chatcmpl-cut", str(body.get("model", "")), self._default_reply(body), {})
+        response = web.StreamResponse(status=200)
+        if body.get("stream"):
+            response.content_type = "text/event-stream"
+            chunks = list(answer.chunks(include_usage=False))
+            payload = "".join(f"data: {chunk}\n\n" for chunk in chunks[: len(chunks) // 2])
+        else:
+            full = json.dumps(answer.response())
+            response.content_type = "application/json"
+            response.content_length = len(full)
+            payload = full[: len(full) // 2]
+        await response.prepare(request)
+        await response.write(payload.encode())
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """Reported usage: the reply's fixed counts, else estimates (4 characters a token)."""
+        prompt = json.dumps(body["messages"], ensure_ascii=False)
+        shared = _shared_prefix_length(self._previous_prompt, prompt)
+        self._previous_prompt = prompt
+        output = reply.text + "".join(str(call.arguments) for call in reply.tool_calls)
+        prompt_tokens = _first_set(reply.prompt_tokens, len(prompt) // 4)
+        completion_tokens = _first_set(reply.completion_tokens, len(output) // 4)
+        return {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {
+                "cached_tokens": _first_set(reply.cached_prompt_tokens, shared // 4)
+            },
+        }
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """One answer in both wire shapes: a whole response, or stream chunks."""
+
+    id: str
+    model: str
+    reply: Reply
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.reply.tool_calls else "stop"
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"call_{self.id}_{index}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": _arguments_text(call)},
+            }
+            for index, call in enumerate(self.reply.tool_calls)
+        ]
+
+    def response(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.reply.text}
+        if self.reply.tool_calls:
+            message["content"] = self.reply.text or None
+            message["tool_calls"] = self.tool_calls()
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
+            "usage": self.usage,
+        }
+
+    def chunks(self, include_usage: bool) -> Iterator[str]:
+        """The answer as ``chat.completion.chunk`` JSON texts: the role, the text a word at a
+        time, each tool call's name then its arguments in two pieces, the finish reason, and
+        (when asked for) a final usage chunk with no choices."""
+        yield self._chunk({"role": "assistant", "content": ""})
+        for word in re.findall(r"\s*\S+\s*", self.reply.text):
+            yield self._chunk({"content": word})
+        for index, call in enumerate(self.tool_calls()):
+            head = {"index": index, "id": call["id"], "type": "function"}
+            arguments = call["function"]["arguments"]
+            middle = len(arguments) // 2
+            yield self._chunk(
+                {
+                    "tool_calls": [
+                        head
+                        | {
+                            "function": {
+                                "name": call["function"]["name"],
+                                "arguments": arguments[:middle],
+                            }
+                        }
+                    ]
+                }
+            )
+            yield self._chunk(
+                {"tool_calls": [{"index": index, "function": {"arguments": arguments[middle:]}}]}
+            )
+        yield self._chunk({}, finish_reason=self.finish_reason)
+        if include_usage:
+            yield json.dumps(self._envelope([]) | {"usage": self.usage})
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+        return json.dumps(self._envelope([choice]))
+
+    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "model": self.model,
+            "choices": choices,
+        }
+
+
+async def _send_events(request: web.Request, events: Sequence[str]) -> web.StreamResponse:
+    """Send ``events`` as server-sent events (``data: …`` and a blank line each)."""
+    response = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache"})
+    response.content_type = "text/event-stream"
+    await response.prepare(request)
+    for event in events:
+        await response.write(f"data: {event}\n\n".encode())
+    await response.write_eof()
+    return response
+
+
+def _error_response(
+    status: int, message: str, headers: dict[str, str] | None = None
+) -> web.Response:
+    error = {"error": {"message": message, "type": "fake_fault", "code": status}}
+    return web.json_response(error, status=status, headers=headers)
+
+
+def _last_user_text(messages: list[Any]) -> str:
+    """The text of the last ``user`` message (text parts joined), or ``""``."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+            return str(content or "")
+    return ""
+
+
+def _arguments_text(call: ScriptedToolCall) -> str:
+    return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+
+
+def _shared_prefix_length(first: str, second: str) -> int:
+    """How many leading characters ``first`` and ``second`` have in common."""
+    pairs = zip(first, second, strict=False)
+    return next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(first), len(second)))
+
+
+def _first_set(value: int | None, estimate: int) -> int:
+    return estimate if value is None else value
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m chat.llm.fake_server [--host H] [--port N] [--model NAME ...]``."""
+    parser = argparse.ArgumentParser(description="A fake OpenAI-compatible model server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8400)
+    parser.add_argument("--model", action="append", dest="models", help="listed by /v1/models")
+    args = parser.parse_args(argv)
+    server = FakeLLMServer(models=args.models or ("fake-model",))
+    print(f"LLM_BASE_URL=http://{args.host}:{args.port}/v1", flush=True)
+    web.run_app(server.app, host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""``LLMClient`` for any OpenAI-compatible Chat Completions endpoint, over httpx.
+
+Ollama, llama.cpp, vLLM, OpenRouter and OpenAI all speak this API. One call is one HTTP request:
+no retries here (``chat.llm.attempts`` owns them). Every failure becomes ``LLMError``:
+
+- HTTP 429 → ``rate_limited`` (transient, with ``Retry-After`` in seconds when given);
+- HTTP 5xx, 408, 409 → ``server_error`` (transient); any other non-2xx → ``client_error``
+  (permanent: the key, the model name or the request is wrong and will stay wrong);
+- connect/read/total timeouts → ``timeout``; refused or dropped connections → ``connection``;
+- a body that is not the expected JSON, or a stream that ends without ``data: [DONE]`` →
+  ``malformed_response`` (transient: usually a proxy or server hiccup).
+
+Provider JSON is validated with pydantic models that ignore unknown fields, so additions to the
+API never break parsing while a missing ``choices`` list does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import math
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+from pydantic import BaseModel, Field, ValidationError
+
+from chat.llm.base import ChatRequest, Completion, ErrorKind, LLMError, ToolCall, Usage
+
+ERROR_TEXT_LIMIT = 500
+"""Longest provider error message kept on an ``LLMError`` (it ends up on the turn record)."""
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Bounds on one call, in seconds.
+
+    ``read`` is the longest silence between two received bytes (for a stream: between chunks);
+    ``total`` bounds the whole call, so a stream that trickles forever still ends.
+    """
+
+    connect: float = 5.0
+    read: float = 60.0
+    total: float = 180.0
+
+
+class OpenAICompatibleClient:
+    """Sends ``ChatRequest``s to ``{base_url}/chat/completions``; see the module docstring.
+
+    Holds one pooled ``httpx.AsyncClient`` bound to the running event loop: use it as an async
+    context manager (or call ``aclose``) and do not share it across event loops.
+    """
+
+    def __init__(self, *, base_url: str, api_key: str = "", timeouts: Timeouts = Timeouts()):
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeouts = timeouts
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Send ``request`` once and return the assembled completion.
+
+        Raises ``LLMError`` for every failure (see the module docstring), nothing else.
+        """
+        try:
+            async with asyncio.timeout(self._timeouts.total):
+                return await self._send(request)
+        except (TimeoutError, httpx.TimeoutException) as error:
+            raise LLMError(
+                f"no complete answer within the time limit ({type(error).__name__})",
+                kind=ErrorKind.TIMEOUT,
+                permanent=False,
+            ) from error
+        except httpx.TransportError as error:
+            raise LLMError(
+                f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT],
+                kind=ErrorKind.CONNECTION,
+                permanent=False,
+            ) from error
+
+    async def _send(self, request: ChatRequest) -> Completion:
+        async with self._http.stream("POST", "chat/completions", json=request.body()) as response:
+            if not response.is_success:
+                await response.aread()
+                raise status_error(response.status_code, response.text, response.headers)
+            if request.stream:
+                return await read_completion_stream(response.aiter_lines())
+            return parse_completion(await response.aread())
+
+
+def status_error(status: int, body: str, headers: httpx.Headers) -> LLMError:
+    """The ``LLMError`` for a non-2xx response (classification in the module docstring)."""
+    message = _provider_error_message(body)
+    if status == 429:
+        retry_after = parse_retry_after(headers.get("Retry-After"), now=datetime.now(UTC))
+        return LLMError(
+            message,
+            kind=ErrorKind.RATE_LIMITED,
+            permanent=False,
+            status=status,
+            retry_after=retry_after,
+        )
+    if status >= 500 or status in (408, 409):
+        return LLMError(message, kind=ErrorKind.SERVER_ERROR, permanent=False, status=status)
+    return LLMError(message, kind=ErrorKind.CLIENT_ERROR, permanent=True, status=status)
+
+
+def _provider_error_message(body: str) -> str:
+    """``error.message`` from an OpenAI-style error body, else the body text, shortened."""
+    try:
+        error = _ErrorBody.model_validate_json(body).error
+    except ValidationError:
+        return body.strip()[:ERROR_TEXT_LIMIT] or "no error message"
+    message = error if isinstance(error, str) else error.message
+    return message[:ERROR_TEXT_LIMIT]
+
+
+def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP date.
+
+    Returns ``None`` when the header is absent or unreadable; a date in the past gives ``0.0``.
+    The value is not capped here (the retry policy caps it).
+    """
+    if not value:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - now).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def parse_completion(body: bytes) -> Completion:
+    """Read a non-streaming Chat Completions response body. Raises ``LLMError`` (malformed)."""
+    response = _validate(_Response, body)
+    choice = response.choices[0]
+    return Completion(
+        text=choice.message.content or "",
+        tool_calls=tuple(
+            ToolCall(
+                id=call.id or f"call_{number}",
+                name=call.function.name,
+                arguments=call.function.arguments,
+            )
+            for number, call in enumerate(choice.message.tool_calls or ())
+        ),
+        finish_reason=choice.finish_reason,
+        usage=_usage(response.usage),
+    )
+
+
+async def read_completion_stream(lines: AsyncIterator[str]) -> Completion:
+    """Assemble a streamed Chat Completions response (SSE lines) into one ``Completion``.
+
+    Text deltas are concatenated; tool-call deltas are joined by their ``index``; the usage chunk
+    (sent when ``stream_options.include_usage`` was asked for) is kept. Raises ``LLMError``
+    (malformed) for an unreadable chunk, and (server error) for an ``error`` chunk; a stream that
+    ends without ``data: [DONE]`` was cut short and raises ``LLMError`` (malformed).
+    """
+    assembly = _StreamAssembly()
+    async for data in iter_sse_data(lines):
+        if data.strip() == "[DONE]":
+            return assembly.completion()
+        assembly.add(_validate(_Chunk, data))
+    raise LLMError(
+        "the stream ended before data: [DONE]", kind=ErrorKind.MALFORMED, permanent=False
+    )
+
+
+async def iter_sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Yield the ``data`` of each server-sent event, given the response's lines.
+
+    Several ``data:`` lines of one event are joined with newlines; comments (``:``) and other
+    fields (``event``, ``id``, ``retry``) are ignored. An event not followed by a blank line
+    before the end of the body is still yielded.
+    """
+    data: list[str] = []
+    async for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value.removeprefix(" "))
+    if data:
+        yield "\n".join(data)
+
+
+@dataclass
+class _ToolCallParts:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamAssembly:
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def add(self, chunk: _Chunk) -> None:
+        if chunk.error is not None:
+            raise LLMError(
+                f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
+                kind=ErrorKind.SERVER_ERROR,
+                permanent=False,
+            )
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        for choice in chunk.choices[:1]:
+            self.text.append(choice.delta.content or "")
+            self.finish_reason = choice.finish_reason or self.finish_reason
+            for delta in choice.delta.tool_calls or ():
+                self._add_tool_call_delta(delta)
+
+    def _add_tool_call_delta(self, delta: _ToolCallDelta) -> None:
+        parts = self.calls.setdefault(delta.index, _ToolCallParts())
+        parts.id = delta.id or parts.id
+        if delta.function is not None:
+            parts.name += delta.function.name or ""
+            parts.arguments.append(delta.function.arguments or "")
+
+    def completion(self) -> Completion:
+        return Completion(
+            text="".join(self.text),
+            tool_calls=tuple(
+                ToolCall(
+                    id=parts.id or f"call_{index}",
+                    name=parts.name,
+                    arguments="".join(parts.arguments),
+                )
+                for index, parts in sorted(self.calls.items())
+            ),
+            finish_reason=self.finish_reason,
+            usage=self.usage,
+        )
+
+
+# --- Provider JSON ----------------------------------------------------------------------------
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def _validate(model: type[_Model], data: str | bytes) -> _Model:
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as error:
+        snippet = data[:120].decode(errors="replace") if isinstance(data, bytes) else data[:120]
+        raise LLMError(
+            f"unreadable response ({error.error_count()} problems): {snippet!r}",
+            kind=ErrorKind.MALFORMED,
+            permanent=False,
+        ) from error
+
+
+def _usage(usage: _Usage | None) -> Usage:
+    if usage is None:
+        return Usage()
+    details = usage.prompt_tokens_details
+    return Usage(
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cached_prompt_tokens=details.cached_tokens if details is not None else None,
+    )
+
+
+class _PromptTokensDetails(BaseModel):
+    cached_tokens: int | None = None
+
+
+class _Usage(BaseModel):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptTokensDetails | None = None
+
+
+class _Function(BaseModel):
+    name: str
+    arguments: str = ""
+
+
+class _ToolCall(BaseModel):
+    id: str | None = None
+    function: _Function
+
+
+class _Message(BaseModel):
+    content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(BaseModel):
+    message: _Message
+    finish_reason: str | None = None
+
+
+class _Response(BaseModel):
+    choices: list[_Choice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
+class _FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(BaseModel):
+    index: int = 0
+    id: str | None = None
+    function: _FunctionDelta | None = None
+
+
+class _Delta(BaseModel):
+    content: str | None = None
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _ChunkChoice(BaseModel):
+    delta: _Delta = Field(default_factory=_Delta)
+    finish_reason: str | None = None
+
+
+class _Chunk(BaseModel):
+    choices: list[_ChunkChoice] = Field(default_factory=list)
+    usage: _Usage | None = None
+    error: Any = None
+
+
+class _ErrorDetail(BaseModel):
+    message: str
+
+
+class _ErrorBody(BaseModel):
+    error: _ErrorDetail | str

@@ -1,0 +1,348 @@
+"""The tools of Deliberate Tool Mode: their definitions, their dependencies, and running them.
+
+Each tool's argument model is the single source of its JSON schema (``TOOL_SPECS``) and of its
+validation, so what the model is shown and what is accepted cannot drift apart.
+
+A ``ToolBox`` is built per turn. It offers a tool only when the turn's allowlist names it AND the
+tool's dependency was given (an unconfigured tool is never offered, DESIGN §5):
+
+==========================  =================================================================
+tool                        dependency
+==========================  =================================================================
+read_file                   ``attachments`` lookup and an ``AttachmentReader``
+reveal_message_metadata     a ``MessageMetadataLookup`` (``ref_N`` → author, time, id)
+update_short_term_memory    a ``ShortTermMemoryWriter`` (at most one write per turn)
+analyze_image               ``attachments`` lookup and a ``VisionModel`` (a vision model call)
+==========================  =================================================================
+
+Running a call never raises for anything the model did: unknown tools, tools not offered,
+malformed or invalid arguments, unknown ids and a second memory write all come back as a JSON
+``{"error": …}`` result the model can read and correct. Dependencies report expected failures
+(a file that is gone, a fetch that failed) by raising ``ToolError``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from chat.llm.base import ChatRequest, LLMClient, LLMError, ModelSpec, ToolCall, Usage
+from chat.llm.reply import strip_reasoning
+
+READ_FILE_LIMIT_BYTES = 16_384
+"""Most bytes of one file ``read_file`` hands to the model (about 4,000 tokens)."""
+
+MAX_CALLS_PER_ROUND = 8
+"""Calls run in one round; further calls of the same round get an error result, unrun."""
+
+
+class ToolName(StrEnum):
+    READ_FILE = "read_file"
+    REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
+    UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
+    ANALYZE_IMAGE = "analyze_image"
+
+
+class ToolError(Exception):
+    """A tool could not do what was asked; the message is shown to the model as the result."""
+
+
+# --- Definitions --------------------------------------------------------------------------------
+
+
+class _Arguments(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadFileArguments(_Arguments):
+    media_id: str = Field(
+        pattern=r"^media_\d+$",
+        description="The file's media id as shown in the conversation, e.g. media_3.",
+    )
+
+
+class RevealMessageMetadataArguments(_Arguments):
+    ref: str = Field(
+        pattern=r"^ref_\d+$",
+        description="The message reference as shown in the conversation, e.g. ref_12.",
+    )
+
+
+class UpdateShortTermMemoryArguments(_Arguments):
+    summary: str = Field(
+        min_length=1,
+        max_length=4000,
+        description="The complete new summary of this conversation; it replaces the old one.",
+    )
+
+
+class AnalyzeImageArguments(_Arguments):
+    media_id: str = Field(
+        pattern=r"^media_\d+$",
+        description="The image's media id as shown in the conversation, e.g. media_2.",
+    )
+    question: str = Field(
+        default="Describe this image in detail.",
+        max_length=500,
+        description="What to find out about the image.",
+    )
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: ToolName
+    description: str
+    arguments: type[_Arguments]
+
+    def definition(self) -> dict[str, Any]:
+        """The OpenAI ``tools`` entry for this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name.value,
+                "description": self.description,
+                "parameters": self.arguments.model_json_schema(),
+            },
+        }
+
+
+TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            ToolName.READ_FILE,
+            "Read the text of a file attached to a message in this conversation.",
+            ReadFileArguments,
+        ),
+        ToolSpec(
+            ToolName.REVEAL_MESSAGE_METADATA,
+            "Reveal who sent a message in this conversation, when, and its Discord message id.",
+            RevealMessageMetadataArguments,
+        ),
+        ToolSpec(
+            ToolName.UPDATE_SHORT_TERM_MEMORY,
+            "Replace your short-term memory of this conversation with a new summary. "
+            "Can be used once per reply.",
+            UpdateShortTermMemoryArguments,
+        ),
+        ToolSpec(
+            ToolName.ANALYZE_IMAGE,
+            "Look at an image attached to a message in this conversation and answer a question "
+            "about it.",
+            AnalyzeImageArguments,
+        ),
+    )
+}
+
+
+# --- Dependencies -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file or image of the conversation, known to the model only by ``media_id``."""
+
+    media_id: str
+    filename: str
+    url: str
+    content_type: str = ""
+    size: int | None = None
+
+
+class AttachmentReader(Protocol):
+    async def read(self, attachment: Attachment, *, max_bytes: int) -> bytes:
+        """Return at most ``max_bytes`` from the start of the file; raise ``ToolError`` if it
+        cannot be fetched."""
+        ...
+
+
+@dataclass(frozen=True)
+class MessageMetadata:
+    author_name: str
+    author_id: int
+    sent_at: datetime
+    message_id: int
+
+
+class MessageMetadataLookup(Protocol):
+    async def metadata(self, ref: str) -> MessageMetadata | None:
+        """The message behind ``ref`` (``ref_N``), or ``None`` when the turn has no such ref."""
+        ...
+
+
+class ShortTermMemoryWriter(Protocol):
+    async def write(self, *, summary: str) -> None:
+        """Store ``summary`` as the persona's short-term memory; raise ``ToolError`` on failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class VisionModel:
+    """The model ``analyze_image`` asks, through the same ``LLMClient`` as the persona."""
+
+    client: LLMClient
+    model: ModelSpec
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The text handed back to the model, and the tokens a tool's own model call used."""
+
+    content: str
+    usage: Usage = field(default_factory=Usage)
+
+
+# --- Running ------------------------------------------------------------------------------------
+
+
+class ToolBox:
+    """The tools of one turn: which are offered, and running the model's calls to them."""
+
+    def __init__(
+        self,
+        *,
+        allowlist: Collection[str],
+        attachments: Mapping[str, Attachment] | None = None,
+        attachment_reader: AttachmentReader | None = None,
+        message_metadata: MessageMetadataLookup | None = None,
+        short_term_memory: ShortTermMemoryWriter | None = None,
+        vision: VisionModel | None = None,
+        read_limit_bytes: int = READ_FILE_LIMIT_BYTES,
+    ) -> None:
+        self._attachments = attachments or {}
+        self._reader = attachment_reader
+        self._metadata = message_metadata
+        self._memory = short_term_memory
+        self._vision = vision
+        self._read_limit = read_limit_bytes
+        self._memory_written = False
+        configured = {
+            ToolName.READ_FILE: attachment_reader is not None and attachments is not None,
+            ToolName.REVEAL_MESSAGE_METADATA: message_metadata is not None,
+            ToolName.UPDATE_SHORT_TERM_MEMORY: short_term_memory is not None,
+            ToolName.ANALYZE_IMAGE: vision is not None and attachments is not None,
+        }
+        self.offered: tuple[ToolName, ...] = tuple(
+            name for name in ToolName if name in allowlist and configured[name]
+        )
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The ``tools`` list for a request: the offered tools only, in a stable order."""
+        return [TOOL_SPECS[name].definition() for name in self.offered]
+
+    async def run_round(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
+        """Run one round's calls in order (so a second memory write sees the first); one result
+        per call. Calls past ``MAX_CALLS_PER_ROUND`` are answered with an error, unrun."""
+        results = [await self.run(call) for call in calls[:MAX_CALLS_PER_ROUND]]
+        refused = _result(error=f"at most {MAX_CALLS_PER_ROUND} tool calls are run per round")
+        return results + [refused] * len(calls[MAX_CALLS_PER_ROUND:])
+
+    async def run(self, call: ToolCall) -> ToolResult:
+        """Run one call; every mistake of the model becomes an ``{"error": …}`` result."""
+        handlers: dict[ToolName, Callable[[Any], Awaitable[ToolResult]]] = {
+            ToolName.READ_FILE: self._read_file,
+            ToolName.REVEAL_MESSAGE_METADATA: self._reveal_metadata,
+            ToolName.UPDATE_SHORT_TERM_MEMORY: self._update_memory,
+            ToolName.ANALYZE_IMAGE: self._analyze_image,
+        }
+        try:
+            name = self._offered_tool(call.name)
+            arguments = _parse_arguments(TOOL_SPECS[name].arguments, call.arguments)
+            return await handlers[name](arguments)
+        except ToolError as error:
+            return _result(error=str(error))
+
+    def _offered_tool(self, name: str) -> ToolName:
+        if name not in self.offered:
+            raise ToolError(f"the tool {name!r} is not available in this reply")
+        return ToolName(name)
+
+    def _attachment(self, media_id: str) -> Attachment:
+        attachment = self._attachments.get(media_id)
+        if attachment is None:
+            raise ToolError(f"{media_id} is not an attachment in this conversation")
+        return attachment
+
+    async def _read_file(self, arguments: ReadFileArguments) -> ToolResult:
+        attachment = self._attachment(arguments.media_id)
+        if attachment.content_type.startswith(("image/", "video/", "audio/")):
+            raise ToolError(f"{attachment.media_id} ({attachment.filename}) is not a text file")
+        assert self._reader is not None
+        data = await self._reader.read(attachment, max_bytes=self._read_limit + 1)
+        if b"\x00" in data:
+            raise ToolError(f"{attachment.media_id} ({attachment.filename}) is not a text file")
+        content = data[: self._read_limit].decode("utf-8", errors="replace")
+        return _result(
+            media_id=attachment.media_id,
+            filename=attachment.filename,
+            content=content,
+            truncated=len(data) > self._read_limit,
+        )
+
+    async def _reveal_metadata(self, arguments: RevealMessageMetadataArguments) -> ToolResult:
+        assert self._metadata is not None
+        found = await self._metadata.metadata(arguments.ref)
+        if found is None:
+            raise ToolError(f"{arguments.ref} is not a message in this conversation")
+        return _result(
+            ref=arguments.ref,
+            author=found.author_name,
+            author_id=str(found.author_id),
+            sent_at=found.sent_at.isoformat(),
+            message_id=str(found.message_id),
+        )
+
+    async def _update_memory(self, arguments: UpdateShortTermMemoryArguments) -> ToolResult:
+        if self._memory_written:
+            raise ToolError("short-term memory was already updated in this reply")
+        assert self._memory is not None
+        await self._memory.write(summary=arguments.summary)
+        self._memory_written = True
+        return _result(updated=True)
+
+    async def _analyze_image(self, arguments: AnalyzeImageArguments) -> ToolResult:
+        attachment = self._attachment(arguments.media_id)
+        if not attachment.content_type.startswith("image/"):
+            raise ToolError(f"{attachment.media_id} ({attachment.filename}) is not an image")
+        assert self._vision is not None
+        request = ChatRequest(
+            model=self._vision.model,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": arguments.question},
+                        {"type": "image_url", "image_url": {"url": attachment.url}},
+                    ],
+                }
+            ],
+        )
+        try:
+            completion = await self._vision.client.complete(request)
+        except LLMError as error:
+            raise ToolError(f"the image could not be analysed ({error})") from error
+        analysis = strip_reasoning(completion.text)
+        return _result(media_id=attachment.media_id, analysis=analysis, usage=completion.usage)
+
+
+def _parse_arguments(model: type[_Arguments], raw: str) -> _Arguments:
+    """Validate the model's raw JSON arguments; raise ``ToolError`` naming each problem."""
+    try:
+        return model.model_validate_json(raw or "{}")
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in problem['loc']) or 'arguments'}: {problem['msg']}"
+            for problem in error.errors(include_url=False)
+        )
+        raise ToolError(f"invalid arguments: {problems}") from error
+
+
+def _result(*, usage: Usage | None = None, **fields: Any) -> ToolResult:
+    """A ``ToolResult`` whose content is ``fields`` as a JSON object."""
+    return ToolResult(json.dumps(fields, ensure_ascii=False), usage=usage or Usage())

@@ -1,0 +1,77 @@
+"""A fake model server on 127.0.0.1, a real client to it, and a runner that never really sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from chat.llm.attempts import AttemptPlan, AttemptRunner, RetryPolicy
+from chat.llm.base import Message
+from chat.llm.fake_server import FakeLLMServer
+from chat.llm.openai_compat import OpenAICompatibleClient, Timeouts
+
+TEST_TIMEOUTS = Timeouts(connect=1.0, read=0.3, total=2.0)
+"""Short enough that a ``TIMEOUT`` fault (which sleeps for seconds) trips them quickly."""
+
+
+@dataclass
+class RecordingSleep:
+    """Stands in for ``asyncio.sleep``: records each pause and returns at once."""
+
+    pauses: list[float] = field(default_factory=list)
+
+    async def __call__(self, seconds: float) -> None:
+        self.pauses.append(seconds)
+
+
+@dataclass
+class RecordingRender:
+    """A ``render`` that returns fixed messages and remembers every plan it was given."""
+
+    messages: list[Message] = field(
+        default_factory=lambda: [
+            {"role": "system", "content": "You are Tomori."},
+            {"role": "user", "content": "Ann: what is in the file?"},
+        ]
+    )
+    plans: list[AttemptPlan] = field(default_factory=list)
+
+    def __call__(self, plan: AttemptPlan) -> list[Message]:
+        self.plans.append(plan)
+        return list(self.messages)
+
+
+@pytest.fixture
+async def fake_server() -> AsyncIterator[FakeLLMServer]:
+    async with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def client(fake_server: FakeLLMServer) -> AsyncIterator[OpenAICompatibleClient]:
+    async with OpenAICompatibleClient(
+        base_url=fake_server.base_url, api_key="test-key", timeouts=TEST_TIMEOUTS
+    ) as client:
+        yield client
+
+
+@pytest.fixture
+def sleep() -> RecordingSleep:
+    return RecordingSleep()
+
+
+@pytest.fixture
+def render() -> RecordingRender:
+    return RecordingRender()
+
+
+@pytest.fixture
+def runner(client: OpenAICompatibleClient, sleep: RecordingSleep) -> AttemptRunner:
+    return AttemptRunner(
+        client,
+        policy=RetryPolicy(attempts_per_model=3, backoff_base=0.01, backoff_cap=0.04),
+        sleep=sleep,
+        jitter=lambda: 0.5,
+    )
