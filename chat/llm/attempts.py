@@ -333,7 +333,7 @@ class _Turn:
         exchange: list[Message] = [
             {
                 "role": "assistant",
-                "content": answer.text or None,
+                "content": answer.text.strip() or None,
                 "tool_calls": [
                     {
                         "id": call.id,

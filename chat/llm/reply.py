@@ -14,13 +14,13 @@ _UNCLOSED_LEADING_THINK = re.compile(r"^\s*<think>.*\Z", re.DOTALL | re.IGNORECA
 
 
 def strip_reasoning(text: str) -> str:
-    """``text`` without ``<think>…</think>`` blocks, trimmed.
+    """``text`` without ``<think>…</think>`` blocks; other whitespace is kept, because a
+    continuation of a prefill may start with the space that separates it from the prefill.
 
     A leading ``<think>`` that is never closed (the model ran out of tokens while reasoning)
-    swallows the rest, so a reasoning-only answer becomes ``""``.
+    swallows the rest, so a reasoning-only answer has no words left.
     """
-    without_blocks = _THINK_BLOCK.sub("", text)
-    return _UNCLOSED_LEADING_THINK.sub("", without_blocks).strip()
+    return _UNCLOSED_LEADING_THINK.sub("", _THINK_BLOCK.sub("", text))
 
 
 def strip_name_label(text: str, *, name: str) -> str:

@@ -327,7 +327,7 @@ class ToolBox:
             completion = await self._vision.client.complete(request)
         except LLMError as error:
             raise ToolError(f"the image could not be analysed ({error})") from error
-        analysis = strip_reasoning(completion.text)
+        analysis = strip_reasoning(completion.text).strip()
         return _result(media_id=attachment.media_id, analysis=analysis, usage=completion.usage)
 
 
