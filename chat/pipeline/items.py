@@ -1,0 +1,72 @@
+"""The pipeline's output vocabulary: tagged context items and capability-neutral media.
+
+A turn's prompt is a sequence of `ContextItem`s. Each keeps its tag (what produced it), role,
+text, the Discord messages it came from and its token count, so the dashboard can show exactly
+what the model saw and why, and each model attempt can project the same items its own way
+(`projections.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from chat.pipeline.types import Role
+
+
+class ItemTag(StrEnum):
+    """What produced an item. The values are stable codes stored in turn records."""
+
+    SYSTEM_PROMPT = "system_prompt"
+    MEMORY = "memory"
+    STM = "stm"
+    SAMPLE_DIALOGUE = "sample_dialogue"
+    DIALOGUE_HISTORY = "dialogue_history"
+    CONTEXT_NOTE_INJECTION = "context_note_injection"
+    DATE_SPACER = "date_spacer"
+    TAIL_DIRECTIVE = "tail_directive"
+
+
+@dataclass(frozen=True, slots=True)
+class MediaDescriptor:
+    """An image or a file, described without deciding how a model will receive it.
+
+    ``key`` is the ``media_N`` the prompt names it by. ``message_id`` is the message a tool
+    fetches it from: the entry's own, or the reply target or thread starter the entry carries
+    it for. ``image_identity`` tells repeated images apart (None for non-images).
+    """
+
+    key: str
+    filename: str
+    url: str
+    content_type: str | None
+    message_id: int
+    is_gif: bool = False
+    image_identity: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextItem:
+    """One item of a turn's prompt.
+
+    Attributes:
+        tag: What produced it.
+        role: Its Chat Completions role.
+        text: What chat models read: ``Name: content`` for dialogue, ``[System: …]`` for notes,
+            notices and spacers.
+        completion_text: What completion models read (seed 002's NovelAI projection): prose
+            without references, reactions or media hints; empty when the item has no prose.
+        source_ids: The Discord messages it renders, oldest first (empty for configuration).
+        media: Images this item shows; each model attempt decides how (`projections.py`).
+        depth: For a context note, its saved depth from the end of the dialogue; None otherwise.
+        tokens: Its token count, 0 until counted (`tokens.count_item_tokens`).
+    """
+
+    tag: ItemTag
+    role: Role
+    text: str
+    completion_text: str = ""
+    source_ids: tuple[int, ...] = ()
+    media: tuple[MediaDescriptor, ...] = ()
+    depth: int | None = None
+    tokens: int = 0
