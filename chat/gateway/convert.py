@@ -1,0 +1,133 @@
+"""discord.py objects → pipeline types, at the boundary.
+
+Nothing past this module sees a `discord.Message`: the loop, the pipeline and the database work
+with the frozen `HistoryMessage`. Who wrote a message as far as the product knows (the persona
+behind a bot or webhook message, a proxied member) comes from the message index, so the caller
+passes it in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import discord
+
+from chat.pipeline.types import (
+    Attachment,
+    Author,
+    CardKind,
+    ComponentContainer,
+    Embed,
+    EmbedField,
+    ForwardedSnapshot,
+    HistoryMessage,
+    MessageReference,
+    ProxyIdentity,
+    Reaction,
+    ReferenceKind,
+    Sticker,
+)
+
+
+def convert_message(
+    message: discord.Message,
+    *,
+    bot_user_id: int | None = None,
+    persona_name: str | None = None,
+    proxy: ProxyIdentity | None = None,
+) -> HistoryMessage:
+    """The pipeline's view of ``message``.
+
+    ``bot_user_id`` marks this bot's own embeds as system notices; ``persona_name`` is the
+    persona that wrote the message (bot account or persona webhook), if any; ``proxy`` is the
+    attested proxy identity from the message index, if any.
+    """
+    own = bot_user_id is not None and message.author.id == bot_user_id
+    return HistoryMessage(
+        id=message.id,
+        channel_id=message.channel.id,
+        author=Author(
+            id=message.author.id,
+            display_name=message.author.display_name,
+            is_bot=message.author.bot,
+            webhook_id=message.webhook_id,
+            persona_name=persona_name,
+        ),
+        content=message.content,
+        created_at=message.created_at,
+        attachments=_attachments(message.attachments),
+        stickers=tuple(Sticker(id=s.id, name=s.name) for s in message.stickers),
+        embeds=_embeds(message.embeds, own=own),
+        containers=_containers(message.components, own=own),
+        reference=_reference(message.reference),
+        snapshots=tuple(
+            ForwardedSnapshot(
+                content=snapshot.content,
+                attachments=_attachments(snapshot.attachments),
+                embeds=_embeds(snapshot.embeds, own=False),
+                stickers=tuple(Sticker(id=s.id, name=s.name) for s in snapshot.stickers),
+            )
+            for snapshot in getattr(message, "message_snapshots", ())
+        ),
+        mention_ids=tuple(message.raw_mentions),
+        reactions=tuple(Reaction(emoji=str(r.emoji), count=r.count) for r in message.reactions),
+        proxy=proxy,
+    )
+
+
+def _attachments(attachments: Iterable[discord.Attachment]) -> tuple[Attachment, ...]:
+    return tuple(
+        Attachment(
+            id=a.id,
+            filename=a.filename,
+            url=a.url,
+            content_type=a.content_type,
+            size=a.size,
+        )
+        for a in attachments
+    )
+
+
+def _embeds(embeds: Iterable[discord.Embed], *, own: bool) -> tuple[Embed, ...]:
+    return tuple(
+        Embed(
+            title=embed.title or "",
+            description=embed.description or "",
+            footer=(embed.footer.text or "") if embed.footer else "",
+            fields=tuple(EmbedField(name=f.name or "", value=f.value or "") for f in embed.fields),
+            kind=CardKind.SYSTEM_NOTICE if own else CardKind.ORDINARY,
+        )
+        for embed in embeds
+    )
+
+
+def _containers(components: Iterable[object], *, own: bool) -> tuple[ComponentContainer, ...]:
+    containers = []
+    for component in components:
+        if isinstance(component, discord.components.Container):
+            texts = tuple(_text_displays(component.children))
+            if texts:
+                kind = CardKind.SYSTEM_NOTICE if own else CardKind.ORDINARY
+                containers.append(ComponentContainer(text_displays=texts, kind=kind))
+    return tuple(containers)
+
+
+def _text_displays(components: Iterable[object]) -> Iterable[str]:
+    for component in components:
+        if isinstance(component, discord.components.TextDisplay):
+            yield component.content
+        yield from _text_displays(getattr(component, "children", ()))
+
+
+def _reference(reference: discord.MessageReference | None) -> MessageReference | None:
+    if reference is None or reference.message_id is None:
+        return None
+    forward = getattr(discord.MessageReferenceType, "forward", None)
+    kind = (
+        ReferenceKind.FORWARD
+        if forward is not None and reference.type == forward
+        else ReferenceKind.REPLY
+    )
+    return MessageReference(
+        message_id=reference.message_id, channel_id=reference.channel_id, kind=kind
+    )

@@ -1,0 +1,165 @@
+"""Ingress (seed 003, phases 1–2): every incoming message is persisted, deduplicated, then moved
+into its channel's unread pool.
+
+The (channel, message) unique key of `EventQueue` is the deduplication set: a dispatch the
+gateway replays, or a message seen again after a RESUME, finds its key taken and is dropped.
+Consumed rows stay as keys for `DEDUP_RETENTION`, then `event_queue_prune` removes them.
+Nothing is lost on a crash: a row is either still ``ready`` (consumed again at start) or already
+in the unread pool; the move is one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+
+from chat.loop.codec import message_from_json, message_to_json
+from chat.models import EventQueue, UnreadEvent
+from chat.pipeline.types import HistoryMessage
+
+DEDUP_RETENTION = dt.timedelta(days=2)
+
+
+@dataclass(frozen=True)
+class OwnIdentity:
+    """How the worker recognises its own messages: the bot account and its managed webhooks.
+
+    A webhook id enters ``webhook_ids`` before the webhook's first message is sent, so an echo
+    that reaches the gateway before the send returns is still recognised as ours.
+    """
+
+    bot_user_id: int
+    webhook_ids: Collection[int] = ()
+    application_id: int | None = None
+
+    def wrote(self, message: HistoryMessage) -> bool:
+        return (
+            message.author.id == self.bot_user_id
+            or message.author.webhook_id in self.webhook_ids
+            or (self.application_id is not None and message.author.id == self.application_id)
+        )
+
+
+def event_ingest(*, message: HistoryMessage, guild_id: int | None) -> bool:
+    """Persist an incoming message in the event queue.
+
+    Returns True when it was new, False when its (channel, message) key was already there (a
+    replayed or duplicate dispatch), in which case nothing is written.
+    """
+    try:
+        with transaction.atomic():
+            EventQueue.objects.create(
+                channel_id=message.channel_id,
+                message_id=message.id,
+                guild_id=guild_id,
+                event=message_to_json(message),
+            )
+    except IntegrityError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Consumed:
+    """What `event_queue_consume` did: messages now in unread pools, and discarded own ones."""
+
+    unread: list[tuple[int | None, HistoryMessage]]
+    discarded: list[HistoryMessage]
+
+    @property
+    def channel_ids(self) -> list[int]:
+        """Channels whose pools grew, in first-arrival order (each loop wakes once)."""
+        return list(dict.fromkeys(message.channel_id for _, message in self.unread))
+
+
+def event_queue_consume(*, own: OwnIdentity, limit: int = 500) -> Consumed:
+    """Move ready events, oldest first, into their channels' unread pools.
+
+    Steps, per event and in one transaction each: lock the row (so two workers never move the
+    same event), discard it if the bot or one of its webhooks wrote it (own messages never count
+    as unread), otherwise insert it into the unread pool (idempotently) and mark it consumed.
+    """
+    unread: list[tuple[int | None, HistoryMessage]] = []
+    discarded: list[HistoryMessage] = []
+    ready_ids = list(
+        EventQueue.objects.filter(status=EventQueue.Status.READY)
+        .order_by("id")
+        .values_list("id", flat=True)[:limit]
+    )
+    for row_id in ready_ids:
+        with transaction.atomic():
+            row = (
+                EventQueue.objects.select_for_update(skip_locked=True)
+                .filter(id=row_id, status=EventQueue.Status.READY)
+                .first()
+            )
+            if row is None:
+                continue
+            message = message_from_json(row.event)
+            if own.wrote(message):
+                row.status = EventQueue.Status.DISCARDED
+                discarded.append(message)
+            else:
+                UnreadEvent.objects.get_or_create(
+                    channel_id=row.channel_id,
+                    message_id=row.message_id,
+                    defaults={
+                        "guild_id": row.guild_id,
+                        "author_id": message.author.id,
+                        "event": row.event,
+                    },
+                )
+                row.status = EventQueue.Status.CONSUMED
+                unread.append((row.guild_id, message))
+            row.save(update_fields=["status"])
+    return Consumed(unread=unread, discarded=discarded)
+
+
+def event_queue_prune(*, now: dt.datetime, retention: dt.timedelta = DEDUP_RETENTION) -> int:
+    """Delete consumed and discarded keys older than ``retention``; returns how many.
+
+    Ready rows are never pruned, whatever their age: they are work not yet done.
+    """
+    deleted, _ = (
+        EventQueue.objects.exclude(status=EventQueue.Status.READY)
+        .filter(created_at__lt=now - retention)
+        .delete()
+    )
+    return deleted
+
+
+def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
+    """The channel's unread messages, oldest first, without taking them."""
+    rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
+    return [message_from_json(row.event) for row in rows]
+
+
+def unread_pool_count(*, channel_id: int) -> int:
+    return UnreadEvent.objects.filter(channel_id=channel_id).count()
+
+
+def unread_pool_take(
+    *, channel_id: int, up_to_message_id: int | None = None
+) -> list[HistoryMessage]:
+    """Remove and return the channel's unread messages, oldest first.
+
+    With ``up_to_message_id`` only messages up to and including that id are taken (a turn marks
+    read what its history covered; later arrivals stay unread for the next step).
+    """
+    with transaction.atomic():
+        rows = UnreadEvent.objects.select_for_update().filter(channel_id=channel_id)
+        if up_to_message_id is not None:
+            rows = rows.filter(message_id__lte=up_to_message_id)
+        taken = list(rows.order_by("message_id"))
+        UnreadEvent.objects.filter(id__in=[row.id for row in taken]).delete()
+    return [message_from_json(row.event) for row in taken]
+
+
+def unread_channel_ids() -> list[int]:
+    """Channels with a non-empty unread pool (the worker resumes their loops at start)."""
+    return list(
+        UnreadEvent.objects.order_by("channel_id").values_list("channel_id", flat=True).distinct()
+    )

@@ -1,0 +1,123 @@
+"""Ingress: persisted queue, deduplication, own-message filtering, the unread pool."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from chat.loop.codec import message_from_json, message_to_json
+from chat.loop.ingress import (
+    OwnIdentity,
+    event_ingest,
+    event_queue_consume,
+    event_queue_prune,
+    unread_channel_ids,
+    unread_pool_count,
+    unread_pool_messages,
+    unread_pool_take,
+)
+from chat.models import EventQueue, UnreadEvent
+from chat.pipeline.types import Attachment, Author, HistoryMessage
+from chat.tests.loop.factories import T0, message
+
+pytestmark = pytest.mark.django_db
+
+BOT = 999
+OWN = OwnIdentity(bot_user_id=BOT, webhook_ids={777})
+
+
+def test_codec_round_trips_a_message_with_attachments():
+    original = HistoryMessage(
+        id=1_300_000_000_000_000_001,
+        channel_id=5,
+        author=Author(id=7, display_name="alice"),
+        content="see file",
+        created_at=T0,
+        attachments=(Attachment(id=9, filename="notes.txt", url="https://cdn/notes.txt"),),
+    )
+    assert message_from_json(message_to_json(original)) == original
+
+
+def test_a_duplicate_dispatch_is_stored_once():
+    msg = message("hi")
+    assert event_ingest(message=msg, guild_id=1) is True
+    assert event_ingest(message=msg, guild_id=1) is False
+    assert EventQueue.objects.count() == 1
+
+
+def test_consume_moves_ready_events_into_the_unread_pool_in_order():
+    first, second = message("one", channel_id=10), message("two", channel_id=10)
+    other = message("three", channel_id=11)
+    for msg in (first, other, second):
+        event_ingest(message=msg, guild_id=1)
+
+    consumed = event_queue_consume(own=OWN)
+
+    assert consumed.channel_ids == [10, 11]
+    assert [m.content for m in unread_pool_messages(channel_id=10)] == ["one", "two"]
+    assert set(EventQueue.objects.values_list("status", flat=True)) == {"consumed"}
+
+
+def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
+    own = message("from the bot", author_id=BOT, is_bot=True)
+    echo = message("from a persona webhook", author_id=888, is_bot=True, webhook_id=777)
+    foreign = message("another bot's webhook", author_id=889, is_bot=True, webhook_id=123)
+    for msg in (own, echo, foreign):
+        event_ingest(message=msg, guild_id=1)
+
+    consumed = event_queue_consume(own=OWN)
+
+    assert [m.content for m in consumed.discarded] == ["from the bot", "from a persona webhook"]
+    assert [m.content for m in unread_pool_messages(channel_id=500)] == ["another bot's webhook"]
+
+
+def test_a_replayed_message_after_consumption_is_still_deduplicated():
+    msg = message("hi")
+    event_ingest(message=msg, guild_id=1)
+    event_queue_consume(own=OWN)
+    unread_pool_take(channel_id=msg.channel_id)
+
+    assert event_ingest(message=msg, guild_id=1) is False
+    assert event_queue_consume(own=OWN).unread == []
+    assert unread_pool_count(channel_id=msg.channel_id) == 0
+
+
+def test_take_up_to_a_message_leaves_later_arrivals_unread():
+    msgs = [message(str(n), channel_id=20) for n in range(4)]
+    for msg in msgs:
+        event_ingest(message=msg, guild_id=1)
+    event_queue_consume(own=OWN)
+
+    taken = unread_pool_take(channel_id=20, up_to_message_id=msgs[1].id)
+
+    assert [m.content for m in taken] == ["0", "1"]
+    assert [m.content for m in unread_pool_messages(channel_id=20)] == ["2", "3"]
+    assert unread_channel_ids() == [20]
+
+
+def test_prune_removes_only_old_consumed_keys():
+    old, fresh, waiting = message("old"), message("fresh"), message("waiting")
+    for msg in (old, fresh):
+        event_ingest(message=msg, guild_id=1)
+    event_queue_consume(own=OWN)
+    event_ingest(message=waiting, guild_id=1)
+    now = dt.datetime.now(dt.UTC)
+    EventQueue.objects.filter(message_id__in=[old.id, waiting.id]).update(
+        created_at=now - dt.timedelta(days=3)
+    )
+
+    assert event_queue_prune(now=now) == 1
+    assert set(EventQueue.objects.values_list("message_id", flat=True)) == {fresh.id, waiting.id}
+
+
+def test_consume_is_idempotent_when_the_pool_already_has_the_message():
+    msg = message("hi")
+    event_ingest(message=msg, guild_id=1)
+    UnreadEvent.objects.create(
+        channel_id=msg.channel_id, message_id=msg.id, author_id=42, event=message_to_json(msg)
+    )
+
+    event_queue_consume(own=OWN)
+
+    assert unread_pool_count(channel_id=msg.channel_id) == 1

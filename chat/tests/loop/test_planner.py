@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+import pytest
+
+from chat.loop.planner import (
+    ActionRecord,
+    Continue,
+    PlannerOutputError,
+    PlannerRosterEntry,
+    React,
+    ReadUnreadMessages,
+    SendMessage,
+    Sleep,
+    build_planner_messages,
+    parse_planner_action,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"action": "read_unread_messages"}', ReadUnreadMessages(action="read_unread_messages")),
+        (
+            '```json\n{"action": "send_message", "persona": "Anon", "reply_to": "ref_3"}\n```',
+            SendMessage(action="send_message", persona="Anon", reply_to="ref_3"),
+        ),
+        (
+            '<think>they asked a question {maybe}</think>{"action": "continue"}',
+            Continue(action="continue"),
+        ),
+        ('Sure! {"action": "sleep", "seconds": 5} done', Sleep(action="sleep", seconds=5)),
+        (
+            '{"action": "react", "message": "ref_1", "emoji": "👍"}',
+            React(action="react", message="ref_1", emoji="👍"),
+        ),
+    ],
+)
+def test_planner_output_parses_to_one_action(text, expected):
+    assert parse_planner_action(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("I think we should reply.", "expected one JSON object"),
+        ('{"action": "send_message", "persona": }', "malformed"),
+        ('{"action": "dance"}', "not a valid action"),
+        ('{"action": "sleep", "seconds": 600}', "seconds"),
+        ('{"action": "send_message"}', "persona"),
+        ('{"action": "react", "message": "1234567890123456789", "emoji": "x"}', "message"),
+        ('{"action": "continue", "why": "bored"}', "why"),
+    ],
+)
+def test_malformed_planner_output_becomes_a_readable_error(text, problem):
+    with pytest.raises(PlannerOutputError, match=problem):
+        parse_planner_action(text)
+
+
+def test_planner_prompt_states_unread_count_contents_and_past_results():
+    messages = build_planner_messages(
+        channel_name="autonomous",
+        roster=[PlannerRosterEntry("Tomori", "a quiet poet"), PlannerRosterEntry("Anon", "loud")],
+        recent=["ref_1 alice: morning"],
+        unread=["ref_2 bob: anyone here?", "ref_3 carol: hello?"],
+        history=[ActionRecord("read_unread_messages", True, "read 2 messages")],
+        iteration=2,
+        max_iterations=5,
+    )
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert "- Tomori: a quiet poet" in messages[0]["content"]
+    state = messages[1]["content"]
+    assert "You have 2 unread messages." in state
+    assert state.index("ref_2 bob: anyone here?") < state.index("ref_3 carol: hello?")
+    assert "1. read_unread_messages: ok: read 2 messages" in state
+    assert "step 2 of at most 5" in state
