@@ -1,0 +1,104 @@
+"""Who takes part in the visible conversation (seed 000, "Participant context").
+
+A pure scan of the simplified history: the authors people can see, the users they mention, and
+the personas they address by name, alias or trigger word. The shell uses it to decide whose
+profiles and memories to load; the turn record keeps it. Hidden users (full privacy, blacklist)
+were dropped by simplification and are never listed, even when mentioned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from enum import StrEnum
+
+from chat.pipeline.simplify import EntryKind, SimplifiedEntry
+from chat.pipeline.types import PersonaSpec
+
+
+class ParticipantRole(StrEnum):
+    AUTHOR = "author"
+    """Wrote a visible message."""
+    MENTIONED = "mentioned"
+    """Did not write, but a visible message mentions them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Participant:
+    """``user_id`` is the Discord account (for a proxied member: the proxy's webhook account);
+    ``persona_name`` is set for our personas."""
+
+    name: str
+    role: ParticipantRole
+    user_id: int
+    persona_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParticipantContext:
+    """``participants``: authors in order of first appearance, then mentioned users in order of
+    first mention. ``addressed_personas``: personas named in visible text, in guild order."""
+
+    participants: tuple[Participant, ...]
+    addressed_personas: tuple[str, ...]
+
+
+def prepare_participant_context(
+    history: Sequence[SimplifiedEntry],
+    *,
+    personas: Sequence[PersonaSpec],
+    member_names: Mapping[int, str],
+    hidden_user_ids: AbstractSet[int],
+) -> ParticipantContext:
+    """Resolve the visible conversation's participants to names.
+
+    Args:
+        history: Simplified history (hidden users already dropped, blocked runs as notices).
+        personas: Every persona in the guild; a persona is addressed when its name, an alias or
+            a trigger word appears as a whole word (case-insensitive) in a visible message.
+        member_names: Display names of guild members, for mentioned users who did not write.
+            A mentioned user with no known name is left out rather than shown as an id.
+        hidden_user_ids: Users never to list, even when mentioned.
+
+    Returns:
+        The `ParticipantContext`.
+    """
+    authors: dict[tuple[int, str], Participant] = {}
+    mentioned: dict[int, Participant] = {}
+    for entry in history:
+        if entry.kind is not EntryKind.MESSAGE:
+            continue
+        authors.setdefault(
+            (entry.author_id, entry.author_name),
+            Participant(
+                name=entry.author_name,
+                role=ParticipantRole.AUTHOR,
+                user_id=entry.author_id,
+                persona_name=entry.persona_name,
+            ),
+        )
+        for user_id in entry.mention_ids:
+            name = member_names.get(user_id)
+            if name is not None and user_id not in hidden_user_ids:
+                mentioned.setdefault(
+                    user_id, Participant(name=name, role=ParticipantRole.MENTIONED, user_id=user_id)
+                )
+    author_ids = {participant.user_id for participant in authors.values()}
+    mentioned_only = [p for user_id, p in mentioned.items() if user_id not in author_ids]
+    prose = "\n".join(entry.prose for entry in history if entry.kind is EntryKind.MESSAGE)
+    return ParticipantContext(
+        participants=(*authors.values(), *mentioned_only),
+        addressed_personas=tuple(
+            persona.name for persona in personas if _is_addressed(persona, prose)
+        ),
+    )
+
+
+def _is_addressed(persona: PersonaSpec, prose: str) -> bool:
+    words = sorted({persona.name, *persona.aliases, *persona.triggers} - {""}, key=len)
+    if not words:
+        return False
+    alternatives = "|".join(re.escape(word) for word in reversed(words))
+    return re.search(rf"(?<!\w)(?:{alternatives})(?!\w)", prose, re.IGNORECASE) is not None
