@@ -43,6 +43,16 @@ class RecordingRender:
         return list(self.messages)
 
 
+@dataclass
+class FakeShortTermMemory:
+    """A ``ShortTermMemoryWriter`` that keeps what it was asked to write."""
+
+    summaries: list[str] = field(default_factory=list)
+
+    async def write(self, *, summary: str) -> None:
+        self.summaries.append(summary)
+
+
 @pytest.fixture
 async def fake_server() -> AsyncIterator[FakeLLMServer]:
     async with FakeLLMServer() as server:

@@ -22,7 +22,7 @@ from chat.llm.tools import (
     ToolName,
     VisionModel,
 )
-from chat.tests.llm.conftest import RecordingRender
+from chat.tests.llm.conftest import FakeShortTermMemory, RecordingRender
 
 MODEL = ModelSpec("fake-model")
 NOTES = Attachment("media_1", "notes.txt", "https://cdn.example/notes.txt", "text/plain", 27)
@@ -54,14 +54,6 @@ class FakeMessageMetadata:
     async def metadata(self, ref: str) -> MessageMetadata | None:
         self.lookups.append(ref)
         return FIRST_MESSAGE if ref == "ref_1" else None
-
-
-@dataclass
-class FakeShortTermMemory:
-    summaries: list[str] = field(default_factory=list)
-
-    async def write(self, *, summary: str) -> None:
-        self.summaries.append(summary)
 
 
 def full_toolbox(**overrides: Any) -> ToolBox:
