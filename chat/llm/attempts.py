@@ -147,11 +147,16 @@ class TurnCompletion:
 
 @dataclass(frozen=True)
 class AttemptRunner:
-    """Runs turns against one client; ``sleep`` and ``jitter`` are injectable for tests."""
+    """Runs turns against one client; ``sleep`` and ``jitter`` are injectable for tests.
+
+    ``stream`` is on by default: the client's read timeout then bounds the silence between
+    chunks rather than the whole generation, so a slow local model is not cut off while it is
+    still writing (the client's total timeout still bounds the call).
+    """
 
     client: LLMClient
     policy: RetryPolicy = RetryPolicy()
-    stream: bool = False
+    stream: bool = True
     sleep: Sleep = asyncio.sleep
     jitter: Callable[[], float] = random.random
 
@@ -171,12 +176,12 @@ class AttemptRunner:
         """
         if not models:
             raise ValueError("complete_turn needs at least one model")
-        turn = _Turn(self, models=models, render=render, persona_name=persona_name)
+        exchange = _Exchange(self, models=models, render=render, persona_name=persona_name)
         try:
-            reply = await turn.converse(toolbox)
+            reply = await exchange.converse(toolbox)
         except LLMError as error:
-            return turn.result(reply_text="", error=error)
-        return turn.result(reply_text=reply)
+            return exchange.result(reply_text="", error=error)
+        return exchange.result(reply_text=reply)
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ class _Answer:
     tool_calls: tuple[ToolCall, ...]
 
 
-class _Turn:
+class _Exchange:
     """The mutable state of one ``complete_turn``: position in the model list, the shortening
     level, the records so far."""
 

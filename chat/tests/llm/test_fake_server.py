@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import sys
+from pathlib import Path
+
 import httpx
 
 from chat.llm.fake_server import FakeLLMServer
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 async def test_models_are_listed(fake_server: FakeLLMServer) -> None:
@@ -51,3 +58,35 @@ async def test_a_body_without_messages_is_a_400(fake_server: FakeLLMServer) -> N
 
     assert response.status_code == 400
     assert fake_server.requests[0].body == "hello"
+
+
+async def test_runs_as_a_command_on_the_given_port() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "chat.llm.fake_server", "--port", str(port)]
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, cwd=PROJECT_ROOT
+    )
+    try:
+        assert process.stdout is not None
+        announced = await asyncio.wait_for(process.stdout.readline(), timeout=10)
+        base_url = announced.decode().strip().removeprefix("LLM_BASE_URL=")
+        models = await get_when_listening(f"{base_url}/models")
+    finally:
+        process.terminate()
+        await process.wait()
+
+    assert base_url == f"http://127.0.0.1:{port}/v1"
+    assert models["data"][0]["id"] == "fake-model"
+
+
+async def get_when_listening(url: str) -> dict:
+    """GET ``url`` as JSON, retrying refused connections for up to five seconds."""
+    async with httpx.AsyncClient() as http:
+        for _ in range(100):
+            try:
+                return (await http.get(url)).json()
+            except httpx.ConnectError:
+                await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing listened on {url}")
