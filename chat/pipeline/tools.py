@@ -1,0 +1,145 @@
+"""Which tools a turn offers (seed 000, "Deliberate Tool Mode admission"; DESIGN §5, "Tools").
+
+With Deliberate Tool Mode off, a turn offers every available tool. With it on (the default), a
+tool is offered only when the turn gives a reason:
+
+- a keyword in the triggering entry's words (``gif`` → process_gif …);
+- media on the triggering entry — and only that entry, so older media never keeps a tool
+  exposed: a text file → read_file, a non-emoji image → analyze_image, a GIF also
+  process_gif, a YouTube link → process_youtube_video;
+- short-term memory maintenance being due → update_short_term_memory.
+
+Either way a tool needing an outside service is never offered until that service is configured,
+and a queued turn never offers reply_to_message (its streamed reply is already the answer).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from chat.pipeline.simplify import SimplifiedEntry
+
+READ_FILE = "read_file"
+REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
+REPLY_TO_MESSAGE = "reply_to_message"
+UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
+ANALYZE_IMAGE = "analyze_image"
+PROCESS_GIF = "process_gif"
+PROCESS_YOUTUBE_VIDEO = "process_youtube_video"
+WEB_SEARCH = "web_search"
+
+YOUTUBE_LINK = re.compile(
+    r"https?://(?:www\.|m\.)?(?:youtube\.com/(?:watch\?\S*v=|shorts/|live/)|youtu\.be/)[\w-]+"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the pipeline knows. ``keywords`` admit it under Deliberate Tool Mode (whole
+    words or phrases, case-insensitive)."""
+
+    name: str
+    needs_configuration: bool
+    keywords: tuple[str, ...]
+
+
+TOOL_CATALOGUE: tuple[ToolSpec, ...] = (
+    ToolSpec(READ_FILE, False, ("file", "document", "attachment", "read this")),
+    ToolSpec(
+        REVEAL_MESSAGE_METADATA,
+        False,
+        ("when did", "what time", "timestamp", "metadata", "who sent", "message id"),
+    ),
+    ToolSpec(REPLY_TO_MESSAGE, False, ("reply to", "respond to", "answer them")),
+    ToolSpec(UPDATE_SHORT_TERM_MEMORY, False, ("remember", "don't forget", "keep in mind")),
+    ToolSpec(ANALYZE_IMAGE, True, ("image", "picture", "photo", "screenshot", "look at")),
+    ToolSpec(PROCESS_GIF, True, ("gif",)),
+    ToolSpec(PROCESS_YOUTUBE_VIDEO, True, ("youtube", "video")),
+    ToolSpec(WEB_SEARCH, True, ("search", "look up", "google")),
+)
+_KEYWORD_PATTERNS = {
+    tool.name: re.compile(
+        r"(?<!\w)(?:" + "|".join(re.escape(word) for word in tool.keywords) + r")(?!\w)",
+        re.IGNORECASE,
+    )
+    for tool in TOOL_CATALOGUE
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAdmission:
+    """The tool allowlist (catalogue order) and, per tool, why it was offered."""
+
+    tools: tuple[str, ...]
+    reasons: Mapping[str, str]
+
+
+def admit_tools(
+    *,
+    deliberate_tool_mode: bool,
+    trigger: SimplifiedEntry | None,
+    configured_tools: AbstractSet[str],
+    stm_maintenance_due: bool,
+    is_queued_turn: bool,
+) -> ToolAdmission:
+    """Decide the turn's tool allowlist.
+
+    Steps:
+        1. Available: tools needing no configuration, plus configured ones.
+        2. Wanted: everything (mode off), else the reasons the module docstring lists.
+        3. Offered: available ∩ wanted, minus reply_to_message on a queued turn.
+
+    Args:
+        deliberate_tool_mode: The persona's Deliberate Tool Mode toggle.
+        trigger: The triggering message's history entry; None when it is not visible.
+        configured_tools: Names of tools whose outside service is configured.
+        stm_maintenance_due: Short-term memory maintenance is due for this channel.
+        is_queued_turn: The turn answers a queued trigger.
+
+    Returns:
+        A `ToolAdmission`.
+    """
+    available = [
+        tool.name
+        for tool in TOOL_CATALOGUE
+        if not tool.needs_configuration or tool.name in configured_tools
+    ]
+    if deliberate_tool_mode:
+        wanted = _deliberate_reasons(trigger, stm_maintenance_due)
+    else:
+        wanted = dict.fromkeys(available, "Deliberate Tool Mode is off")
+    reasons = {
+        name: wanted[name]
+        for name in available
+        if name in wanted and not (is_queued_turn and name == REPLY_TO_MESSAGE)
+    }
+    return ToolAdmission(tools=tuple(reasons), reasons=MappingProxyType(reasons))
+
+
+def _deliberate_reasons(
+    trigger: SimplifiedEntry | None, stm_maintenance_due: bool
+) -> dict[str, str]:
+    """Why each tool is wanted under Deliberate Tool Mode; media reasons win over keywords."""
+    reasons: dict[str, str] = {}
+    if stm_maintenance_due:
+        reasons[UPDATE_SHORT_TERM_MEMORY] = "short-term memory maintenance is due"
+    if trigger is None:
+        return reasons
+    prose = trigger.prose
+    for name, pattern in _KEYWORD_PATTERNS.items():
+        match = pattern.search(prose)
+        if match:
+            reasons.setdefault(name, f"keyword {match[0].lower()!r} in the trigger")
+    if trigger.documents:
+        reasons[READ_FILE] = "a file on the triggering message"
+    if trigger.images:
+        reasons[ANALYZE_IMAGE] = "an image on the triggering message"
+    if any(image.is_gif for image in trigger.images):
+        reasons[PROCESS_GIF] = "a GIF on the triggering message"
+    if YOUTUBE_LINK.search(prose):
+        reasons[PROCESS_YOUTUBE_VIDEO] = "a YouTube link in the trigger"
+    return reasons
