@@ -20,6 +20,9 @@ The steps:
 
 Every HTTP call is recorded (``AttemptRecord``); nothing raises for a model failure: a turn
 whose every model failed comes back with ``error`` set.
+
+The loop is written out rather than handed to a retry library because each retry is a product
+decision: it re-renders, may drop history or switch model, and is recorded for moderators.
 """
 
 from __future__ import annotations

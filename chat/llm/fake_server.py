@@ -227,11 +227,12 @@ class FakeLLMServer:
         return response
 
     def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-        """Reported usage: the reply's fixed counts, else estimates (4 characters a token)."""
+        """Reported usage: the reply's fixed counts, else estimates (4 characters a token; the
+        prefix shared with the previous request counts as cached). Remembers this prompt."""
         prompt = json.dumps(body["messages"], ensure_ascii=False)
         shared = _shared_prefix_length(self._previous_prompt, prompt)
         self._previous_prompt = prompt
-        output = reply.text + "".join(str(call.arguments) for call in reply.tool_calls)
+        output = reply.text + "".join(_arguments_text(call) for call in reply.tool_calls)
         prompt_tokens = _first_set(reply.prompt_tokens, len(prompt) // 4)
         completion_tokens = _first_set(reply.completion_tokens, len(output) // 4)
         return {
@@ -288,25 +289,13 @@ class _Answer:
         for word in re.findall(r"\s*\S+\s*", self.reply.text):
             yield self._chunk({"content": word})
         for index, call in enumerate(self.tool_calls()):
-            head = {"index": index, "id": call["id"], "type": "function"}
-            arguments = call["function"]["arguments"]
+            name, arguments = call["function"]["name"], call["function"]["arguments"]
             middle = len(arguments) // 2
-            yield self._chunk(
-                {
-                    "tool_calls": [
-                        head
-                        | {
-                            "function": {
-                                "name": call["function"]["name"],
-                                "arguments": arguments[:middle],
-                            }
-                        }
-                    ]
-                }
-            )
-            yield self._chunk(
-                {"tool_calls": [{"index": index, "function": {"arguments": arguments[middle:]}}]}
-            )
+            head = {"name": name, "arguments": arguments[:middle]}
+            first = {"index": index, "id": call["id"], "type": "function", "function": head}
+            rest = {"index": index, "function": {"arguments": arguments[middle:]}}
+            yield self._chunk({"tool_calls": [first]})
+            yield self._chunk({"tool_calls": [rest]})
         yield self._chunk({}, finish_reason=self.finish_reason)
         if include_usage:
             yield json.dumps(self._envelope([]) | {"usage": self.usage})

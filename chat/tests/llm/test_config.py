@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from pytest_django.fixtures import Settings
@@ -10,6 +15,8 @@ from chat.llm.base import ChatRequest, ModelSpec
 from chat.llm.config import client_from_settings, persona_model_specs
 from chat.llm.fake_server import FakeLLMServer
 from personas.models import Persona
+
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 async def test_client_uses_the_base_url_and_key_configured_at_call_time(
@@ -59,3 +66,16 @@ def test_a_persona_model_overrides_the_deployment_default(settings: Settings) ->
     persona = Persona(name="Tomori", llm_model="own-model", fallback_models=[])
 
     assert [spec.name for spec in persona_model_specs(persona)] == ["own-model"]
+
+
+def test_model_access_outside_config_and_recording_imports_without_django() -> None:
+    modules = ["base", "openai_compat", "attempts", "reply", "tools", "fake_server"]
+    imports = "; ".join(f"import chat.llm.{module}" for module in modules)
+    check = f"import sys; {imports}; sys.exit('django' in sys.modules)"
+    environment = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+
+    finished = subprocess.run(
+        [sys.executable, "-c", check], cwd=PROJECT_ROOT, env=environment, check=False
+    )
+
+    assert finished.returncode == 0
