@@ -100,12 +100,13 @@ class RetryPolicy:
 class AttemptRecord:
     """One model call, as moderators see it on the turn.
 
-    ``outcome`` is ``"ok"`` or the ``ErrorKind``; ``retry_after`` is the provider's header value
-    and ``wait_s`` the pause actually taken before the next attempt.
+    ``tool_round`` counts the tool rounds before this call (0 for the first); ``outcome`` is
+    ``"ok"`` or the ``ErrorKind``; ``retry_after`` is the provider's header value and ``wait_s``
+    the pause actually taken before the next attempt.
     """
 
     model: str
-    round: int
+    tool_round: int
     shorten_batches: int
     latency_ms: float
     outcome: str
@@ -118,7 +119,7 @@ class AttemptRecord:
     def as_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
-            "round": self.round,
+            "tool_round": self.tool_round,
             "shorten_batches": self.shorten_batches,
             "latency_ms": round(self.latency_ms, 1),
             "outcome": self.outcome,
@@ -370,7 +371,7 @@ class _Exchange:
         self._records.append(
             AttemptRecord(
                 model=plan.model.name,
-                round=round_number,
+                tool_round=round_number,
                 shorten_batches=plan.shorten_batches,
                 latency_ms=(time.perf_counter() - started) * 1000,
                 outcome=str(error.kind) if error is not None else "ok",

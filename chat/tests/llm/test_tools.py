@@ -176,7 +176,7 @@ async def test_tool_rounds_stop_at_three_then_the_model_answers_without_tools(
     assert render.plans[-1].tools == ()
     assert lookup.lookups == ["ref_1"] * MAX_TOOL_ROUNDS
     assert len(tool_results(bodies[-1])) == MAX_TOOL_ROUNDS
-    assert [a.round for a in completion.attempts] == [0, 1, 2, 3]
+    assert [a.tool_round for a in completion.attempts] == [0, 1, 2, 3]
     assert completion.reply_text == "It was Ann."
     assert any("tool rounds" in warning for warning in completion.warnings)
 
