@@ -7,7 +7,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from chat.pipeline.context import TurnInput
 from chat.pipeline.simplify import SimplifiedHistory, build_simplified_history
+from chat.pipeline.tokens import O200kTokenCounter
 from chat.pipeline.types import (
     Attachment,
     Author,
@@ -100,6 +102,22 @@ def simplify(messages: list[HistoryMessage], **overrides: Any) -> SimplifiedHist
     }
     arguments.update(overrides)
     return build_simplified_history(messages, **arguments)
+
+
+def turn_input(history: list[HistoryMessage], **overrides: Any) -> TurnInput:
+    """A turn for `TOMORI_PERSONA` answering the newest message, a day after `T0`, in UTC."""
+    arguments: dict[str, Any] = {
+        "persona": TOMORI_PERSONA,
+        "history": tuple(history),
+        "trigger_id": history[-1].id,
+        "now": T0 + timedelta(days=1),
+        "timezone": "UTC",
+        "token_counter": O200kTokenCounter(),
+        "personas": (TOMORI_PERSONA, KAITO_PERSONA),
+        "names": NAMES,
+    }
+    arguments.update(overrides)
+    return TurnInput(**arguments)
 
 
 # Hypothesis: channels full of snowflakes in every shape Discord puts them.

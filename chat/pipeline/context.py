@@ -1,0 +1,339 @@
+"""One persona turn's prompt: `build_turn_context` (seed 000, "Build Context").
+
+The shell (a service) reads the channel, selects the history window, gathers configuration and
+memories, and passes them in a `TurnInput`; this module returns a `TurnContext`: the tagged
+items, the prefill, the tool allowlist and everything the turn record keeps. Nothing here reads
+the clock, the database or Discord.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, tzinfo
+from types import MappingProxyType
+from zoneinfo import ZoneInfo
+
+from chat.pipeline.dialogue import append_dialogue_history, dialogue_role
+from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
+from chat.pipeline.items import ContextItem, ItemTag
+from chat.pipeline.macros import MacroContext, expand_macros
+from chat.pipeline.markup import render_markup
+from chat.pipeline.notes import active_context_notes
+from chat.pipeline.participants import ParticipantContext, prepare_participant_context
+from chat.pipeline.simplify import (
+    SimplifiedEntry,
+    SimplifiedHistory,
+    blocked_user_ids,
+    build_simplified_history,
+    hidden_user_ids,
+)
+from chat.pipeline.tokens import TokenCacheKey, TokenCounter, count_item_tokens
+from chat.pipeline.tools import admit_tools
+from chat.pipeline.truncation import TruncationReport, context_budget, truncate_dialogue_history
+from chat.pipeline.types import (
+    ContextNote,
+    HistoryMessage,
+    NameDirectory,
+    PersonaSpec,
+    PrivacyLevel,
+    Role,
+    UserBlock,
+)
+from chat.pipeline.window import history_window_stride, normalize_fetch_limit
+
+UNKNOWN_USER_NAME = "someone"
+"""What ``{user}`` resolves to when the triggering message is not visible."""
+TURN_VARYING_TAGS = frozenset({ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE})
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """Everything one persona turn needs, gathered by the shell.
+
+    Attributes:
+        persona: The persona speaking.
+        history: The selected history window (`window.select_anchored_history`), oldest first.
+        trigger_id: The message this turn answers. History after it is left out.
+        now: The turn's time (block expiry is judged against it).
+        timezone: The guild's timezone, a `tzinfo` or an IANA name such as ``"Asia/Tokyo"``.
+        token_counter: The tokenizer (`tokens.O200kTokenCounter` in production).
+        personas: Every persona in the guild, the active one included.
+        reply_targets: Reply targets and thread starters fetched from outside the window, by id.
+        is_queued_turn: The trigger waited in the queue behind another turn.
+        later_queued_trigger_ids: Newer triggers still waiting for their own turns.
+        fetch_limit: The configured ``message_fetch_limit`` (normalized here: 20..100, else 80).
+        media_window: How many of the newest messages may show media (capped by the limit).
+        names: Member, channel and role names for mention markup.
+        privacy: Users' privacy levels; FULL hides a user entirely.
+        blacklisted_user_ids: Users the bot ignores; hidden like FULL privacy.
+        blocks: The guild's blocks and mutes (only this persona's active blocks apply).
+        channel_note: The channel's context note, if configured.
+        global_note: The guild-wide context note, used only when neither the persona nor the
+            channel has one.
+        memories: Retrieved long-term memories, as text.
+        stm_text: The channel's short-term memory summary; None when there is none.
+        configured_tools: Tools whose outside service is configured.
+        stm_maintenance_due: Short-term memory maintenance is due.
+        verbatim_tool_nudge: Inject the verbatim tool-calling nudge (custom endpoints).
+        reunion_note: A precomputed note for a returning user; None for none.
+        impersonated_user_id: A user the persona speaks as this turn; None when not.
+        token_cache: The previous turn's `TurnContext.token_cache` (empty when cold).
+    """
+
+    persona: PersonaSpec
+    history: tuple[HistoryMessage, ...]
+    trigger_id: int
+    now: datetime
+    timezone: tzinfo | str
+    token_counter: TokenCounter
+    personas: tuple[PersonaSpec, ...] = ()
+    reply_targets: Mapping[int, HistoryMessage] = field(default_factory=dict)
+    is_queued_turn: bool = False
+    later_queued_trigger_ids: frozenset[int] = frozenset()
+    fetch_limit: object = 80
+    media_window: int = 80
+    names: NameDirectory = field(default_factory=NameDirectory)
+    privacy: Mapping[int, PrivacyLevel] = field(default_factory=dict)
+    blacklisted_user_ids: frozenset[int] = frozenset()
+    blocks: tuple[UserBlock, ...] = ()
+    channel_note: ContextNote | None = None
+    global_note: ContextNote | None = None
+    memories: tuple[str, ...] = ()
+    stm_text: str | None = None
+    configured_tools: frozenset[str] = frozenset()
+    stm_maintenance_due: bool = False
+    verbatim_tool_nudge: bool = False
+    reunion_note: str | None = None
+    impersonated_user_id: int | None = None
+    token_cache: Mapping[TokenCacheKey, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """A built prompt and what the turn record keeps about it.
+
+    Attributes:
+        persona_name: The persona speaking.
+        items: The prompt, in order, each item tagged and counted.
+        prefill: The expanded prefill; None when the persona has none. Not among ``items``:
+            each model attempt decides how to send it (`projections.py`).
+        tools: The tool allowlist.
+        tool_reasons: Why each tool in ``tools`` is offered.
+        cacheable_prefix_end: ``items[:cacheable_prefix_end]`` is expected to repeat unchanged
+            on the channel's next turn (see `cacheable_prefix_end`).
+        truncation: What budget truncation removed.
+        message_ids: Every issued ``ref_N``/``media_N`` key and its snowflake.
+        participants: Who takes part in the visible conversation.
+        warnings: Problems worth recording on the turn (e.g. the budget could not be met).
+        token_counter: Which tokenizer counted ``items``.
+        token_cache: Pass to the next turn's `TurnInput.token_cache`.
+    """
+
+    persona_name: str
+    items: tuple[ContextItem, ...]
+    prefill: str | None
+    tools: tuple[str, ...]
+    tool_reasons: Mapping[str, str]
+    cacheable_prefix_end: int
+    truncation: TruncationReport
+    message_ids: Mapping[str, int]
+    participants: ParticipantContext
+    warnings: tuple[str, ...]
+    token_counter: str
+    token_cache: Mapping[TokenCacheKey, int]
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(item.tokens for item in self.items)
+
+
+def build_turn_context(turn: TurnInput) -> TurnContext:
+    """Build one persona turn's prompt.
+
+    Steps:
+        1. Normalize the fetch limit, resolve the timezone, and render Discord markup in the
+           configured text (prompts, notes, memories may mention people by id).
+        2. End the history at the trigger: later messages (other queued triggers among them)
+           wait for their own turns.
+        3. Simplify it: hidden users dropped, blocked runs as notices, ``ref_N``/``media_N``
+           issued, same-author runs merged (`simplify.build_simplified_history`).
+        4. Resolve participants (`participants.prepare_participant_context`).
+        5. Admit tools from the triggering entry (`tools.admit_tools`).
+        6. Assemble items: system prompt, memories, STM, samples, dialogue history with its
+           spacers and notes, tail directives.
+        7. Count tokens, warm from ``turn.token_cache``.
+        8. Truncate to the persona's budget in stride batches.
+        9. Mark the cacheable prefix on what survives.
+        10. Resolve the prefill.
+
+    Raises:
+        zoneinfo.ZoneInfoNotFoundError: when ``turn.timezone`` names no known timezone.
+    """
+    limit = normalize_fetch_limit(turn.fetch_limit)
+    timezone = ZoneInfo(turn.timezone) if isinstance(turn.timezone, str) else turn.timezone
+    hidden = hidden_user_ids(turn.privacy, turn.blacklisted_user_ids)
+    turn = _with_configured_markup_rendered(turn, hidden)
+    persona = turn.persona
+    simplified = build_simplified_history(
+        [message for message in turn.history if message.id <= turn.trigger_id],
+        reply_targets=turn.reply_targets,
+        names=turn.names,
+        hidden_user_ids=hidden,
+        blocked_user_ids=blocked_user_ids(turn.blocks, persona.name, turn.now),
+        timezone=timezone,
+    )
+    entries = simplified.entries
+    participants = prepare_participant_context(
+        entries, personas=turn.personas, member_names=turn.names.users, hidden_user_ids=hidden
+    )
+    trigger = next((entry for entry in entries if turn.trigger_id in entry.message_ids), None)
+    warnings = [] if trigger else ["the triggering message is not visible to this persona"]
+    admission = admit_tools(
+        deliberate_tool_mode=persona.deliberate_tool_mode,
+        trigger=trigger,
+        configured_tools=turn.configured_tools,
+        stm_maintenance_due=turn.stm_maintenance_due,
+        is_queued_turn=turn.is_queued_turn,
+    )
+    macros = MacroContext(
+        bot=next((p.name for p in turn.personas if p.is_main), persona.name),
+        char=persona.name,
+        user=trigger.author_name if trigger else UNKNOWN_USER_NAME,
+        tools=frozenset(admission.tools),
+    )
+
+    items = append_dialogue_history(
+        _configuration_items(turn, macros),
+        entries,
+        persona=persona,
+        impersonated_user_id=turn.impersonated_user_id,
+        macros=macros,
+        timezone=timezone,
+        media_window=turn.media_window,
+        fetch_limit=limit,
+        notes=active_context_notes(
+            persona_note=persona.context_note,
+            channel_note=turn.channel_note,
+            global_note=turn.global_note,
+            verbatim_tool_nudge=turn.verbatim_tool_nudge,
+            reunion_note=turn.reunion_note,
+        ),
+    )
+    items += tail_directives(
+        [entry.prose for entry in entries if _is_own(entry, turn)],
+        macros=macros,
+        reasoning_in_think_tags=persona.model.reasoning_in_think_tags,
+        queued=_queued_reply(turn, trigger, simplified),
+    )
+    counted, token_cache = count_item_tokens(items, turn.token_counter, turn.token_cache)
+    kept, truncation = truncate_dialogue_history(
+        counted,
+        budget=context_budget(persona.model.context_window, persona.model.max_output_tokens),
+        stride=history_window_stride(limit),
+    )
+    if truncation.warning:
+        warnings.append(truncation.warning)
+
+    return TurnContext(
+        persona_name=persona.name,
+        items=kept,
+        prefill=resolve_prefill(persona.prefill, macros),
+        tools=admission.tools,
+        tool_reasons=admission.reasons,
+        cacheable_prefix_end=cacheable_prefix_end(kept),
+        truncation=truncation,
+        message_ids=simplified.id_map.as_mapping(),
+        participants=participants,
+        warnings=tuple(warnings),
+        token_counter=turn.token_counter.name,
+        token_cache=MappingProxyType(token_cache),
+    )
+
+
+def cacheable_prefix_end(items: Sequence[ContextItem]) -> int:
+    """Where the stable prefix ends: the index of the first item expected to change next turn.
+
+    The prefix holds the configuration (system prompt, memories, STM: they change only when a
+    memory is written or the STM maintained), the samples, and the dialogue up to the first
+    context note (a note at depth moves with every new message) or the newest entry (the next
+    message may merge into it), whichever comes first, and never a tail directive. Media limits
+    can still change an older entry (an image leaving the rendered-image limit); that is not
+    predictable from one turn, so the boundary does not try.
+    """
+    first_varying = next(
+        (index for index, item in enumerate(items) if item.tag in TURN_VARYING_TAGS), len(items)
+    )
+    newest_entry = max(
+        (index for index, item in enumerate(items) if item.tag is ItemTag.DIALOGUE_HISTORY),
+        default=first_varying,
+    )
+    return min(first_varying, newest_entry)
+
+
+def _configuration_items(turn: TurnInput, macros: MacroContext) -> tuple[ContextItem, ...]:
+    """System prompt, memories and STM (system role), then the sample dialogue as written.
+
+    Completion models read the same text: configuration is prose already.
+    """
+    pieces: list[tuple[ItemTag, Role, str]] = []
+    system_prompt = expand_macros(turn.persona.system_prompt, macros).strip()
+    if system_prompt:
+        pieces.append((ItemTag.SYSTEM_PROMPT, Role.SYSTEM, system_prompt))
+    pieces += [(ItemTag.MEMORY, Role.SYSTEM, f"Memory: {memory}") for memory in turn.memories]
+    if turn.stm_text and turn.stm_text.strip():
+        stm = f"Short-term memory of this channel:\n{turn.stm_text.strip()}"
+        pieces.append((ItemTag.STM, Role.SYSTEM, stm))
+    pieces += [
+        (ItemTag.SAMPLE_DIALOGUE, sample.role, expand_macros(sample.content, macros))
+        for sample in turn.persona.sample_dialogue
+    ]
+    return tuple(
+        ContextItem(tag=tag, role=role, text=text, completion_text=text)
+        for tag, role, text in pieces
+    )
+
+
+def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) -> TurnInput:
+    """The turn with mentions in every configured text rendered as names (`markup.py`)."""
+
+    def render(text: str) -> str:
+        return render_markup(text, turn.names, hidden)
+
+    def render_note(note: ContextNote | None) -> ContextNote | None:
+        return None if note is None else replace(note, text=render(note.text))
+
+    persona = turn.persona
+    return replace(
+        turn,
+        persona=replace(
+            persona,
+            system_prompt=render(persona.system_prompt),
+            sample_dialogue=tuple(
+                replace(sample, content=render(sample.content))
+                for sample in persona.sample_dialogue
+            ),
+            prefill=render(persona.prefill),
+            context_note=render_note(persona.context_note),
+        ),
+        channel_note=render_note(turn.channel_note),
+        global_note=render_note(turn.global_note),
+        memories=tuple(render(memory) for memory in turn.memories),
+        stm_text=None if turn.stm_text is None else render(turn.stm_text),
+        reunion_note=None if turn.reunion_note is None else render(turn.reunion_note),
+    )
+
+
+def _is_own(entry: SimplifiedEntry, turn: TurnInput) -> bool:
+    return dialogue_role(entry, turn.persona.name, turn.impersonated_user_id) is Role.ASSISTANT
+
+
+def _queued_reply(
+    turn: TurnInput, trigger: SimplifiedEntry | None, simplified: SimplifiedHistory
+) -> QueuedReply | None:
+    """Guidance for a queued turn whose trigger is visible; None otherwise."""
+    trigger_key = simplified.id_map.message_key(turn.trigger_id)
+    if not turn.is_queued_turn or trigger is None or trigger_key is None:
+        return None
+    waiting = sum(1 for message_id in turn.later_queued_trigger_ids if message_id > turn.trigger_id)
+    return QueuedReply(trigger_key=trigger_key, author_name=trigger.author_name, waiting=waiting)
