@@ -1,0 +1,1 @@
+"""The Discord edge: the only package that imports discord.py (client, conversion, delivery)."""

@@ -1,0 +1,52 @@
+"""The demo world `runsandbox` serves: a bot, one guild, three channels, three people.
+
+Ids are fixed (snowflakes from 2024-01-01), so configuration files, bookmarks and tests can
+name them across restarts:
+
+    guild     Sandbox Café   DEMO_GUILD_ID
+    channels  #general  #poetry  #autonomous          DEMO_CHANNEL_IDS["general"], …
+    users     alice  bob  carol                       DEMO_USER_IDS["alice"], …
+    bot       Tomori                                  DEMO_BOT_ID
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from chat.sandbox.snowflake import snowflake_from_ms
+from chat.sandbox.state import Sandbox
+
+_DEMO_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+
+
+def _demo_id(serial: int) -> int:
+    return snowflake_from_ms(_DEMO_EPOCH_MS, increment=serial)
+
+
+DEMO_BOT_ID = _demo_id(1)
+DEMO_GUILD_ID = _demo_id(2)
+DEMO_CHANNEL_IDS = {"general": _demo_id(10), "poetry": _demo_id(11), "autonomous": _demo_id(12)}
+DEMO_USER_IDS = {"alice": _demo_id(20), "bob": _demo_id(21), "carol": _demo_id(22)}
+
+_CHANNEL_TOPICS = {
+    "general": "Talk to the personas here.",
+    "poetry": "Verses, drafts and critique.",
+    "autonomous": "The planner decides who speaks.",
+}
+
+
+def demo_sandbox(
+    *, token: str = "sandbox-bot-token", clock: Callable[[], float] = time.time
+) -> Sandbox:
+    """A fresh `Sandbox` holding the demo world (the bot token is `token`)."""
+    sandbox = Sandbox(token=token, bot_name="Tomori", bot_user_id=DEMO_BOT_ID, clock=clock)
+    sandbox.add_guild("Sandbox Café", guild_id=DEMO_GUILD_ID)
+    for name, channel_id in DEMO_CHANNEL_IDS.items():
+        sandbox.add_text_channel(
+            DEMO_GUILD_ID, name, channel_id=channel_id, topic=_CHANNEL_TOPICS[name]
+        )
+    for name, user_id in DEMO_USER_IDS.items():
+        sandbox.add_user(name, user_id=user_id, global_name=name.capitalize())
+        sandbox.add_member(DEMO_GUILD_ID, user_id)
+    return sandbox

@@ -1,0 +1,357 @@
+"""Discord's REST API (v10), the part a bot uses, served from a `Sandbox`.
+
+`rest_app` builds the aiohttp sub-application mounted at `/api/v10`. Handlers only translate
+HTTP to `Sandbox` calls: path ids and bodies are parsed here (bodies through
+`chat.sandbox.schemas`), the rules live in the world. Middlewares, outermost first:
+`Traffic` (counts, faults, rate limits), Discord-shaped error bodies, bot-token authentication
+(webhook-token routes and `/gateway` are public, as on Discord).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import BodyPartReader, web
+
+from chat.sandbox import schemas
+from chat.sandbox.errors import DiscordAPIError, ErrorCode, invalid_form_body
+from chat.sandbox.responses import json_response, no_content
+from chat.sandbox.state import Sandbox, Upload
+from chat.sandbox.traffic import Traffic
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayInfo:
+    """What `GET /gateway/bot` reports: the websocket `url` and the recommended shard count."""
+
+    url: Callable[[], str]
+    shards: int
+
+
+def snowflake_param(request: web.Request, name: str) -> int:
+    """The path parameter `name` as an id; 400 code 50035 if it is not a snowflake."""
+    raw = request.match_info[name]
+    if not raw.isdigit():
+        raise invalid_form_body(
+            {(name,): ("NUMBER_TYPE_COERCE", f'Value "{raw}" is not snowflake.')}
+        )
+    return int(raw)
+
+
+async def json_body(request: web.Request) -> Any:
+    """The decoded JSON body (`{}` when empty); 400 code 50109 if it is not JSON."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise DiscordAPIError(
+            400, ErrorCode.INVALID_JSON, "The request body contains invalid JSON."
+        ) from None
+
+
+async def message_body(request: web.Request) -> tuple[Any, list[Upload]]:
+    """A message-carrying body: plain JSON, or multipart with `payload_json` and `files[N]`.
+
+    Returns the decoded payload and the uploads in `files[N]` order, named and described by
+    the payload's `attachments` entries whose `id` is N (the file's own name otherwise).
+    """
+    if request.content_type != "multipart/form-data":
+        return await json_body(request), []
+    payload: Any = {}
+    files: dict[int, Upload] = {}
+    reader = await request.multipart()
+    while (part := await reader.next()) is not None:
+        if not isinstance(part, BodyPartReader):
+            continue
+        if part.name == "payload_json":
+            try:
+                payload = json.loads(await part.text())
+            except json.JSONDecodeError:
+                raise DiscordAPIError(
+                    400, ErrorCode.INVALID_JSON, "The request body contains invalid JSON."
+                ) from None
+        elif part.name and part.name.startswith("files[") and part.name.endswith("]"):
+            index = int(part.name[len("files[") : -1])
+            data = await part.read(decode=False)
+            content_type = part.headers.get("Content-Type")
+            files[index] = Upload(part.filename or f"file{index}", bytes(data), content_type)
+    metadata = {}
+    if isinstance(payload, dict):
+        for entry in payload.get("attachments") or []:
+            if isinstance(entry, dict) and str(entry.get("id", "")).isdigit():
+                metadata[int(entry["id"])] = entry
+    uploads = [
+        Upload(
+            metadata.get(index, {}).get("filename") or upload.filename,
+            upload.data,
+            upload.content_type,
+            metadata.get(index, {}).get("description"),
+        )
+        for index, upload in sorted(files.items())
+    ]
+    return payload, uploads
+
+
+@web.middleware
+async def discord_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Render `DiscordAPIError` and aiohttp's own HTTP errors (404, 405…) as Discord does."""
+    try:
+        return await handler(request)
+    except DiscordAPIError as error:
+        return json_response(error.body(), status=error.status)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        body = {"message": f"{error.status}: {error.reason}", "code": 0}
+        return json_response(body, status=error.status)
+
+
+def _is_public(route: str) -> bool:
+    return route == "/gateway" or "{webhook_token}" in route
+
+
+def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Application:
+    """The `/api/v10` application over `sandbox`, with `traffic` as its front door."""
+
+    @web.middleware
+    async def bot_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.match_info.route.resource is None or _is_public(traffic.route_template(request)):
+            return await handler(request)
+        expected = f"Bot {sandbox.token}"
+        if not secrets.compare_digest(request.headers.get("Authorization", ""), expected):
+            return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+        return await handler(request)
+
+    routes = web.RouteTableDef()
+    bot_id = sandbox.bot_user_id
+
+    # --- session
+    @routes.get("/users/@me")
+    async def current_user(request: web.Request) -> web.Response:
+        return json_response(sandbox.current_user())
+
+    @routes.get("/users/{user_id}")
+    async def get_user(request: web.Request) -> web.Response:
+        return json_response(sandbox.user(snowflake_param(request, "user_id")))
+
+    @routes.get("/oauth2/applications/@me")
+    @routes.get("/applications/@me")
+    async def application(request: web.Request) -> web.Response:
+        return json_response(sandbox.application())
+
+    @routes.get("/gateway")
+    async def get_gateway(request: web.Request) -> web.Response:
+        return json_response({"url": gateway.url()})
+
+    @routes.get("/gateway/bot")
+    async def get_gateway_bot(request: web.Request) -> web.Response:
+        limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
+        return json_response(
+            {"url": gateway.url(), "shards": gateway.shards, "session_start_limit": limit}
+        )
+
+    # --- guilds
+    @routes.get("/guilds/{guild_id}")
+    async def get_guild(request: web.Request) -> web.Response:
+        return json_response(sandbox.guild(snowflake_param(request, "guild_id")))
+
+    @routes.get("/guilds/{guild_id}/channels")
+    async def get_guild_channels(request: web.Request) -> web.Response:
+        return json_response(sandbox.guild_channels(snowflake_param(request, "guild_id")))
+
+    @routes.get("/guilds/{guild_id}/members/{user_id}")
+    async def get_member(request: web.Request) -> web.Response:
+        guild_id = snowflake_param(request, "guild_id")
+        return json_response(sandbox.member(guild_id, snowflake_param(request, "user_id")))
+
+    # --- channels and messages
+    @routes.get("/channels/{channel_id}")
+    async def get_channel(request: web.Request) -> web.Response:
+        return json_response(sandbox.channel(snowflake_param(request, "channel_id")))
+
+    @routes.get("/channels/{channel_id}/messages")
+    async def get_messages(request: web.Request) -> web.Response:
+        query = schemas.parse(schemas.HistoryQuery, request.query)
+        return json_response(sandbox.history(snowflake_param(request, "channel_id"), query))
+
+    @routes.post("/channels/{channel_id}/messages")
+    async def create_message(request: web.Request) -> web.Response:
+        channel_id = snowflake_param(request, "channel_id")
+        payload, uploads = await message_body(request)
+        body = schemas.parse(schemas.MessageCreate, payload)
+        message = sandbox.create_message(
+            channel_id,
+            author_id=bot_id,
+            content=body.content,
+            embeds=body.embeds,
+            uploads=uploads,
+            reference=body.message_reference,
+            allowed_mentions=body.allowed_mentions,
+            tts=body.tts,
+            nonce=body.nonce,
+        )
+        return json_response(message)
+
+    @routes.post("/channels/{channel_id}/messages/bulk-delete")
+    async def bulk_delete(request: web.Request) -> web.Response:
+        body = schemas.parse(schemas.BulkDelete, await json_body(request))
+        sandbox.bulk_delete_messages(snowflake_param(request, "channel_id"), body.messages)
+        return no_content()
+
+    @routes.get("/channels/{channel_id}/messages/{message_id}")
+    async def get_message(request: web.Request) -> web.Response:
+        channel_id = snowflake_param(request, "channel_id")
+        return json_response(sandbox.message(channel_id, snowflake_param(request, "message_id")))
+
+    @routes.patch("/channels/{channel_id}/messages/{message_id}")
+    async def edit_message(request: web.Request) -> web.Response:
+        channel_id = snowflake_param(request, "channel_id")
+        message_id = snowflake_param(request, "message_id")
+        return json_response(await _edit(request, channel_id, message_id, editor_id=bot_id))
+
+    @routes.delete("/channels/{channel_id}/messages/{message_id}")
+    async def delete_message(request: web.Request) -> web.Response:
+        channel_id = snowflake_param(request, "channel_id")
+        sandbox.delete_message(channel_id, snowflake_param(request, "message_id"))
+        return no_content()
+
+    @routes.post("/channels/{channel_id}/typing")
+    async def typing(request: web.Request) -> web.Response:
+        sandbox.trigger_typing(snowflake_param(request, "channel_id"), user_id=bot_id)
+        return no_content()
+
+    # --- reactions
+    @routes.get("/channels/{channel_id}/messages/{message_id}/reactions/{emoji}")
+    async def reaction_users(request: web.Request) -> web.Response:
+        channel_id, message_id, emoji = _reaction_target(request)
+        return json_response(sandbox.reaction_users(channel_id, message_id, emoji))
+
+    @routes.put("/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me")
+    async def add_own_reaction(request: web.Request) -> web.Response:
+        channel_id, message_id, emoji = _reaction_target(request)
+        sandbox.add_reaction(channel_id, message_id, emoji, user_id=bot_id)
+        return no_content()
+
+    @routes.delete("/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me")
+    async def remove_own_reaction(request: web.Request) -> web.Response:
+        channel_id, message_id, emoji = _reaction_target(request)
+        sandbox.remove_reaction(channel_id, message_id, emoji, user_id=bot_id)
+        return no_content()
+
+    @routes.delete("/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/{user_id}")
+    async def remove_user_reaction(request: web.Request) -> web.Response:
+        channel_id, message_id, emoji = _reaction_target(request)
+        user_id = snowflake_param(request, "user_id")
+        sandbox.remove_reaction(channel_id, message_id, emoji, user_id=user_id)
+        return no_content()
+
+    # --- webhooks
+    @routes.post("/channels/{channel_id}/webhooks")
+    async def create_webhook(request: web.Request) -> web.Response:
+        body = schemas.parse(schemas.WebhookCreate, await json_body(request))
+        channel_id = snowflake_param(request, "channel_id")
+        return json_response(sandbox.create_webhook(channel_id, body.name, avatar=body.avatar))
+
+    @routes.get("/channels/{channel_id}/webhooks")
+    async def channel_webhooks(request: web.Request) -> web.Response:
+        return json_response(sandbox.channel_webhooks(snowflake_param(request, "channel_id")))
+
+    @routes.get("/webhooks/{webhook_id}")
+    async def get_webhook(request: web.Request) -> web.Response:
+        return json_response(sandbox.webhook(snowflake_param(request, "webhook_id")))
+
+    @routes.delete("/webhooks/{webhook_id}")
+    async def delete_webhook(request: web.Request) -> web.Response:
+        sandbox.delete_webhook(snowflake_param(request, "webhook_id"))
+        return no_content()
+
+    @routes.get("/webhooks/{webhook_id}/{webhook_token}")
+    async def get_webhook_with_token(request: web.Request) -> web.Response:
+        webhook_id = snowflake_param(request, "webhook_id")
+        return json_response(sandbox.webhook(webhook_id, request.match_info["webhook_token"]))
+
+    @routes.delete("/webhooks/{webhook_id}/{webhook_token}")
+    async def delete_webhook_with_token(request: web.Request) -> web.Response:
+        webhook_id = snowflake_param(request, "webhook_id")
+        sandbox.delete_webhook(webhook_id, request.match_info["webhook_token"])
+        return no_content()
+
+    @routes.post("/webhooks/{webhook_id}/{webhook_token}")
+    async def execute_webhook(request: web.Request) -> web.Response:
+        webhook_id = snowflake_param(request, "webhook_id")
+        payload, uploads = await message_body(request)
+        body = schemas.parse(schemas.WebhookExecute, payload)
+        message = sandbox.execute_webhook(
+            webhook_id,
+            request.match_info["webhook_token"],
+            content=body.content,
+            username=body.username,
+            avatar_url=body.avatar_url,
+            embeds=body.embeds,
+            uploads=uploads,
+            allowed_mentions=body.allowed_mentions,
+            tts=body.tts,
+        )
+        wait = request.query.get("wait", "false").lower() in ("1", "true")
+        return json_response(message) if wait else no_content()
+
+    @routes.get("/webhooks/{webhook_id}/{webhook_token}/messages/{message_id}")
+    async def get_webhook_message(request: web.Request) -> web.Response:
+        channel_id, message_id, _ = _webhook_message_target(request)
+        return json_response(sandbox.message(channel_id, message_id))
+
+    @routes.patch("/webhooks/{webhook_id}/{webhook_token}/messages/{message_id}")
+    async def edit_webhook_message(request: web.Request) -> web.Response:
+        channel_id, message_id, webhook_id = _webhook_message_target(request)
+        return json_response(await _edit(request, channel_id, message_id, editor_id=webhook_id))
+
+    @routes.delete("/webhooks/{webhook_id}/{webhook_token}/messages/{message_id}")
+    async def delete_webhook_message(request: web.Request) -> web.Response:
+        channel_id, message_id, _ = _webhook_message_target(request)
+        sandbox.delete_message(channel_id, message_id)
+        return no_content()
+
+    # --- shared steps
+    def _reaction_target(request: web.Request) -> tuple[int, int, str]:
+        channel_id = snowflake_param(request, "channel_id")
+        return channel_id, snowflake_param(request, "message_id"), request.match_info["emoji"]
+
+    def _webhook_message_target(request: web.Request) -> tuple[int, int, int]:
+        """(channel id, message id, webhook id) of a message the webhook in the path posted."""
+        webhook_id = snowflake_param(request, "webhook_id")
+        message_id = snowflake_param(request, "message_id")
+        token = request.match_info["webhook_token"]
+        return (
+            sandbox.webhook_message_channel(webhook_id, token, message_id),
+            message_id,
+            webhook_id,
+        )
+
+    async def _edit(
+        request: web.Request, channel_id: int, message_id: int, *, editor_id: int
+    ) -> dict[str, Any]:
+        payload, uploads = await message_body(request)
+        body = schemas.parse(schemas.MessageEdit, payload)
+        kept = None if body.attachments is None else [a.id for a in body.attachments]
+        return sandbox.edit_message(
+            channel_id,
+            message_id,
+            editor_id=editor_id,
+            content=body.content,
+            embeds=body.embeds,
+            allowed_mentions=body.allowed_mentions,
+            keep_attachment_ids=kept,
+            uploads=uploads,
+        )
+
+    app = web.Application(middlewares=[traffic.middleware, discord_errors, bot_auth])
+    app.add_routes(routes)
+    return app

@@ -1,0 +1,194 @@
+"""`SandboxServer`: a `Sandbox` served on localhost for the real discord.py client.
+
+One aiohttp server carries everything:
+
+- `/api/v10/...`  Discord's REST API (`chat.sandbox.rest`), behind `Traffic`;
+- `/gateway`      the gateway websocket (`chat.sandbox.gateway`);
+- `/attachments/{channel_id}/{attachment_id}/{filename}`  uploaded files (the "CDN");
+- `/_sandbox/...` the control API for tests and other processes (`chat.sandbox.control`).
+
+    async with SandboxServer(sandbox, gateway=GatewaySettings(heartbeat_interval_ms=500)) as server:
+        configure_discord_endpoints(api_base=server.api_base, gateway_url=server.gateway_url)
+        ...
+        server.sandbox.user_says(channel_id, alice_id, "hello")
+
+Leaving the context closes every websocket (1001), stops the server and leaves no task behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+
+from chat.sandbox.control import control_app
+from chat.sandbox.errors import DiscordAPIError, ErrorCode
+from chat.sandbox.gateway import Gateway, GatewaySettings
+from chat.sandbox.rest import GatewayInfo, discord_errors, rest_app, snowflake_param
+from chat.sandbox.state import Sandbox
+from chat.sandbox.traffic import RateLimitPolicy, RouteKey, Traffic
+
+API_PREFIX = "/api/v10"
+GATEWAY_PATH = "/gateway"
+
+
+class SandboxServer:
+    """Serves `sandbox` (a fresh empty world by default) on `host`:`port` (0 = ephemeral).
+
+    `gateway` tunes heartbeats, replay buffers and resume windows; `rate_limit` sets the REST
+    buckets; `shards` is the shard count `GET /gateway/bot` recommends.
+    """
+
+    def __init__(
+        self,
+        sandbox: Sandbox | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        gateway: GatewaySettings | None = None,
+        rate_limit: RateLimitPolicy | None = None,
+        shards: int = 1,
+    ) -> None:
+        self.sandbox = sandbox or Sandbox()
+        self._host = host
+        self._port = port
+        self._gateway_settings = gateway or GatewaySettings()
+        self._shards = shards
+        self._traffic = Traffic(api_prefix=API_PREFIX, policy=rate_limit or RateLimitPolicy())
+        self._gateway: Gateway | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Bind and serve; `port`, `api_base` and `gateway_url` are known afterwards."""
+        if self._runner is not None:
+            raise RuntimeError("the sandbox server is already running")
+        self._gateway = Gateway(self.sandbox, self._gateway_settings, url=lambda: self.gateway_url)
+        app = web.Application(middlewares=[discord_errors])
+        app.add_subapp(
+            API_PREFIX,
+            rest_app(
+                self.sandbox,
+                self._traffic,
+                GatewayInfo(url=lambda: self.gateway_url, shards=self._shards),
+            ),
+        )
+        app.add_subapp("/_sandbox", control_app(self))
+        app.router.add_get(GATEWAY_PATH, self._gateway.handle)
+        app.router.add_get(
+            "/attachments/{channel_id}/{attachment_id}/{filename}",
+            self._serve_attachment,
+        )
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self._host, self._port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self._port = runner.addresses[0][1]
+        self.sandbox.cdn_base_url = self.base_url
+
+    async def stop(self) -> None:
+        """Close every gateway socket, then the server. Safe to call when not running."""
+        if self._gateway is not None:
+            await self._gateway.close()
+            self._gateway = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    # ---------------------------------------------------------------------------- addresses
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._host}:{self._port}"
+
+    @property
+    def api_base(self) -> str:
+        """The REST base for `DISCORD_API_BASE`, e.g. http://127.0.0.1:8765/api/v10."""
+        return self.base_url + API_PREFIX
+
+    @property
+    def gateway_url(self) -> str:
+        """The websocket URL for `DISCORD_GATEWAY_URL`, e.g. ws://127.0.0.1:8765/gateway."""
+        return f"ws://{self._host}:{self._port}{GATEWAY_PATH}"
+
+    @property
+    def token(self) -> str:
+        """The bot token the server accepts (`DISCORD_TOKEN`)."""
+        return self.sandbox.token
+
+    # ------------------------------------------------------------------------------- REST
+
+    def inject_fault(
+        self,
+        method: str,
+        path_pattern: str,
+        status: int,
+        *,
+        count: int = 1,
+        retry_after: float | None = None,
+        scope: str = "user",
+    ) -> None:
+        """Fail the next `count` REST requests matching the route; see `Traffic.inject_fault`."""
+        self._traffic.inject_fault(
+            method, path_pattern, status, count=count, retry_after=retry_after, scope=scope
+        )
+
+    def clear_faults(self) -> None:
+        self._traffic.clear_faults()
+
+    @property
+    def request_counts(self) -> Mapping[RouteKey, int]:
+        """REST requests so far by (method, route template), e.g.
+        ``("POST", "/channels/{channel_id}/messages")``; faulted and rate-limited ones count."""
+        return self._traffic.request_counts
+
+    # ---------------------------------------------------------------------------- gateway
+
+    def drop_connections(self) -> int:
+        """Cut every gateway socket abruptly; bots RESUME and get what they missed."""
+        return self._gateway.drop_connections() if self._gateway else 0
+
+    def request_reconnect(self) -> int:
+        """Send RECONNECT (op 7) to every identified bot."""
+        return self._gateway.request_reconnect() if self._gateway else 0
+
+    def replay_last_dispatches(self, count: int) -> int:
+        """Deliver the last `count` world events again (duplicates, as Discord sometimes
+        sends); returns how many were replayed."""
+        return self._gateway.replay_last_dispatches(count) if self._gateway else 0
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """The gateway sessions (id, shard, intents, seq, connected)."""
+        return self._gateway.sessions() if self._gateway else []
+
+    # ------------------------------------------------------------------------------ private
+
+    async def _serve_attachment(self, request: web.Request) -> web.Response:
+        attachment = self.sandbox.attachment(snowflake_param(request, "attachment_id"))
+        if attachment.channel_id != snowflake_param(request, "channel_id"):
+            raise DiscordAPIError(404, ErrorCode.GENERAL, "404: Not Found")
+        return web.Response(
+            body=attachment.data,
+            content_type=attachment.content_type or "application/octet-stream",
+        )

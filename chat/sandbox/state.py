@@ -1,0 +1,955 @@
+"""The sandbox's Discord world: users, guilds, text channels, messages, reactions and webhooks.
+
+`Sandbox` is the single source of truth behind the REST routes, the gateway and the control
+surface. Every operation validates like Discord (raising `DiscordAPIError`), changes the
+world, publishes the matching gateway event to its subscribers, and returns the REST payload.
+It is plain synchronous code with no I/O: use it from the event loop that serves it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from chat.sandbox.errors import (
+    DiscordAPIError,
+    ErrorCode,
+    FieldErrors,
+    invalid_form_body,
+    unknown,
+)
+from chat.sandbox.payloads import (
+    attachment_payload,
+    channel_payload,
+    guild_create_payload,
+    guild_payload,
+    member_payload,
+    user_payload,
+    webhook_payload,
+)
+from chat.sandbox.schemas import AllowedMentions, HistoryQuery
+from chat.sandbox.schemas import MessageReference as MessageReferenceSpec
+from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
+
+ADMINISTRATOR = 1 << 3
+EVERYONE_PERMISSIONS = (
+    (1 << 0)  # create instant invite
+    | (1 << 6)  # add reactions
+    | (1 << 10)  # view channel
+    | (1 << 11)  # send messages
+    | (1 << 14)  # embed links
+    | (1 << 15)  # attach files
+    | (1 << 16)  # read message history
+    | (1 << 18)  # use external emojis
+    | (1 << 26)  # change nickname
+)
+MAX_CONTENT_LENGTH = 2000
+MAX_EMBEDS = 10
+MAX_WEBHOOKS_PER_CHANNEL = 15
+MESSAGE_TYPE_DEFAULT = 0
+MESSAGE_TYPE_REPLY = 19
+
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
+_ROLE_MENTION = re.compile(r"<@&(\d+)>")
+_EVERYONE_MENTION = re.compile(r"@(everyone|here)\b")
+
+
+@dataclass(slots=True)
+class User:
+    id: int
+    username: str
+    bot: bool = False
+    global_name: str | None = None
+    discriminator: str = "0"
+
+
+@dataclass(slots=True)
+class Role:
+    id: int
+    name: str
+    permissions: int
+    position: int
+    bot_id: int | None = None
+    """Set for the role Discord creates for a bot when it joins (a "managed" role)."""
+
+
+@dataclass(slots=True)
+class Member:
+    user_id: int
+    joined_at: datetime
+    nick: str | None = None
+    role_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file as a client uploads it (multipart `files[N]`) or a test attaches it."""
+
+    filename: str
+    data: bytes
+    content_type: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    id: int
+    channel_id: int
+    filename: str
+    data: bytes
+    content_type: str | None
+    description: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAuthor:
+    """Who a webhook message shows as: the webhook, with its per-message name and avatar."""
+
+    webhook_id: int
+    username: str
+    avatar: str | None
+
+
+@dataclass(slots=True)
+class Message:
+    id: int
+    channel_id: int
+    guild_id: int
+    author_id: int
+    """The user id, or the webhook id for webhook messages."""
+    content: str
+    embeds: list[dict[str, Any]]
+    attachments: list[Attachment]
+    mention_ids: list[int]
+    mention_role_ids: list[int]
+    mention_everyone: bool
+    reference: tuple[int, int] | None = None
+    """(channel id, message id) this message replies to."""
+    webhook: WebhookAuthor | None = None
+    tts: bool = False
+    nonce: int | str | None = None
+    edited_at: datetime | None = None
+    reactions: dict[str, list[int]] = field(default_factory=dict)
+    """Unicode emoji -> ids of the users who reacted with it, in reaction order."""
+
+
+@dataclass(slots=True)
+class Channel:
+    id: int
+    guild_id: int
+    name: str
+    position: int
+    topic: str | None = None
+    last_message_id: int | None = None
+    messages: dict[int, Message] = field(default_factory=dict)
+    """By id; ids only ever increase, so insertion order is chronological order."""
+
+
+@dataclass(slots=True)
+class Guild:
+    id: int
+    name: str
+    owner_id: int
+    roles: dict[int, Role] = field(default_factory=dict)
+    channels: dict[int, Channel] = field(default_factory=dict)
+    members: dict[int, Member] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Webhook:
+    id: int
+    guild_id: int
+    channel_id: int
+    name: str
+    avatar: str | None
+    token: str
+    creator_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayEvent:
+    """A dispatch for the gateway: event `name`, its `data`, and the guild it belongs to."""
+
+    name: str
+    data: Mapping[str, Any]
+    guild_id: int
+
+
+EventListener = Callable[[GatewayEvent], None]
+
+
+def avatar_hash(avatar_url: str) -> str:
+    """The avatar "hash" a webhook message shows for an `avatar_url` override.
+
+    Discord would fetch the image and store it under a hash; the sandbox has no CDN for
+    avatars, so the hash is derived from the URL and tests compare against this function.
+    """
+    return hashlib.sha256(avatar_url.encode()).hexdigest()[:32]
+
+
+class Sandbox:
+    """A Discord world for one bot account.
+
+    Construction creates the bot user (whose id is also the application id, as for modern
+    Discord applications). Build the world with `add_user`, `add_guild`, `add_text_channel`
+    and `add_member`; then act in it as users (`user_says`, `user_edits`, …) or through the
+    operations the REST routes call. Subscribers (the gateway) receive a `GatewayEvent` for
+    every change, synchronously, in order.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str = "sandbox-bot-token",
+        bot_name: str = "Sandbox Bot",
+        bot_user_id: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.token = token
+        self.cdn_base_url = "http://127.0.0.1"
+        """Where attachment URLs point; the server sets it to its own address."""
+        self._clock = clock
+        self._snowflakes = SnowflakeGenerator(clock=clock)
+        self._users: dict[int, User] = {}
+        self._guilds: dict[int, Guild] = {}
+        self._channels: dict[int, Channel] = {}
+        self._webhooks: dict[int, Webhook] = {}
+        self._attachments: dict[int, Attachment] = {}
+        self._listeners: list[EventListener] = []
+        self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
+
+    # ----------------------------------------------------------------- building the world
+
+    def add_user(
+        self,
+        username: str,
+        *,
+        user_id: int | None = None,
+        bot: bool = False,
+        global_name: str | None = None,
+    ) -> int:
+        """Create a user (not yet in any guild) and return its id."""
+        user_id = user_id or self._snowflakes.next_id()
+        discriminator = f"{user_id % 10_000:04d}" if bot else "0"
+        self._users[user_id] = User(user_id, username, bot, global_name, discriminator)
+        return user_id
+
+    def add_guild(self, name: str, *, guild_id: int | None = None) -> int:
+        """Create a guild owned by the bot, with its @everyone role and the bot as a member."""
+        guild_id = guild_id or self._snowflakes.next_id()
+        guild = Guild(guild_id, name, owner_id=self.bot_user_id)
+        guild.roles[guild_id] = Role(guild_id, "@everyone", EVERYONE_PERMISSIONS, position=0)
+        bot_role_id = self._snowflakes.next_id()
+        bot_name = self._users[self.bot_user_id].username
+        guild.roles[bot_role_id] = Role(bot_role_id, bot_name, ADMINISTRATOR, 1, self.bot_user_id)
+        self._guilds[guild_id] = guild
+        self.add_member(guild_id, self.bot_user_id, role_ids=[bot_role_id])
+        return guild_id
+
+    def add_text_channel(
+        self, guild_id: int, name: str, *, channel_id: int | None = None, topic: str | None = None
+    ) -> int:
+        guild = self._guild(guild_id)
+        channel_id = channel_id or self._snowflakes.next_id()
+        channel = Channel(channel_id, guild_id, name, position=len(guild.channels), topic=topic)
+        guild.channels[channel_id] = self._channels[channel_id] = channel
+        return channel_id
+
+    def add_member(
+        self,
+        guild_id: int,
+        user_id: int,
+        *,
+        nick: str | None = None,
+        role_ids: Sequence[int] = (),
+    ) -> None:
+        self._user(user_id)
+        self._guild(guild_id).members[user_id] = Member(user_id, self._now(), nick, list(role_ids))
+
+    def subscribe(self, listener: EventListener) -> Callable[[], None]:
+        """Call `listener` with every gateway event from now on; returns the unsubscriber."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    # ----------------------------------------------------------------------- acting as users
+
+    def user_says(
+        self,
+        channel_id: int,
+        author_id: int,
+        content: str,
+        *,
+        reply_to: int | None = None,
+        attachments: Iterable[Upload] = (),
+        embeds: Iterable[Mapping[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """`author_id` posts in `channel_id` (optionally replying to message `reply_to` there).
+
+        Dispatches MESSAGE_CREATE and returns the message payload. Raises `DiscordAPIError`
+        for an unknown channel, a non-member author, an unknown `reply_to`, content over 2000
+        characters or an empty message.
+        """
+        reference = MessageReferenceSpec(message_id=reply_to) if reply_to is not None else None
+        return self.create_message(
+            channel_id,
+            author_id=author_id,
+            content=content,
+            embeds=list(embeds),
+            uploads=list(attachments),
+            reference=reference,
+        )
+
+    def user_edits(self, channel_id: int, message_id: int, content: str) -> dict[str, Any]:
+        """The author of a user message edits its content; dispatches MESSAGE_UPDATE."""
+        author_id = self._message(channel_id, message_id).author_id
+        return self.edit_message(channel_id, message_id, editor_id=author_id, content=content)
+
+    def user_deletes(self, channel_id: int, message_id: int) -> None:
+        """The message is deleted (by its author or a moderator); dispatches MESSAGE_DELETE."""
+        self.delete_message(channel_id, message_id)
+
+    def user_reacts(self, channel_id: int, message_id: int, user_id: int, emoji: str) -> None:
+        """`user_id` adds the unicode `emoji`; dispatches MESSAGE_REACTION_ADD."""
+        self.add_reaction(channel_id, message_id, emoji, user_id=user_id)
+
+    def user_unreacts(self, channel_id: int, message_id: int, user_id: int, emoji: str) -> None:
+        """`user_id` removes their `emoji`; dispatches MESSAGE_REACTION_REMOVE."""
+        self.remove_reaction(channel_id, message_id, emoji, user_id=user_id)
+
+    def user_types(self, channel_id: int, user_id: int) -> None:
+        """`user_id` starts typing; dispatches TYPING_START."""
+        self.trigger_typing(channel_id, user_id=user_id)
+
+    def channel_messages(self, channel_id: int) -> list[dict[str, Any]]:
+        """Every message in the channel, oldest first, as REST payloads."""
+        return [self.message_payload(m) for m in self._channel(channel_id).messages.values()]
+
+    # ------------------------------------------------------------------------------ reads
+
+    @property
+    def guild_ids(self) -> list[int]:
+        return list(self._guilds)
+
+    def describe(self) -> dict[str, Any]:
+        """The world at a glance: the bot and each guild's channels and members (ids as strings)."""
+        return {
+            "bot": user_payload(self._users[self.bot_user_id]),
+            "guilds": [
+                {
+                    "id": str(guild.id),
+                    "name": guild.name,
+                    "channels": [channel_payload(c) for c in guild.channels.values()],
+                    "members": [self.member(guild.id, user_id) for user_id in guild.members],
+                }
+                for guild in self._guilds.values()
+            ],
+        }
+
+    def current_user(self) -> dict[str, Any]:
+        payload = user_payload(self._users[self.bot_user_id])
+        payload.update(verified=True, mfa_enabled=False, locale="en-US", email=None)
+        return payload
+
+    def application(self) -> dict[str, Any]:
+        """The bot's application, with the three privileged intents granted."""
+        bot = self._users[self.bot_user_id]
+        return {
+            "id": str(self.bot_user_id),
+            "name": bot.username,
+            "icon": None,
+            "description": "",
+            "bot_public": True,
+            "bot_require_code_grant": False,
+            "owner": user_payload(bot),
+            "verify_key": "0" * 64,
+            "flags": (1 << 12) | (1 << 14) | (1 << 18),
+            "bot": user_payload(bot),
+        }
+
+    def user(self, user_id: int) -> dict[str, Any]:
+        return user_payload(self._user(user_id))
+
+    def guild(self, guild_id: int) -> dict[str, Any]:
+        return guild_payload(self._guild(guild_id))
+
+    def guild_channels(self, guild_id: int) -> list[dict[str, Any]]:
+        return [channel_payload(c) for c in self._guild(guild_id).channels.values()]
+
+    def member(self, guild_id: int, user_id: int) -> dict[str, Any]:
+        member = self._member(self._guild(guild_id), user_id)
+        return member_payload(member, user=self._users[user_id])
+
+    def channel(self, channel_id: int) -> dict[str, Any]:
+        return channel_payload(self._channel(channel_id))
+
+    def message(self, channel_id: int, message_id: int) -> dict[str, Any]:
+        return self.message_payload(self._message(channel_id, message_id))
+
+    def history(self, channel_id: int, query: HistoryQuery) -> list[dict[str, Any]]:
+        """`GET /channels/{id}/messages`, newest first, as Discord orders it.
+
+        - `around`: up to `limit // 2` messages newer than `around`, and up to the rest of
+          `limit` at or before it (so `around` itself, if it exists, is always included);
+        - `before`: the `limit` newest messages older than `before`;
+        - `after`: the `limit` oldest messages newer than `after`;
+        - none: the `limit` newest messages.
+        """
+        ids = list(self._channel(channel_id).messages)  # ascending
+        limit = query.limit
+        if query.around is not None:
+            newer = [i for i in ids if i > query.around][: limit // 2]
+            older = [i for i in ids if i <= query.around][-(limit - limit // 2) :]
+            chosen = older + newer
+        elif query.before is not None:
+            chosen = [i for i in ids if i < query.before][-limit:]
+        elif query.after is not None:
+            chosen = [i for i in ids if i > query.after][:limit]
+        else:
+            chosen = ids[-limit:]
+        return [self.message(channel_id, message_id) for message_id in reversed(chosen)]
+
+    def reaction_users(self, channel_id: int, message_id: int, emoji: str) -> list[dict[str, Any]]:
+        message = self._message(channel_id, message_id)
+        return [user_payload(self._users[uid]) for uid in message.reactions.get(emoji, [])]
+
+    def channel_webhooks(self, channel_id: int) -> list[dict[str, Any]]:
+        self._channel(channel_id)
+        webhooks = self._webhooks.values()
+        return [self._webhook_payload(w) for w in webhooks if w.channel_id == channel_id]
+
+    def webhook(self, webhook_id: int, token: str | None = None) -> dict[str, Any]:
+        """The webhook; with `token`, as its token-authenticated route returns it (no `user`)."""
+        webhook = self._webhook(webhook_id, token)
+        payload = self._webhook_payload(webhook)
+        if token is not None:
+            del payload["user"]
+        return payload
+
+    def attachment(self, attachment_id: int) -> Attachment:
+        """An uploaded file, for the sandbox's stand-in CDN."""
+        try:
+            return self._attachments[attachment_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_MESSAGE) from None
+
+    def guild_create(self, guild_id: int) -> dict[str, Any]:
+        """GUILD_CREATE's data; like Discord without the presences intent, the member list holds
+        only the bot, and clients chunk the rest (`member_chunk`)."""
+        guild = self._guild(guild_id)
+        bot = member_payload(guild.members[self.bot_user_id], user=self._users[self.bot_user_id])
+        return guild_create_payload(guild, members=[bot])
+
+    def member_chunk(
+        self, guild_id: int, *, query: str, limit: int, user_ids: Sequence[int]
+    ) -> tuple[list[dict[str, Any]], list[int]]:
+        """Members for a REQUEST_GUILD_MEMBERS: those in `user_ids` if given, else those whose
+        username or nick starts with `query` (case-insensitive), at most `limit` (0 = all).
+        Returns (member payloads, requested ids that are not members)."""
+        guild = self._guild(guild_id)
+        if user_ids:
+            found = [uid for uid in user_ids if uid in guild.members]
+            missing = [uid for uid in user_ids if uid not in guild.members]
+        else:
+            prefix = query.lower()
+            found = [
+                uid
+                for uid, member in guild.members.items()
+                if self._users[uid].username.lower().startswith(prefix)
+                or (member.nick or "").lower().startswith(prefix)
+            ]
+            missing = []
+        if limit:
+            found = found[:limit]
+        return [self.member(guild_id, uid) for uid in found], missing
+
+    # ------------------------------------------------------------------------- operations
+
+    def create_message(
+        self,
+        channel_id: int,
+        *,
+        author_id: int,
+        content: str = "",
+        embeds: Sequence[Mapping[str, Any]] = (),
+        uploads: Sequence[Upload] = (),
+        reference: MessageReferenceSpec | None = None,
+        allowed_mentions: AllowedMentions | None = None,
+        tts: bool = False,
+        nonce: int | str | None = None,
+        webhook: WebhookAuthor | None = None,
+    ) -> dict[str, Any]:
+        """Post a message as user `author_id`, or as `webhook` (then `author_id` is its id).
+
+        A reply (`reference`) to a message that does not exist fails unless
+        `fail_if_not_exists` is false, in which case the message is posted without it.
+        Dispatches MESSAGE_CREATE; returns the message payload.
+        """
+        channel = self._channel(channel_id)
+        guild = self._guilds[channel.guild_id]
+        if webhook is None:
+            self._member(guild, author_id)
+        self._check_body(content, embeds)
+        if not (content or embeds or uploads):
+            raise DiscordAPIError(400, ErrorCode.EMPTY_MESSAGE, "Cannot send an empty message")
+        replied = self._replied_message(channel, reference)
+        message_id = self._snowflakes.next_id()
+        mention_ids, role_ids, everyone = self._mentions(
+            guild, content, allowed_mentions, replied.author_id if replied else None
+        )
+        message = Message(
+            id=message_id,
+            channel_id=channel_id,
+            guild_id=guild.id,
+            author_id=author_id,
+            content=content,
+            embeds=[dict(embed) for embed in embeds],
+            attachments=[self._store_upload(channel_id, upload) for upload in uploads],
+            mention_ids=mention_ids,
+            mention_role_ids=role_ids,
+            mention_everyone=everyone,
+            reference=(replied.channel_id, replied.id) if replied else None,
+            webhook=webhook,
+            tts=tts,
+            nonce=nonce,
+        )
+        channel.messages[message_id] = message
+        channel.last_message_id = message_id
+        self._publish("MESSAGE_CREATE", self.message_payload(message, gateway=True), guild.id)
+        return self.message_payload(message)
+
+    def edit_message(
+        self,
+        channel_id: int,
+        message_id: int,
+        *,
+        editor_id: int,
+        content: str | None = None,
+        embeds: Sequence[Mapping[str, Any]] | None = None,
+        allowed_mentions: AllowedMentions | None = None,
+        keep_attachment_ids: Sequence[int] | None = None,
+        uploads: Sequence[Upload] = (),
+    ) -> dict[str, Any]:
+        """Edit a message its author (`editor_id`, a user or webhook id) posted.
+
+        `None` arguments leave the field as it is; `keep_attachment_ids` (when given) drops the
+        other attachments; `uploads` are added. Raises 403 code 50005 for someone else's
+        message. Dispatches MESSAGE_UPDATE with the whole message; returns it.
+        """
+        message = self._message(channel_id, message_id)
+        if message.author_id != editor_id:
+            raise DiscordAPIError(
+                403, ErrorCode.EDIT_OTHERS_MESSAGE, "Cannot edit a message authored by another user"
+            )
+        new_content = message.content if content is None else content
+        new_embeds = message.embeds if embeds is None else [dict(e) for e in embeds]
+        self._check_body(new_content, new_embeds)
+        if keep_attachment_ids is not None:
+            kept = set(keep_attachment_ids)
+            for attachment in message.attachments:
+                if attachment.id not in kept:
+                    del self._attachments[attachment.id]
+            message.attachments = [a for a in message.attachments if a.id in kept]
+        message.attachments += [self._store_upload(channel_id, upload) for upload in uploads]
+        if content is not None:
+            guild = self._guilds[message.guild_id]
+            replied_author = self._referenced_author(message)
+            message.mention_ids, message.mention_role_ids, message.mention_everyone = (
+                self._mentions(guild, new_content, allowed_mentions, replied_author)
+            )
+        message.content, message.embeds = new_content, new_embeds
+        message.edited_at = self._now()
+        payload = self.message_payload(message, gateway=True)
+        self._publish("MESSAGE_UPDATE", payload, message.guild_id)
+        return self.message_payload(message)
+
+    def delete_message(self, channel_id: int, message_id: int) -> None:
+        """Delete a message; dispatches MESSAGE_DELETE."""
+        message = self._remove_message(self._channel(channel_id), message_id)
+        if message is None:
+            raise unknown(ErrorCode.UNKNOWN_MESSAGE)
+        data = {
+            "id": str(message_id),
+            "channel_id": str(channel_id),
+            "guild_id": str(message.guild_id),
+        }
+        self._publish("MESSAGE_DELETE", data, message.guild_id)
+
+    def bulk_delete_messages(self, channel_id: int, message_ids: Sequence[int]) -> None:
+        """Delete the listed messages that exist (unknown ids are skipped, duplicates count
+        once); dispatches one MESSAGE_DELETE_BULK when any was deleted."""
+        channel = self._channel(channel_id)
+        deleted = [
+            message_id
+            for message_id in dict.fromkeys(message_ids)
+            if self._remove_message(channel, message_id) is not None
+        ]
+        if deleted:
+            data = {
+                "ids": [str(message_id) for message_id in deleted],
+                "channel_id": str(channel_id),
+                "guild_id": str(channel.guild_id),
+            }
+            self._publish("MESSAGE_DELETE_BULK", data, channel.guild_id)
+
+    def add_reaction(self, channel_id: int, message_id: int, emoji: str, *, user_id: int) -> None:
+        """`user_id` reacts with the unicode `emoji` (custom emojis do not exist here: 10014).
+        Reacting twice changes nothing; otherwise dispatches MESSAGE_REACTION_ADD."""
+        message = self._message(channel_id, message_id)
+        guild = self._guilds[message.guild_id]
+        member = self._member(guild, user_id)
+        reactors = message.reactions.setdefault(self._unicode_emoji(emoji), [])
+        if user_id in reactors:
+            return
+        reactors.append(user_id)
+        data = self._reaction_event(message, emoji, user_id)
+        data.update(
+            member=member_payload(member, user=self._users[user_id]),
+            message_author_id=str(message.author_id),
+            burst_colors=[],
+        )
+        self._publish("MESSAGE_REACTION_ADD", data, message.guild_id)
+
+    def remove_reaction(
+        self, channel_id: int, message_id: int, emoji: str, *, user_id: int
+    ) -> None:
+        """Remove `user_id`'s `emoji` reaction if present (dispatching MESSAGE_REACTION_REMOVE)."""
+        message = self._message(channel_id, message_id)
+        reactors = message.reactions.get(self._unicode_emoji(emoji), [])
+        if user_id not in reactors:
+            return
+        reactors.remove(user_id)
+        if not reactors:
+            del message.reactions[emoji]
+        self._publish(
+            "MESSAGE_REACTION_REMOVE",
+            self._reaction_event(message, emoji, user_id),
+            message.guild_id,
+        )
+
+    def trigger_typing(self, channel_id: int, *, user_id: int) -> None:
+        """Dispatch TYPING_START for `user_id` in the channel."""
+        channel = self._channel(channel_id)
+        guild = self._guilds[channel.guild_id]
+        member = self._member(guild, user_id)
+        data = {
+            "channel_id": str(channel_id),
+            "guild_id": str(guild.id),
+            "user_id": str(user_id),
+            "timestamp": int(self._clock()),
+            "member": member_payload(member, user=self._users[user_id]),
+        }
+        self._publish("TYPING_START", data, guild.id)
+
+    def create_webhook(
+        self, channel_id: int, name: str, *, avatar: str | None = None
+    ) -> dict[str, Any]:
+        """The bot creates a webhook in the channel (at most 15 per channel: 30007)."""
+        channel = self._channel(channel_id)
+        in_channel = sum(1 for w in self._webhooks.values() if w.channel_id == channel_id)
+        if in_channel >= MAX_WEBHOOKS_PER_CHANNEL:
+            raise DiscordAPIError(
+                400,
+                ErrorCode.MAX_WEBHOOKS,
+                f"Maximum number of webhooks reached ({MAX_WEBHOOKS_PER_CHANNEL})",
+            )
+        webhook = Webhook(
+            id=self._snowflakes.next_id(),
+            guild_id=channel.guild_id,
+            channel_id=channel_id,
+            name=name,
+            avatar=avatar,
+            token=secrets.token_urlsafe(51),
+            creator_id=self.bot_user_id,
+        )
+        self._webhooks[webhook.id] = webhook
+        return self._webhook_payload(webhook)
+
+    def delete_webhook(self, webhook_id: int, token: str | None = None) -> None:
+        del self._webhooks[self._webhook(webhook_id, token).id]
+
+    def execute_webhook(
+        self,
+        webhook_id: int,
+        token: str,
+        *,
+        content: str = "",
+        username: str | None = None,
+        avatar_url: str | None = None,
+        embeds: Sequence[Mapping[str, Any]] = (),
+        uploads: Sequence[Upload] = (),
+        allowed_mentions: AllowedMentions | None = None,
+        tts: bool = False,
+    ) -> dict[str, Any]:
+        """Post through a webhook, shown as `username`/`avatar_url` when given (else the
+        webhook's own name and avatar). Raises 404 10015 / 401 50027 for an unknown webhook or
+        a wrong token."""
+        webhook = self._webhook(webhook_id, token)
+        author = WebhookAuthor(
+            webhook_id=webhook.id,
+            username=username or webhook.name,
+            avatar=avatar_hash(avatar_url) if avatar_url else webhook.avatar,
+        )
+        return self.create_message(
+            webhook.channel_id,
+            author_id=webhook.id,
+            content=content,
+            embeds=embeds,
+            uploads=uploads,
+            allowed_mentions=allowed_mentions,
+            tts=tts,
+            webhook=author,
+        )
+
+    def webhook_message_channel(self, webhook_id: int, token: str, message_id: int) -> int:
+        """The channel of a message this webhook posted (10008 for any other message)."""
+        webhook = self._webhook(webhook_id, token)
+        message = self._channel(webhook.channel_id).messages.get(message_id)
+        if message is None or message.webhook is None or message.author_id != webhook.id:
+            raise unknown(ErrorCode.UNKNOWN_MESSAGE)
+        return webhook.channel_id
+
+    # ---------------------------------------------------------------------------- rendering
+
+    def message_payload(self, message: Message, *, gateway: bool = False) -> dict[str, Any]:
+        """The message as REST returns it; with `gateway`, as MESSAGE_CREATE/UPDATE carry it
+        (plus `guild_id`, the author's partial `member`, and `member` on each mention)."""
+        guild = self._guilds[message.guild_id]
+        payload: dict[str, Any] = {
+            "id": str(message.id),
+            "type": MESSAGE_TYPE_REPLY if message.reference else MESSAGE_TYPE_DEFAULT,
+            "channel_id": str(message.channel_id),
+            "author": self._author_payload(message),
+            "content": message.content,
+            "timestamp": iso_timestamp(snowflake_time(message.id)),
+            "edited_timestamp": iso_timestamp(message.edited_at) if message.edited_at else None,
+            "tts": message.tts,
+            "mention_everyone": message.mention_everyone,
+            "mentions": [self._mention_payload(guild, uid, gateway) for uid in message.mention_ids],
+            "mention_roles": [str(role_id) for role_id in message.mention_role_ids],
+            "attachments": [self._attachment_payload(a) for a in message.attachments],
+            "embeds": [dict(embed) for embed in message.embeds],
+            "pinned": False,
+            "flags": 0,
+            "components": [],
+        }
+        if message.reactions:
+            payload["reactions"] = [
+                self._reaction_payload(emoji, users) for emoji, users in message.reactions.items()
+            ]
+        if message.nonce is not None:
+            payload["nonce"] = message.nonce
+        if message.webhook is not None:
+            payload["webhook_id"] = str(message.webhook.webhook_id)
+        if message.reference is not None:
+            ref_channel_id, ref_message_id = message.reference
+            payload["message_reference"] = {
+                "type": 0,
+                "message_id": str(ref_message_id),
+                "channel_id": str(ref_channel_id),
+                "guild_id": str(message.guild_id),
+            }
+            referenced = self._channels[ref_channel_id].messages.get(ref_message_id)
+            payload["referenced_message"] = (
+                None if referenced is None else self._referenced_payload(referenced)
+            )
+        if gateway:
+            payload["guild_id"] = str(message.guild_id)
+            if message.webhook is None:
+                member = guild.members.get(message.author_id)
+                if member is not None:
+                    payload["member"] = member_payload(member, user=None)
+        return payload
+
+    # ------------------------------------------------------------------------------ private
+
+    def _now(self) -> datetime:
+        return datetime.fromtimestamp(self._clock(), tz=UTC)
+
+    def _publish(self, name: str, data: dict[str, Any], guild_id: int) -> None:
+        event = GatewayEvent(name, data, guild_id)
+        for listener in list(self._listeners):
+            listener(event)
+
+    def _user(self, user_id: int) -> User:
+        try:
+            return self._users[user_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_USER) from None
+
+    def _guild(self, guild_id: int) -> Guild:
+        try:
+            return self._guilds[guild_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_GUILD) from None
+
+    def _channel(self, channel_id: int) -> Channel:
+        try:
+            return self._channels[channel_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_CHANNEL) from None
+
+    @staticmethod
+    def _member(guild: Guild, user_id: int) -> Member:
+        try:
+            return guild.members[user_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_MEMBER) from None
+
+    def _message(self, channel_id: int, message_id: int) -> Message:
+        try:
+            return self._channel(channel_id).messages[message_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_MESSAGE) from None
+
+    def _webhook(self, webhook_id: int, token: str | None) -> Webhook:
+        webhook = self._webhooks.get(webhook_id)
+        if webhook is None:
+            raise unknown(ErrorCode.UNKNOWN_WEBHOOK)
+        if token is not None and not secrets.compare_digest(token, webhook.token):
+            raise DiscordAPIError(401, ErrorCode.INVALID_WEBHOOK_TOKEN, "Invalid Webhook Token")
+        return webhook
+
+    def _webhook_payload(self, webhook: Webhook) -> dict[str, Any]:
+        creator = self._users[webhook.creator_id]
+        return webhook_payload(webhook, creator=creator, application_id=self.bot_user_id)
+
+    @staticmethod
+    def _check_body(content: str, embeds: Sequence[Mapping[str, Any]]) -> None:
+        problems: FieldErrors = {}
+        for name, size, limit in (
+            ("content", len(content), MAX_CONTENT_LENGTH),
+            ("embeds", len(embeds), MAX_EMBEDS),
+        ):
+            if size > limit:
+                problems[(name,)] = ("BASE_TYPE_MAX_LENGTH", f"Must be {limit} or fewer in length.")
+        if problems:
+            raise invalid_form_body(problems)
+
+    def _replied_message(
+        self, channel: Channel, reference: MessageReferenceSpec | None
+    ) -> Message | None:
+        if reference is None:
+            return None
+        ref_channel = self._channels.get(reference.channel_id or channel.id)
+        replied = ref_channel.messages.get(reference.message_id) if ref_channel else None
+        if replied is None and reference.fail_if_not_exists:
+            raise invalid_form_body(
+                {("message_reference",): ("MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")}
+            )
+        return replied
+
+    def _referenced_author(self, message: Message) -> int | None:
+        if message.reference is None:
+            return None
+        ref_channel_id, ref_message_id = message.reference
+        referenced = self._channels[ref_channel_id].messages.get(ref_message_id)
+        return None if referenced is None else referenced.author_id
+
+    def _mentions(
+        self,
+        guild: Guild,
+        content: str,
+        allowed: AllowedMentions | None,
+        replied_author_id: int | None,
+    ) -> tuple[list[int], list[int], bool]:
+        """(user ids, role ids, @everyone) the content mentions, as `allowed` lets it: no
+        `allowed_mentions` parses everything and pings the replied-to author."""
+        user_ids = [int(m) for m in dict.fromkeys(_USER_MENTION.findall(content))]
+        user_ids = [uid for uid in user_ids if uid in self._users]
+        role_ids = [int(m) for m in dict.fromkeys(_ROLE_MENTION.findall(content))]
+        role_ids = [rid for rid in role_ids if rid in guild.roles]
+        everyone = _EVERYONE_MENTION.search(content) is not None
+        if allowed is not None:
+            user_ids = [u for u in user_ids if "users" in allowed.parse or u in allowed.users]
+            role_ids = [r for r in role_ids if "roles" in allowed.parse or r in allowed.roles]
+            everyone = everyone and "everyone" in allowed.parse
+        ping_replied = allowed is None or allowed.replied_user
+        if replied_author_id in self._users and ping_replied and replied_author_id not in user_ids:
+            user_ids.append(replied_author_id)
+        return user_ids, role_ids, everyone
+
+    def _store_upload(self, channel_id: int, upload: Upload) -> Attachment:
+        attachment = Attachment(
+            id=self._snowflakes.next_id(),
+            channel_id=channel_id,
+            filename=upload.filename,
+            data=upload.data,
+            content_type=upload.content_type,
+            description=upload.description,
+        )
+        self._attachments[attachment.id] = attachment
+        return attachment
+
+    def _remove_message(self, channel: Channel, message_id: int) -> Message | None:
+        message = channel.messages.pop(message_id, None)
+        if message is not None:
+            for attachment in message.attachments:
+                del self._attachments[attachment.id]
+        return message
+
+    @staticmethod
+    def _unicode_emoji(emoji: str) -> str:
+        if ":" in emoji:  # name:id — a custom emoji, and this world has none
+            raise unknown(ErrorCode.UNKNOWN_EMOJI)
+        return emoji
+
+    @staticmethod
+    def _reaction_event(message: Message, emoji: str, user_id: int) -> dict[str, Any]:
+        return {
+            "user_id": str(user_id),
+            "channel_id": str(message.channel_id),
+            "message_id": str(message.id),
+            "guild_id": str(message.guild_id),
+            "emoji": {"id": None, "name": emoji},
+            "burst": False,
+            "type": 0,
+        }
+
+    def _reaction_payload(self, emoji: str, user_ids: list[int]) -> dict[str, Any]:
+        return {
+            "count": len(user_ids),
+            "count_details": {"burst": 0, "normal": len(user_ids)},
+            "me": self.bot_user_id in user_ids,
+            "me_burst": False,
+            "burst_colors": [],
+            "emoji": {"id": None, "name": emoji},
+        }
+
+    def _author_payload(self, message: Message) -> dict[str, Any]:
+        if message.webhook is None:
+            return user_payload(self._users[message.author_id])
+        return {
+            "id": str(message.webhook.webhook_id),
+            "username": message.webhook.username,
+            "avatar": message.webhook.avatar,
+            "discriminator": "0000",
+            "global_name": None,
+            "bot": True,
+        }
+
+    def _mention_payload(self, guild: Guild, user_id: int, gateway: bool) -> dict[str, Any]:
+        payload = user_payload(self._users[user_id])
+        member = guild.members.get(user_id)
+        if gateway and member is not None:
+            payload["member"] = member_payload(member, user=None)
+        return payload
+
+    def _attachment_payload(self, attachment: Attachment) -> dict[str, Any]:
+        url = (
+            f"{self.cdn_base_url}/attachments/{attachment.channel_id}/{attachment.id}/"
+            f"{quote(attachment.filename)}"
+        )
+        return attachment_payload(attachment, url=url)
+
+    def _referenced_payload(self, message: Message) -> dict[str, Any]:
+        """A replied-to message as Discord nests it: one level deep, no further reference."""
+        payload = self.message_payload(message)
+        payload.pop("referenced_message", None)
+        return payload

@@ -1,0 +1,213 @@
+"""The REST front door: request counts, injected faults and Discord-style rate limits.
+
+Every REST request (webhooks included) is counted by method and route template, then either
+answered by an injected fault, refused because its rate-limit bucket is exhausted, or handled.
+Each response carries the `X-RateLimit-*` headers of its bucket, as Discord's do.
+
+Buckets follow Discord's model loosely: one per route template and major parameter (channel,
+guild or webhook), `limit` requests per fixed `window`. A 429 carries `retry_after` in the body,
+`Retry-After`, `X-RateLimit-Scope` and a `Via` header (discord.py treats a 429 without `Via` as
+a Cloudflare ban and gives up instead of retrying).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import math
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+
+from aiohttp import web
+
+from chat.sandbox.responses import json_response
+
+RouteKey = tuple[str, str]
+"""(HTTP method, route template relative to the API base).
+
+For example ("POST", "/channels/{channel_id}/messages").
+"""
+
+_MAJOR_PARAMETERS = ("channel_id", "guild_id", "webhook_id")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitPolicy:
+    """`limit` requests per bucket per `window` seconds (generous by default, so tests and
+    demos never wait; lower it to load-test the bot's rate-limit handling)."""
+
+    limit: int = 50
+    window: float = 1.0
+
+
+@dataclass(slots=True)
+class Fault:
+    """An injected failure: the next `remaining` requests matching it get `status`."""
+
+    method: str
+    path_pattern: str
+    status: int
+    remaining: int
+    retry_after: float
+    scope: str
+
+    def matches(self, method: str, route: str, path: str) -> bool:
+        """`method` equal (or the fault's is "*"), and the pattern equal to the route template
+        or matching the concrete path as a shell glob ("/channels/*/messages")."""
+        if self.method not in ("*", method):
+            return False
+        return self.path_pattern == route or fnmatch.fnmatchcase(path, self.path_pattern)
+
+
+class _Bucket:
+    def __init__(self, key: str, policy: RateLimitPolicy) -> None:
+        self.hash = hashlib.sha1(key.encode()).hexdigest()[:16]
+        self._policy = policy
+        self._window_ends = 0.0
+        self._used = 0
+
+    def take(self, now: float) -> float | None:
+        """Spend one request at monotonic time `now`; `None` if allowed, else the seconds until
+        the bucket resets."""
+        if now >= self._window_ends:
+            self._window_ends, self._used = now + self._policy.window, 0
+        self._used += 1
+        return None if self._used <= self._policy.limit else self._window_ends - now
+
+    def headers(self, now: float, wall_now: float) -> dict[str, str]:
+        reset_after = max(0.0, self._window_ends - now)
+        return {
+            "X-RateLimit-Limit": str(self._policy.limit),
+            "X-RateLimit-Remaining": str(max(0, self._policy.limit - self._used)),
+            "X-RateLimit-Reset": f"{wall_now + reset_after:.3f}",
+            "X-RateLimit-Reset-After": f"{reset_after:.3f}",
+            "X-RateLimit-Bucket": self.hash,
+        }
+
+
+def _too_many_requests(retry_after: float, scope: str) -> web.Response:
+    body = {
+        "message": "You are being rate limited.",
+        "retry_after": retry_after,
+        "global": scope == "global",
+    }
+    response = json_response(body, status=429)
+    response.headers.update(
+        {
+            "Retry-After": str(math.ceil(retry_after)),
+            "X-RateLimit-Scope": scope,
+            "Via": "1.1 google",
+        }
+    )
+    return response
+
+
+class Traffic:
+    """Counts, faults and rate limits for one REST application (see the module docstring).
+
+    `api_prefix` is stripped from paths and route templates, so keys and fault patterns read
+    like Discord's documentation ("/channels/{channel_id}/messages").
+    """
+
+    def __init__(
+        self,
+        *,
+        api_prefix: str,
+        policy: RateLimitPolicy,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._prefix = api_prefix
+        self._policy = policy
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._counts: Counter[RouteKey] = Counter()
+        self._faults: list[Fault] = []
+        self._buckets: dict[str, _Bucket] = {}
+
+    @property
+    def request_counts(self) -> Mapping[RouteKey, int]:
+        """Requests seen so far (faulted and rate-limited ones included), by route."""
+        return dict(self._counts)
+
+    def inject_fault(
+        self,
+        method: str,
+        path_pattern: str,
+        status: int,
+        *,
+        count: int = 1,
+        retry_after: float | None = None,
+        scope: str = "user",
+    ) -> None:
+        """Answer the next `count` requests matching (`method`, `path_pattern`) with `status`.
+
+        `path_pattern` is a route template ("/channels/{channel_id}/messages") or a glob over
+        the concrete path ("/channels/*/messages"), both relative to the API base. A 429 tells
+        the client to retry after `retry_after` seconds (default 1) in `scope` ("user",
+        "shared" or "global"); other statuses answer Discord's plain error body.
+        """
+        if not 400 <= status <= 599:
+            raise ValueError(f"status must be an HTTP error (400-599), not {status}")
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        retry = 1.0 if retry_after is None else retry_after
+        self._faults.append(Fault(method.upper(), path_pattern, status, count, retry, scope))
+
+    def clear_faults(self) -> None:
+        self._faults.clear()
+
+    @web.middleware
+    async def middleware(
+        self,
+        request: web.Request,
+        handler: Callable[[web.Request], Awaitable[web.StreamResponse]],
+    ) -> web.StreamResponse:
+        route = self.route_template(request)
+        path = request.path.removeprefix(self._prefix)
+        self._counts[(request.method, route)] += 1
+        bucket = self._bucket(request, route)
+        now = self._clock()
+        fault = self._take_fault(request.method, route, path)
+        if fault is not None:
+            response: web.StreamResponse = self._fault_response(fault)
+        elif (retry_after := bucket.take(now)) is not None:
+            response = _too_many_requests(retry_after, "user")
+        else:
+            response = await handler(request)
+        response.headers.update(bucket.headers(now, self._wall_clock()))
+        return response
+
+    def route_template(self, request: web.Request) -> str:
+        """The matched route's template relative to the API base; the path if none matched."""
+        resource = request.match_info.route.resource
+        template = resource.canonical if resource is not None else request.path
+        return template.removeprefix(self._prefix)
+
+    def _bucket(self, request: web.Request, route: str) -> _Bucket:
+        major = [request.match_info.get(name, "") for name in _MAJOR_PARAMETERS]
+        key = f"{request.method} {route} {'+'.join(major)}"
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(key, self._policy)
+        return bucket
+
+    def _take_fault(self, method: str, route: str, path: str) -> Fault | None:
+        for fault in self._faults:
+            if fault.matches(method, route, path):
+                fault.remaining -= 1
+                if fault.remaining == 0:
+                    self._faults.remove(fault)
+                return fault
+        return None
+
+    @staticmethod
+    def _fault_response(fault: Fault) -> web.Response:
+        if fault.status == 429:
+            return _too_many_requests(fault.retry_after, fault.scope)
+        phrase = HTTPStatus(fault.status).phrase
+        body = {"message": f"{fault.status}: {phrase}", "code": 0}
+        return json_response(body, status=fault.status)

@@ -1,0 +1,134 @@
+"""Fixtures: a sandbox server with the demo world, and the real discord.py client against it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import aiohttp
+import discord
+import pytest
+
+from chat.gateway.endpoints import DISCORD_API_BASE, configure_discord_endpoints
+from chat.sandbox import GatewaySettings, SandboxServer
+from chat.sandbox.demo import demo_sandbox
+
+EVENT_TIMEOUT = 5.0
+
+RestCaller = Callable[..., Awaitable[tuple[int, Any]]]
+"""``await rest(method, path, auth=True, **aiohttp_kwargs)`` -> (status, decoded body)."""
+
+
+def full_intents() -> discord.Intents:
+    intents = discord.Intents.none()
+    intents.guilds = intents.members = True
+    intents.messages = intents.message_content = intents.reactions = intents.typing = True
+    return intents
+
+
+class RecordingClient(discord.Client):
+    """A plain discord.Client that queues what it receives, for tests to await in order."""
+
+    def __init__(self, *, intents: discord.Intents | None = None, **options: Any) -> None:
+        super().__init__(intents=intents or full_intents(), guild_ready_timeout=0.2, **options)
+        self.received: defaultdict[str, asyncio.Queue[Any]] = defaultdict(asyncio.Queue)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """discord.py sleeps 5 s before every non-initial IDENTIFY; the sandbox has no limit."""
+
+    async def next_event(self, name: str) -> Any:
+        return await asyncio.wait_for(self.received[name].get(), EVENT_TIMEOUT)
+
+    def _record(self, name: str, value: Any) -> None:
+        self.received[name].put_nowait(value)
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._record("message", message)
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        self._record("raw_message_edit", payload)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self._record("raw_message_delete", payload)
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self._record("raw_bulk_message_delete", payload)
+
+    async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
+        self._record("raw_reaction_add", payload)
+
+    async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
+        self._record("raw_reaction_remove", payload)
+
+    async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
+        self._record("raw_typing", payload)
+
+    async def on_resumed(self) -> None:
+        self._record("resumed", None)
+
+
+class RecordingShardedClient(discord.AutoShardedClient, RecordingClient):
+    """The sharded variant (same recording, discord.py's AutoShardedClient connection logic)."""
+
+
+ClientT = TypeVar("ClientT", bound=discord.Client)
+
+
+@contextlib.asynccontextmanager
+async def running(client: ClientT, token: str) -> AsyncIterator[ClientT]:
+    """Start `client`, wait until it is ready, and always close it afterwards.
+
+    Raises whatever `client.start` raised if it stops before becoming ready.
+    """
+    task = asyncio.create_task(client.start(token))
+    ready = asyncio.create_task(client.wait_until_ready())
+    try:
+        done, _ = await asyncio.wait({task, ready}, timeout=10, return_when="FIRST_COMPLETED")
+        if task in done:
+            task.result()
+        assert ready in done, "the client did not become ready"
+        yield client
+    finally:
+        ready.cancel()
+        await client.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SandboxServer]:
+    """The demo world on an ephemeral port, with discord.py pointed at it."""
+    settings = GatewaySettings(heartbeat_interval_ms=250)
+    async with SandboxServer(demo_sandbox(), gateway=settings) as server:
+        configure_discord_endpoints(api_base=server.api_base, gateway_url=server.gateway_url)
+        try:
+            yield server
+        finally:
+            configure_discord_endpoints(api_base=DISCORD_API_BASE, gateway_url=None)
+
+
+@pytest.fixture
+async def bot(server: SandboxServer) -> AsyncIterator[RecordingClient]:
+    """A ready RecordingClient logged in to `server`."""
+    async with running(RecordingClient(), server.token) as client:
+        yield client
+
+
+@pytest.fixture
+async def rest(server: SandboxServer) -> AsyncIterator[RestCaller]:
+    """Raw REST calls to the sandbox: ``await rest("GET", "/channels/1")`` -> (status, body)."""
+    async with aiohttp.ClientSession() as session:
+
+        async def call(
+            method: str, path: str, *, auth: bool = True, **kwargs: Any
+        ) -> tuple[int, Any]:
+            headers = {"Authorization": f"Bot {server.token}"} if auth else {}
+            url = server.api_base + path
+            async with session.request(method, url, headers=headers, **kwargs) as response:
+                body = await response.json() if response.status != 204 else None
+                return response.status, body
+
+        yield call
