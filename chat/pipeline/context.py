@@ -79,6 +79,9 @@ class TurnInput:
         reunion_note: A precomputed note for a returning user; None for none.
         impersonated_user_id: A user the persona speaks as this turn; None when not.
         token_cache: The previous turn's `TurnContext.token_cache` (empty when cold).
+        previous_history: The previous turn's `TurnContext.simplified_history`; simplification
+            resumes from it when it still fits (same settings, its messages a prefix of this
+            window), else starts over. None when cold.
     """
 
     persona: PersonaSpec
@@ -107,6 +110,7 @@ class TurnInput:
     reunion_note: str | None = None
     impersonated_user_id: int | None = None
     token_cache: Mapping[TokenCacheKey, int] = field(default_factory=dict)
+    previous_history: SimplifiedHistory | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,7 @@ class TurnContext:
         warnings: Problems worth recording on the turn (e.g. the budget could not be met).
         token_counter: Which tokenizer counted ``items``.
         token_cache: Pass to the next turn's `TurnInput.token_cache`.
+        simplified_history: Pass to the next turn's `TurnInput.previous_history`.
     """
 
     persona_name: str
@@ -142,6 +147,7 @@ class TurnContext:
     warnings: tuple[str, ...]
     token_counter: str
     token_cache: Mapping[TokenCacheKey, int]
+    simplified_history: SimplifiedHistory
 
     @property
     def total_tokens(self) -> int:
@@ -157,7 +163,8 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         2. End the history at the trigger: later messages (other queued triggers among them)
            wait for their own turns.
         3. Simplify it: hidden users dropped, blocked runs as notices, ``ref_N``/``media_N``
-           issued, same-author runs merged (`simplify.build_simplified_history`).
+           issued, same-author runs merged (`simplify.build_simplified_history`), resuming
+           from ``turn.previous_history`` when it fits.
         4. Resolve participants (`participants.prepare_participant_context`).
         5. Admit tools from the triggering entry (`tools.admit_tools`).
         6. Assemble items: system prompt, memories, STM, samples, dialogue history with its
@@ -182,12 +189,15 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         hidden_user_ids=hidden,
         blocked_user_ids=blocked_user_ids(turn.blocks, persona.name, turn.now),
         timezone=timezone,
+        resume_from=turn.previous_history,
     )
     entries = simplified.entries
     participants = prepare_participant_context(
         entries, personas=turn.personas, member_names=turn.names.users, hidden_user_ids=hidden
     )
-    trigger = next((entry for entry in entries if turn.trigger_id in entry.message_ids), None)
+    trigger = next(
+        (entry for entry in reversed(entries) if turn.trigger_id in entry.message_ids), None
+    )
     warnings = [] if trigger else ["the triggering message is not visible to this persona"]
     admission = admit_tools(
         deliberate_tool_mode=persona.deliberate_tool_mode,
@@ -248,6 +258,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         warnings=tuple(warnings),
         token_counter=turn.token_counter.name,
         token_cache=MappingProxyType(token_cache),
+        simplified_history=simplified,
     )
 
 

@@ -85,10 +85,11 @@ def append_dialogue_history(
     dialogue: list[ContextItem] = []
     previous_day: date | None = None
     for entry, entry_media in zip(history, media, strict=True):
-        day = entry.created_at.astimezone(timezone).date()
+        first, last = entry.parts[0].created_at, entry.parts[-1].created_at
+        day = first.astimezone(timezone).date()
         if previous_day is not None and day != previous_day:
             dialogue.append(date_spacer(day))
-        previous_day = entry.parts[-1].created_at.astimezone(timezone).date()
+        previous_day = day if last is first else last.astimezone(timezone).date()
         if entry.author_name not in labels:
             labels[entry.author_name] = expand_macros(entry.author_name, macros)
         role = dialogue_role(entry, persona.name, impersonated_user_id)

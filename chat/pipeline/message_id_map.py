@@ -51,8 +51,24 @@ class MessageIdMap:
         """A read-only view of every issued key and its snowflake, in issue order per namespace."""
         return MappingProxyType(self._snowflakes)
 
+    def copy(self) -> MessageIdMap:
+        """An independent map with the same keys, to go on registering from."""
+        duplicate = MessageIdMap()
+        duplicate._keys = dict(self._keys)
+        duplicate._snowflakes = dict(self._snowflakes)
+        duplicate._counts = dict(self._counts)
+        return duplicate
+
     def __len__(self) -> int:
         return len(self._snowflakes)
+
+    def __eq__(self, other: object) -> bool:
+        """Maps are equal when they issued the same keys, for the same snowflakes, in order."""
+        if not isinstance(other, MessageIdMap):
+            return NotImplemented
+        return list(self._snowflakes.items()) == list(other._snowflakes.items())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable while being filled
 
     @staticmethod
     def is_key(text: str) -> bool:

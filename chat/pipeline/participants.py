@@ -70,20 +70,19 @@ def prepare_participant_context(
     for entry in history:
         if entry.kind is not EntryKind.MESSAGE:
             continue
-        authors.setdefault(
-            (entry.author_id, entry.author_name),
-            Participant(
+        author = (entry.author_id, entry.author_name)
+        if author not in authors:
+            authors[author] = Participant(
                 name=entry.author_name,
                 role=ParticipantRole.AUTHOR,
                 user_id=entry.author_id,
                 persona_name=entry.persona_name,
-            ),
-        )
+            )
         for user_id in entry.mention_ids:
             name = member_names.get(user_id)
-            if name is not None and user_id not in hidden_user_ids:
-                mentioned.setdefault(
-                    user_id, Participant(name=name, role=ParticipantRole.MENTIONED, user_id=user_id)
+            if name is not None and user_id not in hidden_user_ids and user_id not in mentioned:
+                mentioned[user_id] = Participant(
+                    name=name, role=ParticipantRole.MENTIONED, user_id=user_id
                 )
     author_ids = {participant.user_id for participant in authors.values()}
     mentioned_only = [p for user_id, p in mentioned.items() if user_id not in author_ids]

@@ -105,11 +105,25 @@ class SimplifiedEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class SimplificationSettings:
+    """Everything besides the messages that simplification depends on."""
+
+    reply_targets: Mapping[int, HistoryMessage]
+    names: NameDirectory
+    hidden_user_ids: AbstractSet[int]
+    blocked_user_ids: AbstractSet[int]
+    timezone: tzinfo
+
+
+@dataclass(frozen=True, slots=True)
 class SimplifiedHistory:
-    """The entries, oldest first, and the `MessageIdMap` filled while rendering them."""
+    """The entries, oldest first, and the `MessageIdMap` filled while rendering them; plus the
+    messages and settings they were built from, so the next turn can resume from them."""
 
     entries: tuple[SimplifiedEntry, ...]
     id_map: MessageIdMap
+    messages: tuple[HistoryMessage, ...]
+    settings: SimplificationSettings
 
 
 def hidden_user_ids(
@@ -135,6 +149,7 @@ def build_simplified_history(
     hidden_user_ids: AbstractSet[int],
     blocked_user_ids: AbstractSet[int],
     timezone: tzinfo,
+    resume_from: SimplifiedHistory | None = None,
 ) -> SimplifiedHistory:
     """Turn a window of messages into simplified history entries, registering compact ids.
 
@@ -145,6 +160,12 @@ def build_simplified_history(
            then the ``media_N`` keys of its own, forwarded and carried attachments.
         4. The entry merges into the previous one when DESIGN §5 allows (`can_merge`).
 
+    Each message's result depends only on the settings and the messages before it. So when
+    ``resume_from`` was built with equal settings from a prefix of ``messages`` (a busy
+    channel's next turn: the same anchored window plus new messages), its entries and a copy of
+    its id map are the starting point and only the new messages are rendered. The result is
+    the same as a full build; an edited, deleted or re-reacted message fails the prefix check.
+
     Args:
         messages: The window, oldest first.
         reply_targets: Reply targets and thread starters fetched from outside the window, by id.
@@ -153,20 +174,19 @@ def build_simplified_history(
         hidden_user_ids: See `hidden_user_ids`.
         blocked_user_ids: See `blocked_user_ids`.
         timezone: The guild's timezone; merging never crosses one of its calendar days.
+        resume_from: The previous turn's result, or None to build from scratch.
 
     Returns:
         The entries and the id map. Keys are issued in render order, so the same window always
         yields the same keys.
     """
-    renderer = _MessageRenderer(
-        id_map=MessageIdMap(),
-        names=names,
-        hidden_user_ids=hidden_user_ids,
-        blocked_user_ids=blocked_user_ids,
-        known_messages={**reply_targets, **{message.id: message for message in messages}},
+    window = tuple(messages)
+    settings = SimplificationSettings(
+        reply_targets, names, hidden_user_ids, blocked_user_ids, timezone
     )
-    entries: list[SimplifiedEntry] = []
-    for message in messages:
+    start, entries, id_map = _resume_point(resume_from, window, settings)
+    renderer = _MessageRenderer(id_map, settings, {message.id: message for message in window})
+    for message in window[start:]:
         user_id = message.accountable_user_id
         if user_id in hidden_user_ids:
             continue
@@ -176,7 +196,7 @@ def build_simplified_history(
             entries[-1] = _merged(entries[-1], entry)
         else:
             entries.append(entry)
-    return SimplifiedHistory(entries=tuple(entries), id_map=renderer.id_map)
+    return SimplifiedHistory(tuple(entries), id_map, window, settings)
 
 
 def can_merge(previous: SimplifiedEntry, entry: SimplifiedEntry, timezone: tzinfo) -> bool:
@@ -199,6 +219,21 @@ def can_merge(previous: SimplifiedEntry, entry: SimplifiedEntry, timezone: tzinf
         and _local_day(previous.parts[-1].created_at, timezone)
         == _local_day(entry.created_at, timezone)
     )
+
+
+def _resume_point(
+    previous: SimplifiedHistory | None,
+    window: tuple[HistoryMessage, ...],
+    settings: SimplificationSettings,
+) -> tuple[int, list[SimplifiedEntry], MessageIdMap]:
+    """(messages already simplified, their entries, a copy of their id map), or a fresh start."""
+    if (
+        previous is None
+        or previous.settings != settings
+        or window[: len(previous.messages)] != previous.messages
+    ):
+        return 0, [], MessageIdMap()
+    return len(previous.messages), list(previous.entries), previous.id_map.copy()
 
 
 def _local_day(moment: datetime, timezone: tzinfo) -> tuple[int, int, int]:
@@ -233,18 +268,16 @@ class _MessageRenderer:
 
     def __init__(
         self,
-        *,
         id_map: MessageIdMap,
-        names: NameDirectory,
-        hidden_user_ids: AbstractSet[int],
-        blocked_user_ids: AbstractSet[int],
-        known_messages: Mapping[int, HistoryMessage],
+        settings: SimplificationSettings,
+        window: Mapping[int, HistoryMessage],
     ) -> None:
         self.id_map = id_map
-        self._names = names
-        self._hidden = hidden_user_ids
-        self._blocked = blocked_user_ids
-        self._known = known_messages
+        self._names = settings.names
+        self._hidden = settings.hidden_user_ids
+        self._blocked = settings.blocked_user_ids
+        self._reply_targets = settings.reply_targets
+        self._window = window
 
     def render(self, message: HistoryMessage) -> SimplifiedEntry:
         """Render one visible message (steps 3 of `build_simplified_history`)."""
@@ -258,7 +291,7 @@ class _MessageRenderer:
             created_at=message.created_at,
             head=head,
             body=self._body(message.content, message.containers),
-            tail=" ".join(self._tail(message, files)),
+            tail=self._tail(message, files),
         )
         return SimplifiedEntry(
             kind=EntryKind.MESSAGE,
@@ -291,7 +324,9 @@ class _MessageRenderer:
         reference = message.reference
         if reference is None or reference.kind is ReferenceKind.FORWARD:
             return None
-        target = self._known.get(reference.message_id)
+        target = self._window.get(reference.message_id) or self._reply_targets.get(
+            reference.message_id
+        )
         if target is None:
             return None
         author = target.accountable_user_id
@@ -323,11 +358,12 @@ class _MessageRenderer:
 
     def _body(self, content: str, containers: Sequence[ComponentContainer]) -> str:
         texts = [content] if content else []
-        texts += [
-            "\n".join(container.text_displays)
-            for container in containers
-            if container.kind.is_shown and container.kind is not CardKind.SYSTEM_NOTICE
-        ]
+        if containers:
+            texts += [
+                "\n".join(container.text_displays)
+                for container in containers
+                if container.kind.is_shown and container.kind is not CardKind.SYSTEM_NOTICE
+            ]
         return render_markup("\n".join(texts), self._names, self._hidden)
 
     def _media(
@@ -360,31 +396,34 @@ class _MessageRenderer:
                 files.append(ref)
         return tuple(images), tuple(documents), tuple(files)
 
-    def _tail(self, message: HistoryMessage, files: Sequence[MediaDescriptor]) -> Iterator[str]:
+    def _tail(self, message: HistoryMessage, files: Sequence[MediaDescriptor]) -> str:
         """Annotations after the words: cards, stickers, forwards, files, reactions."""
-        yield from self._card_annotations(message.embeds, message.containers)
-        yield from _sticker_annotations(message.stickers)
+        pieces = self._card_annotations(message.embeds, message.containers)
+        pieces += _sticker_annotations(message.stickers)
         for snapshot in message.snapshots:
             forwarded = self._body(snapshot.content, ())
-            yield f'[forwarded: "{forwarded}"]' if forwarded else "[forwarded]"
-            yield from self._card_annotations(snapshot.embeds, ())
-            yield from _sticker_annotations(snapshot.stickers)
-        yield from (f"[file {ref.key}: {ref.filename}]" for ref in files)
+            pieces.append(f'[forwarded: "{forwarded}"]' if forwarded else "[forwarded]")
+            pieces += self._card_annotations(snapshot.embeds, ())
+            pieces += _sticker_annotations(snapshot.stickers)
+        pieces += [f"[file {ref.key}: {ref.filename}]" for ref in files]
         if message.reactions:
             reactions = ", ".join(
                 f"{render_markup(reaction.emoji, self._names, self._hidden)} {reaction.count}"
                 for reaction in message.reactions
             )
-            yield f"[reactions: {reactions}]"
+            pieces.append(f"[reactions: {reactions}]")
+        return " ".join(pieces)
 
     def _card_annotations(
         self, embeds: Sequence[Embed], containers: Sequence[ComponentContainer]
-    ) -> Iterator[str]:
+    ) -> list[str]:
+        annotations = []
         for card in (*embeds, *containers):
             if card.kind is CardKind.SYSTEM_NOTICE:
-                yield f"[System: {self._card_text(card)}]"
+                annotations.append(f"[System: {self._card_text(card)}]")
             elif card.kind.is_shown and isinstance(card, Embed):
-                yield f"[Embed: {self._card_text(card)}]"
+                annotations.append(f"[Embed: {self._card_text(card)}]")
+        return annotations
 
     def _card_text(self, card: Embed | ComponentContainer) -> str:
         if isinstance(card, ComponentContainer):
@@ -397,8 +436,8 @@ class _MessageRenderer:
         return render_markup(text, self._names, self._hidden)
 
 
-def _sticker_annotations(stickers: Sequence[Sticker]) -> Iterator[str]:
-    return (f"[sticker: {scrub_snowflakes(sticker.name)}]" for sticker in stickers)
+def _sticker_annotations(stickers: Sequence[Sticker]) -> list[str]:
+    return [f"[sticker: {scrub_snowflakes(sticker.name)}]" for sticker in stickers]
 
 
 def _shown_cards(message: HistoryMessage) -> Iterator[Embed | ComponentContainer]:
@@ -407,13 +446,14 @@ def _shown_cards(message: HistoryMessage) -> Iterator[Embed | ComponentContainer
 
 def _carried_attachments(
     message: HistoryMessage, target: HistoryMessage | None
-) -> Iterator[tuple[int, Attachment]]:
+) -> list[tuple[int, Attachment]]:
     """(source message id, attachment): own, then forwarded, then the target's."""
-    yield from ((message.id, attachment) for attachment in message.attachments)
+    carried = [(message.id, attachment) for attachment in message.attachments]
     for snapshot in message.snapshots:
-        yield from ((message.id, attachment) for attachment in snapshot.attachments)
+        carried += [(message.id, attachment) for attachment in snapshot.attachments]
     if target is not None:
-        yield from ((target.id, attachment) for attachment in target.attachments)
+        carried += [(target.id, attachment) for attachment in target.attachments]
+    return carried
 
 
 def _is_pure_text(message: HistoryMessage) -> bool:
@@ -428,6 +468,8 @@ def _is_pure_text(message: HistoryMessage) -> bool:
 
 def _is_notice_only(message: HistoryMessage) -> bool:
     """A message with nothing but this bot's system-notice cards (and possibly hidden cards)."""
+    if message.content or not (message.embeds or message.containers):
+        return False
     cards = list(_shown_cards(message))
     return (
         bool(cards)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from hashlib import blake2b
 from typing import TYPE_CHECKING, Protocol
 
@@ -109,5 +108,5 @@ def count_item_tokens(
         if tokens is None:
             tokens = counter.count(item.text)
         next_cache[key] = tokens
-        counted.append(replace(item, tokens=tokens))
+        counted.append(item.with_tokens(tokens))
     return tuple(counted), next_cache

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 import pytest
@@ -241,36 +241,38 @@ def test_the_budget_removes_the_oldest_stride_batches():
     ]
 
 
+def warmed(turn, previous):
+    """``turn`` with the caches ``previous`` left for the channel's next turn."""
+    return replace(
+        turn, token_cache=previous.token_cache, previous_history=previous.simplified_history
+    )
+
+
 def test_a_warm_build_counts_nothing_and_matches_the_cold_one():
     history = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 30)]
     counter = CountingCounter()
+    turn = turn_input(history, token_counter=counter)
 
-    cold = build_turn_context(turn_input(history, token_counter=counter))
+    cold = build_turn_context(turn)
     cold_calls = len(counter.calls)
-    warm = build_turn_context(
-        turn_input(history, token_counter=counter, token_cache=cold.token_cache)
-    )
+    warm = build_turn_context(warmed(turn, cold))
 
     assert cold_calls == len(cold.items)
     assert len(counter.calls) == cold_calls
     assert warm == cold
 
 
-def test_a_new_message_counts_only_what_changed():
+def test_the_next_turn_counts_only_what_changed_and_matches_a_cold_build():
     history = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 30)]
     counter = CountingCounter()
     first = build_turn_context(turn_input(history, token_counter=counter))
     counter.calls.clear()
+    next_turn = turn_input([*history, message(30, "new", author=CAROL)], token_counter=counter)
 
-    build_turn_context(
-        turn_input(
-            [*history, message(30, "new", author=CAROL)],
-            token_counter=counter,
-            token_cache=first.token_cache,
-        )
-    )
+    warm = build_turn_context(warmed(next_turn, first))
 
     assert counter.calls == ["Carol: [ref_30] new"]
+    assert warm == build_turn_context(next_turn)
 
 
 def item(tag: ItemTag) -> ContextItem:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from chat.pipeline.simplify import (
     QUOTE_LIMIT,
@@ -420,6 +422,42 @@ def test_mentions_become_names_and_hidden_mentions_become_someone():
     (entry,) = history.entries
     assert entry.parts[0].body == "@Bob and @someone"
     assert entry.mention_ids == (BOB.id,)
+
+
+@given(histories(), st.data())
+def test_resuming_from_a_prefix_equals_a_full_build(messages, data):
+    split = data.draw(st.integers(min_value=0, max_value=len(messages)))
+    settings = {"timezone": TOKYO, "reply_targets": {m.id: m for m in messages}}
+
+    resumed = simplify(messages, resume_from=simplify(messages[:split], **settings), **settings)
+
+    assert resumed == simplify(messages, **settings)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda messages: [replace(messages[0], content="edited"), *messages[1:]],
+        lambda messages: messages[1:],
+    ],
+    ids=["edited", "first message deleted"],
+)
+def test_a_changed_prefix_is_simplified_from_scratch(change):
+    messages = [message(1, "one"), message(2, "two", author=BOB), message(3, "three")]
+    previous = simplify(messages[:2])
+
+    changed = change(messages)
+
+    assert simplify(changed, resume_from=previous) == simplify(changed)
+
+
+def test_different_settings_are_simplified_from_scratch():
+    messages = [message(1, "one"), message(2, "two", author=BOB)]
+    previous = simplify(messages[:1])
+
+    resumed = simplify(messages, resume_from=previous, blocked_user_ids=frozenset({ALICE.id}))
+
+    assert resumed.entries[0].kind is EntryKind.BLOCKED
 
 
 @given(histories())

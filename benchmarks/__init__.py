@@ -1,0 +1,1 @@
+"""Benchmarks run as commands (``python -m benchmarks.<name>``), not as tests."""
