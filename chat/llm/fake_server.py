@@ -332,13 +332,16 @@ def _error_response(
 
 
 def _last_user_text(messages: list[Any]) -> str:
-    """The text of the last ``user`` message (text parts joined), or ``""``."""
+    """The text of the last ``user`` message (text parts joined) that is not a ``[System: …]``
+    note or directive, so the answer quotes what the person said; ``""`` when there is none."""
     for message in reversed(messages):
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
-                return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
-            return str(content or "")
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            text = str(content or "")
+            if not text.startswith("[System:"):
+                return text
     return ""
 
 

@@ -131,10 +131,21 @@ def event_queue_prune(*, now: dt.datetime, retention: dt.timedelta = DEDUP_RETEN
     return deleted
 
 
+def event_queue_has_ready() -> bool:
+    return EventQueue.objects.filter(status=EventQueue.Status.READY).exists()
+
+
 def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
     """The channel's unread messages, oldest first, without taking them."""
     rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
     return [message_from_json(row.event) for row in rows]
+
+
+def unread_pool_guild_id(*, channel_id: int) -> int | None:
+    """The guild of the channel's unread messages (None for a DM or an empty pool)."""
+    return (
+        UnreadEvent.objects.filter(channel_id=channel_id).values_list("guild_id", flat=True).first()
+    )
 
 
 def unread_pool_count(*, channel_id: int) -> int:

@@ -19,6 +19,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from chat.pipeline.message_id_map import MessageIdMap
+from chat.pipeline.simplify import SimplifiedEntry
+
 MAX_SLEEP_SECONDS = 60
 
 
@@ -160,3 +163,16 @@ def build_planner_messages(
         {"role": "system", "content": system},
         {"role": "user", "content": "\n".join(state)},
     ]
+
+
+def render_planner_lines(
+    entries: Sequence[SimplifiedEntry], id_map: MessageIdMap
+) -> dict[int, str]:
+    """One line per simplified entry, ``ref_N Name: text``, keyed by the entry's first message
+    id (so the scheduler can split the lines into read and unread)."""
+    lines = {}
+    for entry in entries:
+        first = entry.message_ids[0]
+        key = id_map.message_key(first) or id_map.register_message(first)
+        lines[first] = f"{key} {entry.author_name}: {entry.prose or '(no text)'}"
+    return lines

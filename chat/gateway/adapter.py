@@ -1,0 +1,237 @@
+"""`DiscordPort` over the real discord.py client: history, cache, names, delivery, webhooks.
+
+Delivery: the main persona speaks through the bot account, replying natively to the trigger;
+every other persona speaks through one managed webhook per channel with its own name and avatar.
+The webhook is created once and cached; it is recreated when Discord says it is gone (10015),
+and when the channel is full of webhooks (30007) this bot's own old ones are cleared first. A
+webhook's id joins the bot's own identity before its first message is sent, so the gateway echo
+is recognised as ours even if it arrives before the send returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+import discord
+import httpx
+
+from chat.gateway.convert import convert_message
+from chat.gateway.delivery_text import sanitize_webhook_name
+from chat.loop.ports import Delivered, DeliveryError, Speaker
+from chat.pipeline.types import HistoryMessage, NameDirectory
+from chat.pipeline.window_reuse import GatewayCacheView
+
+logger = logging.getLogger(__name__)
+
+WEBHOOK_NAME = "Persona bot"
+UNKNOWN_WEBHOOK = 10015
+MAX_WEBHOOKS = 30007
+NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
+
+
+class DiscordAdapter:
+    """The loop's view of Discord through ``client``.
+
+    ``persona_names`` maps message ids the bot delivered to the persona that spoke, so history
+    read back from Discord is attributed correctly; ``main_persona_name`` names the persona
+    behind the bot account's other messages.
+    """
+
+    def __init__(self, client: discord.Client) -> None:
+        self._client = client
+        self._webhooks: dict[int, discord.Webhook] = {}
+        self.webhook_ids: set[int] = set()
+        self.persona_names: dict[int, str] = {}
+        self.main_persona_name: dict[int | None, str] = {}
+
+    @property
+    def bot_user_id(self) -> int:
+        assert self._client.user is not None, "the client has not logged in"
+        return self._client.user.id
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def convert(self, message: discord.Message) -> HistoryMessage:
+        return convert_message(
+            message,
+            bot_user_id=self.bot_user_id,
+            persona_name=self._persona_name(message),
+        )
+
+    def _persona_name(self, message: discord.Message) -> str | None:
+        if message.id in self.persona_names:
+            return self.persona_names[message.id]
+        if message.webhook_id is not None and message.webhook_id in self.webhook_ids:
+            return message.author.name
+        if message.author.id == self.bot_user_id:
+            guild_id = message.guild.id if message.guild else None
+            return self.main_persona_name.get(guild_id)
+        return None
+
+    async def fetch_history(self, channel_id: int, limit: int) -> list[HistoryMessage]:
+        channel = await self._channel(channel_id)
+        return [self.convert(m) async for m in channel.history(limit=limit)]
+
+    def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
+        """The cached messages of the channel. discord.py appends a message to its cache on
+        every MESSAGE_CREATE, so a dispatch Discord sends twice is cached twice: the newest
+        instance of each id wins."""
+        latest = {m.id: m for m in self._client.cached_messages if m.channel.id == channel_id}
+        return GatewayCacheView(messages=tuple(self.convert(latest[i]) for i in sorted(latest)))
+
+    async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
+        try:
+            channel = await self._channel(channel_id)
+            return self.convert(await channel.fetch_message(message_id))
+        except (discord.HTTPException, DeliveryError):
+            return None
+
+    def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
+        guild = self._client.get_guild(guild_id) if guild_id else None
+        users: dict[int, str] = {}
+        for user_id in set(user_ids):
+            member = guild.get_member(user_id) if guild else None
+            user = member or self._client.get_user(user_id)
+            if user is not None:
+                users[user_id] = user.display_name
+        return NameDirectory(
+            users=users,
+            channels={c.id: c.name for c in guild.channels} if guild else {},
+            roles={r.id: r.name for r in guild.roles} if guild else {},
+        )
+
+    async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
+        try:
+            async with httpx.AsyncClient(timeout=10) as http, http.stream("GET", url) as response:
+                response.raise_for_status()
+                data = bytearray()
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) >= max_bytes:
+                        break
+                return bytes(data[:max_bytes])
+        except httpx.HTTPError as error:
+            raise DeliveryError(f"could not download the file: {error}", permanent=False) from None
+
+    # -- acting ------------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def typing(self, channel_id: int) -> AsyncIterator[None]:
+        try:
+            channel = await self._channel(channel_id)
+            typing = channel.typing()
+            await typing.__aenter__()
+        except (discord.HTTPException, DeliveryError):
+            logger.info("typing indicator unavailable in %s", channel_id)
+            yield
+            return
+        try:
+            yield
+        finally:
+            await typing.__aexit__(None, None, None)
+
+    async def deliver(
+        self,
+        *,
+        channel_id: int,
+        speaker: Speaker,
+        pieces: Sequence[str],
+        reply_to: int | None,
+        notice: str | None = None,
+    ) -> list[Delivered]:
+        try:
+            if speaker.is_main:
+                return await self._deliver_as_bot(channel_id, speaker, pieces, reply_to)
+            return await self._deliver_by_webhook(channel_id, speaker, pieces, notice)
+        except discord.HTTPException as error:
+            permanent = 400 <= error.status < 500 and error.status != 429
+            raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
+
+    async def _deliver_as_bot(
+        self, channel_id: int, speaker: Speaker, pieces: Sequence[str], reply_to: int | None
+    ) -> list[Delivered]:
+        channel = await self._channel(channel_id)
+        delivered = []
+        for index, piece in enumerate(pieces):
+            reference = None
+            if index == 0 and reply_to is not None:
+                reference = discord.MessageReference(
+                    message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
+                )
+            sent = await channel.send(
+                piece, reference=reference, allowed_mentions=NO_MENTIONS_BUT_USERS
+            )
+            self.persona_names[sent.id] = speaker.name
+            delivered.append(Delivered(sent.id, self.convert(sent)))
+        return delivered
+
+    async def _deliver_by_webhook(
+        self, channel_id: int, speaker: Speaker, pieces: Sequence[str], notice: str | None
+    ) -> list[Delivered]:
+        delivered = []
+        for piece in ([notice] if notice else []) + list(pieces):
+            sent = await self._webhook_send(channel_id, speaker, piece)
+            self.persona_names[sent.id] = speaker.name
+            delivered.append(Delivered(sent.id, self.convert(sent)))
+        return delivered
+
+    async def _webhook_send(self, channel_id: int, speaker: Speaker, text: str):
+        for attempt in range(2):
+            webhook = await self._webhook(channel_id)
+            try:
+                return await webhook.send(
+                    text,
+                    username=sanitize_webhook_name(speaker.name),
+                    avatar_url=speaker.avatar_url or discord.utils.MISSING,
+                    allowed_mentions=NO_MENTIONS_BUT_USERS,
+                    wait=True,
+                )
+            except discord.NotFound as error:
+                if error.code != UNKNOWN_WEBHOOK or attempt:
+                    raise
+                logger.info("webhook of %s is gone; creating a new one", channel_id)
+                self._webhooks.pop(channel_id, None)
+        raise AssertionError("unreachable")
+
+    async def _webhook(self, channel_id: int) -> discord.Webhook:
+        """The channel's managed webhook: cached, else found among the channel's webhooks
+        this bot created, else created (clearing this bot's old ones when the channel is full)."""
+        if channel_id in self._webhooks:
+            return self._webhooks[channel_id]
+        channel = await self._channel(channel_id)
+        if not isinstance(channel, discord.TextChannel):
+            raise DeliveryError(
+                "personas other than the main one need a server text channel", permanent=True
+            )
+        own = [w for w in await channel.webhooks() if w.user and w.user.id == self.bot_user_id]
+        webhook = next((w for w in own if w.token), None)
+        if webhook is None:
+            try:
+                webhook = await channel.create_webhook(name=WEBHOOK_NAME)
+            except discord.HTTPException as error:
+                if error.code != MAX_WEBHOOKS:
+                    raise
+                for old in own:
+                    await old.delete()
+                webhook = await channel.create_webhook(name=WEBHOOK_NAME)
+        self.webhook_ids.add(webhook.id)
+        self._webhooks[channel_id] = webhook
+        return webhook
+
+    async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
+        try:
+            channel = await self._channel(channel_id)
+            await channel.get_partial_message(message_id).add_reaction(emoji)
+        except discord.HTTPException as error:
+            raise DeliveryError(f"{error.status} {error.text}", permanent=True) from None
+
+    async def _channel(self, channel_id: int) -> discord.abc.Messageable:
+        channel = self._client.get_channel(channel_id)
+        if channel is None:
+            try:
+                channel = await self._client.fetch_channel(channel_id)
+            except discord.HTTPException as error:
+                raise DeliveryError(f"channel {channel_id}: {error.text}", permanent=True) from None
+        return channel

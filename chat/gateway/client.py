@@ -1,0 +1,121 @@
+"""The bot's discord.py client: converts gateway events and hands them to the loop.
+
+Handlers stay thin (discord.py ``advanced_startup``): convert, await a service, return. The
+client gets its collaborators through its constructor, starts the scheduler in ``setup_hook``
+and stops it in ``close``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import discord
+from asgiref.sync import sync_to_async
+
+from chat.gateway.adapter import DiscordAdapter
+from chat.loop.ingress import OwnIdentity, event_ingest
+from chat.loop.scheduler import Scheduler
+from chat.loop.windows import WindowRegistry
+
+logger = logging.getLogger(__name__)
+
+GATEWAY_CACHE_MESSAGES = 5000
+
+
+def bot_intents() -> discord.Intents:
+    """Guilds, guild and DM messages, message content, members and reactions."""
+    intents = discord.Intents.none()
+    intents.guilds = True
+    intents.guild_messages = True
+    intents.dm_messages = True
+    intents.message_content = True
+    intents.members = True
+    intents.guild_reactions = True
+    intents.dm_reactions = True
+    return intents
+
+
+class PersonaBotClient(discord.AutoShardedClient):
+    """The gateway connection of one worker (one or more shards)."""
+
+    def __init__(
+        self,
+        *,
+        shard_ids: list[int] | None = None,
+        shard_count: int | None = None,
+        on_start: Callable[[PersonaBotClient], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(
+            intents=bot_intents(),
+            shard_ids=shard_ids,
+            shard_count=shard_count,
+            max_messages=GATEWAY_CACHE_MESSAGES,
+            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
+        )
+        self.adapter = DiscordAdapter(self)
+        self.windows = WindowRegistry(
+            fetch_history=self.adapter.fetch_history, cache_view=self.adapter.cache_view
+        )
+        self.scheduler: Scheduler | None = None
+        self._on_start = on_start
+
+    def own_identity(self) -> OwnIdentity:
+        return OwnIdentity(
+            bot_user_id=self.adapter.bot_user_id,
+            webhook_ids=frozenset(self.adapter.webhook_ids),
+            application_id=self.application_id,
+        )
+
+    async def setup_hook(self) -> None:
+        if self._on_start is not None:
+            await self._on_start(self)
+
+    async def close(self) -> None:
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+        await super().close()
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def on_message(self, message: discord.Message) -> None:
+        guild_id = message.guild.id if message.guild else None
+        try:
+            converted = self.adapter.convert(message)
+            await sync_to_async(event_ingest)(message=converted, guild_id=guild_id)
+        except Exception:
+            logger.exception("could not queue message %s in %s", message.id, message.channel.id)
+            return
+        if self.scheduler is not None:
+            self.scheduler.wake()
+
+    # -- change signals for window reuse -----------------------------------------------------
+
+    async def on_raw_message_edit(self, payload: discord.RawMessageUpdateEvent) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
+    async def on_raw_message_delete(self, payload: discord.RawMessageDeleteEvent) -> None:
+        self.windows.record_delete(payload.channel_id, [payload.message_id], bulk=False)
+
+    async def on_raw_bulk_message_delete(self, payload: discord.RawBulkMessageDeleteEvent) -> None:
+        self.windows.record_delete(payload.channel_id, list(payload.message_ids), bulk=True)
+
+    async def on_raw_reaction_add(self, payload: discord.RawReactionActionEvent) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
+    async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
+    async def on_shard_disconnect(self, shard_id: int) -> None:
+        logger.warning("shard %s disconnected; history windows dropped", shard_id)
+        self.windows.shard_connected = False
+        self.windows.drop_all()
+
+    async def on_shard_resumed(self, shard_id: int) -> None:
+        self.windows.shard_connected = True
+        self.windows.drop_all()
+        if self.scheduler is not None:
+            self.scheduler.wake()
+
+    async def on_shard_ready(self, shard_id: int) -> None:
+        await self.on_shard_resumed(shard_id)

@@ -1,0 +1,154 @@
+"""The worker's per-channel history windows: reuse within a busy stretch, REST otherwise.
+
+The pure decision is `chat.pipeline.window_reuse.decide_window_reuse`; this module is its shell.
+It holds, per channel, the previous window and the change signals the gateway recorded since
+(edits, deletes, bulk deletes, reactions), asks the decision, and either returns the merged
+window or reads the channel from Discord. Co-responding personas and queued turns of one busy
+stretch therefore share one read. A channel that goes idle keeps no window (the gateway's cache
+sweeper may evict its messages); a shard reconnect drops every window.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from chat.pipeline.types import HistoryMessage
+from chat.pipeline.window_reuse import (
+    ChangeSignals,
+    ConfirmedDelivery,
+    GatewayCacheView,
+    PreviousWindow,
+    RestRead,
+    RestReason,
+    decide_window_reuse,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_SIGNALS = 500
+"""Recorded change ids per channel before the window is dropped (signal overflow)."""
+
+FetchHistory = Callable[[int, int], Awaitable[list[HistoryMessage]]]
+CacheView = Callable[[int], GatewayCacheView[HistoryMessage]]
+
+
+@dataclass
+class _ChannelWindow:
+    previous: PreviousWindow[HistoryMessage] | None = None
+    changed: set[int] = field(default_factory=set)
+    deleted: set[int] = field(default_factory=set)
+    bulk_deleted: set[int] = field(default_factory=set)
+    deliveries: list[ConfirmedDelivery[HistoryMessage]] = field(default_factory=list)
+    reading: bool = False
+    changed_during_read: bool = False
+
+    @property
+    def overflowed(self) -> bool:
+        return len(self.changed) + len(self.deleted) + len(self.bulk_deleted) > MAX_SIGNALS
+
+    def clear_signals(self) -> None:
+        self.changed.clear()
+        self.deleted.clear()
+        self.bulk_deleted.clear()
+        self.deliveries.clear()
+        self.changed_during_read = False
+
+
+@dataclass(frozen=True)
+class WindowRead:
+    """A window and how it was obtained (``rest_reason`` None: reused without a REST read)."""
+
+    messages: tuple[HistoryMessage, ...]
+    rest_reason: RestReason | None
+
+
+class WindowRegistry:
+    """Per-channel windows of one worker. Not thread-safe: used from the worker's event loop,
+    and a channel is only read under its channel lock."""
+
+    def __init__(self, *, fetch_history: FetchHistory, cache_view: CacheView) -> None:
+        self._fetch_history = fetch_history
+        self._cache_view = cache_view
+        self._windows: dict[int, _ChannelWindow] = {}
+        self.shard_connected = True
+        self.rest_reads = 0
+
+    async def read(self, channel_id: int, *, limit: int, is_dm: bool = False) -> WindowRead:
+        """The channel's newest ``limit`` messages (oldest first), reused when safe."""
+        window = self._windows.setdefault(channel_id, _ChannelWindow())
+        decision = decide_window_reuse(
+            previous=window.previous,
+            cache=self._cache_view(channel_id),
+            signals=ChangeSignals(
+                changed_ids=frozenset(window.changed),
+                deleted_ids=frozenset(window.deleted),
+                bulk_deleted_ids=frozenset(window.bulk_deleted),
+                overflowed=window.overflowed,
+                changed_during_read=window.changed_during_read,
+            ),
+            confirmed_deliveries=tuple(window.deliveries),
+            limit=limit,
+            shard_connected=self.shard_connected,
+            shard_reconnected_since=False,  # a reconnect drops every window: see drop_all
+            is_dm=is_dm,
+            dm_reactions_subscribed=False,
+            channel_idle=False,
+        )
+        if isinstance(decision, RestRead):
+            messages = await self._rest_read(channel_id, window, limit=limit)
+            reason: RestReason | None = decision.reason
+        else:
+            messages = decision.messages
+            reason = None
+        window.previous = PreviousWindow(messages=messages, limit=limit)
+        window.clear_signals()
+        return WindowRead(messages=messages, rest_reason=reason)
+
+    async def _rest_read(
+        self, channel_id: int, window: _ChannelWindow, *, limit: int
+    ) -> tuple[HistoryMessage, ...]:
+        """Read from Discord; a change recorded while reading forces one more read, because
+        the response may carry the pre-edit copy."""
+        for _ in range(3):
+            window.reading, window.changed_during_read = True, False
+            try:
+                self.rest_reads += 1
+                messages = await self._fetch_history(channel_id, limit)
+            finally:
+                window.reading = False
+            if not window.changed_during_read:
+                break
+            logger.info("channel %s changed during a history read; reading again", channel_id)
+        return tuple(sorted(messages, key=lambda m: m.id))
+
+    def record_change(self, channel_id: int, message_id: int) -> None:
+        """An edit or a reaction touched ``message_id``."""
+        self._signal(channel_id, "changed", [message_id])
+
+    def record_delete(self, channel_id: int, message_ids: Sequence[int], *, bulk: bool) -> None:
+        self._signal(channel_id, "bulk_deleted" if bulk else "deleted", message_ids)
+
+    def record_delivery(self, channel_id: int, message: HistoryMessage | None, message_id: int):
+        """The bot delivered a message; without a full message object the window is dropped
+        on the next read (`RestReason.DELIVERY_WITHOUT_MESSAGE`)."""
+        window = self._windows.get(channel_id)
+        if window is not None and window.previous is not None:
+            window.deliveries.append(ConfirmedDelivery(message_id=message_id, message=message))
+
+    def release(self, channel_id: int) -> None:
+        """The channel's busy stretch ended: an idle channel keeps no window."""
+        self._windows.pop(channel_id, None)
+
+    def drop_all(self) -> None:
+        """A shard disconnected or reconnected: no window survives it."""
+        self._windows.clear()
+
+    def _signal(self, channel_id: int, kind: str, message_ids: Sequence[int]) -> None:
+        window = self._windows.get(channel_id)
+        if window is None or window.previous is None:
+            return
+        getattr(window, kind).update(message_ids)
+        if window.reading:
+            window.changed_during_read = True

@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from chat.gateway.worker import WorkerConfig, run_worker
+from chat.llm.config import client_from_settings
+
+logger = logging.getLogger(__name__)
+
+
+def _shard_ids(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--shard-ids takes comma-separated integers, got {value!r}") from None
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the bot worker: the Discord gateway, ingress, scheduler and persona turns. "
+        "SIGTERM or Ctrl-C closes it cleanly."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--shard-ids",
+            type=_shard_ids,
+            default=None,
+            help="shards this worker runs, e.g. 0,1 (with --shard-count)",
+        )
+        parser.add_argument(
+            "--shard-count", type=int, default=None, help="total shards across all workers"
+        )
+        parser.add_argument(
+            "--step-delay",
+            type=float,
+            default=2.5,
+            help="seconds between autonomous planner steps (default 2.5)",
+        )
+
+    def handle(self, *args, shard_ids, shard_count, step_delay, **options) -> None:
+        if not settings.DISCORD_TOKEN:
+            raise CommandError("DISCORD_TOKEN is not set: the worker cannot log in")
+        if shard_ids is not None and shard_count is None:
+            raise CommandError("--shard-ids needs --shard-count")
+        if shard_count is not None and shard_ids and max(shard_ids) >= shard_count:
+            raise CommandError("--shard-ids must be below --shard-count")
+        config = WorkerConfig(
+            token=settings.DISCORD_TOKEN,
+            api_base=settings.DISCORD_API_BASE,
+            gateway_url=settings.DISCORD_GATEWAY_URL or None,
+            shard_ids=shard_ids,
+            shard_count=shard_count,
+            step_delay=step_delay,
+        )
+        asyncio.run(self._run(config))
+
+    async def _run(self, config: WorkerConfig) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        llm = client_from_settings()
+        try:
+            await run_worker(config, llm=llm, stop=stop)
+        finally:
+            await llm.aclose()
+        self.stdout.write("worker stopped")

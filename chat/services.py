@@ -1,0 +1,518 @@
+"""Use cases of the bot worker: one persona turn, from its trigger to its delivered reply.
+
+`turn_run` is the imperative shell around the pure pipeline (Cosmic Python's "functional core,
+imperative shell"): it gathers inputs (the history window, configuration, memories), calls
+`build_turn_context`, asks the model through the attempt runner, records the `Turn`, delivers
+the reply and publishes what changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from chat import events, selectors
+from chat.gateway.delivery_text import split_reply
+from chat.llm.attempts import AttemptPlan, AttemptRunner, TurnCompletion
+from chat.llm.config import persona_model_specs
+from chat.llm.recording import turn_record_completion
+from chat.llm.tools import Attachment as ToolAttachment
+from chat.llm.tools import MessageMetadata, ToolBox, ToolError
+from chat.loop.ports import DeliveryError, DiscordPort, Speaker
+from chat.loop.windows import WindowRegistry
+from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
+from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
+from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.tokens import TokenCounter
+from chat.pipeline.truncation import truncate_dialogue_history
+from chat.pipeline.types import HistoryMessage, PrivacyLevel
+from chat.pipeline.window import history_window_stride, select_anchored_history
+from chat.selectors import ChannelSettings
+from personas.models import Persona
+
+logger = logging.getLogger(__name__)
+
+ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
+REPLY_TARGET_CONCURRENCY = 4
+FAILURE_NOTICE_QUIET = dt.timedelta(minutes=5)
+
+
+@dataclass
+class TurnRuntime:
+    """The worker's long-lived dependencies, passed to every turn."""
+
+    port: DiscordPort
+    windows: WindowRegistry
+    llm: AttemptRunner
+    token_counter: TokenCounter
+    clock: Callable[[], dt.datetime] = timezone.now
+    token_caches: dict[tuple[int, int], Mapping] = field(default_factory=dict)
+    failure_notices: dict[int, dt.datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """One persona turn to run: its trigger and why it runs."""
+
+    channel: ChannelSettings
+    persona: Persona
+    trigger: HistoryMessage
+    reason: str
+    reason_detail: Mapping[str, object] = field(default_factory=dict)
+    is_queued_turn: bool = False
+    later_queued_trigger_ids: frozenset[int] = frozenset()
+
+
+AbortCheck = Callable[[], Awaitable[str | None]]
+
+
+async def turn_run(
+    *, runtime: TurnRuntime, request: TurnRequest, abort_if: AbortCheck | None = None
+) -> Turn:
+    """Run one persona turn and return its saved `Turn`.
+
+    Steps:
+        1. Record the turn as running and publish ``turn.started``.
+        2. Read the history window (reused within a busy stretch) and select the anchored
+           window; fetch reply targets outside it (at most four at a time).
+        3. Gather configuration, blocks, privacy, names and short-term memory.
+        4. Build the context (pure pipeline).
+        5. Ask the model (retries, fallbacks, tool rounds) while typing.
+        6. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
+           deliver the reply, index the delivered messages, record everything on the turn.
+        7. Publish ``turn.finished`` and count the turn toward short-term memory maintenance.
+    Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
+    they never raise out of here except for cancellation.
+    """
+    channel, persona, trigger = request.channel, request.persona, request.trigger
+    turn = await sync_to_async(_turn_create)(request)
+    group = events.channel_group(channel.channel_id)
+    await events.publish(group, "turn.started", turn_id=turn.id, persona=persona.name)
+    try:
+        started = time.perf_counter()
+        history = await _history(runtime, channel, trigger)
+        turn.history_ms = _ms_since(started)
+        await events.publish(group, "window.changed", message_ids=[m.id for m in history])
+
+        started = time.perf_counter()
+        turn_input = await _turn_input(runtime, request, history)
+        turn.participant_ms = _ms_since(started)
+
+        started = time.perf_counter()
+        context = build_turn_context(turn_input)
+        turn.build_ms = _ms_since(started)
+        runtime.token_caches[(channel.channel_id, persona.id)] = context.token_cache
+        _record_context(turn, context)
+
+        async with runtime.port.typing(channel.channel_id):
+            completion = await runtime.llm.complete_turn(
+                models=persona_model_specs(persona),
+                render=_renderer(context, limit=channel.fetch_limit),
+                persona_name=persona.name,
+                toolbox=_toolbox(runtime, context, turn_input, persona, channel),
+            )
+        await sync_to_async(turn_record_completion)(turn=turn, completion=completion)
+        abort_reason = await abort_if() if abort_if and completion.error is None else None
+        if abort_reason:
+            turn.status, turn.error = Turn.Status.ABORTED, abort_reason
+            await sync_to_async(_turn_save)(turn)
+        else:
+            await _finish(runtime, request, turn, completion)
+    except asyncio.CancelledError:
+        turn.status, turn.error = Turn.Status.ABORTED, "the worker stopped during the turn"
+        await sync_to_async(_turn_save)(turn)
+        raise
+    except Exception as error:
+        logger.exception("turn %s failed", turn.id)
+        turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
+        await sync_to_async(_turn_save)(turn)
+    await events.publish(
+        group, "turn.finished", turn_id=turn.id, persona=persona.name, status=turn.status
+    )
+    return turn
+
+
+async def _finish(
+    runtime: TurnRuntime, request: TurnRequest, turn: Turn, completion: TurnCompletion
+) -> None:
+    channel_id = request.channel.channel_id
+    if completion.error is not None or not completion.reply_text.strip():
+        turn.status = Turn.Status.FAILED
+        await sync_to_async(_turn_save)(turn)
+        await _failure_notice(runtime, request)
+        return
+    runtime.failure_notices.pop(channel_id, None)
+    speaker = Speaker(
+        persona_id=request.persona.id,
+        name=request.persona.name,
+        is_main=request.persona.is_main,
+        avatar_url=request.persona.avatar_url,
+    )
+    notice = None
+    if request.is_queued_turn and not speaker.is_main:
+        notice = f"Replying to {request.trigger.shown_name}…"
+    started = time.perf_counter()
+    try:
+        delivered = await runtime.port.deliver(
+            channel_id=channel_id,
+            speaker=speaker,
+            pieces=split_reply(completion.reply_text),
+            reply_to=request.trigger.id,
+            notice=notice,
+        )
+    except DeliveryError as error:
+        turn.deliver_ms = _ms_since(started)
+        turn.status, turn.error = Turn.Status.FAILED, f"delivery failed: {error}"
+        await sync_to_async(_turn_save)(turn)
+        return
+    turn.deliver_ms = _ms_since(started)
+    for item in delivered:
+        runtime.windows.record_delivery(channel_id, item.message, item.message_id)
+    turn.delivered_message_ids = [str(item.message_id) for item in delivered]
+    turn.status = Turn.Status.REPLIED
+    await sync_to_async(_turn_delivered)(turn, request, [d.message_id for d in delivered])
+
+
+async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
+    """One short notice per failure burst: none again until a reply succeeds or time passes."""
+    channel_id, now = request.channel.channel_id, runtime.clock()
+    last = runtime.failure_notices.get(channel_id)
+    if last is not None and now - last < FAILURE_NOTICE_QUIET:
+        return
+    runtime.failure_notices[channel_id] = now
+    main = Speaker(persona_id=0, name=request.persona.name, is_main=True)
+    text = f"({request.persona.name} could not answer just now; the model did not respond.)"
+    try:
+        await runtime.port.deliver(
+            channel_id=channel_id, speaker=main, pieces=[text], reply_to=request.trigger.id
+        )
+    except DeliveryError:
+        logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
+
+
+async def _history(
+    runtime: TurnRuntime, channel: ChannelSettings, trigger: HistoryMessage
+) -> tuple[HistoryMessage, ...]:
+    """The anchored window for this turn; the anchor is stored for the channel."""
+    read = await runtime.windows.read(
+        channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None
+    )
+    messages = read.messages
+    if trigger.id not in {m.id for m in messages}:
+        messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
+    anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
+    fresh = anchor is not None and runtime.clock() - anchor.updated_at < ANCHOR_IDLE_TTL
+    selection = select_anchored_history(
+        messages,
+        limit=channel.fetch_limit,
+        anchor_id=anchor.anchor_message_id if fresh else None,
+        anchor_limit=anchor.limit if fresh else None,
+        required_ids=frozenset({trigger.id}),
+    )
+    if selection.anchor_id is not None:
+        await sync_to_async(_anchor_store)(
+            channel.channel_id, selection.anchor_id, channel.fetch_limit
+        )
+    return selection.messages
+
+
+async def _turn_input(
+    runtime: TurnRuntime, request: TurnRequest, history: tuple[HistoryMessage, ...]
+) -> TurnInput:
+    channel, persona = request.channel, request.persona
+    reply_targets = await _reply_targets(runtime.port, channel.channel_id, history)
+    gathered = await sync_to_async(_gather_configuration)(request, history, reply_targets)
+    user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
+    guild_id = channel.guild.guild_id if channel.guild else None
+    return TurnInput(
+        persona=gathered.spec,
+        history=history,
+        trigger_id=request.trigger.id,
+        now=runtime.clock(),
+        timezone=channel.timezone,
+        token_counter=runtime.token_counter,
+        personas=gathered.personas,
+        reply_targets=reply_targets,
+        is_queued_turn=request.is_queued_turn,
+        later_queued_trigger_ids=request.later_queued_trigger_ids,
+        fetch_limit=channel.fetch_limit,
+        media_window=channel.fetch_limit,
+        names=runtime.port.names(guild_id, user_ids),
+        privacy=gathered.privacy,
+        blacklisted_user_ids=gathered.blacklisted,
+        blocks=gathered.blocks,
+        channel_note=channel.channel_note,
+        global_note=channel.global_note,
+        stm_text=gathered.stm_text,
+        configured_tools=frozenset(),
+        stm_maintenance_due=gathered.stm_due,
+        token_cache=runtime.token_caches.get((channel.channel_id, persona.id), {}),
+    )
+
+
+@dataclass(frozen=True)
+class _Configuration:
+    spec: object
+    personas: tuple
+    privacy: dict
+    blacklisted: frozenset[int]
+    blocks: tuple
+    stm_text: str | None
+    stm_due: bool
+
+
+def _gather_configuration(
+    request: TurnRequest,
+    history: tuple[HistoryMessage, ...],
+    reply_targets: Mapping[int, HistoryMessage],
+) -> _Configuration:
+    channel, persona = request.channel, request.persona
+    messages = [*history, *reply_targets.values()]
+    user_ids = {m.accountable_user_id for m in messages} | {
+        i for m in messages for i in m.mention_ids
+    }
+    standing = selectors.user_standing(user_ids=user_ids)
+    memory = selectors.short_term_memory(persona=persona, channel_id=channel.channel_id)
+    return _Configuration(
+        spec=selectors.persona_spec(persona),
+        personas=tuple(
+            selectors.persona_spec(p) for p in selectors.guild_personas(guild=channel.guild)
+        ),
+        privacy={user_id: PrivacyLevel.FULL for user_id in standing.full_privacy},
+        blacklisted=standing.blacklisted,
+        blocks=tuple(selectors.active_blocks(guild=channel.guild, now=timezone.now())),
+        stm_text=memory.summary if memory and memory.summary else None,
+        stm_due=bool(memory and memory.maintenance_due),
+    )
+
+
+async def _reply_targets(
+    port: DiscordPort, channel_id: int, history: tuple[HistoryMessage, ...]
+) -> dict[int, HistoryMessage]:
+    """Same-channel reply targets missing from the window, fetched at most four at a time;
+    a target that cannot be fetched is left out (its annotation is omitted)."""
+    present = {m.id for m in history}
+    missing = sorted(
+        {
+            m.reference.message_id
+            for m in history
+            if m.reference is not None
+            and m.reference.channel_id == channel_id
+            and m.reference.message_id not in present
+        }
+    )
+    gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
+
+    async def fetch(message_id: int) -> HistoryMessage | None:
+        async with gate:
+            return await port.fetch_message(channel_id, message_id)
+
+    fetched = await asyncio.gather(*(fetch(i) for i in missing))
+    return {m.id: m for m in fetched if m is not None}
+
+
+def _renderer(context: TurnContext, *, limit: int):
+    """The attempt runner's ``render``: projects the context for each attempt's model."""
+    stride = history_window_stride(limit)
+
+    def render(plan: AttemptPlan) -> list[dict]:
+        shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        profile = AttemptProfile(
+            model=plan.model.name,
+            supports_vision=plan.model.supports_vision,
+            supports_prefill=plan.model.supports_prefill,
+            tools=frozenset(plan.tools),
+        )
+        return to_openai_messages(shortened, profile)
+
+    return render
+
+
+def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
+    """``context`` with ``batches`` more stride batches of the oldest history removed (an
+    empty answer is retried on shorter history)."""
+    items = context.items
+    for _ in range(batches):
+        items, _report = truncate_dialogue_history(
+            items, budget=max(0, sum(i.tokens for i in items) - 1), stride=stride
+        )
+    return context if items is context.items else replace(context, items=items)
+
+
+def _toolbox(
+    runtime: TurnRuntime,
+    context: TurnContext,
+    turn_input: TurnInput,
+    persona: Persona,
+    channel: ChannelSettings,
+) -> ToolBox:
+    """The turn's tools: the pipeline's allowlist, each backed by what it needs."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    files = {
+        attachment.id: attachment
+        for message in messages
+        for attachment in (
+            *message.attachments,
+            *(a for snapshot in message.snapshots for a in snapshot.attachments),
+        )
+    }
+    media = {
+        key: ToolAttachment(
+            media_id=key,
+            filename=files[snowflake].filename,
+            url=files[snowflake].url,
+            content_type=files[snowflake].content_type or "",
+            size=files[snowflake].size,
+        )
+        for key, snowflake in context.message_ids.items()
+        if key.startswith("media_") and snowflake in files
+    }
+    by_id = {m.id: m for m in messages}
+    return ToolBox(
+        allowlist=context.tools,
+        attachments=media,
+        attachment_reader=_AttachmentReader(runtime.port),
+        message_metadata=_MetadataLookup(context.message_ids, by_id),
+        short_term_memory=_MemoryWriter(persona, channel),
+    )
+
+
+class _AttachmentReader:
+    def __init__(self, port: DiscordPort) -> None:
+        self._port = port
+
+    async def read(self, attachment: ToolAttachment, *, max_bytes: int) -> bytes:
+        try:
+            return await self._port.read_attachment(attachment.url, max_bytes=max_bytes)
+        except DeliveryError as error:
+            raise ToolError(f"could not read {attachment.filename}: {error}") from None
+
+
+class _MetadataLookup:
+    def __init__(self, keys: Mapping[str, int], messages: Mapping[int, HistoryMessage]) -> None:
+        self._keys, self._messages = keys, messages
+
+    async def metadata(self, ref: str) -> MessageMetadata | None:
+        message = self._messages.get(self._keys.get(ref, -1))
+        if message is None:
+            return None
+        return MessageMetadata(
+            author_name=message.shown_name,
+            author_id=message.author.id,
+            sent_at=message.created_at,
+            message_id=message.id,
+        )
+
+
+class _MemoryWriter:
+    def __init__(self, persona: Persona, channel: ChannelSettings) -> None:
+        self._persona, self._channel = persona, channel
+
+    async def write(self, *, summary: str) -> None:
+        await sync_to_async(_stm_write)(self._persona, self._channel, summary)
+
+
+def _stm_write(persona: Persona, channel: ChannelSettings, summary: str) -> None:
+    ShortTermMemory.objects.update_or_create(
+        persona=persona,
+        channel_id=channel.channel_id,
+        user_id=None,
+        defaults={
+            "summary": summary,
+            "guild_id": channel.guild.guild_id if channel.guild else None,
+            "turns_since_refresh": 0,
+        },
+    )
+
+
+def _record_context(turn: Turn, context: TurnContext) -> None:
+    turn.context_items = [
+        {
+            "tag": str(item.tag),
+            "role": str(item.role),
+            "text": item.text,
+            "tokens": item.tokens,
+            "source_ids": [str(i) for i in item.source_ids],
+        }
+        for item in context.items
+    ]
+    turn.cache_prefix_end = context.cacheable_prefix_end
+    turn.truncation = _jsonable(asdict(context.truncation))
+    turn.tool_allowlist = list(context.tools)
+    turn.prefill = context.prefill or ""
+    turn.warnings = list(context.warnings)
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, int) and value > 2**53:
+        return str(value)
+    return value
+
+
+def _turn_create(request: TurnRequest) -> Turn:
+    channel = request.channel
+    return Turn.objects.create(
+        guild_id=channel.guild.guild_id if channel.guild else None,
+        channel_id=channel.channel_id,
+        persona=request.persona,
+        persona_name=request.persona.name,
+        trigger_message_id=request.trigger.id,
+        reason=request.reason,
+        reason_detail=dict(request.reason_detail),
+    )
+
+
+def _turn_save(turn: Turn) -> None:
+    turn.finished_at = timezone.now()
+    turn.save()
+
+
+def _turn_delivered(turn: Turn, request: TurnRequest, message_ids: list[int]) -> None:
+    """Save the replied turn, index its messages as the persona's, count it toward STM."""
+    channel = request.channel
+    with transaction.atomic():
+        _turn_save(turn)
+        for message_id in message_ids:
+            MessageIndex.objects.update_or_create(
+                message_id=message_id,
+                defaults={
+                    "channel_id": channel.channel_id,
+                    "guild_id": channel.guild.guild_id if channel.guild else None,
+                    "persona": request.persona,
+                    "status": MessageIndex.Status.CONFIRMED,
+                },
+            )
+        ShortTermMemory.objects.filter(
+            persona=request.persona, channel_id=channel.channel_id, user_id__isnull=True
+        ).update(turns_since_refresh=F("turns_since_refresh") + 1)
+
+
+def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
+    ChannelWindowAnchor.objects.update_or_create(
+        channel_id=channel_id, defaults={"anchor_message_id": anchor_id, "limit": limit}
+    )
+
+
+def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
+    """True when a turn for this trigger and persona already replied (exactly-once replies
+    across a worker restart)."""
+    return Turn.objects.filter(
+        trigger_message_id=trigger_id, persona_id=persona_id, status=Turn.Status.REPLIED
+    ).exists()
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

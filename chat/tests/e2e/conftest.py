@@ -1,0 +1,105 @@
+"""End-to-end harness: the real worker (discord.py client, scheduler, pipeline, model access)
+against the sandbox over websockets and the fake model server over HTTP, on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from chat.gateway.client import PersonaBotClient
+from chat.gateway.worker import WorkerConfig, build_client
+from chat.llm.attempts import AttemptRunner, RetryPolicy
+from chat.llm.fake_server import FakeLLMServer
+from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.sandbox import GatewaySettings, SandboxServer
+from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
+from personas.services import config_import
+
+DEMO_CONFIG = Path(__file__).resolve().parents[2] / "sandbox" / "demo_config.json"
+GENERAL = DEMO_CHANNEL_IDS["general"]
+AUTONOMOUS = DEMO_CHANNEL_IDS["autonomous"]
+ALICE, BOB = DEMO_USER_IDS["alice"], DEMO_USER_IDS["bob"]
+WAIT = 15.0
+
+
+async def eventually(check: Callable[[], object], *, within: float = WAIT) -> object:
+    """Poll ``check`` (sync or async) until it returns something truthy."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        value = check()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"condition not met within {within} s: {check}")
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class World:
+    sandbox: SandboxServer
+    llm: FakeLLMServer
+    client: PersonaBotClient | None = None
+    task: asyncio.Task | None = None
+
+    def bot_messages(self, channel_id: int) -> list[dict]:
+        return [
+            m
+            for m in self.sandbox.sandbox.channel_messages(channel_id)
+            if int(m["author"]["id"]) == DEMO_BOT_ID or m.get("webhook_id")
+        ]
+
+    def say(self, content: str, *, channel_id: int = GENERAL, author: int = ALICE, **kw) -> dict:
+        return self.sandbox.sandbox.user_says(channel_id, author, content, **kw)
+
+    async def start_worker(self, *, step_delay: float = 0.01) -> PersonaBotClient:
+        config = WorkerConfig(
+            token=self.sandbox.token,
+            api_base=self.sandbox.api_base,
+            gateway_url=self.sandbox.gateway_url,
+            step_delay=step_delay,
+        )
+        llm_client = OpenAICompatibleClient(base_url=self.llm.base_url, api_key="test")
+        runner = AttemptRunner(
+            client=llm_client,
+            policy=RetryPolicy(backoff_base=0.01, backoff_cap=0.05),
+            stream=False,
+        )
+        self.client = build_client(config, llm=llm_client, runner=runner)
+        self.task = asyncio.create_task(self.client.start(config.token))
+        await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())
+        return self.client
+
+    async def stop_worker(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+        if self.task is not None:
+            await asyncio.gather(self.task, return_exceptions=True)
+        self.client = self.task = None
+
+    async def settle(self) -> None:
+        """Wait until the worker has nothing queued and no channel loop runs."""
+        await asyncio.wait_for(self.client.scheduler.idle(), WAIT)
+
+
+@pytest.fixture
+async def world(transactional_db) -> AsyncIterator[World]:
+    await sync_to_async(config_import)(data=json.loads(DEMO_CONFIG.read_text()))
+    settings = GatewaySettings(heartbeat_interval_ms=500)
+    async with SandboxServer(demo_sandbox(), gateway=settings) as sandbox, FakeLLMServer() as llm:
+        world = World(sandbox=sandbox, llm=llm)
+        try:
+            yield world
+        finally:
+            await world.stop_worker()
+            # The worker's database work ran on sync_to_async's thread: close its connection
+            # there, so the test database can be dropped.
+            await sync_to_async(connections.close_all)()

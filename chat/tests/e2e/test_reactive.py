@@ -1,0 +1,102 @@
+"""Reactive channels end to end: trigger → reply, webhooks, echoes, duplicates, restarts."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from chat.models import Turn
+from chat.tests.e2e.conftest import DEMO_BOT_ID, GENERAL, eventually
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def turns(**filters) -> list[Turn]:
+    return list(Turn.objects.filter(**filters).order_by("id"))
+
+
+async def test_a_trigger_word_gets_exactly_one_reply_from_the_main_persona(world):
+    await world.start_worker()
+    trigger = world.say("hey tomori, how are you?")
+
+    replies = await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    assert len(world.bot_messages(GENERAL)) == 1
+    reply = replies[0]
+    assert int(reply["author"]["id"]) == DEMO_BOT_ID
+    assert reply["message_reference"]["message_id"] == trigger["id"]
+    assert reply["content"] == (
+        f"I am the fake model {settings.LLM_MODEL}. "
+        "You said: Alice: [ref_1] hey tomori, how are you?"
+    )
+    [turn] = await sync_to_async(turns)()
+    assert (turn.persona_name, turn.reason, turn.status) == ("Tomori", "trigger_word", "replied")
+    assert turn.delivered_message_ids == [reply["id"]]
+    assert turn.trigger_message_id == int(trigger["id"])
+    [request] = world.llm.chat_bodies
+    assert request["messages"][0] == {
+        "role": "system",
+        "content": "You are Tomori, a quiet girl who writes poetry. You answer briefly and kindly.",
+    }
+    assert {"role": "user", "content": "Alice: [ref_1] hey tomori, how are you?"} in request[
+        "messages"
+    ]
+    assert request == turn.request
+
+
+async def test_an_alter_persona_replies_through_a_webhook_and_its_echo_is_ignored(world):
+    await world.start_worker()
+    world.say("anon, sing something")
+
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    [reply] = world.bot_messages(GENERAL)
+    assert reply["webhook_id"] is not None
+    assert reply["author"]["username"] == "Anon"
+    [turn] = await sync_to_async(turns)()
+    assert turn.persona_name == "Anon" and turn.status == "replied"
+    assert len(world.llm.chat_bodies) == 1  # the echo woke nobody
+
+
+async def test_the_bot_never_triggers_itself(world):
+    world.llm.enqueue()  # default answers
+    await world.start_worker()
+    world.say("tomori, please say the word tomori back to me")
+
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    assert len(world.bot_messages(GENERAL)) == 1
+    assert len(await sync_to_async(turns)()) == 1
+
+
+def replies_to(world, trigger_id: str) -> list[dict]:
+    return [
+        m
+        for m in world.bot_messages(GENERAL)
+        if (m.get("message_reference") or {}).get("message_id") == trigger_id
+    ]
+
+
+async def test_duplicate_dispatches_and_a_resume_replay_give_one_reply_each(world):
+    await world.start_worker()
+    first = world.say("tomori, first question")
+    await eventually(lambda: replies_to(world, first["id"]))
+    await world.settle()
+
+    world.sandbox.replay_last_dispatches(3)  # Discord sometimes sends an event twice
+    world.sandbox.drop_connections()  # the client RESUMEs and the sandbox replays
+    second = world.say("tomori, asked while the bot was reconnecting")
+    await eventually(lambda: replies_to(world, second["id"]))
+    world.sandbox.replay_last_dispatches(5)
+    await asyncio.sleep(0.5)
+    await world.settle()
+
+    assert len(replies_to(world, first["id"])) == 1
+    assert len(replies_to(world, second["id"])) == 1
+    assert len(world.bot_messages(GENERAL)) == 2
