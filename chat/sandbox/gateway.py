@@ -303,9 +303,14 @@ class Gateway:
         """Act on one frame from the client (synchronously, so nothing interleaves)."""
         try:
             payload = json.loads(text)
-            op = Op(payload["op"])
+            raw_op = payload["op"]
         except (ValueError, KeyError, TypeError):
             connection.close(CloseCode.DECODE_ERROR, "Decode error")
+            return
+        try:
+            op = Op(raw_op)
+        except ValueError:
+            connection.close(CloseCode.UNKNOWN_OPCODE, "Unknown opcode")
             return
         data = payload.get("d")
         if op is Op.HEARTBEAT:

@@ -78,7 +78,9 @@ class _Bucket:
         return None if self._used <= self._policy.limit else self._window_ends - now
 
     def headers(self, now: float, wall_now: float) -> dict[str, str]:
-        reset_after = max(0.0, self._window_ends - now)
+        # Rounded up to the millisecond: a client that waits exactly this long must find the
+        # window reset.
+        reset_after = math.ceil(max(0.0, self._window_ends - now) * 1000) / 1000
         return {
             "X-RateLimit-Limit": str(self._policy.limit),
             "X-RateLimit-Remaining": str(max(0, self._policy.limit - self._used)),

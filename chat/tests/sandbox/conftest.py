@@ -13,7 +13,7 @@ import discord
 import pytest
 
 from chat.gateway.endpoints import DISCORD_API_BASE, configure_discord_endpoints
-from chat.sandbox import GatewaySettings, SandboxServer
+from chat.sandbox import GatewaySettings, Sandbox, SandboxServer
 from chat.sandbox.demo import demo_sandbox
 
 EVENT_TIMEOUT = 5.0
@@ -70,8 +70,8 @@ class RecordingClient(discord.Client):
         self._record("resumed", None)
 
 
-class RecordingShardedClient(discord.AutoShardedClient, RecordingClient):
-    """The sharded variant (same recording, discord.py's AutoShardedClient connection logic)."""
+class RecordingShardedClient(RecordingClient, discord.AutoShardedClient):
+    """The sharded variant: the same recording over AutoShardedClient's connection logic."""
 
 
 ClientT = TypeVar("ClientT", bound=discord.Client)
@@ -98,16 +98,26 @@ async def running(client: ClientT, token: str) -> AsyncIterator[ClientT]:
             await task
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SandboxServer]:
-    """The demo world on an ephemeral port, with discord.py pointed at it."""
-    settings = GatewaySettings(heartbeat_interval_ms=250)
-    async with SandboxServer(demo_sandbox(), gateway=settings) as server:
+@contextlib.asynccontextmanager
+async def serve(sandbox: Sandbox | None = None, **options: Any) -> AsyncIterator[SandboxServer]:
+    """Serve `sandbox` (the demo world by default) with discord.py pointed at it.
+
+    `options` go to `SandboxServer`; the heartbeat interval defaults to 250 ms.
+    """
+    options.setdefault("gateway", GatewaySettings(heartbeat_interval_ms=250))
+    async with SandboxServer(sandbox or demo_sandbox(), **options) as server:
         configure_discord_endpoints(api_base=server.api_base, gateway_url=server.gateway_url)
         try:
             yield server
         finally:
             configure_discord_endpoints(api_base=DISCORD_API_BASE, gateway_url=None)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SandboxServer]:
+    """The demo world on an ephemeral port, with discord.py pointed at it."""
+    async with serve() as server:
+        yield server
 
 
 @pytest.fixture
@@ -123,9 +133,16 @@ async def rest(server: SandboxServer) -> AsyncIterator[RestCaller]:
     async with aiohttp.ClientSession() as session:
 
         async def call(
-            method: str, path: str, *, auth: bool = True, **kwargs: Any
+            method: str,
+            path: str,
+            *,
+            auth: bool = True,
+            headers: dict[str, str] | None = None,
+            **kwargs: Any,
         ) -> tuple[int, Any]:
-            headers = {"Authorization": f"Bot {server.token}"} if auth else {}
+            headers = dict(headers or {})
+            if auth:
+                headers["Authorization"] = f"Bot {server.token}"
             url = server.api_base + path
             async with session.request(method, url, headers=headers, **kwargs) as response:
                 body = await response.json() if response.status != 204 else None

@@ -1,0 +1,58 @@
+"""`manage.py runsandbox`: serve the local Discord-compatible sandbox with the demo world."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from chat.sandbox import SandboxServer
+from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
+
+DEFAULT_TOKEN = "sandbox-bot-token"
+
+
+class Command(BaseCommand):
+    help = (
+        "Serve a local Discord-compatible REST + gateway server holding the demo world, and "
+        "print the environment that points the bot at it. Ctrl-C or SIGTERM stops it."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+        parser.add_argument("--port", type=int, default=8765, help="port (8765; 0 picks one)")
+        parser.add_argument(
+            "--token", default=DEFAULT_TOKEN, help=f"bot token to accept ({DEFAULT_TOKEN})"
+        )
+
+    def handle(self, *args: object, host: str, port: int, token: str, **options: object) -> None:
+        asyncio.run(self._serve(host, port, token))
+
+    async def _serve(self, host: str, port: int, token: str) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        async with SandboxServer(demo_sandbox(token=token), host=host, port=port) as server:
+            self._announce(server)
+            await stop.wait()
+        self.stdout.write("Sandbox stopped.")
+
+    def _announce(self, server: SandboxServer) -> None:
+        channels = ", ".join(f"#{name} {cid}" for name, cid in DEMO_CHANNEL_IDS.items())
+        users = ", ".join(f"{name} {uid}" for name, uid in DEMO_USER_IDS.items())
+        self.stdout.write(
+            f"Discord sandbox on {server.base_url} (demo guild {DEMO_GUILD_ID})\n"
+            f"  channels: {channels}\n"
+            f"  users:    {users}\n"
+            "Point the bot at it:\n"
+            f"  export DISCORD_API_BASE={server.api_base}\n"
+            f"  export DISCORD_GATEWAY_URL={server.gateway_url}\n"
+            f"  export DISCORD_TOKEN={server.token}\n"
+            "Speak as a demo user:\n"
+            f"  python manage.py sandboxsay --url {server.base_url} --channel general "
+            '--as alice "hello"\n'
+            "Ctrl-C stops the sandbox."
+        )
+        self.stdout.flush()

@@ -1,0 +1,234 @@
+"""The gateway protocol frame by frame, with a bare websocket client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from chat.sandbox import GatewaySettings, Sandbox, SandboxServer
+from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
+from chat.tests.sandbox.conftest import EVENT_TIMEOUT
+
+GENERAL = DEMO_CHANNEL_IDS["general"]
+ALICE = DEMO_USER_IDS["alice"]
+ALL_INTENTS = (1 << 0) | (1 << 1) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 15)
+
+
+class RawGateway:
+    """One websocket to the sandbox gateway, speaking raw frames."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, hello: dict[str, Any]) -> None:
+        self.ws = ws
+        self.hello = hello
+
+    async def send(self, op: int, data: Any = None) -> None:
+        await self.ws.send_str(json.dumps({"op": op, "d": data}))
+
+    async def receive(self) -> dict[str, Any]:
+        message = await self.ws.receive(timeout=EVENT_TIMEOUT)
+        assert message.type is aiohttp.WSMsgType.TEXT, message
+        return json.loads(message.data)
+
+    async def close_code(self) -> int | None:
+        """Wait for the server to close the socket; its close code."""
+        message = await self.ws.receive(timeout=EVENT_TIMEOUT)
+        assert message.type is aiohttp.WSMsgType.CLOSE, message
+        return self.ws.close_code
+
+    async def identify(self, token: str, *, shard: list[int] | None = None) -> list[dict[str, Any]]:
+        """IDENTIFY; the READY and GUILD_CREATE frames that follow."""
+        data: dict[str, Any] = {"token": token, "intents": ALL_INTENTS, "properties": {}}
+        if shard is not None:
+            data["shard"] = shard
+        await self.send(2, data)
+        ready = await self.receive()
+        assert ready["t"] == "READY"
+        frames = [ready]
+        for _ in ready["d"]["guilds"]:
+            frames.append(await self.receive())
+        return frames
+
+
+@contextlib.asynccontextmanager
+async def raw_gateway(
+    server: SandboxServer, query: str = "v=10&encoding=json"
+) -> AsyncIterator[RawGateway]:
+    url = f"{server.gateway_url}?{query}"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url, autoclose=False) as ws:
+        hello = json.loads((await ws.receive(timeout=EVENT_TIMEOUT)).data)
+        yield RawGateway(ws, hello)
+
+
+async def test_hello_then_every_heartbeat_is_acknowledged(server: SandboxServer) -> None:
+    async with raw_gateway(server, "v=10&encoding=json&compress=zlib-stream") as gateway:
+        assert gateway.hello == {"op": 10, "d": {"heartbeat_interval": 250}, "s": None, "t": None}
+        for seq in (None, 3):
+            await gateway.send(1, seq)
+            assert (await gateway.receive())["op"] == 11
+
+
+async def test_identify_is_answered_with_ready_then_each_guild(server: SandboxServer) -> None:
+    async with raw_gateway(server) as gateway:
+        ready, guild_create = await gateway.identify(server.token)
+
+    assert (ready["s"], guild_create["s"]) == (1, 2)
+    data = ready["d"]
+    assert data["v"] == 10
+    assert data["guilds"] == [{"id": str(DEMO_GUILD_ID), "unavailable": True}]
+    assert data["resume_gateway_url"] == server.gateway_url
+    assert data["shard"] == [0, 1]
+    assert data["application"]["id"] == data["user"]["id"]
+    assert guild_create["t"] == "GUILD_CREATE"
+    assert [c["name"] for c in guild_create["d"]["channels"]] == ["general", "poetry", "autonomous"]
+    assert guild_create["d"]["member_count"] == 4
+    assert [m["user"]["id"] for m in guild_create["d"]["members"]] == [data["user"]["id"]]
+
+
+@pytest.mark.parametrize(
+    ("frames", "code"),
+    [
+        (["not json"], 4002),
+        ([{"op": 99}], 4001),
+        ([{"op": 8, "d": {"guild_id": "1"}}], 4003),
+        ([{"op": 2, "d": {"token": "wrong", "intents": 0}}], 4004),
+        ([{"op": 2, "d": {"token": "TOKEN"}}], 4013),
+        ([{"op": 2, "d": {"token": "TOKEN", "intents": 0, "shard": [2, 2]}}], 4010),
+        ([{"op": 2, "d": {"token": "TOKEN", "intents": 0}}] * 2, 4005),
+    ],
+)
+async def test_protocol_violations_close_with_discords_codes(
+    server: SandboxServer, frames: list[Any], code: int
+) -> None:
+    async with raw_gateway(server) as gateway:
+        for frame in frames:
+            text = frame if isinstance(frame, str) else json.dumps(frame)
+            await gateway.ws.send_str(text.replace("TOKEN", server.token))
+        while (
+            message := await gateway.ws.receive(timeout=EVENT_TIMEOUT)
+        ).type is aiohttp.WSMsgType.TEXT:
+            pass  # READY and GUILD_CREATE for an identify that succeeded
+        assert message.type is aiohttp.WSMsgType.CLOSE
+        assert gateway.ws.close_code == code
+
+
+async def test_an_unknown_api_version_is_refused(server: SandboxServer) -> None:
+    url = f"{server.gateway_url}?v=6&encoding=json"
+    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
+        await ws.receive(timeout=EVENT_TIMEOUT)
+        assert ws.close_code == 4012
+
+
+async def test_resume_replays_what_was_missed_then_resumed(server: SandboxServer) -> None:
+    async with raw_gateway(server) as gateway:
+        ready, _ = await gateway.identify(server.token)
+    session_id = ready["d"]["session_id"]
+    server.sandbox.user_says(GENERAL, ALICE, "while you were away")
+
+    async with raw_gateway(server) as gateway:
+        await gateway.send(6, {"token": server.token, "session_id": session_id, "seq": 2})
+        missed, resumed = await gateway.receive(), await gateway.receive()
+        server.sandbox.user_says(GENERAL, ALICE, "welcome back")
+        live = await gateway.receive()
+
+    assert (missed["t"], missed["s"], missed["d"]["content"]) == (
+        "MESSAGE_CREATE",
+        3,
+        "while you were away",
+    )
+    assert (resumed["t"], resumed["s"]) == ("RESUMED", 4)
+    assert (live["s"], live["d"]["content"]) == (5, "welcome back")
+
+
+@pytest.mark.parametrize(
+    ("settings", "session_id", "seq"),
+    [
+        (GatewaySettings(), "no-such-session", 2),
+        (GatewaySettings(replay_buffer=2), None, 2),  # the 3 missed events do not fit
+        (GatewaySettings(resume_ttl=0), None, 2),  # expired
+        (GatewaySettings(), None, 50),  # a sequence the session never reached
+    ],
+)
+async def test_a_session_that_cannot_be_resumed_gets_invalid_session_false(
+    settings: GatewaySettings, session_id: str | None, seq: int
+) -> None:
+    async with SandboxServer(demo_sandbox(), gateway=settings) as server:
+        async with raw_gateway(server) as gateway:
+            ready, _ = await gateway.identify(server.token)
+        for index in range(3):
+            server.sandbox.user_says(GENERAL, ALICE, f"missed {index}")
+        resume = {
+            "token": server.token,
+            "session_id": session_id or ready["d"]["session_id"],
+            "seq": seq,
+        }
+
+        async with raw_gateway(server) as gateway:
+            await gateway.send(6, resume)
+            assert await gateway.receive() == {"op": 9, "d": False, "s": None, "t": None}
+
+
+async def test_member_chunks_answer_queries_and_user_ids(server: SandboxServer) -> None:
+    async with raw_gateway(server) as gateway:
+        await gateway.identify(server.token)
+        await gateway.send(
+            8, {"guild_id": str(DEMO_GUILD_ID), "query": "", "limit": 0, "nonce": "all"}
+        )
+        everyone = await gateway.receive()
+        await gateway.send(8, {"guild_id": DEMO_GUILD_ID, "query": "CA", "limit": 5})
+        carol = await gateway.receive()
+        await gateway.send(8, {"guild_id": DEMO_GUILD_ID, "user_ids": [ALICE, 42], "nonce": "ids"})
+        by_id = await gateway.receive()
+
+    assert everyone["t"] == "GUILD_MEMBERS_CHUNK"
+    assert (everyone["d"]["chunk_index"], everyone["d"]["chunk_count"], everyone["d"]["nonce"]) == (
+        0,
+        1,
+        "all",
+    )
+    assert len(everyone["d"]["members"]) == 4
+    assert [m["user"]["username"] for m in carol["d"]["members"]] == ["carol"]
+    assert [m["user"]["id"] for m in by_id["d"]["members"]] == [str(ALICE)]
+    assert by_id["d"]["not_found"] == ["42"]
+
+
+def two_guild_sandbox() -> tuple[Sandbox, int, int, int, int]:
+    """A world with one guild per shard of two: (sandbox, even guild, its channel, odd guild,
+    its channel)."""
+    sandbox = Sandbox()
+    even_guild = sandbox.add_guild("Even", guild_id=1_000_000 << 22)
+    odd_guild = sandbox.add_guild("Odd", guild_id=1_000_001 << 22)
+    return (
+        sandbox,
+        even_guild,
+        sandbox.add_text_channel(even_guild, "even-chat"),
+        odd_guild,
+        sandbox.add_text_channel(odd_guild, "odd-chat"),
+    )
+
+
+async def test_a_shard_receives_only_its_guilds() -> None:
+    sandbox, even_guild, even_channel, odd_guild, odd_channel = two_guild_sandbox()
+    async with SandboxServer(sandbox) as server, raw_gateway(server) as gateway:
+        ready, guild_create = await gateway.identify(server.token, shard=[1, 2])
+        sandbox.user_says(even_channel, sandbox.bot_user_id, "not for shard 1")
+        sandbox.user_says(odd_channel, sandbox.bot_user_id, "for shard 1")
+        message = await gateway.receive()
+
+    assert ready["d"]["shard"] == [1, 2]
+    assert ready["d"]["guilds"] == [{"id": str(odd_guild), "unavailable": True}]
+    assert guild_create["d"]["id"] == str(odd_guild) != str(even_guild)
+    assert (message["t"], message["d"]["content"]) == ("MESSAGE_CREATE", "for shard 1")
+
+
+async def test_leaving_the_server_closes_sockets_and_leaves_no_task_behind() -> None:
+    async with SandboxServer(demo_sandbox()) as server, raw_gateway(server) as gateway:
+        await gateway.identify(server.token)
+        await server.stop()
+        assert await gateway.close_code() == 1001
+    assert asyncio.all_tasks() == {asyncio.current_task()}
