@@ -18,7 +18,7 @@ from chat.pipeline.dialogue import append_dialogue_history, dialogue_role
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext, expand_macros
-from chat.pipeline.markup import render_markup
+from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
 from chat.pipeline.notes import active_context_notes
 from chat.pipeline.participants import ParticipantContext, prepare_participant_context
 from chat.pipeline.simplify import (
@@ -42,8 +42,6 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import history_window_stride, normalize_fetch_limit
 
-UNKNOWN_USER_NAME = "someone"
-"""What ``{user}`` resolves to when the triggering message is not visible."""
 TURN_VARYING_TAGS = frozenset({ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE})
 
 
@@ -209,7 +207,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     macros = MacroContext(
         bot=next((p.name for p in turn.personas if p.is_main), persona.name),
         char=persona.name,
-        user=trigger.author_name if trigger else UNKNOWN_USER_NAME,
+        user=trigger.author_name if trigger else HIDDEN_USER_NAME,
         tools=frozenset(admission.tools),
     )
 

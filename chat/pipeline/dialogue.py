@@ -15,8 +15,9 @@ are injected between them. What this stage leaves out, and why:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date, tzinfo
+from functools import partial
 
 from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor
 from chat.pipeline.macros import MacroContext, expand_macros
@@ -81,7 +82,7 @@ def append_dialogue_history(
     """
     media = plan_media(history, media_window=min(media_window, fetch_limit))
     document_hint = expand_macros(DOCUMENT_HINT_TEMPLATE, macros)
-    labels: dict[str, str] = {}
+    humanizer = _stable_humanizer(persona)
     dialogue: list[ContextItem] = []
     previous_day: date | None = None
     for entry, entry_media in zip(history, media, strict=True):
@@ -90,16 +91,14 @@ def append_dialogue_history(
         if previous_day is not None and day != previous_day:
             dialogue.append(date_spacer(day))
         previous_day = day if last is first else last.astimezone(timezone).date()
-        if entry.author_name not in labels:
-            labels[entry.author_name] = expand_macros(entry.author_name, macros)
         role = dialogue_role(entry, persona.name, impersonated_user_id)
         dialogue.append(
             _entry_item(
                 entry,
                 entry_media,
                 role=role,
-                label=labels[entry.author_name],
-                persona=persona if role is Role.ASSISTANT else None,
+                label=expand_macros(entry.author_name, macros),
+                humanizer=humanizer if role is Role.ASSISTANT else None,
                 document_hint=document_hint,
             )
         )
@@ -141,16 +140,27 @@ def dialogue_role(
     return Role.USER
 
 
+def _stable_humanizer(persona: PersonaSpec) -> Callable[[str], str] | None:
+    """`humanize_stably` with the persona's toggles; None when both are off."""
+    if not (persona.force_lowercase or persona.punctuation_splits):
+        return None
+    return partial(
+        humanize_stably,
+        force_lowercase=persona.force_lowercase,
+        punctuation_splits=persona.punctuation_splits,
+    )
+
+
 def _entry_item(
     entry: SimplifiedEntry,
     media: EntryMedia,
     *,
     role: Role,
     label: str,
-    persona: PersonaSpec | None,
+    humanizer: Callable[[str], str] | None,
     document_hint: str,
 ) -> ContextItem:
-    """Render one entry. ``persona`` is given when the entry is the persona's own (humanized)."""
+    """Render one entry; ``humanizer`` applies to its words (given for the persona's own)."""
     if entry.kind is EntryKind.BLOCKED:
         count = len(entry.parts)
         text = f"[System: {count} message(s) from a user you have blocked are hidden.]"
@@ -159,25 +169,7 @@ def _entry_item(
         text = "\n".join(f"[System: {part.body}]" for part in entry.parts)
         completion_text = entry.prose
     else:
-        bodies = [part.body for part in entry.parts]
-        if persona is not None and (persona.force_lowercase or persona.punctuation_splits):
-            bodies = [
-                humanize_stably(
-                    body,
-                    force_lowercase=persona.force_lowercase,
-                    punctuation_splits=persona.punctuation_splits,
-                )
-                for body in bodies
-            ]
-        lines = [
-            " ".join(piece for piece in (part.head, body, part.tail) if piece)
-            for part, body in zip(entry.parts, bodies, strict=True)
-        ]
-        extras = _media_annotations(entry, media, document_hint)
-        content = "\n".join(lines) + "".join(f" {extra}" for extra in extras)
-        prose = "\n".join(body for body in bodies if body)
-        text = f"{label}: {content}"
-        completion_text = f"{label}: {prose}" if prose else ""
+        text, completion_text = _message_texts(entry, media, label, humanizer, document_hint)
     return ContextItem(
         tag=ItemTag.DIALOGUE_HISTORY,
         role=role,
@@ -186,6 +178,25 @@ def _entry_item(
         source_ids=entry.message_ids,
         media=media.shown,
     )
+
+
+def _message_texts(
+    entry: SimplifiedEntry,
+    media: EntryMedia,
+    label: str,
+    humanizer: Callable[[str], str] | None,
+    document_hint: str,
+) -> tuple[str, str]:
+    """(text, completion text) of a MESSAGE entry: one line per part, then the media
+    annotations; the completion text keeps only the words."""
+    bodies = [humanizer(part.body) if humanizer else part.body for part in entry.parts]
+    lines = [
+        " ".join(piece for piece in (part.head, body, part.tail) if piece)
+        for part, body in zip(entry.parts, bodies, strict=True)
+    ]
+    content = " ".join(["\n".join(lines), *_media_annotations(entry, media, document_hint)])
+    prose = "\n".join(body for body in bodies if body)
+    return f"{label}: {content}", f"{label}: {prose}" if prose else ""
 
 
 def _media_annotations(entry: SimplifiedEntry, media: EntryMedia, document_hint: str) -> list[str]:

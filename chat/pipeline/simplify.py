@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import date, datetime, tzinfo
 from enum import StrEnum
 
 from chat.pipeline.items import MediaDescriptor
@@ -236,9 +236,8 @@ def _resume_point(
     return len(previous.messages), list(previous.entries), previous.id_map.copy()
 
 
-def _local_day(moment: datetime, timezone: tzinfo) -> tuple[int, int, int]:
-    local = moment.astimezone(timezone)
-    return (local.year, local.month, local.day)
+def _local_day(moment: datetime, timezone: tzinfo) -> date:
+    return moment.astimezone(timezone).date()
 
 
 def _merged(previous: SimplifiedEntry, entry: SimplifiedEntry) -> SimplifiedEntry:
