@@ -11,3 +11,8 @@ import os
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key")
 
 from botproject.settings import *  # noqa: F403
+
+# A file-backed SQLite test database (when SQLite is used at all), so a worker started as a
+# subprocess by the end-to-end tests sees the same data; PostgreSQL needs nothing extra.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}  # noqa: F405

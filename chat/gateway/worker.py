@@ -17,6 +17,7 @@ from chat.gateway.endpoints import configure_discord_endpoints
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
 from chat.loop.scheduler import Scheduler
+from chat.models import Turn
 from chat.pipeline.tokens import default_token_counter
 from chat.services import TurnRuntime
 from personas.models import Persona
@@ -41,6 +42,7 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
 
     async def start(client: PersonaBotClient) -> None:
         await sync_to_async(_load_main_personas)(client)
+        await sync_to_async(_abort_interrupted_turns)(config)
         runtime = TurnRuntime(
             port=client.adapter,
             windows=client.windows,
@@ -56,6 +58,26 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
     return PersonaBotClient(
         shard_ids=config.shard_ids, shard_count=config.shard_count, on_start=start
     )
+
+
+def _abort_interrupted_turns(config: WorkerConfig) -> None:
+    """Turns a previous run of this worker left ``running`` (it was killed) end ``aborted``;
+    their triggers are still unread, so they run again."""
+    running = Turn.objects.filter(status=Turn.Status.RUNNING)
+    stale = [
+        turn.id for turn in running.only("id", "guild_id") if _on_my_shards(turn.guild_id, config)
+    ]
+    Turn.objects.filter(id__in=stale).update(
+        status=Turn.Status.ABORTED, error="the worker stopped during the turn"
+    )
+
+
+def _on_my_shards(guild_id: int | None, config: WorkerConfig) -> bool:
+    """Discord's rule: a guild lives on shard ``(guild_id >> 22) % shard_count``; DMs on 0."""
+    if config.shard_count is None or config.shard_ids is None:
+        return True
+    shard = (guild_id >> 22) % config.shard_count if guild_id else 0
+    return shard in config.shard_ids
 
 
 def _load_main_personas(client: PersonaBotClient) -> None:

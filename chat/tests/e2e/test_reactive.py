@@ -100,3 +100,28 @@ async def test_duplicate_dispatches_and_a_resume_replay_give_one_reply_each(worl
     assert len(replies_to(world, first["id"])) == 1
     assert len(replies_to(world, second["id"])) == 1
     assert len(world.bot_messages(GENERAL)) == 2
+
+
+async def test_a_busy_stretch_of_ten_turns_reads_history_over_rest_at_most_three_times(world):
+    await world.start_worker()
+    history_route = ("GET", "/channels/{channel_id}/messages")
+    before = world.sandbox.request_counts.get(history_route, 0)
+
+    triggers = [world.say(f"tomori, burst message {n}")["id"] for n in range(10)]
+    await eventually(lambda: all(replies_to(world, t) for t in triggers), within=30)
+    await world.settle()
+
+    reads = world.sandbox.request_counts.get(history_route, 0) - before
+    print(f"\nbusy stretch: 10 turns, {reads} REST history reads")
+    assert reads <= 3
+    assert all(len(replies_to(world, t)) == 1 for t in triggers)
+    # Each queued turn's history ends at its own trigger.
+    turns = await sync_to_async(turns_list)()
+    assert [t.trigger_message_id for t in turns] == [int(t) for t in triggers]
+    for turn, trigger in zip(turns, triggers, strict=True):
+        newest = max(int(i) for item in turn.context_items for i in item["source_ids"])
+        assert newest == int(trigger)
+
+
+def turns_list() -> list[Turn]:
+    return list(Turn.objects.order_by("id"))

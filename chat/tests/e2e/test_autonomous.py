@@ -1,0 +1,77 @@
+"""Autonomous channels: the planner loop of seed 003, against the sandbox and the fake model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat.llm.fake_server import Fault, FaultKind, Reply
+from chat.loop.scheduler import MAX_LOOP_ITERATIONS
+from chat.models import Turn
+from chat.tests.e2e.conftest import AUTONOMOUS, BOB, eventually
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def action(**fields) -> Reply:
+    return Reply(json.dumps(fields))
+
+
+def planner_requests(world) -> list[dict]:
+    return [
+        body
+        for body in world.llm.chat_bodies
+        if "You decide what happens next" in body["messages"][0]["content"]
+    ]
+
+
+async def test_the_planner_loop_stops_after_five_steps(world):
+    world.llm.enqueue(*[action(action="sleep", seconds=0.01)] * (MAX_LOOP_ITERATIONS + 3))
+    await world.start_worker()
+
+    world.say("is anyone around?", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(planner_requests(world)) >= MAX_LOOP_ITERATIONS)
+    await world.settle()
+
+    assert len(planner_requests(world)) == MAX_LOOP_ITERATIONS
+    last = planner_requests(world)[-1]["messages"][1]["content"]
+    assert "You have 1 unread message." in last
+    assert "4. sleep: ok: slept 0.01 s" in last
+    assert world.bot_messages(AUTONOMOUS) == []
+
+
+async def test_send_aborts_when_messages_arrive_during_generation_and_reads_first(world):
+    world.llm.enqueue(
+        action(action="read_unread_messages"),
+        action(action="send_message", persona="Anon"),
+        Fault(FaultKind.TIMEOUT, delay=1.0),  # Anon's first answer, slow: Bob writes meanwhile
+        action(action="read_unread_messages"),
+        action(action="send_message", persona="Anon"),
+        Reply("hello, both of you!"),
+        action(action="continue"),
+        action(action="continue"),
+    )
+    await world.start_worker()
+
+    world.say("anon, are you there?", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(world.llm.chat_bodies) >= 3)
+    world.say("me too, anon", channel_id=AUTONOMOUS, author=BOB)
+    await eventually(lambda: world.bot_messages(AUTONOMOUS))
+    await world.settle()
+
+    [reply] = world.bot_messages(AUTONOMOUS)
+    assert reply["content"] == "hello, both of you!"
+    assert reply["author"]["username"] == "Anon"
+    turns = await sync_to_async(lambda: list(Turn.objects.order_by("id")))()
+    assert [(t.status, t.reason) for t in turns] == [("aborted", "planner"), ("replied", "planner")]
+    assert "arrived" in turns[0].error
+    assert turns[1].reason_detail["action"] == {
+        "action": "send_message",
+        "persona": "Anon",
+        "reply_to": None,
+    }
+    third = planner_requests(world)[2]["messages"][1]["content"]
+    assert "send_message: failed: new messages arrived while writing" in third
+    assert "You have 1 unread message." in third

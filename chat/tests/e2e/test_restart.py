@@ -1,0 +1,93 @@
+"""A worker killed with SIGKILL in the middle of a burst loses nothing and repeats nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+
+from chat.llm.fake_server import Fault, FaultKind
+from chat.models import Turn
+from chat.tests.e2e.conftest import GENERAL, eventually
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[3]
+BURST = 6
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
+    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def start_runbot(world) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "botproject.settings",
+        "DJANGO_SECRET_KEY": "test-only-secret-key",
+        "DATABASE_URL": _database_url(),
+        "DISCORD_TOKEN": world.sandbox.token,
+        "DISCORD_API_BASE": world.sandbox.api_base,
+        "DISCORD_GATEWAY_URL": world.sandbox.gateway_url,
+        "LLM_BASE_URL": world.llm.base_url,
+    }
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "runbot"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def replies_by_trigger(world) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for message in world.bot_messages(GENERAL):
+        trigger = (message.get("message_reference") or {}).get("message_id")
+        counts[trigger] = counts.get(trigger, 0) + 1
+    return counts
+
+
+async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(world):
+    # Slow answers, so the kill lands while a turn waits for the model.
+    world.llm.enqueue(*[Fault(FaultKind.TIMEOUT, delay=0.3)] * (BURST + 2))
+    worker = start_runbot(world)
+    try:
+        await eventually(lambda: world.sandbox.sessions(), within=30)
+        triggers = [world.say(f"tomori, question {n}")["id"] for n in range(BURST)]
+
+        # Two replies delivered and the third turn's model call in flight: kill.
+        await eventually(
+            lambda: (
+                len(world.bot_messages(GENERAL)) >= 2
+                and len(world.llm.chat_bodies) > len(world.bot_messages(GENERAL))
+            ),
+            within=30,
+        )
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        answered_before_kill = len(world.bot_messages(GENERAL))
+        assert answered_before_kill < BURST
+
+        worker = start_runbot(world)
+        await eventually(lambda: len(replies_by_trigger(world)) == BURST, within=60)
+        await asyncio.sleep(1.0)  # time for any duplicate to show up
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=20)
+
+    assert replies_by_trigger(world) == dict.fromkeys(triggers, 1)
+    statuses = await sync_to_async(lambda: sorted(Turn.objects.values_list("status", flat=True)))()
+    assert statuses.count("replied") == BURST
+    assert "running" not in statuses  # the interrupted turn was marked aborted at restart
