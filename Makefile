@@ -31,7 +31,7 @@ migrate: $(VENV)/.installed services | var
 	$(BIN)/python manage.py migrate --noinput
 
 run: migrate
-	$(BIN)/daphne -b $(HOST) -p $(PORT) botproject.asgi:application
+	HOST=$(HOST) PORT=$(PORT) scripts/run-product
 
 test: $(VENV)/.installed services | var
 	$(BIN)/ruff check .

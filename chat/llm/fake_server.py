@@ -10,8 +10,9 @@ Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks en
   answer, or a reasoning-only answer.
 
 With the script empty, the default rule answers "I am the fake model <model>. You said: <the last
-user message>". Usage is always reported, cached prompt tokens included: the estimate counts the
-prefix a request shares with the previous one as cached, as a provider's prompt cache would.
+user message>"; the introduction is a constructor argument (the demo says it is the demo
+model). Usage is always reported, cached prompt tokens included: the estimate counts the prefix
+a request shares with the previous one as cached, as a provider's prompt cache would.
 
 In-process (ephemeral port)::
 
@@ -101,8 +102,10 @@ class FakeLLMServer:
         models: Sequence[str] = ("fake-model",),
         host: str = "127.0.0.1",
         port: int = 0,
+        introduction: str = "I am the fake model {model}.",
     ) -> None:
         self.requests: list[RecordedRequest] = []
+        self._introduction = introduction
         self.base_url = ""
         self._script: deque[ScriptItem] = deque(script)
         self._models = tuple(models)
@@ -169,7 +172,8 @@ class FakeLLMServer:
 
     def _default_reply(self, body: dict[str, Any]) -> Reply:
         quote = _last_user_text(body["messages"])[:200]
-        return Reply(f"I am the fake model {body.get('model')}. You said: {quote}")
+        introduction = self._introduction.format(model=body.get("model"))
+        return Reply(f"{introduction} You said: {quote}")
 
     async def _fault(
         self, request: web.Request, body: dict[str, Any], fault: Fault

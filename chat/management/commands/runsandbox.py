@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from chat.llm.fake_server import FakeLLMServer
 from chat.sandbox import SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
 
 DEFAULT_TOKEN = "sandbox-bot-token"
+DEMO_MODEL_INTRODUCTION = (
+    "(This is the demo model: no LLM_BASE_URL is configured, so I only repeat what I was asked.)"
+)
 
 
 class Command(BaseCommand):
@@ -25,17 +30,47 @@ class Command(BaseCommand):
         parser.add_argument(
             "--token", default=DEFAULT_TOKEN, help=f"bot token to accept ({DEFAULT_TOKEN})"
         )
+        parser.add_argument(
+            "--demo-model-port",
+            type=int,
+            default=None,
+            metavar="PORT",
+            help="also serve the demo model (OpenAI-compatible) on this port, for running "
+            "without LLM_BASE_URL; its replies say they come from the demo model",
+        )
 
-    def handle(self, *args: object, host: str, port: int, token: str, **options: object) -> None:
-        asyncio.run(self._serve(host, port, token))
+    def handle(
+        self,
+        *args: object,
+        host: str,
+        port: int,
+        token: str,
+        demo_model_port: int | None,
+        **options: object,
+    ) -> None:
+        asyncio.run(self._serve(host, port, token, demo_model_port))
 
-    async def _serve(self, host: str, port: int, token: str) -> None:
+    async def _serve(self, host: str, port: int, token: str, demo_model_port: int | None) -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        async with SandboxServer(demo_sandbox(token=token), host=host, port=port) as server:
+        async with contextlib.AsyncExitStack() as stack:
+            server = await stack.enter_async_context(
+                SandboxServer(demo_sandbox(token=token), host=host, port=port)
+            )
             self._announce(server)
+            if demo_model_port is not None:
+                model = await stack.enter_async_context(
+                    FakeLLMServer(
+                        host=host,
+                        port=demo_model_port,
+                        models=("demo-model",),
+                        introduction=DEMO_MODEL_INTRODUCTION,
+                    )
+                )
+                self.stdout.write(f"Demo model: export LLM_BASE_URL={model.base_url}")
+                self.stdout.flush()
             await stop.wait()
         self.stdout.write("Sandbox stopped.")
 
