@@ -55,8 +55,17 @@ class TurnRuntime:
     llm: AttemptRunner
     token_counter: TokenCounter
     clock: Callable[[], dt.datetime] = timezone.now
-    token_caches: dict[tuple[int, int], Mapping] = field(default_factory=dict)
+    previous_contexts: dict[tuple[int, int], TurnContext] = field(default_factory=dict)
+    """Per (channel, persona): the last built context, whose token counts and simplified
+    history make the next build warm."""
     failure_notices: dict[int, dt.datetime] = field(default_factory=dict)
+
+    def release_channel(self, channel_id: int) -> None:
+        """The channel's busy stretch ended: drop its window and warm contexts (an idle
+        channel keeps no window, and the memory stays bounded by the busy channels)."""
+        self.windows.release(channel_id)
+        for key in [key for key in self.previous_contexts if key[0] == channel_id]:
+            del self.previous_contexts[key]
 
 
 @dataclass(frozen=True)
@@ -110,7 +119,7 @@ async def turn_run(
         started = time.perf_counter()
         context = build_turn_context(turn_input)
         turn.build_ms = _ms_since(started)
-        runtime.token_caches[(channel.channel_id, persona.id)] = context.token_cache
+        runtime.previous_contexts[(channel.channel_id, persona.id)] = context
         _record_context(turn, context)
 
         async with runtime.port.typing(channel.channel_id):
@@ -233,6 +242,7 @@ async def _turn_input(
     gathered = await sync_to_async(_gather_configuration)(request, history, reply_targets)
     user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
     guild_id = channel.guild.guild_id if channel.guild else None
+    previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
         persona=gathered.spec,
         history=history,
@@ -255,7 +265,8 @@ async def _turn_input(
         stm_text=gathered.stm_text,
         configured_tools=frozenset(),
         stm_maintenance_due=gathered.stm_due,
-        token_cache=runtime.token_caches.get((channel.channel_id, persona.id), {}),
+        token_cache=previous.token_cache if previous else {},
+        previous_history=previous.simplified_history if previous else None,
     )
 
 

@@ -162,7 +162,7 @@ class Scheduler:
                     logger.exception("channel %s loop failed; its messages stay unread", channel_id)
                     return
         finally:
-            self._runtime.windows.release(channel_id)
+            self._runtime.release_channel(channel_id)
             await events.publish(group, "loop.state", state="idle")
 
     async def _channel_pass(self, channel_id: int) -> None:
