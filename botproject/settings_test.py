@@ -16,3 +16,7 @@ from botproject.settings import *  # noqa: F403
 # subprocess by the end-to-end tests sees the same data; PostgreSQL needs nothing extra.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}  # noqa: F405
+
+# Test runs on one machine share its Redis: a per-process prefix keeps their channel-layer
+# groups apart, so one run never receives another's live events.
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"asgi-test-{os.getpid()}"  # noqa: F405

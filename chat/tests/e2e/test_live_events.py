@@ -1,0 +1,48 @@
+"""What the dashboard will show arrives on the Channels layer (real Redis) after each change."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.layers import get_channel_layer
+
+from chat.events import channel_group
+from chat.models import Turn
+from chat.tests.e2e.conftest import GENERAL, eventually
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):
+    layer = get_channel_layer()
+    inbox = await layer.new_channel()
+    await layer.group_add(channel_group(GENERAL), inbox)
+    try:
+        await world.start_worker()
+        world.say("tomori, what's new?")
+        await eventually(lambda: world.bot_messages(GENERAL))
+        await world.settle()
+
+        received = []
+        while True:
+            try:
+                received.append(await asyncio.wait_for(layer.receive(inbox), 2))
+            except TimeoutError:
+                break
+    finally:
+        await layer.group_discard(channel_group(GENERAL), inbox)
+
+    types = [event["type"] for event in received]
+    assert types == [
+        "loop.state",
+        "unread.count",
+        "turn.started",
+        "window.changed",
+        "turn.finished",
+        "loop.state",
+    ]
+    finished = received[types.index("turn.finished")]
+    turn = await Turn.objects.aget(id=finished["turn_id"])
+    assert (finished["status"], turn.status) == ("replied", "replied")
+    assert [received[0]["state"], received[-1]["state"]] == ["busy", "idle"]
