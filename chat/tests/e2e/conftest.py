@@ -60,11 +60,19 @@ class World:
     def say(self, content: str, *, channel_id: int = GENERAL, author: int = ALICE, **kw) -> dict:
         return self.sandbox.sandbox.user_says(channel_id, author, content, **kw)
 
-    async def start_worker(self, *, step_delay: float = 0.01) -> PersonaBotClient:
+    async def start_worker(
+        self,
+        *,
+        step_delay: float = 0.01,
+        shard_ids: list[int] | None = None,
+        shard_count: int | None = None,
+    ) -> PersonaBotClient:
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
             gateway_url=self.sandbox.gateway_url,
+            shard_ids=shard_ids,
+            shard_count=shard_count,
             step_delay=step_delay,
         )
         llm_client = OpenAICompatibleClient(base_url=self.llm.base_url, api_key="test")

@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from chat.models import Turn
-from chat.tests.e2e.conftest import DEMO_BOT_ID, GENERAL, eventually
+from chat.models import MessageIndex, Turn
+from chat.tests.e2e.conftest import BOB, DEMO_BOT_ID, GENERAL, eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,3 +125,55 @@ async def test_a_busy_stretch_of_ten_turns_reads_history_over_rest_at_most_three
 
 def turns_list() -> list[Turn]:
     return list(Turn.objects.order_by("id"))
+
+
+async def test_a_queued_webhook_turn_sends_a_replying_to_notice_first(world):
+    await world.start_worker()
+    world.say("anon, first")
+    world.say("anon, second", author=BOB)
+
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 3)
+    await world.settle()
+
+    contents = [m["content"] for m in world.bot_messages(GENERAL)]
+    assert contents[1] == "Replying to Bob…"
+    assert all(m["author"]["username"] == "Anon" for m in world.bot_messages(GENERAL))
+
+
+async def test_a_deleted_persona_webhook_is_recreated(world):
+    await world.start_worker()
+    world.say("anon, hello")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+    [first_hook] = world.sandbox.sandbox.channel_webhooks(GENERAL)
+    world.sandbox.sandbox.delete_webhook(int(first_hook["id"]))
+
+    world.say("anon, are you still there?")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    await world.settle()
+
+    [second_hook] = world.sandbox.sandbox.channel_webhooks(GENERAL)
+    assert second_hook["id"] != first_hook["id"]
+    assert world.bot_messages(GENERAL)[1]["webhook_id"] == second_hook["id"]
+    assert await sync_to_async(turn_statuses)() == ["replied", "replied"]
+
+
+async def test_delivered_messages_are_indexed_as_the_personas(world):
+    await world.start_worker()
+    world.say("tomori and anon, hello")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) >= 2)
+    await world.settle()
+
+    authors = [m["author"]["username"] for m in world.bot_messages(GENERAL)]
+    assert authors == ["Tomori", "Anon", "Anon"]  # Anon waited: a "Replying to" notice first
+
+    rows = await sync_to_async(
+        lambda: sorted(MessageIndex.objects.values_list("message_id", "persona__name", "status"))
+    )()
+    assert rows == sorted(
+        (int(m["id"]), m["author"]["username"], "confirmed") for m in world.bot_messages(GENERAL)
+    )
+
+
+def turn_statuses() -> list[str]:
+    return list(Turn.objects.order_by("id").values_list("status", flat=True))

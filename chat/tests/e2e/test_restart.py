@@ -85,8 +85,9 @@ async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(
         await asyncio.sleep(1.0)  # time for any duplicate to show up
     finally:
         worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=20)
+        exit_code = worker.wait(timeout=20)
 
+    assert exit_code == 0  # SIGTERM closes the worker cleanly
     assert replies_by_trigger(world) == dict.fromkeys(triggers, 1)
     statuses = await sync_to_async(lambda: sorted(Turn.objects.values_list("status", flat=True)))()
     assert statuses.count("replied") == BURST

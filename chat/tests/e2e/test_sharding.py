@@ -1,0 +1,25 @@
+"""Scale-out: a worker answers only the guilds on its own shards."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat.sandbox.demo import DEMO_GUILD_ID
+from chat.tests.e2e.conftest import GENERAL, eventually
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEMO_SHARD = (DEMO_GUILD_ID >> 22) % 2
+
+
+@pytest.mark.parametrize(("shard", "answers"), [(DEMO_SHARD, True), (1 - DEMO_SHARD, False)])
+async def test_a_worker_serves_only_its_shards(world, shard, answers):
+    client = await world.start_worker(shard_ids=[shard], shard_count=2)
+    assert [guild.id for guild in client.guilds] == ([DEMO_GUILD_ID] if answers else [])
+
+    world.say("tomori, which shard are you?")
+    if answers:
+        await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    assert len(world.bot_messages(GENERAL)) == (1 if answers else 0)
