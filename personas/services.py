@@ -6,8 +6,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from asgiref.sync import async_to_sync
 from django.db import models, transaction
 
+from chat.events import CONTROL_GROUP, publish
 from personas.config_schema import (
     BlockSpec,
     ConfigDocument,
@@ -57,7 +59,8 @@ def config_import(*, data: object, prune: bool = False) -> ImportReport:
     problem with its JSON path) and then written in one transaction, so a failure leaves the
     database as it was. Rows are matched by natural key (guild id, persona name ignoring case,
     channel id, block persona+user+type, user id) and only saved when a value differs: importing
-    the same file twice changes nothing. Rows the file does not mention are kept, unless
+    the same file twice changes nothing (and notifies nobody); after a change is committed,
+    running workers get ``config.changed``. Rows the file does not mention are kept, unless
     ``prune`` is set, which deletes the listed guilds' personas, channels, blocks and user rows
     that are not in the file.
     """
@@ -66,7 +69,15 @@ def config_import(*, data: object, prune: bool = False) -> ImportReport:
     with transaction.atomic():
         for guild_spec in document.guilds:
             _import_guild(guild_spec, report=report, prune=prune)
+        if report.changed:
+            guild_ids = [spec.id for spec in document.guilds]
+            transaction.on_commit(lambda: _notify_config_changed(guild_ids))
     return report
+
+
+def _notify_config_changed(guild_ids: list[str]) -> None:
+    """Tell running bot workers to reload what they cache (write, then notify)."""
+    async_to_sync(publish)(CONTROL_GROUP, "config.changed", guild_ids=guild_ids)
 
 
 def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:

@@ -7,8 +7,10 @@ and stops it in ``close``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import discord
 from asgiref.sync import sync_to_async
@@ -59,6 +61,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         )
         self.scheduler: Scheduler | None = None
         self._on_start = on_start
+        self._background: set[asyncio.Task[None]] = set()
 
     def own_identity(self) -> OwnIdentity:
         return OwnIdentity(
@@ -71,7 +74,16 @@ class PersonaBotClient(discord.AutoShardedClient):
         if self._on_start is not None:
             await self._on_start(self)
 
+    def background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` until the client closes."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def close(self) -> None:
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self.scheduler is not None:
             await self.scheduler.stop()
         await super().close()

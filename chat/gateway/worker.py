@@ -16,6 +16,7 @@ from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
+from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.models import Turn
 from chat.pipeline.tokens import default_token_counter
@@ -53,6 +54,13 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
             runtime=runtime, own=client.own_identity, step_delay=config.step_delay
         )
         client.scheduler.start()
+
+        async def config_changed(message) -> None:
+            await sync_to_async(_load_main_personas)(client)
+            runtime.previous_contexts.clear()
+            logger.info("configuration changed; reloaded")
+
+        client.background(listen_for_control({"config.changed": config_changed}))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
     return PersonaBotClient(
