@@ -59,8 +59,8 @@ def channel_settings(*, channel_id: int, guild_id: int | None) -> ChannelSetting
 
 
 def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
-    """The guild's enabled personas, main first; for DMs, every guild's main persona is not
-    chosen here: DMs are answered by the first main persona configured (one bot, one voice)."""
+    """The guild's enabled personas, main first. In a DM (``guild`` None) the bot account speaks
+    for itself, so the answer is the first configured main persona, alone."""
     if guild is None:
         main = Persona.objects.filter(is_main=True, enabled=True).order_by("id").first()
         return [main] if main else []

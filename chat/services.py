@@ -34,7 +34,7 @@ from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.truncation import truncate_dialogue_history
-from chat.pipeline.types import HistoryMessage, PrivacyLevel
+from chat.pipeline.types import HistoryMessage, PersonaSpec, PrivacyLevel, UserBlock
 from chat.pipeline.window import history_window_stride, select_anchored_history
 from chat.selectors import ChannelSettings
 from personas.models import Persona
@@ -272,11 +272,13 @@ async def _turn_input(
 
 @dataclass(frozen=True)
 class _Configuration:
-    spec: object
-    personas: tuple
-    privacy: dict
+    """What the database says about a turn: the persona, the guild, its users."""
+
+    spec: PersonaSpec
+    personas: tuple[PersonaSpec, ...]
+    privacy: dict[int, PrivacyLevel]
     blacklisted: frozenset[int]
-    blocks: tuple
+    blocks: tuple[UserBlock, ...]
     stm_text: str | None
     stm_due: bool
 

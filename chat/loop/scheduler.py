@@ -44,7 +44,7 @@ from chat.loop.planner import (
     render_planner_lines,
 )
 from chat.loop.ports import DeliveryError
-from chat.loop.triggers import reactive_triggers
+from chat.loop.triggers import Trigger, reactive_triggers
 from chat.models import MessageIndex
 from chat.pipeline.simplify import build_simplified_history, hidden_user_ids
 from chat.pipeline.types import BlockType, HistoryMessage, PrivacyLevel
@@ -217,7 +217,9 @@ class Scheduler:
                     channel_id=channel_id, up_to_message_id=message.id
                 )
 
-    def _trigger_plans(self, channel: ChannelSettings, pending: list[HistoryMessage]) -> list:
+    def _trigger_plans(
+        self, channel: ChannelSettings, pending: list[HistoryMessage]
+    ) -> list[tuple[HistoryMessage, list[tuple[Persona, Trigger]]]]:
         """Each pending message with the (persona, trigger) pairs that answer it."""
         personas = selectors.guild_personas(guild=channel.guild)
         by_name = {p.name: p for p in personas}
