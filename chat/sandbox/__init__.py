@@ -16,8 +16,9 @@ Nothing here imports discord.py.
 """
 
 from chat.sandbox.gateway import GatewaySettings
+from chat.sandbox.records import Upload
 from chat.sandbox.server import SandboxServer
-from chat.sandbox.state import Sandbox, Upload, avatar_hash
+from chat.sandbox.state import Sandbox, avatar_hash
 from chat.sandbox.traffic import RateLimitPolicy
 
 __all__ = [

@@ -35,10 +35,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chat.sandbox import schemas
+from chat.sandbox.records import Upload
 from chat.sandbox.responses import json_response, no_content
 from chat.sandbox.rest import discord_errors, json_body, snowflake_param
 from chat.sandbox.schemas import Snowflake
-from chat.sandbox.state import Upload
 
 if TYPE_CHECKING:
     from chat.sandbox.server import SandboxServer

@@ -93,8 +93,6 @@ EVENT_INTENTS: Mapping[str, Intent] = {
 }
 """The intent a session needs to receive each event the world publishes."""
 
-_CONTENT_FIELDS = ("content", "embeds", "attachments", "components")
-
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
@@ -120,7 +118,7 @@ def visible_message_data(data: Mapping[str, Any], bot_user_id: int) -> Mapping[s
     bot = str(bot_user_id)
     if data["author"]["id"] == bot or any(user["id"] == bot for user in data["mentions"]):
         return data
-    visible = {**data, **{name: "" if name == "content" else [] for name in _CONTENT_FIELDS}}
+    visible = {**data, "content": "", "embeds": [], "attachments": [], "components": []}
     if data.get("referenced_message"):
         visible["referenced_message"] = visible_message_data(
             data["referenced_message"], bot_user_id
@@ -184,12 +182,14 @@ class GatewaySession:
 
 @dataclass(frozen=True, slots=True)
 class _Close:
-    code: int
-    reason: str
+    """The writer's last item: close with `code` (after everything queued before it), or with
+    `code=None` just stop, because the socket is already gone."""
+
+    code: int | None
+    reason: str = ""
 
 
-_STOP = object()
-"""Tells a connection's writer to finish without closing (the socket is already gone)."""
+_STOP = _Close(None)
 
 
 class GatewayConnection:
@@ -204,7 +204,7 @@ class GatewayConnection:
         self._ws = ws
         self._transport = request.transport
         self._gateway = gateway
-        self._outbox: asyncio.Queue[str | _Close | object] = asyncio.Queue()
+        self._outbox: asyncio.Queue[str | _Close] = asyncio.Queue()
 
     def send(self, frame: str) -> None:
         self._outbox.put_nowait(frame)
@@ -241,7 +241,7 @@ class GatewayConnection:
                 if isinstance(item, str):
                     await self._ws.send_str(item)
                     continue
-                if isinstance(item, _Close):
+                if item.code is not None:
                     await self._ws.close(code=item.code, message=item.reason.encode())
             except (ConnectionError, RuntimeError):
                 pass  # the socket is gone; the session's buffer still has every dispatch

@@ -1,18 +1,16 @@
 """Discord v10 JSON shapes for the sandbox's records: what REST returns and gateway events carry.
 
-Pure functions of the records in `chat.sandbox.state`; ids are rendered as strings, times as
+Pure functions of the records in `chat.sandbox.records`; ids are rendered as strings, times as
 ISO 8601. Only fields discord.py reads (or that a Discord client would reasonably expect) are
 filled; everything optional that the sandbox does not model is left out or empty.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from chat.sandbox.records import Attachment, Channel, Guild, Member, Role, User, Webhook
 from chat.sandbox.snowflake import iso_timestamp, snowflake_time
-
-if TYPE_CHECKING:
-    from chat.sandbox.state import Attachment, Channel, Guild, Member, Role, User, Webhook
 
 GUILD_TEXT = 0
 """Discord's channel type for a text channel (the only kind the sandbox has)."""

@@ -19,8 +19,9 @@ from aiohttp import BodyPartReader, web
 
 from chat.sandbox import schemas
 from chat.sandbox.errors import DiscordAPIError, ErrorCode, invalid_form_body
+from chat.sandbox.records import Upload
 from chat.sandbox.responses import json_response, no_content
-from chat.sandbox.state import Sandbox, Upload
+from chat.sandbox.state import Sandbox
 from chat.sandbox.traffic import Traffic
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -24,11 +24,10 @@ from typing import Any, Self
 from aiohttp import web
 
 from chat.sandbox.control import control_app
-from chat.sandbox.errors import DiscordAPIError, ErrorCode
 from chat.sandbox.gateway import Gateway, GatewaySettings
 from chat.sandbox.rest import GatewayInfo, discord_errors, rest_app, snowflake_param
 from chat.sandbox.state import Sandbox
-from chat.sandbox.traffic import RateLimitPolicy, RouteKey, Traffic
+from chat.sandbox.traffic import RateLimitPolicy, RateLimitScope, RouteKey, Traffic
 
 API_PREFIX = "/api/v10"
 GATEWAY_PATH = "/gateway"
@@ -147,7 +146,7 @@ class SandboxServer:
         *,
         count: int = 1,
         retry_after: float | None = None,
-        scope: str = "user",
+        scope: RateLimitScope = "user",
     ) -> None:
         """Fail the next `count` REST requests matching the route; see `Traffic.inject_fault`."""
         self._traffic.inject_fault(
@@ -186,8 +185,8 @@ class SandboxServer:
 
     async def _serve_attachment(self, request: web.Request) -> web.Response:
         attachment = self.sandbox.attachment(snowflake_param(request, "attachment_id"))
-        if attachment.channel_id != snowflake_param(request, "channel_id"):
-            raise DiscordAPIError(404, ErrorCode.GENERAL, "404: Not Found")
+        if attachment is None or attachment.channel_id != snowflake_param(request, "channel_id"):
+            raise web.HTTPNotFound()
         return web.Response(
             body=attachment.data,
             content_type=attachment.content_type or "application/octet-stream",

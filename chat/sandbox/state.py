@@ -13,7 +13,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -34,8 +34,19 @@ from chat.sandbox.payloads import (
     user_payload,
     webhook_payload,
 )
-from chat.sandbox.schemas import AllowedMentions, HistoryQuery
-from chat.sandbox.schemas import MessageReference as MessageReferenceSpec
+from chat.sandbox.records import (
+    Attachment,
+    Channel,
+    Guild,
+    Member,
+    Message,
+    Role,
+    Upload,
+    User,
+    Webhook,
+    WebhookAuthor,
+)
+from chat.sandbox.schemas import AllowedMentions, HistoryQuery, MessageReference
 from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
 
 ADMINISTRATOR = 1 << 3
@@ -59,118 +70,6 @@ MESSAGE_TYPE_REPLY = 19
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
 _EVERYONE_MENTION = re.compile(r"@(everyone|here)\b")
-
-
-@dataclass(slots=True)
-class User:
-    id: int
-    username: str
-    bot: bool = False
-    global_name: str | None = None
-    discriminator: str = "0"
-
-
-@dataclass(slots=True)
-class Role:
-    id: int
-    name: str
-    permissions: int
-    position: int
-    bot_id: int | None = None
-    """Set for the role Discord creates for a bot when it joins (a "managed" role)."""
-
-
-@dataclass(slots=True)
-class Member:
-    user_id: int
-    joined_at: datetime
-    nick: str | None = None
-    role_ids: list[int] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Upload:
-    """A file as a client uploads it (multipart `files[N]`) or a test attaches it."""
-
-    filename: str
-    data: bytes
-    content_type: str | None = None
-    description: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Attachment:
-    id: int
-    channel_id: int
-    filename: str
-    data: bytes
-    content_type: str | None
-    description: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookAuthor:
-    """Who a webhook message shows as: the webhook, with its per-message name and avatar."""
-
-    webhook_id: int
-    username: str
-    avatar: str | None
-
-
-@dataclass(slots=True)
-class Message:
-    id: int
-    channel_id: int
-    guild_id: int
-    author_id: int
-    """The user id, or the webhook id for webhook messages."""
-    content: str
-    embeds: list[dict[str, Any]]
-    attachments: list[Attachment]
-    mention_ids: list[int]
-    mention_role_ids: list[int]
-    mention_everyone: bool
-    reference: tuple[int, int] | None = None
-    """(channel id, message id) this message replies to."""
-    webhook: WebhookAuthor | None = None
-    tts: bool = False
-    nonce: int | str | None = None
-    edited_at: datetime | None = None
-    reactions: dict[str, list[int]] = field(default_factory=dict)
-    """Unicode emoji -> ids of the users who reacted with it, in reaction order."""
-
-
-@dataclass(slots=True)
-class Channel:
-    id: int
-    guild_id: int
-    name: str
-    position: int
-    topic: str | None = None
-    last_message_id: int | None = None
-    messages: dict[int, Message] = field(default_factory=dict)
-    """By id; ids only ever increase, so insertion order is chronological order."""
-
-
-@dataclass(slots=True)
-class Guild:
-    id: int
-    name: str
-    owner_id: int
-    roles: dict[int, Role] = field(default_factory=dict)
-    channels: dict[int, Channel] = field(default_factory=dict)
-    members: dict[int, Member] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class Webhook:
-    id: int
-    guild_id: int
-    channel_id: int
-    name: str
-    avatar: str | None
-    token: str
-    creator_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,7 +195,7 @@ class Sandbox:
         for an unknown channel, a non-member author, an unknown `reply_to`, content over 2000
         characters or an empty message.
         """
-        reference = MessageReferenceSpec(message_id=reply_to) if reply_to is not None else None
+        reference = MessageReference(message_id=reply_to) if reply_to is not None else None
         return self.create_message(
             channel_id,
             author_id=author_id,
@@ -432,12 +331,9 @@ class Sandbox:
             del payload["user"]
         return payload
 
-    def attachment(self, attachment_id: int) -> Attachment:
-        """An uploaded file, for the sandbox's stand-in CDN."""
-        try:
-            return self._attachments[attachment_id]
-        except KeyError:
-            raise unknown(ErrorCode.UNKNOWN_MESSAGE) from None
+    def attachment(self, attachment_id: int) -> Attachment | None:
+        """An uploaded file still attached to a message, for the sandbox's stand-in CDN."""
+        return self._attachments.get(attachment_id)
 
     def guild_create(self, guild_id: int) -> dict[str, Any]:
         """GUILD_CREATE's data; like Discord without the presences intent, the member list holds
@@ -479,7 +375,7 @@ class Sandbox:
         content: str = "",
         embeds: Sequence[Mapping[str, Any]] = (),
         uploads: Sequence[Upload] = (),
-        reference: MessageReferenceSpec | None = None,
+        reference: MessageReference | None = None,
         allowed_mentions: AllowedMentions | None = None,
         tts: bool = False,
         nonce: int | str | None = None,
@@ -833,7 +729,7 @@ class Sandbox:
             raise invalid_form_body(problems)
 
     def _replied_message(
-        self, channel: Channel, reference: MessageReferenceSpec | None
+        self, channel: Channel, reference: MessageReference | None
     ) -> Message | None:
         if reference is None:
             return None

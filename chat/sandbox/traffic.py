@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Literal
 
 from aiohttp import web
 
@@ -31,7 +32,12 @@ RouteKey = tuple[str, str]
 For example ("POST", "/channels/{channel_id}/messages").
 """
 
+RateLimitScope = Literal["user", "shared", "global"]
+"""Whose limit a 429 reports: the bot's own, a resource's shared one, or the global one."""
+
 _MAJOR_PARAMETERS = ("channel_id", "guild_id", "webhook_id")
+_MAX_BUCKETS = 10_000
+"""Past this many buckets, idle ones are forgotten (paths of unknown routes make new ones)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +58,7 @@ class Fault:
     status: int
     remaining: int
     retry_after: float
-    scope: str
+    scope: RateLimitScope
 
     def matches(self, method: str, route: str, path: str) -> bool:
         """`method` equal (or the fault's is "*"), and the pattern equal to the route template
@@ -63,8 +69,10 @@ class Fault:
 
 
 class _Bucket:
-    def __init__(self, key: str, policy: RateLimitPolicy) -> None:
-        self.hash = hashlib.sha1(key.encode()).hexdigest()[:16]
+    def __init__(self, route_key: str, policy: RateLimitPolicy) -> None:
+        # Like Discord's, the hash names the route's limit; the major parameter (which channel)
+        # tells apart buckets that share it, so clients key buckets by (hash, major parameter).
+        self.hash = hashlib.sha1(route_key.encode()).hexdigest()[:16]
         self._policy = policy
         self._window_ends = 0.0
         self._used = 0
@@ -76,6 +84,10 @@ class _Bucket:
             self._window_ends, self._used = now + self._policy.window, 0
         self._used += 1
         return None if self._used <= self._policy.limit else self._window_ends - now
+
+    def is_idle(self, now: float) -> bool:
+        """Whether the bucket's window has ended (forgetting it changes nothing)."""
+        return now >= self._window_ends
 
     def headers(self, now: float, wall_now: float) -> dict[str, str]:
         # Rounded up to the millisecond: a client that waits exactly this long must find the
@@ -90,7 +102,7 @@ class _Bucket:
         }
 
 
-def _too_many_requests(retry_after: float, scope: str) -> web.Response:
+def _too_many_requests(retry_after: float, scope: RateLimitScope) -> web.Response:
     body = {
         "message": "You are being rate limited.",
         "retry_after": retry_after,
@@ -143,7 +155,7 @@ class Traffic:
         *,
         count: int = 1,
         retry_after: float | None = None,
-        scope: str = "user",
+        scope: RateLimitScope = "user",
     ) -> None:
         """Answer the next `count` requests matching (`method`, `path_pattern`) with `status`.
 
@@ -171,8 +183,8 @@ class Traffic:
         route = self.route_template(request)
         path = request.path.removeprefix(self._prefix)
         self._counts[(request.method, route)] += 1
-        bucket = self._bucket(request, route)
         now = self._clock()
+        bucket = self._bucket(request, route, now)
         fault = self._take_fault(request.method, route, path)
         if fault is not None:
             response: web.StreamResponse = self._fault_response(fault)
@@ -189,12 +201,15 @@ class Traffic:
         template = resource.canonical if resource is not None else request.path
         return template.removeprefix(self._prefix)
 
-    def _bucket(self, request: web.Request, route: str) -> _Bucket:
-        major = [request.match_info.get(name, "") for name in _MAJOR_PARAMETERS]
-        key = f"{request.method} {route} {'+'.join(major)}"
+    def _bucket(self, request: web.Request, route: str, now: float) -> _Bucket:
+        route_key = f"{request.method} {route}"
+        major = "+".join(request.match_info.get(name, "") for name in _MAJOR_PARAMETERS)
+        key = f"{route_key} {major}"
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = _Bucket(key, self._policy)
+            if len(self._buckets) >= _MAX_BUCKETS:
+                self._buckets = {k: b for k, b in self._buckets.items() if not b.is_idle(now)}
+            bucket = self._buckets[key] = _Bucket(route_key, self._policy)
         return bucket
 
     def _take_fault(self, method: str, route: str, path: str) -> Fault | None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
 import discord
+import discord.gateway
 import pytest
 
 from chat.gateway.endpoints import DISCORD_API_BASE, configure_discord_endpoints
@@ -96,6 +98,19 @@ async def running(client: ClientT, token: str) -> AsyncIterator[ClientT]:
         await client.close()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await keep_alive_threads_finished()
+
+
+async def keep_alive_threads_finished() -> None:
+    """Wait for discord.py's heartbeat threads (one per socket) to end.
+
+    A closed socket stops its thread, but a thread that woke just before can still post a
+    heartbeat to the event loop; if the test's loop closes first, the thread dies with
+    "Event loop is closed". Joining them keeps every client's threads inside its test.
+    """
+    for thread in threading.enumerate():
+        if isinstance(thread, discord.gateway.KeepAliveHandler):
+            await asyncio.to_thread(thread.join, EVENT_TIMEOUT)
 
 
 @contextlib.asynccontextmanager

@@ -162,7 +162,7 @@ async def test_sandboxsay_posts_as_a_user_and_prints_the_bot_reply(
         "--as",
         "alice",
         "--wait",
-        "0.6",
+        "2",
         "hi",
         "there",
     )

@@ -160,6 +160,7 @@ async def test_a_session_that_cannot_be_resumed_gets_invalid_session_false(
     async with SandboxServer(demo_sandbox(), gateway=settings) as server:
         async with raw_gateway(server) as gateway:
             ready, _ = await gateway.identify(server.token)
+            server.drop_connections()  # detaches the session at once
         for index in range(3):
             server.sandbox.user_says(GENERAL, ALICE, f"missed {index}")
         resume = {

@@ -1,0 +1,123 @@
+"""The records the sandbox's world is made of, as plain dataclasses.
+
+`chat.sandbox.state.Sandbox` owns and changes them; `chat.sandbox.payloads` renders them as
+Discord's JSON. Ids are ints here and strings only on the wire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(slots=True)
+class User:
+    id: int
+    username: str
+    bot: bool = False
+    global_name: str | None = None
+    discriminator: str = "0"
+
+
+@dataclass(slots=True)
+class Role:
+    id: int
+    name: str
+    permissions: int
+    position: int
+    bot_id: int | None = None
+    """Set for the role Discord creates for a bot when it joins (a "managed" role)."""
+
+
+@dataclass(slots=True)
+class Member:
+    user_id: int
+    joined_at: datetime
+    nick: str | None = None
+    role_ids: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A file as a client uploads it (multipart `files[N]`) or a test attaches it."""
+
+    filename: str
+    data: bytes
+    content_type: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attachment:
+    id: int
+    channel_id: int
+    filename: str
+    data: bytes
+    content_type: str | None
+    description: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAuthor:
+    """Who a webhook message shows as: the webhook, with its per-message name and avatar."""
+
+    webhook_id: int
+    username: str
+    avatar: str | None
+
+
+@dataclass(slots=True)
+class Message:
+    id: int
+    channel_id: int
+    guild_id: int
+    author_id: int
+    """The user id, or the webhook id for webhook messages."""
+    content: str
+    embeds: list[dict[str, Any]]
+    attachments: list[Attachment]
+    mention_ids: list[int]
+    mention_role_ids: list[int]
+    mention_everyone: bool
+    reference: tuple[int, int] | None = None
+    """(channel id, message id) this message replies to."""
+    webhook: WebhookAuthor | None = None
+    tts: bool = False
+    nonce: int | str | None = None
+    edited_at: datetime | None = None
+    reactions: dict[str, list[int]] = field(default_factory=dict)
+    """Unicode emoji -> ids of the users who reacted with it, in reaction order."""
+
+
+@dataclass(slots=True)
+class Channel:
+    id: int
+    guild_id: int
+    name: str
+    position: int
+    topic: str | None = None
+    last_message_id: int | None = None
+    messages: dict[int, Message] = field(default_factory=dict)
+    """By id; ids only ever increase, so insertion order is chronological order."""
+
+
+@dataclass(slots=True)
+class Guild:
+    id: int
+    name: str
+    owner_id: int
+    roles: dict[int, Role] = field(default_factory=dict)
+    channels: dict[int, Channel] = field(default_factory=dict)
+    members: dict[int, Member] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Webhook:
+    id: int
+    guild_id: int
+    channel_id: int
+    name: str
+    avatar: str | None
+    token: str
+    creator_id: int
