@@ -15,6 +15,8 @@ harness. Modules:
 Nothing here imports discord.py.
 """
 
+from __future__ import annotations
+
 from chat.sandbox.gateway import GatewaySettings
 from chat.sandbox.records import Upload
 from chat.sandbox.server import SandboxServer

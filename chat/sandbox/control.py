@@ -27,7 +27,7 @@ person types (`general`, `#general`, `alice`) against `GET /world`.
 
 from __future__ import annotations
 
-import base64
+from base64 import b64decode
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 import aiohttp
@@ -63,7 +63,7 @@ class AttachmentSpec(_Body):
         return self
 
     def upload(self) -> Upload:
-        data = self.text.encode() if self.text is not None else base64.b64decode(self.base64 or "")
+        data = self.text.encode() if self.text is not None else b64decode(self.base64 or "")
         return Upload(self.filename, data, self.content_type)
 
 

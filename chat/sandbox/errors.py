@@ -53,6 +53,11 @@ class DiscordAPIError(Exception):
         return body
 
 
+def invalid_json() -> DiscordAPIError:
+    """The 400 code 50109 for a body that does not decode as JSON."""
+    return DiscordAPIError(400, ErrorCode.INVALID_JSON, "The request body contains invalid JSON.")
+
+
 def unknown(code: ErrorCode) -> DiscordAPIError:
     """The 404 for a missing entity, e.g. ``unknown(ErrorCode.UNKNOWN_CHANNEL)``."""
     entity = code.name.removeprefix("UNKNOWN_").lower()

@@ -10,21 +10,24 @@ HTTP to `Sandbox` calls: path ids and bodies are parsed here (bodies through
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import BodyPartReader, web
 
 from chat.sandbox import schemas
-from chat.sandbox.errors import DiscordAPIError, ErrorCode, invalid_form_body
+from chat.sandbox.errors import DiscordAPIError, invalid_form_body, invalid_json
 from chat.sandbox.records import Upload
 from chat.sandbox.responses import json_response, no_content
 from chat.sandbox.state import Sandbox
 from chat.sandbox.traffic import Traffic
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +56,7 @@ async def json_body(request: web.Request) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise DiscordAPIError(
-            400, ErrorCode.INVALID_JSON, "The request body contains invalid JSON."
-        ) from None
+        raise invalid_json() from None
 
 
 async def message_body(request: web.Request) -> tuple[Any, list[Upload]]:
@@ -72,38 +73,42 @@ async def message_body(request: web.Request) -> tuple[Any, list[Upload]]:
     while (part := await reader.next()) is not None:
         if not isinstance(part, BodyPartReader):
             continue
+        index = _file_index(part.name)
         if part.name == "payload_json":
             try:
                 payload = json.loads(await part.text())
             except json.JSONDecodeError:
-                raise DiscordAPIError(
-                    400, ErrorCode.INVALID_JSON, "The request body contains invalid JSON."
-                ) from None
-        elif part.name and part.name.startswith("files[") and part.name.endswith("]"):
-            index = int(part.name[len("files[") : -1])
-            data = await part.read(decode=False)
-            content_type = part.headers.get("Content-Type")
-            files[index] = Upload(part.filename or f"file{index}", bytes(data), content_type)
-    metadata = {}
-    if isinstance(payload, dict):
-        for entry in payload.get("attachments") or []:
-            if isinstance(entry, dict) and str(entry.get("id", "")).isdigit():
-                metadata[int(entry["id"])] = entry
-    uploads = [
-        Upload(
-            metadata.get(index, {}).get("filename") or upload.filename,
-            upload.data,
-            upload.content_type,
-            metadata.get(index, {}).get("description"),
-        )
-        for index, upload in sorted(files.items())
-    ]
+                raise invalid_json() from None
+        elif index is not None:
+            data = bytes(await part.read(decode=False))
+            filename = part.filename or f"file{index}"
+            files[index] = Upload(filename, data, part.headers.get("Content-Type"))
+    entries = (payload.get("attachments") or []) if isinstance(payload, dict) else []
+    described = {
+        int(entry["id"]): entry
+        for entry in entries
+        if isinstance(entry, dict) and str(entry.get("id", "")).isdigit()
+    }
+    uploads = []
+    for index, upload in sorted(files.items()):
+        entry = described.get(index, {})
+        filename = entry.get("filename") or upload.filename
+        uploads.append(replace(upload, filename=filename, description=entry.get("description")))
     return payload, uploads
+
+
+def _file_index(part_name: str | None) -> int | None:
+    """N for a multipart part named `files[N]`."""
+    if part_name is None or not (part_name.startswith("files[") and part_name.endswith("]")):
+        return None
+    index = part_name[len("files[") : -1]
+    return int(index) if index.isdigit() else None
 
 
 @web.middleware
 async def discord_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Render `DiscordAPIError` and aiohttp's own HTTP errors (404, 405…) as Discord does."""
+    """Render `DiscordAPIError`, aiohttp's own HTTP errors (404, 405…) and unexpected failures
+    (500, logged) as Discord's JSON error bodies."""
     try:
         return await handler(request)
     except DiscordAPIError as error:
@@ -113,6 +118,10 @@ async def discord_errors(request: web.Request, handler: Handler) -> web.StreamRe
             raise
         body = {"message": f"{error.status}: {error.reason}", "code": 0}
         return json_response(body, status=error.status)
+    except Exception:
+        logger.exception("sandbox failed to serve %s %s", request.method, request.path)
+        body = {"message": "500: Internal Server Error", "code": 0}
+        return json_response(body, status=500)
 
 
 def _is_public(route: str) -> bool:
@@ -131,8 +140,42 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
         return await handler(request)
 
-    routes = web.RouteTableDef()
     bot_id = sandbox.bot_user_id
+
+    # --- steps several routes share
+    def _reaction_target(request: web.Request) -> tuple[int, int, str]:
+        channel_id = snowflake_param(request, "channel_id")
+        return channel_id, snowflake_param(request, "message_id"), request.match_info["emoji"]
+
+    def _webhook_message_target(request: web.Request) -> tuple[int, int, int]:
+        """(channel id, message id, webhook id) of a message the webhook in the path posted."""
+        webhook_id = snowflake_param(request, "webhook_id")
+        message_id = snowflake_param(request, "message_id")
+        token = request.match_info["webhook_token"]
+        return (
+            sandbox.webhook_message_channel(webhook_id, token, message_id),
+            message_id,
+            webhook_id,
+        )
+
+    async def _edit(
+        request: web.Request, channel_id: int, message_id: int, *, editor_id: int
+    ) -> dict[str, Any]:
+        payload, uploads = await message_body(request)
+        body = schemas.parse(schemas.MessageEdit, payload)
+        kept = None if body.attachments is None else [a.id for a in body.attachments]
+        return sandbox.edit_message(
+            channel_id,
+            message_id,
+            editor_id=editor_id,
+            content=body.content,
+            embeds=body.embeds,
+            allowed_mentions=body.allowed_mentions,
+            keep_attachment_ids=kept,
+            uploads=uploads,
+        )
+
+    routes = web.RouteTableDef()
 
     # --- session
     @routes.get("/users/@me")
@@ -319,39 +362,6 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         channel_id, message_id, _ = _webhook_message_target(request)
         sandbox.delete_message(channel_id, message_id)
         return no_content()
-
-    # --- shared steps
-    def _reaction_target(request: web.Request) -> tuple[int, int, str]:
-        channel_id = snowflake_param(request, "channel_id")
-        return channel_id, snowflake_param(request, "message_id"), request.match_info["emoji"]
-
-    def _webhook_message_target(request: web.Request) -> tuple[int, int, int]:
-        """(channel id, message id, webhook id) of a message the webhook in the path posted."""
-        webhook_id = snowflake_param(request, "webhook_id")
-        message_id = snowflake_param(request, "message_id")
-        token = request.match_info["webhook_token"]
-        return (
-            sandbox.webhook_message_channel(webhook_id, token, message_id),
-            message_id,
-            webhook_id,
-        )
-
-    async def _edit(
-        request: web.Request, channel_id: int, message_id: int, *, editor_id: int
-    ) -> dict[str, Any]:
-        payload, uploads = await message_body(request)
-        body = schemas.parse(schemas.MessageEdit, payload)
-        kept = None if body.attachments is None else [a.id for a in body.attachments]
-        return sandbox.edit_message(
-            channel_id,
-            message_id,
-            editor_id=editor_id,
-            content=body.content,
-            embeds=body.embeds,
-            allowed_mentions=body.allowed_mentions,
-            keep_attachment_ids=kept,
-            uploads=uploads,
-        )
 
     app = web.Application(middlewares=[traffic.middleware, discord_errors, bot_auth])
     app.add_routes(routes)

@@ -75,7 +75,7 @@ class SandboxServer:
         """Bind and serve; `port`, `api_base` and `gateway_url` are known afterwards."""
         if self._runner is not None:
             raise RuntimeError("the sandbox server is already running")
-        self._gateway = Gateway(self.sandbox, self._gateway_settings, url=lambda: self.gateway_url)
+        gateway = Gateway(self.sandbox, self._gateway_settings, url=lambda: self.gateway_url)
         app = web.Application(middlewares=[discord_errors])
         app.add_subapp(
             API_PREFIX,
@@ -86,7 +86,7 @@ class SandboxServer:
             ),
         )
         app.add_subapp("/_sandbox", control_app(self))
-        app.router.add_get(GATEWAY_PATH, self._gateway.handle)
+        app.router.add_get(GATEWAY_PATH, gateway.handle)
         app.router.add_get(
             "/attachments/{channel_id}/{attachment_id}/{filename}",
             self._serve_attachment,
@@ -97,8 +97,9 @@ class SandboxServer:
             await web.TCPSite(runner, self._host, self._port).start()
         except BaseException:
             await runner.cleanup()
+            await gateway.close()
             raise
-        self._runner = runner
+        self._gateway, self._runner = gateway, runner
         self._port = runner.addresses[0][1]
         self.sandbox.cdn_base_url = self.base_url
 

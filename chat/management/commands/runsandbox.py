@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import signal
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chat.llm.fake_server import FakeLLMServer
 from chat.sandbox import SandboxServer
@@ -56,9 +56,12 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         async with contextlib.AsyncExitStack() as stack:
-            server = await stack.enter_async_context(
-                SandboxServer(demo_sandbox(token=token), host=host, port=port)
-            )
+            try:
+                server = await stack.enter_async_context(
+                    SandboxServer(demo_sandbox(token=token), host=host, port=port)
+                )
+            except OSError as error:
+                raise CommandError(f"cannot serve the sandbox on {host}:{port}: {error}") from error
             self._announce(server)
             if demo_model_port is not None:
                 model = await stack.enter_async_context(

@@ -181,21 +181,22 @@ async def test_sandboxsay_explains_what_went_wrong(server: SandboxServer) -> Non
         await say("--url", "http://127.0.0.1:9", "hi")
 
 
-async def test_runsandbox_serves_the_demo_world_until_sigterm() -> None:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "botproject.settings_test"}
-    process = await asyncio.create_subprocess_exec(
+async def manage(*args: str) -> asyncio.subprocess.Process:
+    """`manage.py` in a child process (`runsandbox` handles signals, so it needs a main
+    thread of its own), with piped output."""
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "manage.py",
-        "runsandbox",
-        "--port",
-        "0",
-        "--token",
-        "t0k3n",
+        *args,
         cwd=PROJECT_ROOT,
-        env=env,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "botproject.settings_test"},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
+
+
+async def test_runsandbox_serves_the_demo_world_until_sigterm() -> None:
+    process = await manage("runsandbox", "--port", "0", "--token", "t0k3n")
     try:
         assert process.stdout is not None
         exports: dict[str, str] = {}
@@ -218,3 +219,10 @@ async def test_runsandbox_serves_the_demo_world_until_sigterm() -> None:
         remaining, _ = await asyncio.wait_for(process.communicate(), 10)
     assert process.returncode == 0
     assert remaining.decode().strip().endswith("Sandbox stopped.")
+
+
+async def test_runsandbox_on_a_busy_port_says_so(server: SandboxServer) -> None:
+    process = await manage("runsandbox", "--port", str(server.port))
+    _, errors = await asyncio.wait_for(process.communicate(), 20)
+    assert process.returncode == 1
+    assert f"cannot serve the sandbox on 127.0.0.1:{server.port}" in errors.decode()

@@ -125,3 +125,17 @@ async def test_allowed_mentions_decide_who_is_mentioned(rest: RestCaller) -> Non
     assert parsed["mention_everyone"] is True
     assert [u["id"] for u in limited["mentions"]] == [str(ALICE)]
     assert limited["mention_everyone"] is False
+
+
+async def test_an_unexpected_failure_is_a_logged_discord_style_500(
+    server: SandboxServer, rest: RestCaller, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_listener(event: object) -> None:
+        raise RuntimeError("listener broke")
+
+    server.sandbox.subscribe(broken_listener)
+
+    status, body = await rest("POST", f"/channels/{GENERAL}/messages", json={"content": "hi"})
+
+    assert (status, body) == (500, {"message": "500: Internal Server Error", "code": 0})
+    assert "listener broke" in caplog.text
