@@ -141,24 +141,28 @@ class Sandbox:
         return user_id
 
     def add_guild(self, name: str, *, guild_id: int | None = None) -> int:
-        """Create a guild owned by the bot, with its @everyone role and the bot as a member."""
+        """Create a guild owned by the bot, with its @everyone role and the bot as a member
+        (holding an administrator role); dispatches GUILD_CREATE, as when a bot joins."""
         guild_id = guild_id or self._snowflakes.next_id()
         guild = Guild(guild_id, name, owner_id=self.bot_user_id)
         guild.roles[guild_id] = Role(guild_id, "@everyone", EVERYONE_PERMISSIONS, position=0)
         bot_role_id = self._snowflakes.next_id()
         bot_name = self._users[self.bot_user_id].username
         guild.roles[bot_role_id] = Role(bot_role_id, bot_name, ADMINISTRATOR, 1, self.bot_user_id)
+        guild.members[self.bot_user_id] = Member(self.bot_user_id, self._now(), None, [bot_role_id])
         self._guilds[guild_id] = guild
-        self.add_member(guild_id, self.bot_user_id, role_ids=[bot_role_id])
+        self._publish("GUILD_CREATE", self.guild_create(guild_id, joined=True), guild_id)
         return guild_id
 
     def add_text_channel(
         self, guild_id: int, name: str, *, channel_id: int | None = None, topic: str | None = None
     ) -> int:
+        """Create a text channel at the end of the guild's list; dispatches CHANNEL_CREATE."""
         guild = self._guild(guild_id)
         channel_id = channel_id or self._snowflakes.next_id()
         channel = Channel(channel_id, guild_id, name, position=len(guild.channels), topic=topic)
         guild.channels[channel_id] = self._channels[channel_id] = channel
+        self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
 
     def add_member(
@@ -169,8 +173,17 @@ class Sandbox:
         nick: str | None = None,
         role_ids: Sequence[int] = (),
     ) -> None:
-        self._user(user_id)
-        self._guild(guild_id).members[user_id] = Member(user_id, self._now(), nick, list(role_ids))
+        """Make `user_id` a member of the guild; dispatches GUILD_MEMBER_ADD. For someone who
+        is already a member, only sets `nick` and `role_ids` (no event)."""
+        guild = self._guild(guild_id)
+        user = self._user(user_id)
+        existing = guild.members.get(user_id)
+        if existing is not None:
+            existing.nick, existing.role_ids = nick, list(role_ids)
+            return
+        member = guild.members[user_id] = Member(user_id, self._now(), nick, list(role_ids))
+        data = {**member_payload(member, user=user), "guild_id": str(guild_id)}
+        self._publish("GUILD_MEMBER_ADD", data, guild_id)
 
     def subscribe(self, listener: EventListener) -> Callable[[], None]:
         """Call `listener` with every gateway event from now on; returns the unsubscriber."""
@@ -335,12 +348,19 @@ class Sandbox:
         """An uploaded file still attached to a message, for the sandbox's stand-in CDN."""
         return self._attachments.get(attachment_id)
 
-    def guild_create(self, guild_id: int) -> dict[str, Any]:
+    def guild_create(self, guild_id: int, *, joined: bool = False) -> dict[str, Any]:
         """GUILD_CREATE's data; like Discord without the presences intent, the member list holds
-        only the bot, and clients chunk the rest (`member_chunk`)."""
+        only the bot, and clients chunk the rest (`member_chunk`).
+
+        After READY a guild "becomes available" (`unavailable: false`); for a guild the bot has
+        just `joined` the key is absent, which is how clients tell a join apart.
+        """
         guild = self._guild(guild_id)
         bot = member_payload(guild.members[self.bot_user_id], user=self._users[self.bot_user_id])
-        return guild_create_payload(guild, members=[bot])
+        payload = guild_create_payload(guild, members=[bot])
+        if joined:
+            del payload["unavailable"]
+        return payload
 
     def member_chunk(
         self, guild_id: int, *, query: str, limit: int, user_ids: Sequence[int]

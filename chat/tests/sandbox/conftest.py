@@ -68,6 +68,15 @@ class RecordingClient(discord.Client):
     async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
         self._record("raw_typing", payload)
 
+    async def on_guild_join(self, guild: discord.Guild) -> None:
+        self._record("guild_join", guild)
+
+    async def on_guild_channel_create(self, channel: discord.abc.GuildChannel) -> None:
+        self._record("guild_channel_create", channel)
+
+    async def on_member_join(self, member: discord.Member) -> None:
+        self._record("member_join", member)
+
     async def on_resumed(self) -> None:
         self._record("resumed", None)
 

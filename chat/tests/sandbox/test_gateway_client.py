@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import discord
 
+from chat.gateway.endpoints import configure_discord_endpoints
 from chat.sandbox import GatewaySettings, SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_USER_IDS
 from chat.tests.sandbox.conftest import RecordingClient, RecordingShardedClient, running, serve
@@ -98,3 +99,16 @@ async def test_an_auto_sharded_client_gets_each_guild_on_its_shard() -> None:
         (0, "on shard 0"),
         (1, "on shard 1"),
     ]
+
+
+async def test_without_a_gateway_url_an_auto_sharded_client_follows_gateway_bot() -> None:
+    """`configure_discord_endpoints(gateway_url=None)`: only `GET /gateway/bot` names the
+    sandbox's websocket, with the shard count it recommends."""
+    sandbox, even_guild, _, odd_guild, _ = two_guild_sandbox()
+    async with serve(sandbox, shards=2) as server:
+        configure_discord_endpoints(api_base=server.api_base, gateway_url=None)
+        async with running(RecordingShardedClient(), server.token) as client:
+            assert client.shard_count == 2
+            assert sorted(s["shard"] for s in server.sessions()) == [[0, 2], [1, 2]]
+            assert {g.id for g in client.guilds} == {even_guild, odd_guild}
+        assert server.request_counts[("GET", "/gateway/bot")] == 1

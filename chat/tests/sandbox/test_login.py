@@ -79,3 +79,27 @@ async def test_without_the_messages_intent_no_message_events_arrive(server: Sand
         )
         await client.next_event("raw_reaction_add")
     assert client.received["message"].empty()
+
+
+async def test_guilds_channels_and_members_added_later_reach_the_client(
+    server: SandboxServer, bot: RecordingClient
+) -> None:
+    sandbox = server.sandbox
+    guild_id = sandbox.add_guild("Late Night")
+    joined = await bot.next_event("guild_join")
+    channel_id = sandbox.add_text_channel(guild_id, "insomnia")
+    created = await bot.next_event("guild_channel_create")
+    sandbox.add_member(guild_id, DEMO_USER_IDS["carol"], nick="Caz")
+    member = await bot.next_event("member_join")
+
+    assert (joined.id, joined.name, joined.me.id) == (guild_id, "Late Night", DEMO_BOT_ID)
+    assert (created.id, created.name, created.guild.id) == (channel_id, "insomnia", guild_id)
+    assert (member.id, member.display_name, member.guild.id) == (
+        DEMO_USER_IDS["carol"],
+        "Caz",
+        guild_id,
+    )
+    sandbox.user_says(channel_id, DEMO_USER_IDS["carol"], "anyone up?")
+    message = await bot.next_event("message")
+    assert message.channel == bot.get_channel(channel_id)
+    assert message.author == member
