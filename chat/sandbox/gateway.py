@@ -39,7 +39,7 @@ from aiohttp import WSMsgType, web
 from pydantic import BaseModel, ValidationError
 
 from chat.sandbox import schemas
-from chat.sandbox.state import GatewayEvent, Sandbox
+from chat.sandbox.state import APPLICATION_FLAGS, GatewayEvent, Sandbox
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
@@ -457,10 +457,7 @@ class Gateway:
             "session_type": "normal",
             "resume_gateway_url": self._url(),
             "shard": [session.shard_id, session.shard_count],
-            "application": {
-                "id": str(self._sandbox.bot_user_id),
-                "flags": self._sandbox.application()["flags"],
-            },
+            "application": {"id": str(self._sandbox.bot_user_id), "flags": APPLICATION_FLAGS},
             "private_channels": [],
             "relationships": [],
             "presences": [],

@@ -61,6 +61,9 @@ EVERYONE_PERMISSIONS = (
     | (1 << 18)  # use external emojis
     | (1 << 26)  # change nickname
 )
+APPLICATION_FLAGS = (1 << 12) | (1 << 14) | (1 << 18)
+"""GATEWAY_PRESENCE, GATEWAY_GUILD_MEMBERS, GATEWAY_MESSAGE_CONTENT: every privileged intent
+granted, so a bot may ask for any intent."""
 MAX_CONTENT_LENGTH = 2000
 MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
@@ -281,7 +284,7 @@ class Sandbox:
             "bot_require_code_grant": False,
             "owner": user_payload(bot),
             "verify_key": "0" * 64,
-            "flags": (1 << 12) | (1 << 14) | (1 << 18),
+            "flags": APPLICATION_FLAGS,
             "bot": user_payload(bot),
         }
 
