@@ -23,6 +23,7 @@ from chat.loop.windows import WindowRegistry
 logger = logging.getLogger(__name__)
 
 GATEWAY_CACHE_MESSAGES = 5000
+SHUTDOWN_GRACE_SECONDS = 10
 
 
 def bot_intents() -> discord.Intents:
@@ -81,11 +82,17 @@ class PersonaBotClient(discord.AutoShardedClient):
         task.add_done_callback(self._background.discard)
 
     async def close(self) -> None:
-        for task in list(self._background):
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
-        if self.scheduler is not None:
-            await self.scheduler.stop()
+        """Stop the loops (turns in flight end ``aborted``), then the gateway. Bounded, so a
+        SIGTERM always ends the worker even if a task ignores its cancellation."""
+        try:
+            async with asyncio.timeout(SHUTDOWN_GRACE_SECONDS):
+                for task in list(self._background):
+                    task.cancel()
+                await asyncio.gather(*self._background, return_exceptions=True)
+                if self.scheduler is not None:
+                    await self.scheduler.stop()
+        except TimeoutError:
+            logger.error("the scheduler did not stop within %s s", SHUTDOWN_GRACE_SECONDS)
         await super().close()
 
     # -- messages ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ against the sandbox over websockets and the fake model server over HTTP, on Post
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ GENERAL = DEMO_CHANNEL_IDS["general"]
 AUTONOMOUS = DEMO_CHANNEL_IDS["autonomous"]
 ALICE, BOB = DEMO_USER_IDS["alice"], DEMO_USER_IDS["bob"]
 WAIT = 15.0
+STOP_TIMEOUT = 20.0
 
 
 async def eventually(check: Callable[[], object], *, within: float = WAIT) -> object:
@@ -87,11 +89,20 @@ class World:
         return self.client
 
     async def stop_worker(self) -> None:
-        if self.client is not None:
-            await self.client.close()
-        if self.task is not None:
-            await asyncio.gather(self.task, return_exceptions=True)
-        self.client = self.task = None
+        """Close the worker; a close that hangs fails the test with every task's stack."""
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT):
+                if self.client is not None:
+                    await self.client.close()
+                if self.task is not None:
+                    await asyncio.gather(self.task, return_exceptions=True)
+        except TimeoutError:
+            stacks = io.StringIO()
+            for task in asyncio.all_tasks():
+                task.print_stack(file=stacks)
+            raise AssertionError(f"the worker did not stop:\n{stacks.getvalue()}") from None
+        finally:
+            self.client = self.task = None
 
     async def settle(self) -> None:
         """Wait until the worker has nothing queued and no channel loop runs."""
