@@ -56,6 +56,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             max_messages=GATEWAY_CACHE_MESSAGES,
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
         )
+        _guard_parsers(self._connection.parsers)
         self.adapter = DiscordAdapter(self)
         self.windows = WindowRegistry(
             fetch_history=self.adapter.fetch_history, cache_view=self.adapter.cache_view
@@ -138,3 +139,24 @@ class PersonaBotClient(discord.AutoShardedClient):
 
     async def on_shard_ready(self, shard_id: int) -> None:
         await self.on_shard_resumed(shard_id)
+
+
+def _guard_parsers(parsers: dict[str, Callable[[Any], None]]) -> None:
+    """Make every gateway dispatch parser drop a payload it cannot parse, with a log line.
+
+    discord.py lets a parser's exception escape the gateway's read loop, which terminates the
+    connection and the client: one malformed dispatch would stop the worker. Wrapped, the bad
+    payload is logged and the connection goes on.
+    """
+    for name, parser in list(parsers.items()):
+        parsers[name] = _guarded(name, parser)
+
+
+def _guarded(name: str, parser: Callable[[Any], None]) -> Callable[[Any], None]:
+    def parse(data: Any) -> None:
+        try:
+            parser(data)
+        except Exception:
+            logger.exception("dropped a %s dispatch that could not be parsed", name)
+
+    return parse

@@ -242,6 +242,11 @@ class Sandbox:
         """`user_id` starts typing; dispatches TYPING_START."""
         self.trigger_typing(channel_id, user_id=user_id)
 
+    def dispatch_raw(self, name: str, data: dict[str, Any], *, guild_id: int) -> None:
+        """Send any gateway dispatch as is, malformed ones included, to the bots connected to
+        ``guild_id``'s shard: fault tests use it to prove a bot survives bad payloads."""
+        self._publish(name, data, guild_id)
+
     def channel_messages(self, channel_id: int) -> list[dict[str, Any]]:
         """Every message in the channel, oldest first, as REST payloads."""
         return [self.message_payload(m) for m in self._channel(channel_id).messages.values()]

@@ -8,6 +8,7 @@ from asgiref.sync import sync_to_async
 from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.loop.ingress import unread_channel_ids
 from chat.models import Turn
+from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, GENERAL, eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,3 +128,24 @@ async def test_invalid_planner_output_becomes_a_readable_result_not_a_crash(worl
     )
     world.say("tomori, still alive?")
     await eventually(lambda: world.bot_messages(GENERAL))
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("MESSAGE_CREATE", {"id": "not-a-snowflake", "channel_id": str(GENERAL)}),
+        ("MESSAGE_CREATE", {"channel_id": str(GENERAL), "content": "tomori, no author"}),
+        ("MESSAGE_DELETE", {"channel_id": "x"}),
+        ("SOMETHING_NEW_FROM_DISCORD", {"anything": [1, 2, 3]}),
+    ],
+)
+async def test_malformed_or_unknown_gateway_payloads_do_not_stop_the_worker(world, name, data):
+    await world.start_worker()
+
+    world.sandbox.sandbox.dispatch_raw(name, data, guild_id=DEMO_GUILD_ID)
+    trigger = world.say("tomori, are you still fine?")
+
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+    [reply] = world.bot_messages(GENERAL)
+    assert reply["message_reference"]["message_id"] == trigger["id"]
