@@ -88,7 +88,7 @@ class SandboxServer:
         app.add_subapp("/_sandbox", control_app(self))
         app.router.add_get(GATEWAY_PATH, gateway.handle)
         app.router.add_get(
-            "/attachments/{channel_id}/{attachment_id}/{filename}",
+            "/attachments/{channel_id}/{attachment_id}/{filename:.+}",
             self._serve_attachment,
         )
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)

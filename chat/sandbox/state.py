@@ -868,7 +868,7 @@ class Sandbox:
     def _attachment_payload(self, attachment: Attachment) -> dict[str, Any]:
         url = (
             f"{self.cdn_base_url}/attachments/{attachment.channel_id}/{attachment.id}/"
-            f"{quote(attachment.filename)}"
+            f"{quote(attachment.filename, safe='')}"
         )
         return attachment_payload(attachment, url=url)
 

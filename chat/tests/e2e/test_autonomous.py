@@ -75,3 +75,23 @@ async def test_send_aborts_when_messages_arrive_during_generation_and_reads_firs
     third = planner_requests(world)[2]["messages"][1]["content"]
     assert "send_message: failed: new messages arrived while writing" in third
     assert "You have 1 unread message." in third
+
+
+async def test_the_planner_can_react_to_a_message_it_read(world):
+    world.llm.enqueue(
+        action(action="read_unread_messages"),
+        action(action="react", message="ref_1", emoji="👍"),
+        action(action="continue"),
+    )
+    await world.start_worker()
+
+    message = world.say("I baked bread today", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(world.llm.chat_bodies) >= 3)
+    await world.settle()
+
+    [stored] = [
+        m for m in world.sandbox.sandbox.channel_messages(AUTONOMOUS) if m["id"] == message["id"]
+    ]
+    assert [(r["emoji"]["name"], r["count"]) for r in stored["reactions"]] == [("👍", 1)]
+    third = planner_requests(world)[2]["messages"][1]["content"]
+    assert "2. react: ok: reacted 👍 to ref_1" in third
