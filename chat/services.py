@@ -226,6 +226,7 @@ async def _history(
         anchor_id=anchor.anchor_message_id if fresh else None,
         anchor_limit=anchor.limit if fresh else None,
         required_ids=frozenset({trigger.id}),
+        force_reanchor=read.force_reanchor,
     )
     if selection.anchor_id is not None:
         await sync_to_async(_anchor_store)(

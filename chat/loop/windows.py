@@ -58,10 +58,15 @@ class _ChannelWindow:
 
 @dataclass(frozen=True)
 class WindowRead:
-    """A window and how it was obtained (``rest_reason`` None: reused without a REST read)."""
+    """A window and how it was obtained (``rest_reason`` None: reused without a REST read).
+
+    ``force_reanchor`` is set on the first read of a channel after the worker connected or
+    reconnected: a stored anchor predates the connection and is chosen anew (DESIGN §5).
+    """
 
     messages: tuple[HistoryMessage, ...]
     rest_reason: RestReason | None
+    force_reanchor: bool = False
 
 
 class WindowRegistry:
@@ -72,6 +77,8 @@ class WindowRegistry:
         self._fetch_history = fetch_history
         self._cache_view = cache_view
         self._windows: dict[int, _ChannelWindow] = {}
+        self._connection = 0
+        self._anchored_in: dict[int, int] = {}
         self.shard_connected = True
         self.rest_reads = 0
 
@@ -104,7 +111,9 @@ class WindowRegistry:
             reason = None
         window.previous = PreviousWindow(messages=messages, limit=limit)
         window.clear_signals()
-        return WindowRead(messages=messages, rest_reason=reason)
+        force_reanchor = self._anchored_in.get(channel_id) != self._connection
+        self._anchored_in[channel_id] = self._connection
+        return WindowRead(messages=messages, rest_reason=reason, force_reanchor=force_reanchor)
 
     async def _rest_read(
         self, channel_id: int, window: _ChannelWindow, *, limit: int
@@ -130,7 +139,9 @@ class WindowRegistry:
     def record_delete(self, channel_id: int, message_ids: Sequence[int], *, bulk: bool) -> None:
         self._signal(channel_id, "bulk_deleted" if bulk else "deleted", message_ids)
 
-    def record_delivery(self, channel_id: int, message: HistoryMessage | None, message_id: int):
+    def record_delivery(
+        self, channel_id: int, message: HistoryMessage | None, message_id: int
+    ) -> None:
         """The bot delivered a message; without a full message object the window is dropped
         on the next read (`RestReason.DELIVERY_WITHOUT_MESSAGE`)."""
         window = self._windows.get(channel_id)
@@ -142,13 +153,16 @@ class WindowRegistry:
         self._windows.pop(channel_id, None)
 
     def drop_all(self) -> None:
-        """A shard disconnected or reconnected: no window survives it."""
+        """A shard disconnected or reconnected: no window survives it, and every channel's
+        next read chooses a new anchor."""
         self._windows.clear()
+        self._connection += 1
 
     def _signal(self, channel_id: int, kind: str, message_ids: Sequence[int]) -> None:
         window = self._windows.get(channel_id)
-        if window is None or window.previous is None:
+        if window is None:
             return
-        getattr(window, kind).update(message_ids)
         if window.reading:
             window.changed_during_read = True
+        if window.previous is not None:
+            getattr(window, kind).update(message_ids)
