@@ -94,6 +94,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "event-queue-prune": {"task": "chat.tasks.event_queue_prune_task", "schedule": 3600.0},
+}
 
 # --- Discord and the model ----------------------------------------------------------------------
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chat.loop.triggers import TriggerPersona
-from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory
+from chat.models import ChannelWindowAnchor, ShortTermMemory
 from chat.pipeline.types import (
     BlockType,
     ContextNote,
@@ -129,12 +129,6 @@ def user_standing(*, user_ids: Iterable[int]) -> UserStanding:
         full_privacy=frozenset(r.user_id for r in rows if r.level == "full"),
         blacklisted=frozenset(r.user_id for r in rows if r.blacklisted),
     )
-
-
-def persona_names_by_message(*, message_ids: Collection[int]) -> dict[int, str]:
-    """The persona that wrote each of ``message_ids``, from the message index."""
-    rows = MessageIndex.objects.filter(message_id__in=message_ids, persona__isnull=False)
-    return dict(rows.values_list("message_id", "persona__name"))
 
 
 def short_term_memory(*, persona: Persona, channel_id: int) -> ShortTermMemory | None:
