@@ -23,8 +23,7 @@ class TurnAdmin(admin.ModelAdmin):
 
 @admin.register(MessageIndex)
 class MessageIndexAdmin(admin.ModelAdmin):
-    list_display = ("message_id", "channel_id", "author_id", "persona", "status", "created_at")
-    list_filter = ("status",)
+    list_display = ("message_id", "channel_id", "author_id", "persona", "webhook_id", "created_at")
     search_fields = ("message_id", "channel_id", "author_id")
 
 

@@ -11,21 +11,27 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from chat.pipeline.triggers import TurnReason
 from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona
+
+TURN_REASON_LABELS = {
+    TurnReason.MENTION: "Mentioned",
+    TurnReason.REPLY: "Reply to a persona",
+    TurnReason.TRIGGER_WORD: "Trigger word",
+    TurnReason.DIRECT_MESSAGE: "Direct message",
+    TurnReason.PLANNER: "Planner decision",
+}
+TURN_REASON_CHOICES = [(str(reason), TURN_REASON_LABELS[reason]) for reason in TurnReason]
 
 
 class MessageIndex(models.Model):
-    """Who wrote a Discord message, as far as this product knows.
+    """A message the bot delivered, and which persona spoke it.
 
-    Rows for the bot's own deliveries are written ``pending`` *before* sending, so a gateway echo
-    that arrives before the send returns is still recognised as ours; delivery confirms them.
-    Proxied messages (PluralKit-style) record the member identity and the attested host account;
-    ``superseded_original_id`` is the user's original message the proxy replaced.
+    Written when a delivery succeeds (one row per Discord message sent, the "Replying to"
+    notice included); ``author_id`` is the account Discord shows (the bot user, or the webhook's
+    id for webhook personas) and ``webhook_id`` the webhook that sent it. The reactive trigger
+    rules read it to know which persona a reply answers.
     """
-
-    class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        CONFIRMED = "confirmed", "Confirmed"
 
     message_id = models.PositiveBigIntegerField(unique=True)
     channel_id = models.PositiveBigIntegerField()
@@ -35,25 +41,15 @@ class MessageIndex(models.Model):
         Persona, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )
     webhook_id = models.PositiveBigIntegerField(null=True, blank=True)
-    proxy_member_id = models.CharField(max_length=64, blank=True)
-    proxy_member_name = models.CharField(max_length=100, blank=True)
-    proxy_host_id = models.PositiveBigIntegerField(null=True, blank=True)
-    superseded_original_id = models.PositiveBigIntegerField(null=True, blank=True)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.CONFIRMED)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = "message index entry"
         verbose_name_plural = "message index"
         indexes = [models.Index(fields=["channel_id", "message_id"])]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(status__in=["pending", "confirmed"]), name="message_index_status_valid"
-            ),
-        ]
 
     def __str__(self) -> str:
-        return f"message {self.message_id} in {self.channel_id} ({self.status})"
+        return f"message {self.message_id} in {self.channel_id}"
 
 
 class EventQueue(models.Model):
@@ -128,17 +124,8 @@ class Turn(models.Model):
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
         REPLIED = "replied", "Replied"
-        SILENT = "silent", "Finished without a reply"
         FAILED = "failed", "Failed"
         ABORTED = "aborted", "Aborted"
-
-    class Reason(models.TextChoices):
-        MENTION = "mention", "Mentioned"
-        REPLY = "reply", "Reply to a persona"
-        TRIGGER_WORD = "trigger_word", "Trigger word"
-        DIRECT_MESSAGE = "dm", "Direct message"
-        PLANNER = "planner", "Planner decision"
-        PREVIEW = "preview", "Dashboard preview"
 
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)
     channel_id = models.PositiveBigIntegerField()
@@ -147,7 +134,7 @@ class Turn(models.Model):
     )
     persona_name = models.CharField(max_length=80)
     trigger_message_id = models.PositiveBigIntegerField(null=True, blank=True)
-    reason = models.CharField(max_length=16, choices=Reason.choices)
+    reason = models.CharField(max_length=16, choices=TURN_REASON_CHOICES)
     reason_detail = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     context_items = models.JSONField(default=list, blank=True)
@@ -177,7 +164,7 @@ class Turn(models.Model):
         indexes = [models.Index(fields=["channel_id", "-created_at"])]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["running", "replied", "silent", "failed", "aborted"]),
+                condition=Q(status__in=["running", "replied", "failed", "aborted"]),
                 name="turn_status_valid",
             ),
         ]
@@ -189,8 +176,9 @@ class Turn(models.Model):
 class ShortTermMemory(models.Model):
     """A persona's rolling summary of a channel (or, with ``user_id``, of a DM conversation).
 
-    Refreshed every ``refresh_every`` turns by a Celery task; ``turns_since_refresh`` counts the
-    turns since then and ``last_refreshed_turn`` is the turn the summary covers up to.
+    ``turns_since_refresh`` counts the persona's delivered replies in the channel since the
+    summary was last written; ``maintenance_due`` says when it reaches ``refresh_every``, which
+    admits the memory tool on the next turn. ``last_refreshed_turn`` is the turn that wrote it.
     """
 
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)

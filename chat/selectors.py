@@ -1,4 +1,5 @@
-"""Reads that turn the admin's configuration into the pipeline's and the loop's inputs."""
+"""Reads that turn the admin's configuration and the worker's records into the pipeline's and
+the loop's inputs. Nothing here writes."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from chat.loop.triggers import TriggerPersona
-from chat.models import ChannelWindowAnchor, ShortTermMemory
+from django.conf import settings
+
+from chat.llm.base import ModelSpec
+from chat.models import ChannelWindowAnchor, EventQueue, MessageIndex, ShortTermMemory, UnreadEvent
+from chat.pipeline.triggers import TriggerPersona
 from chat.pipeline.types import (
     BlockType,
     ContextNote,
     ModelSettings,
     PersonaSpec,
+    PrivacyLevel,
     Role,
     SampleMessage,
     UserBlock,
@@ -56,6 +61,76 @@ def channel_settings(*, channel_id: int, guild_id: int | None) -> ChannelSetting
         channel_note=_note(channel.context_note, channel.context_note_depth) if channel else None,
         global_note=_note(guild.context_note, guild.context_note_depth),
     )
+
+
+@dataclass(frozen=True)
+class ChannelConfiguration:
+    """One read of everything configured for a channel, judged at one instant ``read_at``:
+    its settings, the personas that may speak there (main first) and the unexpired blocks.
+
+    The loop reads it once per batch of unread messages; the trigger rules and every turn of
+    that batch use the same read.
+    """
+
+    settings: ChannelSettings
+    personas: tuple[Persona, ...]
+    blocks: tuple[UserBlock, ...]
+    read_at: dt.datetime
+
+    @property
+    def channel_id(self) -> int:
+        return self.settings.channel_id
+
+    @property
+    def guild_id(self) -> int | None:
+        guild = self.settings.guild
+        return guild.guild_id if guild is not None else None
+
+    def persona_named(self, name: str) -> Persona | None:
+        """The persona called ``name`` (ignoring case); None when there is none."""
+        return next((p for p in self.personas if p.name.casefold() == name.casefold()), None)
+
+
+def channel_configuration(
+    *, channel_id: int, guild_id: int | None, now: dt.datetime
+) -> ChannelConfiguration | None:
+    """The channel's configuration at ``now``; None when the bot does not serve that guild.
+
+    ``guild_id`` None means a DM (as Discord says, never guessed: see `channel_guild_id`).
+    """
+    channel = channel_settings(channel_id=channel_id, guild_id=guild_id)
+    if channel is None:
+        return None
+    return ChannelConfiguration(
+        settings=channel,
+        personas=tuple(guild_personas(guild=channel.guild)),
+        blocks=tuple(active_blocks(guild=channel.guild, now=now)),
+        read_at=now,
+    )
+
+
+@dataclass(frozen=True)
+class KnownGuild:
+    """What the worker's records say about a channel's guild (``guild_id`` None: a DM)."""
+
+    guild_id: int | None
+
+
+def channel_guild_id(*, channel_id: int) -> KnownGuild | None:
+    """The guild recorded with the channel's messages at ingest (from Discord's own payload).
+
+    Reads the unread pool, then the event queue's deduplication keys, which outlive the pool.
+    Returns None when nothing was ever recorded for the channel: unknown, which is not a DM.
+    """
+    for model in (UnreadEvent, EventQueue):
+        row = (
+            model.objects.filter(channel_id=channel_id)
+            .order_by("-message_id")
+            .values_list("guild_id", flat=True)[:1]
+        )
+        for guild_id in row:
+            return KnownGuild(guild_id)
+    return None
 
 
 def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
@@ -118,16 +193,54 @@ def active_blocks(*, guild: GuildConfig | None, now: dt.datetime) -> list[UserBl
 
 @dataclass(frozen=True)
 class UserStanding:
-    full_privacy: frozenset[int]
+    """Users' own privacy choices (absent: the default) and the admins' blacklist."""
+
+    privacy: dict[int, PrivacyLevel]
     blacklisted: frozenset[int]
+
+    @property
+    def full_privacy(self) -> frozenset[int]:
+        return frozenset(u for u, level in self.privacy.items() if level is PrivacyLevel.FULL)
 
 
 def user_standing(*, user_ids: Iterable[int]) -> UserStanding:
     """Which of ``user_ids`` chose full privacy, and which are blacklisted."""
     rows = UserPrivacy.objects.filter(user_id__in=set(user_ids))
     return UserStanding(
-        full_privacy=frozenset(r.user_id for r in rows if r.level == "full"),
+        privacy={r.user_id: PrivacyLevel(r.level) for r in rows},
         blacklisted=frozenset(r.user_id for r in rows if r.blacklisted),
+    )
+
+
+def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
+    """For those of ``message_ids`` the bot delivered: the persona that spoke each."""
+    rows = MessageIndex.objects.filter(message_id__in=set(message_ids), persona__isnull=False)
+    return dict(rows.values_list("message_id", "persona__name"))
+
+
+def main_persona_names() -> dict[int, str]:
+    """Per guild id, the persona that speaks through the bot account."""
+    rows = Persona.objects.filter(is_main=True).values_list("guild__guild_id", "name")
+    return dict(rows)
+
+
+def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tuple[ModelSpec, ...]:
+    """The models to try for ``persona``, in order: its model (``LLM_MODEL`` when it names none),
+    then its fallback models; blanks and repeats dropped.
+
+    Every spec carries the persona's temperature and output limit. Vision and prefill support
+    stay off (notices and instructions) because no setting records them yet.
+    """
+    names = [persona.llm_model or settings.LLM_MODEL, *persona.fallback_models]
+    unique = dict.fromkeys(name.strip() for name in names if name.strip())
+    return tuple(
+        ModelSpec(
+            name,
+            temperature=persona.temperature,
+            max_output_tokens=persona.max_output_tokens,
+            stop=stop,
+        )
+        for name in unique
     )
 
 

@@ -1,9 +1,14 @@
-"""Use cases of the bot worker: one persona turn, from its trigger to its delivered reply.
+"""Use cases of the bot worker: preparing a persona turn, and running it to a delivered reply.
 
-`turn_run` is the imperative shell around the pure pipeline (Cosmic Python's "functional core,
-imperative shell"): it gathers inputs (the history window, configuration, memories), calls
-`build_turn_context`, asks the model through the attempt runner, records the `Turn`, delivers
-the reply and publishes what changed.
+`turn_prepare` is the read side (seed 000's Build Context as a service): it reads the history
+window, gathers what the database says about the people in it, builds the context through the
+pure pipeline and renders the exact request the model would get. With ``dry_run`` it changes
+nothing anywhere — the dashboard's prompt preview calls it that way and gets byte for byte the
+request a real turn would send.
+
+`turn_run` is `turn_prepare` followed by the acting side: the model call, the delivery, the
+`Turn` record and the live events. It is the imperative shell around the pure pipeline
+(Cosmic Python's "functional core, imperative shell").
 """
 
 from __future__ import annotations
@@ -14,29 +19,31 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from chat import events, selectors
-from chat.gateway.delivery_text import split_reply
-from chat.llm.attempts import AttemptPlan, AttemptRunner, TurnCompletion
-from chat.llm.config import persona_model_specs
-from chat.llm.recording import turn_record_completion
+from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
+from chat import selectors
+from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
+from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
-from chat.loop.ports import DeliveryError, DiscordPort, Speaker
-from chat.loop.windows import WindowRegistry
 from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.tokens import TokenCounter
+from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
-from chat.pipeline.types import HistoryMessage, PersonaSpec, PrivacyLevel, UserBlock
+from chat.pipeline.types import HistoryMessage, PrivacyLevel
 from chat.pipeline.window import history_window_stride, select_anchored_history
-from chat.selectors import ChannelSettings
+from chat.pipeline.window_reuse import RestReason
+from chat.ports import Delivered, DeliveryError, DiscordPort, Speaker
+from chat.selectors import ChannelConfiguration, ChannelSettings
+from chat.windows import WindowRegistry
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
@@ -70,15 +77,100 @@ class TurnRuntime:
 
 @dataclass(frozen=True)
 class TurnRequest:
-    """One persona turn to run: its trigger and why it runs."""
+    """One persona turn to run: the channel's configuration (read once for the whole batch of
+    messages it answers), the persona, its trigger and why it runs."""
 
-    channel: ChannelSettings
+    configuration: ChannelConfiguration
     persona: Persona
     trigger: HistoryMessage
-    reason: str
+    reason: TurnReason
     reason_detail: Mapping[str, object] = field(default_factory=dict)
     is_queued_turn: bool = False
     later_queued_trigger_ids: frozenset[int] = frozenset()
+
+    @property
+    def channel(self) -> ChannelSettings:
+        return self.configuration.settings
+
+
+@dataclass(frozen=True)
+class PreparedTurn:
+    """Everything a turn needs to call the model, and what it was built from.
+
+    ``body`` is the exact Chat Completions body the first model attempt sends; ``render`` and
+    ``toolbox`` let the attempt runner re-render it per attempt (fallback model, shorter
+    history). ``rest_reason`` is why the window was read from Discord (None: reused).
+    """
+
+    request: TurnRequest
+    turn_input: TurnInput
+    context: TurnContext
+    models: tuple[ModelSpec, ...]
+    render: Render
+    toolbox: ToolBox
+    body: dict[str, Any]
+    rest_reason: RestReason | None
+    history_ms: float
+    participant_ms: float
+    build_ms: float
+
+
+async def turn_prepare(
+    *,
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    dry_run: bool = False,
+    turn_id: int | None = None,
+) -> PreparedTurn:
+    """Prepare one persona turn up to the model request.
+
+    Steps:
+        1. Read the history window (reused within a busy stretch) and select the anchored
+           window ending at the trigger; store the anchor.
+        2. Fetch reply targets outside the window (at most four at a time) and read privacy,
+           blacklist and short-term memory for the people in it (the channel's personas and
+           blocks come from ``request.configuration``, read once).
+        3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
+        4. Render the first attempt's exact request.
+
+    With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
+    warm contexts are untouched, no row is written and no event published; the result is the
+    same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
+    dry run. Raises what the port or the database raise (a caller records the failure).
+    """
+    channel, persona, trigger = request.channel, request.persona, request.trigger
+    now = runtime.clock()
+
+    started = time.perf_counter()
+    history, rest_reason = await _history(runtime, channel, trigger, now=now, dry_run=dry_run)
+    history_ms = _ms_since(started)
+
+    started = time.perf_counter()
+    turn_input = await _turn_input(runtime, request, history, now=now)
+    participant_ms = _ms_since(started)
+
+    started = time.perf_counter()
+    context = build_turn_context(turn_input)
+    build_ms = _ms_since(started)
+    if not dry_run:
+        runtime.previous_contexts[(channel.channel_id, persona.id)] = context
+
+    models = selectors.persona_model_specs(persona)
+    render = _renderer(context, limit=channel.fetch_limit)
+    toolbox = _toolbox(runtime, context, turn_input, persona, channel, turn_id=turn_id)
+    return PreparedTurn(
+        request=request,
+        turn_input=turn_input,
+        context=context,
+        models=models,
+        render=render,
+        toolbox=toolbox,
+        body=runtime.llm.first_request_body(models=models, render=render, toolbox=toolbox),
+        rest_reason=rest_reason,
+        history_ms=history_ms,
+        participant_ms=participant_ms,
+        build_ms=build_ms,
+    )
 
 
 AbortCheck = Callable[[], Awaitable[str | None]]
@@ -91,45 +183,34 @@ async def turn_run(
 
     Steps:
         1. Record the turn as running and publish ``turn.started``.
-        2. Read the history window (reused within a busy stretch) and select the anchored
-           window; fetch reply targets outside it (at most four at a time).
-        3. Gather configuration, blocks, privacy, names and short-term memory.
-        4. Build the context (pure pipeline).
-        5. Ask the model (retries, fallbacks, tool rounds) while typing.
-        6. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
+        2. `turn_prepare` it; publish ``window.changed``.
+        3. Ask the model (retries, fallbacks, tool rounds) while typing.
+        4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
-        7. Publish ``turn.finished`` and count the turn toward short-term memory maintenance.
+        5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
+           maintenance.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
     they never raise out of here except for cancellation.
     """
-    channel, persona, trigger = request.channel, request.persona, request.trigger
+    channel, persona = request.channel, request.persona
     turn = await sync_to_async(_turn_create)(request)
-    group = events.channel_group(channel.channel_id)
-    await events.publish(group, "turn.started", turn_id=turn.id, persona=persona.name)
+    group = channel_group(channel.channel_id)
+    await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
     try:
-        started = time.perf_counter()
-        history = await _history(runtime, channel, trigger)
-        turn.history_ms = _ms_since(started)
-        await events.publish(group, "window.changed", message_ids=[m.id for m in history])
-
-        started = time.perf_counter()
-        turn_input = await _turn_input(runtime, request, history)
-        turn.participant_ms = _ms_since(started)
-
-        started = time.perf_counter()
-        context = build_turn_context(turn_input)
-        turn.build_ms = _ms_since(started)
-        runtime.previous_contexts[(channel.channel_id, persona.id)] = context
-        _record_context(turn, context)
+        prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+        message_ids = [str(m.id) for m in prepared.turn_input.history]
+        await publish(group, WindowChanged(message_ids=message_ids))
+        _record_context(turn, prepared)
 
         async with runtime.port.typing(channel.channel_id):
             completion = await runtime.llm.complete_turn(
-                models=persona_model_specs(persona),
-                render=_renderer(context, limit=channel.fetch_limit),
+                models=prepared.models,
+                render=prepared.render,
                 persona_name=persona.name,
-                toolbox=_toolbox(runtime, context, turn_input, persona, channel),
+                toolbox=prepared.toolbox,
             )
-        await sync_to_async(turn_record_completion)(turn=turn, completion=completion)
+        _record_completion(turn, completion)
+        await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
         abort_reason = await abort_if() if abort_if and completion.error is None else None
         if abort_reason:
             turn.status, turn.error = Turn.Status.ABORTED, abort_reason
@@ -144,10 +225,29 @@ async def turn_run(
         logger.exception("turn %s failed", turn.id)
         turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
         await sync_to_async(_turn_save)(turn)
-    await events.publish(
-        group, "turn.finished", turn_id=turn.id, persona=persona.name, status=turn.status
-    )
+    await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
     return turn
+
+
+def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
+    """True when a turn for this trigger and persona already replied (exactly-once replies
+    across a worker restart)."""
+    return Turn.objects.filter(
+        trigger_message_id=trigger_id, persona_id=persona_id, status=Turn.Status.REPLIED
+    ).exists()
+
+
+def turns_abort_interrupted(*, on_shard: Callable[[int | None], bool]) -> int:
+    """Mark ``aborted`` the turns a killed worker left ``running`` in guilds ``on_shard``
+    accepts (None: DMs); their triggers are still unread, so they run again. Returns how many."""
+    running = Turn.objects.filter(status=Turn.Status.RUNNING).values_list("id", "guild_id")
+    stale = [turn_id for turn_id, guild_id in running if on_shard(guild_id)]
+    return Turn.objects.filter(id__in=stale).update(
+        status=Turn.Status.ABORTED, error="the worker stopped during the turn"
+    )
+
+
+# -- acting ---------------------------------------------------------------------------------------
 
 
 async def _finish(
@@ -160,11 +260,12 @@ async def _finish(
         await _failure_notice(runtime, request)
         return
     runtime.failure_notices.pop(channel_id, None)
+    persona = request.persona
     speaker = Speaker(
-        persona_id=request.persona.id,
-        name=request.persona.name,
-        is_main=request.persona.is_main,
-        avatar_url=request.persona.avatar_url,
+        persona_id=persona.id,
+        name=persona.name,
+        is_main=persona.is_main,
+        avatar_url=persona.avatar_url,
     )
     notice = None
     if request.is_queued_turn and not speaker.is_main:
@@ -174,7 +275,7 @@ async def _finish(
         delivered = await runtime.port.deliver(
             channel_id=channel_id,
             speaker=speaker,
-            pieces=split_reply(completion.reply_text),
+            text=completion.reply_text,
             reply_to=request.trigger.id,
             notice=notice,
         )
@@ -188,7 +289,7 @@ async def _finish(
         runtime.windows.record_delivery(channel_id, item.message, item.message_id)
     turn.delivered_message_ids = [str(item.message_id) for item in delivered]
     turn.status = Turn.Status.REPLIED
-    await sync_to_async(_turn_delivered)(turn, request, [d.message_id for d in delivered])
+    await sync_to_async(_turn_delivered)(turn, request, delivered)
 
 
 async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
@@ -202,24 +303,33 @@ async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
     text = f"({request.persona.name} could not answer just now; the model did not respond.)"
     try:
         await runtime.port.deliver(
-            channel_id=channel_id, speaker=main, pieces=[text], reply_to=request.trigger.id
+            channel_id=channel_id, speaker=main, text=text, reply_to=request.trigger.id
         )
     except DeliveryError:
         logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
 
 
+# -- reading --------------------------------------------------------------------------------------
+
+
 async def _history(
-    runtime: TurnRuntime, channel: ChannelSettings, trigger: HistoryMessage
-) -> tuple[HistoryMessage, ...]:
-    """The anchored window for this turn; the anchor is stored for the channel."""
+    runtime: TurnRuntime,
+    channel: ChannelSettings,
+    trigger: HistoryMessage,
+    *,
+    now: dt.datetime,
+    dry_run: bool,
+) -> tuple[tuple[HistoryMessage, ...], RestReason | None]:
+    """The anchored window for this turn and why it was read over REST (None: reused); the
+    anchor is stored for the channel unless ``dry_run``."""
     read = await runtime.windows.read(
-        channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None
+        channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = read.messages
     if trigger.id not in {m.id for m in messages}:
         messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
     anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
-    fresh = anchor is not None and runtime.clock() - anchor.updated_at < ANCHOR_IDLE_TTL
+    fresh = anchor is not None and now - anchor.updated_at < ANCHOR_IDLE_TTL
     selection = select_anchored_history(
         messages,
         limit=channel.fetch_limit,
@@ -228,82 +338,78 @@ async def _history(
         required_ids=frozenset({trigger.id}),
         force_reanchor=read.force_reanchor,
     )
-    if selection.anchor_id is not None:
+    if selection.anchor_id is not None and not dry_run:
         await sync_to_async(_anchor_store)(
             channel.channel_id, selection.anchor_id, channel.fetch_limit
         )
-    return selection.messages
+    return selection.messages, read.rest_reason
 
 
 async def _turn_input(
-    runtime: TurnRuntime, request: TurnRequest, history: tuple[HistoryMessage, ...]
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    history: tuple[HistoryMessage, ...],
+    *,
+    now: dt.datetime,
 ) -> TurnInput:
     channel, persona = request.channel, request.persona
     reply_targets = await _reply_targets(runtime.port, channel.channel_id, history)
-    gathered = await sync_to_async(_gather_configuration)(request, history, reply_targets)
+    people = await sync_to_async(_gather_people)(request, history, reply_targets)
     user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
-    guild_id = channel.guild.guild_id if channel.guild else None
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
-        persona=gathered.spec,
+        persona=selectors.persona_spec(persona),
         history=history,
         trigger_id=request.trigger.id,
-        now=runtime.clock(),
+        now=now,
         timezone=channel.timezone,
         token_counter=runtime.token_counter,
-        personas=gathered.personas,
+        personas=tuple(selectors.persona_spec(p) for p in request.configuration.personas),
         reply_targets=reply_targets,
         is_queued_turn=request.is_queued_turn,
         later_queued_trigger_ids=request.later_queued_trigger_ids,
         fetch_limit=channel.fetch_limit,
         media_window=channel.fetch_limit,
-        names=runtime.port.names(guild_id, user_ids),
-        privacy=gathered.privacy,
-        blacklisted_user_ids=gathered.blacklisted,
-        blocks=gathered.blocks,
+        names=runtime.port.names(request.configuration.guild_id, user_ids),
+        privacy=people.privacy,
+        blacklisted_user_ids=people.blacklisted,
+        blocks=request.configuration.blocks,
         channel_note=channel.channel_note,
         global_note=channel.global_note,
-        stm_text=gathered.stm_text,
+        stm_text=people.stm_text,
         configured_tools=frozenset(),
-        stm_maintenance_due=gathered.stm_due,
+        stm_maintenance_due=people.stm_due,
         token_cache=previous.token_cache if previous else {},
         previous_history=previous.simplified_history if previous else None,
     )
 
 
 @dataclass(frozen=True)
-class _Configuration:
-    """What the database says about a turn: the persona, the guild, its users."""
+class _People:
+    """What the database says about the people in a turn's window, and the persona's memory."""
 
-    spec: PersonaSpec
-    personas: tuple[PersonaSpec, ...]
-    privacy: dict[int, PrivacyLevel]
+    privacy: Mapping[int, PrivacyLevel]
     blacklisted: frozenset[int]
-    blocks: tuple[UserBlock, ...]
     stm_text: str | None
     stm_due: bool
 
 
-def _gather_configuration(
+def _gather_people(
     request: TurnRequest,
     history: tuple[HistoryMessage, ...],
     reply_targets: Mapping[int, HistoryMessage],
-) -> _Configuration:
-    channel, persona = request.channel, request.persona
+) -> _People:
     messages = [*history, *reply_targets.values()]
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
     }
     standing = selectors.user_standing(user_ids=user_ids)
-    memory = selectors.short_term_memory(persona=persona, channel_id=channel.channel_id)
-    return _Configuration(
-        spec=selectors.persona_spec(persona),
-        personas=tuple(
-            selectors.persona_spec(p) for p in selectors.guild_personas(guild=channel.guild)
-        ),
-        privacy={user_id: PrivacyLevel.FULL for user_id in standing.full_privacy},
+    memory = selectors.short_term_memory(
+        persona=request.persona, channel_id=request.channel.channel_id
+    )
+    return _People(
+        privacy=standing.privacy,
         blacklisted=standing.blacklisted,
-        blocks=tuple(selectors.active_blocks(guild=channel.guild, now=timezone.now())),
         stm_text=memory.summary if memory and memory.summary else None,
         stm_due=bool(memory and memory.maintenance_due),
     )
@@ -334,7 +440,7 @@ async def _reply_targets(
     return {m.id: m for m in fetched if m is not None}
 
 
-def _renderer(context: TurnContext, *, limit: int):
+def _renderer(context: TurnContext, *, limit: int) -> Render:
     """The attempt runner's ``render``: projects the context for each attempt's model."""
     stride = history_window_stride(limit)
 
@@ -362,12 +468,17 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
     return context if items is context.items else replace(context, items=items)
 
 
+# -- tools ----------------------------------------------------------------------------------------
+
+
 def _toolbox(
     runtime: TurnRuntime,
     context: TurnContext,
     turn_input: TurnInput,
     persona: Persona,
     channel: ChannelSettings,
+    *,
+    turn_id: int | None,
 ) -> ToolBox:
     """The turn's tools: the pipeline's allowlist, each backed by what it needs."""
     messages = (*turn_input.history, *turn_input.reply_targets.values())
@@ -396,7 +507,7 @@ def _toolbox(
         attachments=media,
         attachment_reader=_AttachmentReader(runtime.port),
         message_metadata=_MetadataLookup(context.message_ids, by_id),
-        short_term_memory=_MemoryWriter(persona, channel),
+        short_term_memory=_MemoryWriter(persona, channel, turn_id),
     )
 
 
@@ -428,14 +539,19 @@ class _MetadataLookup:
 
 
 class _MemoryWriter:
-    def __init__(self, persona: Persona, channel: ChannelSettings) -> None:
-        self._persona, self._channel = persona, channel
+    """Writes the channel's short-term memory for the turn ``turn_id`` (a dry run has none:
+    it never calls the model, so never a tool)."""
+
+    def __init__(self, persona: Persona, channel: ChannelSettings, turn_id: int | None) -> None:
+        self._persona, self._channel, self._turn_id = persona, channel, turn_id
 
     async def write(self, *, summary: str) -> None:
-        await sync_to_async(_stm_write)(self._persona, self._channel, summary)
+        if self._turn_id is None:
+            raise ToolError("a dry run writes no memory")
+        await sync_to_async(_stm_write)(self._persona, self._channel, summary, self._turn_id)
 
 
-def _stm_write(persona: Persona, channel: ChannelSettings, summary: str) -> None:
+def _stm_write(persona: Persona, channel: ChannelSettings, summary: str, turn_id: int) -> None:
     ShortTermMemory.objects.update_or_create(
         persona=persona,
         channel_id=channel.channel_id,
@@ -444,11 +560,17 @@ def _stm_write(persona: Persona, channel: ChannelSettings, summary: str) -> None
             "summary": summary,
             "guild_id": channel.guild.guild_id if channel.guild else None,
             "turns_since_refresh": 0,
+            "last_refreshed_turn_id": turn_id,
         },
     )
 
 
-def _record_context(turn: Turn, context: TurnContext) -> None:
+# -- recording ------------------------------------------------------------------------------------
+
+
+def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
+    """What the turn was built from: items, request, truncation, tools, timings."""
+    context = prepared.context
     turn.context_items = [
         {
             "tag": str(item.tag),
@@ -459,11 +581,30 @@ def _record_context(turn: Turn, context: TurnContext) -> None:
         }
         for item in context.items
     ]
+    turn.request = prepared.body
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
+    turn.history_ms = prepared.history_ms
+    turn.participant_ms = prepared.participant_ms
+    turn.build_ms = prepared.build_ms
+
+
+def _record_completion(turn: Turn, completion: TurnCompletion) -> None:
+    """The model exchange: one JSON object per model call, the summed token usage (None when
+    the provider reported none), the exact body of the final attempt, the reply, the error and
+    the completion's warnings after the context's."""
+    turn.attempts = [record.as_json() for record in completion.attempts]
+    turn.prompt_tokens = completion.usage.prompt_tokens
+    turn.completion_tokens = completion.usage.completion_tokens
+    turn.cached_prompt_tokens = completion.usage.cached_prompt_tokens
+    turn.request = completion.request or turn.request
+    turn.llm_ms = completion.llm_ms
+    turn.reply_text = completion.reply_text
+    turn.error = str(completion.error) if completion.error is not None else ""
+    turn.warnings = [*turn.warnings, *completion.warnings]
 
 
 def _jsonable(value: object) -> object:
@@ -477,14 +618,13 @@ def _jsonable(value: object) -> object:
 
 
 def _turn_create(request: TurnRequest) -> Turn:
-    channel = request.channel
     return Turn.objects.create(
-        guild_id=channel.guild.guild_id if channel.guild else None,
-        channel_id=channel.channel_id,
+        guild_id=request.configuration.guild_id,
+        channel_id=request.channel.channel_id,
         persona=request.persona,
         persona_name=request.persona.name,
         trigger_message_id=request.trigger.id,
-        reason=request.reason,
+        reason=str(request.reason),
         reason_detail=dict(request.reason_detail),
     )
 
@@ -494,23 +634,24 @@ def _turn_save(turn: Turn) -> None:
     turn.save()
 
 
-def _turn_delivered(turn: Turn, request: TurnRequest, message_ids: list[int]) -> None:
+def _turn_delivered(turn: Turn, request: TurnRequest, delivered: list[Delivered]) -> None:
     """Save the replied turn, index its messages as the persona's, count it toward STM."""
-    channel = request.channel
+    channel_id, guild_id = request.channel.channel_id, request.configuration.guild_id
     with transaction.atomic():
         _turn_save(turn)
-        for message_id in message_ids:
+        for item in delivered:
             MessageIndex.objects.update_or_create(
-                message_id=message_id,
+                message_id=item.message_id,
                 defaults={
-                    "channel_id": channel.channel_id,
-                    "guild_id": channel.guild.guild_id if channel.guild else None,
+                    "channel_id": channel_id,
+                    "guild_id": guild_id,
                     "persona": request.persona,
-                    "status": MessageIndex.Status.CONFIRMED,
+                    "author_id": item.author_id,
+                    "webhook_id": item.webhook_id,
                 },
             )
         ShortTermMemory.objects.filter(
-            persona=request.persona, channel_id=channel.channel_id, user_id__isnull=True
+            persona=request.persona, channel_id=channel_id, user_id__isnull=True
         ).update(turns_since_refresh=F("turns_since_refresh") + 1)
 
 
@@ -518,14 +659,6 @@ def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
     ChannelWindowAnchor.objects.update_or_create(
         channel_id=channel_id, defaults={"anchor_message_id": anchor_id, "limit": limit}
     )
-
-
-def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
-    """True when a turn for this trigger and persona already replied (exactly-once replies
-    across a worker restart)."""
-    return Turn.objects.filter(
-        trigger_message_id=trigger_id, persona_id=persona_id, status=Turn.Status.REPLIED
-    ).exists()
 
 
 def _ms_since(started: float) -> float:

@@ -6,10 +6,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from asgiref.sync import async_to_sync
 from django.db import models, transaction
 
-from chat.events import CONTROL_GROUP, publish
+from botproject.events import CONTROL_GROUP, ConfigChanged, publish_on_commit
 from personas.config_schema import (
     BlockSpec,
     ConfigDocument,
@@ -71,13 +70,8 @@ def config_import(*, data: object, prune: bool = False) -> ImportReport:
             _import_guild(guild_spec, report=report, prune=prune)
         if report.changed:
             guild_ids = [spec.id for spec in document.guilds]
-            transaction.on_commit(lambda: _notify_config_changed(guild_ids))
+            publish_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
     return report
-
-
-def _notify_config_changed(guild_ids: list[str]) -> None:
-    """Tell running bot workers to reload what they cache (write, then notify)."""
-    async_to_sync(publish)(CONTROL_GROUP, "config.changed", guild_ids=guild_ids)
 
 
 def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:

@@ -18,10 +18,10 @@ import discord
 import httpx
 
 from chat.gateway.convert import convert_message
-from chat.gateway.delivery_text import sanitize_webhook_name
-from chat.loop.ports import Delivered, DeliveryError, Speaker
+from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
 from chat.pipeline.types import HistoryMessage, NameDirectory
 from chat.pipeline.window_reuse import GatewayCacheView
+from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +88,16 @@ class DiscordAdapter:
         except (discord.HTTPException, DeliveryError):
             return None
 
+    async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
+        try:
+            channel = await self._channel(channel_id)
+        except DeliveryError:
+            return None
+        if isinstance(channel, discord.DMChannel | discord.GroupChannel):
+            return ChannelPlace(guild_id=None)
+        guild = getattr(channel, "guild", None)
+        return ChannelPlace(guild_id=guild.id) if guild is not None else None
+
     def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
         guild = self._client.get_guild(guild_id) if guild_id else None
         users: dict[int, str] = {}
@@ -137,10 +147,11 @@ class DiscordAdapter:
         *,
         channel_id: int,
         speaker: Speaker,
-        pieces: Sequence[str],
+        text: str,
         reply_to: int | None,
         notice: str | None = None,
     ) -> list[Delivered]:
+        pieces = split_reply(text)
         try:
             if speaker.is_main:
                 return await self._deliver_as_bot(channel_id, speaker, pieces, reply_to)
@@ -164,7 +175,7 @@ class DiscordAdapter:
                 piece, reference=reference, allowed_mentions=NO_MENTIONS_BUT_USERS
             )
             self.persona_names[sent.id] = speaker.name
-            delivered.append(Delivered(sent.id, self.convert(sent)))
+            delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))
         return delivered
 
     async def _deliver_by_webhook(
@@ -174,7 +185,14 @@ class DiscordAdapter:
         for piece in ([notice] if notice else []) + list(pieces):
             sent = await self._webhook_send(channel_id, speaker, piece)
             self.persona_names[sent.id] = speaker.name
-            delivered.append(Delivered(sent.id, self.convert(sent)))
+            delivered.append(
+                Delivered(
+                    sent.id,
+                    self.convert(sent),
+                    author_id=sent.author.id,
+                    webhook_id=sent.webhook_id,
+                )
+            )
         return delivered
 
     async def _webhook_send(self, channel_id: int, speaker: Speaker, text: str):

@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from chat.gateway.adapter import DiscordAdapter
 from chat.loop.ingress import OwnIdentity, event_ingest
 from chat.loop.scheduler import Scheduler
-from chat.loop.windows import WindowRegistry
+from chat.windows import WindowRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         self.scheduler: Scheduler | None = None
         self._on_start = on_start
         self._background: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
 
     def own_identity(self) -> OwnIdentity:
         return OwnIdentity(
@@ -75,6 +76,26 @@ class PersonaBotClient(discord.AutoShardedClient):
     async def setup_hook(self) -> None:
         if self._on_start is not None:
             await self._on_start(self)
+
+    def _schedule_event(
+        self,
+        coro: Callable[..., Coroutine[Any, Any, Any]],
+        event_name: str,
+        *args: Any,
+        **kwargs: Any,
+    ) -> asyncio.Task:
+        # discord.py (pinned in requirements.txt) creates one task per handled event here;
+        # keeping them lets `handlers_settled` wait for every event received so far.
+        task = super()._schedule_event(coro, event_name, *args, **kwargs)
+        self._handlers.add(task)
+        task.add_done_callback(self._handlers.discard)
+        return task
+
+    async def handlers_settled(self) -> None:
+        """Wait until every gateway event handler started so far has finished (a barrier for
+        tests and shutdown: after it, every message received is in the event queue)."""
+        while pending := [t for t in self._handlers if t is not asyncio.current_task()]:
+            await asyncio.wait(pending)
 
     def background(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` until the client closes."""

@@ -2,8 +2,8 @@
 
 Nothing past this module sees a `discord.Message`: the loop, the pipeline and the database work
 with the frozen `HistoryMessage`. Who wrote a message as far as the product knows (the persona
-behind a bot or webhook message, a proxied member) comes from the message index, so the caller
-passes it in.
+behind a bot or webhook message, a proxied member) is the caller's knowledge, so the caller
+passes it in (today the adapter's record of its own deliveries; proxies are not recognised yet).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def convert_message(
 
     ``bot_user_id`` marks this bot's own embeds as system notices; ``persona_name`` is the
     persona that wrote the message (bot account or persona webhook), if any; ``proxy`` is the
-    attested proxy identity from the message index, if any.
+    attested proxy identity, if the caller knows one.
     """
     own = bot_user_id is not None and message.author.id == bot_user_id
     return HistoryMessage(

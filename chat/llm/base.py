@@ -2,8 +2,7 @@
 
 ``LLMClient.complete`` sends one Chat Completions request and returns one ``Completion`` or raises
 ``LLMError``; nothing else escapes it. Retries, fallbacks and tool rounds are built on top of it
-(``chat.llm.attempts``), so the bot worker, Celery tasks and the dashboard preview all reach a
-model the same way. Nothing here needs Django.
+(``chat.llm.attempts``), so every caller reaches a model the same way. Nothing here needs Django.
 """
 
 from __future__ import annotations

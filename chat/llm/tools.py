@@ -27,26 +27,19 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from chat.llm.base import ChatRequest, LLMClient, LLMError, ModelSpec, ToolCall, Usage
 from chat.llm.reply import strip_reasoning
+from chat.pipeline.tools import ToolName
 
 READ_FILE_LIMIT_BYTES = 16_384
 """Most bytes of one file ``read_file`` hands to the model (about 4,000 tokens)."""
 
 MAX_CALLS_PER_ROUND = 8
 """Calls run in one round; further calls of the same round get an error result, unrun."""
-
-
-class ToolName(StrEnum):
-    READ_FILE = "read_file"
-    REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
-    UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
-    ANALYZE_IMAGE = "analyze_image"
 
 
 class ToolError(Exception):
@@ -229,7 +222,7 @@ class ToolBox:
             ToolName.ANALYZE_IMAGE: vision is not None and attachments is not None,
         }
         self.offered: tuple[ToolName, ...] = tuple(
-            name for name in ToolName if name in allowlist and configured[name]
+            name for name in TOOL_SPECS if name in allowlist and configured[name]
         )
 
     def definitions(self) -> list[dict[str, Any]]:

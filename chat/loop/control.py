@@ -14,7 +14,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
-from chat.events import CONTROL_GROUP
+from botproject.events import CONTROL_GROUP
 
 logger = logging.getLogger(__name__)
 

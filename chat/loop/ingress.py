@@ -141,13 +141,6 @@ def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
     return [message_from_json(row.event) for row in rows]
 
 
-def unread_pool_guild_id(*, channel_id: int) -> int | None:
-    """The guild of the channel's unread messages (None for a DM or an empty pool)."""
-    return (
-        UnreadEvent.objects.filter(channel_id=channel_id).values_list("guild_id", flat=True).first()
-    )
-
-
 def unread_pool_count(*, channel_id: int) -> int:
     return UnreadEvent.objects.filter(channel_id=channel_id).count()
 

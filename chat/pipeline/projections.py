@@ -18,7 +18,7 @@ from typing import Any
 
 from chat.pipeline.context import TurnContext
 from chat.pipeline.items import ContextItem, MediaDescriptor
-from chat.pipeline.tools import ANALYZE_IMAGE, PROCESS_GIF
+from chat.pipeline.tools import ToolName
 from chat.pipeline.types import Role
 
 OpenAIMessage = dict[str, Any]
@@ -94,7 +94,11 @@ def _message(item: ContextItem, attempt: AttemptProfile) -> OpenAIMessage:
 
 def _blind_notice(image: MediaDescriptor, tools: frozenset[str]) -> str:
     """What a model that cannot see ``image`` is told, naming a tool only if it is offered."""
-    tool = PROCESS_GIF if image.is_gif and PROCESS_GIF in tools else ANALYZE_IMAGE
+    tool = (
+        ToolName.PROCESS_GIF
+        if image.is_gif and ToolName.PROCESS_GIF in tools
+        else ToolName.ANALYZE_IMAGE
+    )
     if tool in tools:
         return f"[System: you cannot see {image.key} directly; call {tool} with {image.key}.]"
     return f"[System: {image.key} cannot be shown to you.]"

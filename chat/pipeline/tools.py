@@ -19,18 +19,25 @@ import re
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from enum import StrEnum
 from types import MappingProxyType
 
 from chat.pipeline.simplify import SimplifiedEntry
 
-READ_FILE = "read_file"
-REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
-REPLY_TO_MESSAGE = "reply_to_message"
-UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
-ANALYZE_IMAGE = "analyze_image"
-PROCESS_GIF = "process_gif"
-PROCESS_YOUTUBE_VIDEO = "process_youtube_video"
-WEB_SEARCH = "web_search"
+
+class ToolName(StrEnum):
+    """Every tool a turn can be offered; the model access layer implements the ones whose
+    dependencies it has (`chat.llm.tools.TOOL_SPECS`)."""
+
+    READ_FILE = "read_file"
+    REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
+    REPLY_TO_MESSAGE = "reply_to_message"
+    UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
+    ANALYZE_IMAGE = "analyze_image"
+    PROCESS_GIF = "process_gif"
+    PROCESS_YOUTUBE_VIDEO = "process_youtube_video"
+    WEB_SEARCH = "web_search"
+
 
 YOUTUBE_LINK = re.compile(
     r"https?://(?:www\.|m\.)?(?:youtube\.com/(?:watch\?\S*v=|shorts/|live/)|youtu\.be/)[\w-]+"
@@ -42,24 +49,26 @@ class ToolSpec:
     """A tool the pipeline knows. ``keywords`` admit it under Deliberate Tool Mode (whole
     words or phrases, case-insensitive)."""
 
-    name: str
+    name: ToolName
     needs_configuration: bool
     keywords: tuple[str, ...]
 
 
 TOOL_CATALOGUE: tuple[ToolSpec, ...] = (
-    ToolSpec(READ_FILE, False, ("file", "document", "attachment", "read this")),
+    ToolSpec(ToolName.READ_FILE, False, ("file", "document", "attachment", "read this")),
     ToolSpec(
-        REVEAL_MESSAGE_METADATA,
+        ToolName.REVEAL_MESSAGE_METADATA,
         False,
         ("when did", "what time", "timestamp", "metadata", "who sent", "message id"),
     ),
-    ToolSpec(REPLY_TO_MESSAGE, False, ("reply to", "respond to", "answer them")),
-    ToolSpec(UPDATE_SHORT_TERM_MEMORY, False, ("remember", "don't forget", "keep in mind")),
-    ToolSpec(ANALYZE_IMAGE, True, ("image", "picture", "photo", "screenshot", "look at")),
-    ToolSpec(PROCESS_GIF, True, ("gif",)),
-    ToolSpec(PROCESS_YOUTUBE_VIDEO, True, ("youtube", "video")),
-    ToolSpec(WEB_SEARCH, True, ("search", "look up", "google")),
+    ToolSpec(ToolName.REPLY_TO_MESSAGE, False, ("reply to", "respond to", "answer them")),
+    ToolSpec(
+        ToolName.UPDATE_SHORT_TERM_MEMORY, False, ("remember", "don't forget", "keep in mind")
+    ),
+    ToolSpec(ToolName.ANALYZE_IMAGE, True, ("image", "picture", "photo", "screenshot", "look at")),
+    ToolSpec(ToolName.PROCESS_GIF, True, ("gif",)),
+    ToolSpec(ToolName.PROCESS_YOUTUBE_VIDEO, True, ("youtube", "video")),
+    ToolSpec(ToolName.WEB_SEARCH, True, ("search", "look up", "google")),
 )
 _KEYWORD_PATTERNS = {
     tool.name: re.compile(
@@ -115,7 +124,7 @@ def admit_tools(
     reasons = {
         name: wanted[name]
         for name in available
-        if name in wanted and not (is_queued_turn and name == REPLY_TO_MESSAGE)
+        if name in wanted and not (is_queued_turn and name == ToolName.REPLY_TO_MESSAGE)
     }
     return ToolAdmission(tools=tuple(reasons), reasons=MappingProxyType(reasons))
 
@@ -126,7 +135,7 @@ def _deliberate_reasons(
     """Why each tool is wanted under Deliberate Tool Mode; media reasons win over keywords."""
     reasons: dict[str, str] = {}
     if stm_maintenance_due:
-        reasons[UPDATE_SHORT_TERM_MEMORY] = "short-term memory maintenance is due"
+        reasons[ToolName.UPDATE_SHORT_TERM_MEMORY] = "short-term memory maintenance is due"
     if trigger is None:
         return reasons
     prose = trigger.prose
@@ -135,11 +144,11 @@ def _deliberate_reasons(
         if match:
             reasons.setdefault(name, f"keyword {match[0].lower()!r} in the trigger")
     if trigger.documents:
-        reasons[READ_FILE] = "a file on the triggering message"
+        reasons[ToolName.READ_FILE] = "a file on the triggering message"
     if trigger.images:
-        reasons[ANALYZE_IMAGE] = "an image on the triggering message"
+        reasons[ToolName.ANALYZE_IMAGE] = "an image on the triggering message"
     if any(image.is_gif for image in trigger.images):
-        reasons[PROCESS_GIF] = "a GIF on the triggering message"
+        reasons[ToolName.PROCESS_GIF] = "a GIF on the triggering message"
     if YOUTUBE_LINK.search(prose):
-        reasons[PROCESS_YOUTUBE_VIDEO] = "a YouTube link in the trigger"
+        reasons[ToolName.PROCESS_YOUTUBE_VIDEO] = "a YouTube link in the trigger"
     return reasons

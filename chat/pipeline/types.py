@@ -194,8 +194,8 @@ class Reaction:
 
 @dataclass(frozen=True, slots=True)
 class ProxyIdentity:
-    """A PluralKit-style proxied message, as attested by the persisted message index: the member
-    it speaks as, and the host account behind it (whose privacy and blocks apply)."""
+    """A PluralKit-style proxied message, as attested by the proxy system: the member it speaks
+    as, and the host account behind it (whose privacy and blocks apply)."""
 
     member_id: str
     member_name: str

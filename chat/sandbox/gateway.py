@@ -142,6 +142,8 @@ class GatewaySession:
         self.shard_id, self.shard_count = shard
         self.intents = intents
         self.seq = 0
+        self.acked_seq = 0
+        """The newest sequence the bot reported having received (in its heartbeats)."""
         self.connection: GatewayConnection | None = None
         self.detached_at: float | None = None
         self._sent: deque[tuple[int, str]] = deque(maxlen=replay_buffer)
@@ -318,6 +320,8 @@ class Gateway:
             return
         data = payload.get("d")
         if op is Op.HEARTBEAT:
+            if connection.session is not None and isinstance(data, int):
+                connection.session.acked_seq = max(connection.session.acked_seq, data)
             connection.send(_frame(Op.HEARTBEAT_ACK))
         elif op in (Op.IDENTIFY, Op.RESUME) and connection.session is not None:
             connection.close(CloseCode.ALREADY_AUTHENTICATED, "Already authenticated")
@@ -371,7 +375,8 @@ class Gateway:
         return len(connections)
 
     def sessions(self) -> list[dict[str, Any]]:
-        """Each live session: id, shard, intents, sequence, and whether a socket is attached."""
+        """Each live session: id, shard, intents, sequence, the newest sequence the bot's
+        heartbeats acknowledged (``acked``), and whether a socket is attached."""
         self._expire_sessions()
         return [
             {
@@ -379,6 +384,7 @@ class Gateway:
                 "shard": [session.shard_id, session.shard_count],
                 "intents": int(session.intents),
                 "seq": session.seq,
+                "acked": session.acked_seq,
                 "connected": session.connection is not None,
             }
             for session in self._sessions.values()

@@ -9,7 +9,7 @@ from django.utils import timezone
 from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume
 from chat.models import EventQueue
 from chat.tasks import event_queue_prune_task
-from chat.tests.loop.factories import message
+from chat.tests.factories import message
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +20,7 @@ def test_beat_runs_the_event_queue_prune_every_hour():
 
 
 def test_the_prune_task_removes_expired_keys_and_keeps_ready_work():
-    old, waiting = message("old"), message("waiting")
+    old, waiting = message(content="old"), message(content="waiting")
     event_ingest(message=old, guild_id=1)
     event_queue_consume(own=OwnIdentity(bot_user_id=999))
     event_ingest(message=waiting, guild_id=1)

@@ -129,8 +129,9 @@ def test_unread_pool_holds_a_message_once():
     )
 
 
-def test_message_index_status_is_pending_or_confirmed():
-    assert_rejected(lambda: MessageIndex.objects.create(message_id=1, channel_id=2, status="lost"))
+def test_a_message_is_indexed_once():
+    MessageIndex.objects.create(message_id=1, channel_id=2)
+    assert_rejected(lambda: MessageIndex.objects.create(message_id=1, channel_id=3))
 
 
 def test_window_anchor_limit_is_range_checked():

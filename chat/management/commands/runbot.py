@@ -7,8 +7,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.gateway.worker import WorkerConfig, run_worker
-from chat.llm.config import client_from_settings
+from chat.worker import WorkerConfig, llm_client_from_settings, run_worker
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        llm = client_from_settings()
+        llm = llm_client_from_settings()
         try:
             await run_worker(config, llm=llm, stop=stop)
         finally:

@@ -15,12 +15,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from chat.gateway.client import PersonaBotClient
-from chat.gateway.worker import WorkerConfig, build_client
 from chat.llm.attempts import AttemptRunner, RetryPolicy
 from chat.llm.fake_server import FakeLLMServer
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.sandbox import GatewaySettings, SandboxServer
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
+from chat.worker import WorkerConfig, build_client
 from personas.services import config_import
 
 DEMO_CONFIG = Path(__file__).resolve().parents[2] / "sandbox" / "demo_config.json"
@@ -107,6 +107,33 @@ class World:
     async def settle(self) -> None:
         """Wait until the worker has nothing queued and no channel loop runs."""
         await asyncio.wait_for(self.client.scheduler.idle(), WAIT)
+
+    async def drained(self) -> None:
+        """Barrier for negative checks ("no second reply arrived"): every dispatch the sandbox
+        has sent reached the worker (its heartbeats acknowledge the sandbox's sequence), every
+        handler finished, the queue is consumed and no channel loop runs — repeated until the
+        worker's own deliveries cause no further dispatch."""
+        sent = all_dispatches_acknowledged(self.sandbox)
+        while True:
+            await eventually(lambda: sent() is not None, within=WAIT)
+            sequences = sent()
+            await self.client.handlers_settled()
+            await self.settle()
+            if sent() == sequences:
+                return
+
+
+def all_dispatches_acknowledged(sandbox: SandboxServer) -> Callable[[], tuple[int, ...] | None]:
+    """A probe: the connected sessions' sequences once the bot acknowledged all of them (None
+    while some dispatch has not been acknowledged yet)."""
+
+    def probe() -> tuple[int, ...] | None:
+        sessions = [s for s in sandbox.sessions() if s["connected"]]
+        if not sessions or any(s["acked"] < s["seq"] for s in sessions):
+            return None
+        return tuple(s["seq"] for s in sessions)
+
+    return probe
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Fault, FaultKind, Reply
-from chat.loop.scheduler import MAX_LOOP_ITERATIONS
+from chat.loop.autonomous import MAX_LOOP_ITERATIONS
 from chat.models import Turn
 from chat.tests.e2e.conftest import AUTONOMOUS, BOB, eventually
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from channels.layers import get_channel_layer
 
-from chat.events import channel_group
+from botproject.events import channel_group
 from chat.models import Turn
 from chat.tests.e2e.conftest import GENERAL, eventually
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -96,8 +94,7 @@ async def test_duplicate_dispatches_and_a_resume_replay_give_one_reply_each(worl
     second = world.say("tomori, asked while the bot was reconnecting")
     await eventually(lambda: replies_to(world, second["id"]))
     world.sandbox.replay_last_dispatches(5)
-    await asyncio.sleep(0.5)
-    await world.settle()
+    await world.drained()
 
     assert len(replies_to(world, first["id"])) == 1
     assert len(replies_to(world, second["id"])) == 1
@@ -170,10 +167,17 @@ async def test_delivered_messages_are_indexed_as_the_personas(world):
     assert authors == ["Tomori", "Anon", "Anon"]  # Anon waited: a "Replying to" notice first
 
     rows = await sync_to_async(
-        lambda: sorted(MessageIndex.objects.values_list("message_id", "persona__name", "status"))
+        lambda: sorted(
+            MessageIndex.objects.values_list("message_id", "persona__name", "webhook_id")
+        )
     )()
     assert rows == sorted(
-        (int(m["id"]), m["author"]["username"], "confirmed") for m in world.bot_messages(GENERAL)
+        (
+            int(m["id"]),
+            m["author"]["username"],
+            int(m["webhook_id"]) if m.get("webhook_id") else None,
+        )
+        for m in world.bot_messages(GENERAL)
     )
 
 

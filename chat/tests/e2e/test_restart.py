@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -82,13 +81,16 @@ async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(
 
         worker = start_runbot(world)
         await eventually(lambda: len(replies_by_trigger(world)) == BURST, within=60)
-        await asyncio.sleep(1.0)  # time for any duplicate to show up
+        # Barrier: the channel answers its triggers in arrival order, so once a trigger posted
+        # now is answered, any second answer to an earlier one would already be here.
+        sentinel = world.say("tomori, last question")["id"]
+        await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
     finally:
         worker.send_signal(signal.SIGTERM)
         exit_code = worker.wait(timeout=20)
 
     assert exit_code == 0  # SIGTERM closes the worker cleanly
-    assert replies_by_trigger(world) == dict.fromkeys(triggers, 1)
+    assert replies_by_trigger(world) == dict.fromkeys([*triggers, sentinel], 1)
     statuses = await sync_to_async(lambda: sorted(Turn.objects.values_list("status", flat=True)))()
-    assert statuses.count("replied") == BURST
+    assert statuses.count("replied") == BURST + 1
     assert "running" not in statuses  # the interrupted turn was marked aborted at restart

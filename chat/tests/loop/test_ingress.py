@@ -19,7 +19,7 @@ from chat.loop.ingress import (
 )
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import Attachment, Author, HistoryMessage
-from chat.tests.loop.factories import T0, message
+from chat.tests.factories import CHANNEL_ID, T0, message
 
 pytestmark = pytest.mark.django_db
 
@@ -40,15 +40,15 @@ def test_codec_round_trips_a_message_with_attachments():
 
 
 def test_a_duplicate_dispatch_is_stored_once():
-    msg = message("hi")
+    msg = message(content="hi")
     assert event_ingest(message=msg, guild_id=1) is True
     assert event_ingest(message=msg, guild_id=1) is False
     assert EventQueue.objects.count() == 1
 
 
 def test_consume_moves_ready_events_into_the_unread_pool_in_order():
-    first, second = message("one", channel_id=10), message("two", channel_id=10)
-    other = message("three", channel_id=11)
+    first, second = message(content="one", channel_id=10), message(content="two", channel_id=10)
+    other = message(content="three", channel_id=11)
     for msg in (first, other, second):
         event_ingest(message=msg, guild_id=1)
 
@@ -60,20 +60,28 @@ def test_consume_moves_ready_events_into_the_unread_pool_in_order():
 
 
 def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
-    own = message("from the bot", author_id=BOT, is_bot=True)
-    echo = message("from a persona webhook", author_id=888, is_bot=True, webhook_id=777)
-    foreign = message("another bot's webhook", author_id=889, is_bot=True, webhook_id=123)
+    own = message(content="from the bot", author=Author(id=BOT, display_name="bot", is_bot=True))
+    echo = message(
+        content="from a persona webhook",
+        author=Author(id=888, display_name="Anon", is_bot=True, webhook_id=777),
+    )
+    foreign = message(
+        content="another bot's webhook",
+        author=Author(id=889, display_name="Other", is_bot=True, webhook_id=123),
+    )
     for msg in (own, echo, foreign):
         event_ingest(message=msg, guild_id=1)
 
     consumed = event_queue_consume(own=OWN)
 
     assert [m.content for m in consumed.discarded] == ["from the bot", "from a persona webhook"]
-    assert [m.content for m in unread_pool_messages(channel_id=500)] == ["another bot's webhook"]
+    assert [m.content for m in unread_pool_messages(channel_id=CHANNEL_ID)] == [
+        "another bot's webhook"
+    ]
 
 
 def test_a_replayed_message_after_consumption_is_still_deduplicated():
-    msg = message("hi")
+    msg = message(content="hi")
     event_ingest(message=msg, guild_id=1)
     event_queue_consume(own=OWN)
     unread_pool_take(channel_id=msg.channel_id)
@@ -84,7 +92,7 @@ def test_a_replayed_message_after_consumption_is_still_deduplicated():
 
 
 def test_take_up_to_a_message_leaves_later_arrivals_unread():
-    msgs = [message(str(n), channel_id=20) for n in range(4)]
+    msgs = [message(content=str(n), channel_id=20) for n in range(4)]
     for msg in msgs:
         event_ingest(message=msg, guild_id=1)
     event_queue_consume(own=OWN)
@@ -97,7 +105,11 @@ def test_take_up_to_a_message_leaves_later_arrivals_unread():
 
 
 def test_prune_removes_only_old_consumed_keys():
-    old, fresh, waiting = message("old"), message("fresh"), message("waiting")
+    old, fresh, waiting = (
+        message(content="old"),
+        message(content="fresh"),
+        message(content="waiting"),
+    )
     for msg in (old, fresh):
         event_ingest(message=msg, guild_id=1)
     event_queue_consume(own=OWN)
@@ -112,7 +124,7 @@ def test_prune_removes_only_old_consumed_keys():
 
 
 def test_consume_is_idempotent_when_the_pool_already_has_the_message():
-    msg = message("hi")
+    msg = message(content="hi")
     event_ingest(message=msg, guild_id=1)
     UnreadEvent.objects.create(
         channel_id=msg.channel_id, message_id=msg.id, author_id=42, event=message_to_json(msg)

@@ -22,7 +22,7 @@ from chat.pipeline.types import (
     SampleMessage,
     UserBlock,
 )
-from chat.tests.pipeline.factories import (
+from chat.tests.factories import (
     ALICE,
     BOB,
     CAROL,

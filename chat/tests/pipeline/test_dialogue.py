@@ -13,7 +13,7 @@ from chat.pipeline.dialogue import append_dialogue_history, humanize_stably
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext
 from chat.pipeline.types import Author, CardKind, ContextNote, Embed, PersonaSpec, Role
-from chat.tests.pipeline.factories import (
+from chat.tests.factories import (
     ALICE,
     BOB,
     KAITO,

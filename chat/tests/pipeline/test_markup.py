@@ -9,7 +9,7 @@ from hypothesis import given
 
 from chat.pipeline.markup import render_markup, scrub_snowflakes
 from chat.pipeline.types import NameDirectory
-from chat.tests.pipeline.factories import ALICE, BOB, NAMES, contents, sf
+from chat.tests.factories import ALICE, BOB, NAMES, contents, sf
 
 RAW_SNOWFLAKE = re.compile(r"\b\d{17,20}\b")
 

@@ -6,7 +6,7 @@ import pytest
 
 from chat.pipeline.media import EntryMedia, plan_media
 from chat.pipeline.types import Sticker
-from chat.tests.pipeline.factories import ALICE, BOB, gif, image, message, sf, simplify
+from chat.tests.factories import ALICE, BOB, gif, image, message, sf, simplify
 
 
 def shown_keys(plan: EntryMedia) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chat.pipeline.message_id_map import MessageIdMap
-from chat.tests.pipeline.factories import sf
+from chat.tests.factories import sf
 
 
 @pytest.mark.parametrize(

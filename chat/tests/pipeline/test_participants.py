@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chat.pipeline.participants import ParticipantRole, prepare_participant_context
 from chat.pipeline.types import PersonaSpec
-from chat.tests.pipeline.factories import (
+from chat.tests.factories import (
     ALICE,
     BOB,
     CAROL,

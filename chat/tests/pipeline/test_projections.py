@@ -7,7 +7,7 @@ import pytest
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_completion_text, to_openai_messages
 from chat.pipeline.types import ContextNote, PersonaSpec, Reaction
-from chat.tests.pipeline.factories import BOB, TOMORI, gif, image, message, reply_to, turn_input
+from chat.tests.factories import BOB, TOMORI, gif, image, message, reply_to, turn_input
 
 PERSONA = PersonaSpec(
     name="Tomori",

@@ -33,7 +33,7 @@ from chat.pipeline.types import (
     Sticker,
     UserBlock,
 )
-from chat.tests.pipeline.factories import (
+from chat.tests.factories import (
     ALICE,
     BOB,
     CAROL,

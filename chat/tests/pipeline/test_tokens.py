@@ -15,7 +15,7 @@ from chat.pipeline.tokens import (
     token_cache_key,
 )
 from chat.pipeline.types import Role
-from chat.tests.pipeline.factories import sf
+from chat.tests.factories import sf
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chat.pipeline.tools import TOOL_CATALOGUE, admit_tools
-from chat.tests.pipeline.factories import document, gif, image, message, reply_to, simplify
+from chat.tests.factories import document, gif, image, message, reply_to, simplify
 
 NO_CONFIGURATION = frozenset({tool.name for tool in TOOL_CATALOGUE if not tool.needs_configuration})
 EVERYTHING_CONFIGURED = frozenset(tool.name for tool in TOOL_CATALOGUE)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.truncation import context_budget, truncate_dialogue_history
 from chat.pipeline.types import Role
-from chat.tests.pipeline.factories import sf
+from chat.tests.factories import sf
 
 SYSTEM = ContextItem(ItemTag.SYSTEM_PROMPT, Role.SYSTEM, "system", tokens=10)
 SAMPLE = ContextItem(ItemTag.SAMPLE_DIALOGUE, Role.USER, "sample", tokens=3)

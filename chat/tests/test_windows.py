@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from chat.loop.windows import WindowRegistry
 from chat.pipeline.window_reuse import GatewayCacheView, RestReason
-from chat.tests.loop.factories import message
+from chat.tests.factories import message
+from chat.windows import WindowRegistry
 
 CHANNEL = 500
 
@@ -33,7 +33,7 @@ class FakeDiscord:
 
 @pytest.fixture
 def discord() -> FakeDiscord:
-    return FakeDiscord(message(f"m{n}") for n in range(30))
+    return FakeDiscord(message(content=f"m{n}") for n in range(30))
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ async def test_the_first_read_goes_to_rest_and_chooses_a_new_anchor(registry, di
 async def test_within_a_busy_stretch_new_messages_come_from_the_cache(registry, discord):
     await registry.read(CHANNEL, limit=20)
     newest = discord.messages[-1]
-    arrived = message("new")
+    arrived = message(content="new")
     discord.cached = [newest, arrived]
 
     read = await registry.read(CHANNEL, limit=20)

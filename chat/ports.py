@@ -1,7 +1,8 @@
-"""What the loop needs from Discord, as a protocol.
+"""What the loop and the services need from Discord, as a protocol.
 
 `chat.gateway.adapter.DiscordAdapter` implements it over the real discord.py client; nothing in
-the loop or the services imports discord.
+the loop or the services imports discord. Discord's own text rules (the 2,000-character message
+limit, webhook names) belong to the implementation: a service hands over the whole reply.
 """
 
 from __future__ import annotations
@@ -27,10 +28,27 @@ class Speaker:
 
 @dataclass(frozen=True)
 class Delivered:
-    """One sent message; ``message`` is None when Discord returned no full object."""
+    """One sent message; ``message`` is None when Discord returned no full object.
+
+    ``author_id`` is the account Discord shows as its author (the bot user, or the webhook's
+    id for a webhook message) and ``webhook_id`` the webhook that sent it, if any.
+    """
 
     message_id: int
     message: HistoryMessage | None
+    author_id: int | None = None
+    webhook_id: int | None = None
+
+
+@dataclass(frozen=True)
+class ChannelPlace:
+    """Where Discord says a channel is: in a guild (``guild_id``), or a DM (None)."""
+
+    guild_id: int | None
+
+    @property
+    def is_dm(self) -> bool:
+        return self.guild_id is None
 
 
 class DeliveryError(Exception):
@@ -56,6 +74,11 @@ class DiscordPort(Protocol):
         """One message over REST; None when it is gone or cannot be read."""
         ...
 
+    async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
+        """Which guild the channel belongs to, or that it is a DM, as Discord says (gateway
+        cache first, then REST); None when Discord cannot tell (unknown or unreadable)."""
+        ...
+
     def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
         """Display names for members, and channel and role names, from the gateway cache."""
         ...
@@ -69,12 +92,13 @@ class DiscordPort(Protocol):
         *,
         channel_id: int,
         speaker: Speaker,
-        pieces: Sequence[str],
+        text: str,
         reply_to: int | None,
         notice: str | None = None,
     ) -> list[Delivered]:
-        """Send ``pieces`` in order as ``speaker``; the first replies to ``reply_to`` when the
-        speaker can reply natively (the bot account), else ``notice`` is sent first. Raises
+        """Send ``text`` as ``speaker``, split into as many messages as Discord needs; the
+        first replies to ``reply_to`` when the speaker can reply natively (the bot account),
+        else ``notice`` is sent first. Returns the sent messages in order. Raises
         DeliveryError."""
         ...
 

@@ -1,8 +1,9 @@
-"""Builders and hypothesis strategies for pipeline tests: real frozen inputs, short to write."""
+"""Builders and hypothesis strategies for tests: real frozen pipeline inputs, short to write."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from itertools import count
 from typing import Any
 
 from hypothesis import strategies as st
@@ -50,19 +51,27 @@ NAMES = NameDirectory(
 )
 
 
+_unnumbered = count(1_000_000)
+
+
 def message(
-    n: int,
+    n: int | None = None,
     content: str = "hello",
     *,
     author: Author = ALICE,
     minutes: float = 0,
     at: datetime | None = None,
+    channel_id: int = CHANNEL_ID,
     **fields: Any,
 ) -> HistoryMessage:
-    """Message ``sf(n)`` from ``author``, ``minutes`` after `T0` (or at ``at``)."""
+    """Message ``sf(n)`` from ``author``, ``minutes`` after `T0` (or at ``at``).
+
+    Without ``n`` the message gets the next id of its own series, newer than every numbered one
+    a test is likely to use (so unnumbered messages keep their creation order).
+    """
     return HistoryMessage(
-        id=sf(n),
-        channel_id=CHANNEL_ID,
+        id=sf(next(_unnumbered) if n is None else n),
+        channel_id=channel_id,
         author=author,
         content=content,
         created_at=at or T0 + timedelta(minutes=minutes),

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from chat.loop.planner import (
+from chat.pipeline.planner import (
     ActionRecord,
     Continue,
     PlannerOutputError,

@@ -10,6 +10,7 @@ sweeper may evict its messages); a shard reconnect drops every window.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,9 +83,19 @@ class WindowRegistry:
         self.shard_connected = True
         self.rest_reads = 0
 
-    async def read(self, channel_id: int, *, limit: int, is_dm: bool = False) -> WindowRead:
-        """The channel's newest ``limit`` messages (oldest first), reused when safe."""
-        window = self._windows.setdefault(channel_id, _ChannelWindow())
+    async def read(
+        self, channel_id: int, *, limit: int, is_dm: bool = False, dry_run: bool = False
+    ) -> WindowRead:
+        """The channel's newest ``limit`` messages (oldest first), reused when safe.
+
+        With ``dry_run`` the answer is the same but the registry is left exactly as it was: the
+        previous window, the recorded signals, the read count and the connection's anchoring
+        all stay untouched (the dashboard's preview inspects without changing state).
+        """
+        if dry_run:
+            window = copy.deepcopy(self._windows.get(channel_id)) or _ChannelWindow()
+        else:
+            window = self._windows.setdefault(channel_id, _ChannelWindow())
         decision = decide_window_reuse(
             previous=window.previous,
             cache=self._cache_view(channel_id),
@@ -104,26 +115,27 @@ class WindowRegistry:
             channel_idle=False,
         )
         if isinstance(decision, RestRead):
-            messages = await self._rest_read(channel_id, window, limit=limit)
+            messages = await self._rest_read(channel_id, window, limit=limit, count=not dry_run)
             reason: RestReason | None = decision.reason
         else:
             messages = decision.messages
             reason = None
-        window.previous = PreviousWindow(messages=messages, limit=limit)
-        window.clear_signals()
         force_reanchor = self._anchored_in.get(channel_id) != self._connection
-        self._anchored_in[channel_id] = self._connection
+        if not dry_run:
+            window.previous = PreviousWindow(messages=messages, limit=limit)
+            window.clear_signals()
+            self._anchored_in[channel_id] = self._connection
         return WindowRead(messages=messages, rest_reason=reason, force_reanchor=force_reanchor)
 
     async def _rest_read(
-        self, channel_id: int, window: _ChannelWindow, *, limit: int
+        self, channel_id: int, window: _ChannelWindow, *, limit: int, count: bool = True
     ) -> tuple[HistoryMessage, ...]:
         """Read from Discord; a change recorded while reading forces one more read, because
         the response may carry the pre-edit copy."""
         for _ in range(3):
             window.reading, window.changed_during_read = True, False
             try:
-                self.rest_reads += 1
+                self.rest_reads += count
                 messages = await self._fetch_history(channel_id, limit)
             finally:
                 window.reading = False
@@ -157,6 +169,19 @@ class WindowRegistry:
         next read chooses a new anchor."""
         self._windows.clear()
         self._connection += 1
+
+    def snapshot(self) -> object:
+        """A deep copy of the registry's whole state, comparable with ``==`` (tests use it to
+        prove that a dry run changed nothing)."""
+        return copy.deepcopy(
+            (
+                self._windows,
+                self._connection,
+                self._anchored_in,
+                self.shard_connected,
+                self.rest_reads,
+            )
+        )
 
     def _signal(self, channel_id: int, kind: str, message_ids: Sequence[int]) -> None:
         window = self._windows.get(channel_id)

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from chat.loop.triggers import Trigger, TriggerPersona, TriggerReason, reactive_triggers
-from chat.pipeline.types import ProxyIdentity
-from chat.tests.loop.factories import message
+from chat.pipeline.triggers import Trigger, TriggerPersona, TurnReason, reactive_triggers
+from chat.pipeline.types import Author, MessageReference, ProxyIdentity
+from chat.tests.factories import CHANNEL_ID, message
 
 BOT = 999
 TOMORI = TriggerPersona("Tomori", is_main=True, triggers=("tomori",))
@@ -12,6 +12,7 @@ ANON = TriggerPersona("Anon", triggers=("anon", "anon-chan"))
 RANA = TriggerPersona("Rana", triggers=("rana",))
 SOYO = TriggerPersona("Soyo", triggers=("soyo",))
 ALL = (TOMORI, ANON, RANA, SOYO)
+OTHER_BOTS_WEBHOOK = Author(id=4242, display_name="Relay", is_bot=True, webhook_id=77)
 
 
 def names(triggers: list[Trigger]) -> list[str]:
@@ -30,43 +31,47 @@ def names(triggers: list[Trigger]) -> list[str]:
     ],
 )
 def test_trigger_words_match_whole_words_in_order_of_appearance(content, expected):
-    found = reactive_triggers(message=message(content), personas=ALL, bot_user_id=BOT, is_dm=False)
+    found = reactive_triggers(
+        message=message(content=content), personas=ALL, bot_user_id=BOT, is_dm=False
+    )
     assert names(found) == expected
 
 
 def test_at_most_three_personas_answer_one_message():
     found = reactive_triggers(
-        message=message("soyo rana anon tomori"), personas=ALL, bot_user_id=BOT, is_dm=False
+        message=message(content="soyo rana anon tomori"), personas=ALL, bot_user_id=BOT, is_dm=False
     )
     assert names(found) == ["Soyo", "Rana", "Anon"]
 
 
 def test_mention_of_the_bot_wakes_the_main_persona_at_its_position():
-    msg = message(f"anon and <@{BOT}>", mention_ids=(BOT,))
+    msg = message(content=f"anon and <@{BOT}>", mention_ids=(BOT,))
     found = reactive_triggers(message=msg, personas=ALL, bot_user_id=BOT, is_dm=False)
     assert found == [
-        Trigger("Anon", TriggerReason.TRIGGER_WORD, "anon"),
-        Trigger("Tomori", TriggerReason.MENTION),
+        Trigger("Anon", TurnReason.TRIGGER_WORD, "anon"),
+        Trigger("Tomori", TurnReason.MENTION),
     ]
 
 
 def test_reply_to_a_persona_comes_first():
-    msg = message("tomori what do you think", reply_to=123)
+    msg = message(content="tomori what do you think", reference=MessageReference(123, CHANNEL_ID))
     found = reactive_triggers(
         message=msg, personas=ALL, bot_user_id=BOT, is_dm=False, replied_persona_name="Anon"
     )
-    assert found[0] == Trigger("Anon", TriggerReason.REPLY, "123")
+    assert found[0] == Trigger("Anon", TurnReason.REPLY, "123")
     assert names(found) == ["Anon", "Tomori"]
 
 
 def test_a_direct_message_wakes_only_the_main_persona():
-    found = reactive_triggers(message=message("anon?"), personas=ALL, bot_user_id=BOT, is_dm=True)
-    assert found == [Trigger("Tomori", TriggerReason.DIRECT_MESSAGE)]
+    found = reactive_triggers(
+        message=message(content="anon?"), personas=ALL, bot_user_id=BOT, is_dm=True
+    )
+    assert found == [Trigger("Tomori", TurnReason.DIRECT_MESSAGE)]
 
 
 def test_a_muted_user_cannot_trigger_that_persona():
     found = reactive_triggers(
-        message=message("tomori anon"),
+        message=message(content="tomori anon"),
         personas=ALL,
         bot_user_id=BOT,
         is_dm=False,
@@ -77,7 +82,7 @@ def test_a_muted_user_cannot_trigger_that_persona():
 
 def test_blacklisted_authors_trigger_nothing():
     found = reactive_triggers(
-        message=message("tomori"),
+        message=message(content="tomori"),
         personas=ALL,
         bot_user_id=BOT,
         is_dm=False,
@@ -87,11 +92,11 @@ def test_blacklisted_authors_trigger_nothing():
 
 
 def test_other_bots_trigger_nothing_but_proxied_members_do():
-    bot_message = message("tomori", is_bot=True, webhook_id=77)
+    bot_message = message(content="tomori", author=OTHER_BOTS_WEBHOOK)
     assert reactive_triggers(message=bot_message, personas=ALL, bot_user_id=BOT, is_dm=False) == []
 
     proxied = message(
-        "tomori", is_bot=True, webhook_id=77, proxy=ProxyIdentity("abcde", "Mutsumi", 42)
+        content="tomori", author=OTHER_BOTS_WEBHOOK, proxy=ProxyIdentity("abcde", "Mutsumi", 42)
     )
     found = reactive_triggers(message=proxied, personas=ALL, bot_user_id=BOT, is_dm=False)
     assert names(found) == ["Tomori"]
@@ -100,6 +105,6 @@ def test_other_bots_trigger_nothing_but_proxied_members_do():
 def test_disabled_personas_never_answer():
     personas = (TOMORI, TriggerPersona("Anon", triggers=("anon",), enabled=False))
     found = reactive_triggers(
-        message=message("anon tomori"), personas=personas, bot_user_id=BOT, is_dm=False
+        message=message(content="anon tomori"), personas=personas, bot_user_id=BOT, is_dm=False
     )
     assert names(found) == ["Tomori"]

@@ -1,6 +1,6 @@
 """Trigger rules for reactive channels: which personas answer a message, in what order.
 
-Pure: the scheduler passes in the message, the guild's personas and the author's standing.
+Pure: the reactive loop passes in the message, the guild's personas and the author's standing.
 A persona is addressed by a mention of the bot (the main persona), a reply to one of its
 messages, one of its trigger words (whole word, any case), or any DM (the main persona). Several
 addressed personas answer in order of first appearance in the message, at most
@@ -20,11 +20,14 @@ from chat.pipeline.types import HistoryMessage
 MAX_PERSONAS_PER_MESSAGE = 3
 
 
-class TriggerReason(StrEnum):
+class TurnReason(StrEnum):
+    """Why a persona turn runs: a reactive trigger rule, or the autonomous planner's decision."""
+
     MENTION = "mention"
     REPLY = "reply"
     TRIGGER_WORD = "trigger_word"
     DIRECT_MESSAGE = "dm"
+    PLANNER = "planner"
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class Trigger:
     """One persona to run for the message, and why (``detail``: the word, or the replied id)."""
 
     persona_name: str
-    reason: TriggerReason
+    reason: TurnReason
     detail: str = ""
 
 
@@ -73,23 +76,21 @@ def reactive_triggers(
     found: list[tuple[int, Trigger]] = []
 
     if is_dm:
-        return [Trigger(main.name, TriggerReason.DIRECT_MESSAGE)] if main else []
+        return [Trigger(main.name, TurnReason.DIRECT_MESSAGE)] if main else []
     if replied_persona_name is not None:
         target = next((p for p in enabled if p.name == replied_persona_name), None)
         if target is not None and message.reference is not None:
             found.append(
-                (-1, Trigger(target.name, TriggerReason.REPLY, str(message.reference.message_id)))
+                (-1, Trigger(target.name, TurnReason.REPLY, str(message.reference.message_id)))
             )
     if main is not None and bot_user_id in message.mention_ids:
         position = message.content.find(f"<@{bot_user_id}>")
-        found.append((max(position, 0), Trigger(main.name, TriggerReason.MENTION)))
+        found.append((max(position, 0), Trigger(main.name, TurnReason.MENTION)))
     for persona in enabled:
         for word in persona.triggers:
             match = _word_pattern(word).search(message.content)
             if match:
-                found.append(
-                    (match.start(), Trigger(persona.name, TriggerReason.TRIGGER_WORD, word))
-                )
+                found.append((match.start(), Trigger(persona.name, TurnReason.TRIGGER_WORD, word)))
 
     ordered: dict[str, Trigger] = {}
     for _, trigger in sorted(found, key=lambda item: item[0]):

@@ -1,27 +1,33 @@
-"""Assembling and running the bot worker: client, adapter, runtime, scheduler.
+"""The bot worker's composition root: client, adapter, runtime, scheduler, control listener.
 
 `run_worker` is what ``manage.py runbot`` runs; the end-to-end tests run it too, against the
-sandbox, with the same code path.
+sandbox, with the same code path. This module assembles the parts; the database work it needs at
+start is done by services and selectors.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
+from botproject.events import EventType
+from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
+from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
-from chat.models import Turn
 from chat.pipeline.tokens import default_token_counter
-from chat.services import TurnRuntime
-from personas.models import Persona
+from chat.services import TurnRuntime, turns_abort_interrupted
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +41,28 @@ class WorkerConfig:
     shard_count: int | None = None
     step_delay: float = 2.5
 
+    def on_my_shards(self, guild_id: int | None) -> bool:
+        """Discord's rule: a guild lives on shard ``(guild_id >> 22) % shard_count``; DMs
+        (``guild_id`` None) on shard 0."""
+        if self.shard_count is None or self.shard_ids is None:
+            return True
+        shard = (guild_id >> 22) % self.shard_count if guild_id else 0
+        return shard in self.shard_ids
+
+
+def llm_client_from_settings() -> OpenAICompatibleClient:
+    """A client for ``LLM_BASE_URL`` with ``LLM_API_KEY`` and the default ``Timeouts``; close it
+    when done (``async with``).
+
+    Raises ``ImproperlyConfigured`` naming ``LLM_BASE_URL`` when it is empty.
+    """
+    if not settings.LLM_BASE_URL:
+        raise ImproperlyConfigured(
+            "LLM_BASE_URL is empty: set it to an OpenAI-compatible endpoint, "
+            "e.g. http://127.0.0.1:11434/v1"
+        )
+    return OpenAICompatibleClient(base_url=settings.LLM_BASE_URL, api_key=settings.LLM_API_KEY)
+
 
 def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner | None = None):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known."""
@@ -42,8 +70,10 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
     token_counter = default_token_counter()
 
     async def start(client: PersonaBotClient) -> None:
-        await sync_to_async(_load_main_personas)(client)
-        await sync_to_async(_abort_interrupted_turns)(config)
+        await _load_main_personas(client)
+        aborted = await sync_to_async(turns_abort_interrupted)(on_shard=config.on_my_shards)
+        if aborted:
+            logger.info("%d turns interrupted by the previous run marked aborted", aborted)
         runtime = TurnRuntime(
             port=client.adapter,
             windows=client.windows,
@@ -55,12 +85,12 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
         )
         client.scheduler.start()
 
-        async def config_changed(message) -> None:
-            await sync_to_async(_load_main_personas)(client)
+        async def config_changed(message: Mapping[str, Any]) -> None:
+            await _load_main_personas(client)
             runtime.previous_contexts.clear()
             logger.info("configuration changed; reloaded")
 
-        client.background(listen_for_control({"config.changed": config_changed}))
+        client.background(listen_for_control({EventType.CONFIG_CHANGED: config_changed}))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
     return PersonaBotClient(
@@ -68,32 +98,10 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
     )
 
 
-def _abort_interrupted_turns(config: WorkerConfig) -> None:
-    """Turns a previous run of this worker left ``running`` (it was killed) end ``aborted``;
-    their triggers are still unread, so they run again."""
-    running = Turn.objects.filter(status=Turn.Status.RUNNING)
-    stale = [
-        turn.id for turn in running.only("id", "guild_id") if _on_my_shards(turn.guild_id, config)
-    ]
-    Turn.objects.filter(id__in=stale).update(
-        status=Turn.Status.ABORTED, error="the worker stopped during the turn"
-    )
-
-
-def _on_my_shards(guild_id: int | None, config: WorkerConfig) -> bool:
-    """Discord's rule: a guild lives on shard ``(guild_id >> 22) % shard_count``; DMs on 0."""
-    if config.shard_count is None or config.shard_ids is None:
-        return True
-    shard = (guild_id >> 22) % config.shard_count if guild_id else 0
-    return shard in config.shard_ids
-
-
-def _load_main_personas(client: PersonaBotClient) -> None:
+async def _load_main_personas(client: PersonaBotClient) -> None:
     """Which persona speaks through the bot account in each guild (for history attribution)."""
-    for guild_id, name in Persona.objects.filter(is_main=True).values_list(
-        "guild__guild_id", "name"
-    ):
-        client.adapter.main_persona_name[guild_id] = name
+    names = await sync_to_async(selectors.main_persona_names)()
+    client.adapter.main_persona_name.update(names)
 
 
 async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event) -> None:

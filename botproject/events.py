@@ -1,0 +1,166 @@
+"""The live-event vocabulary: group names, event types and their payloads, in one place.
+
+The bot worker publishes, the configuration services publish, the dashboard's consumers
+receive; all of them name groups and events through this module, never through string literals.
+
+Groups:
+    ``channel.<id>`` (`channel_group`): what happens in one Discord channel — loop state,
+        unread count, window changes, turns started and finished, planner steps.
+    ``bot.control`` (`CONTROL_GROUP`): messages to the bot workers (``config.changed``).
+
+On the wire an event is a dict ``{"type": "<event type>", **payload}`` (Channels' convention: a
+consumer method named after the type with dots as underscores receives it, ``turn.finished`` →
+``turn_finished``); `Event.as_message` writes it and `parse_event` reads it back.
+
+Events go out after the change they announce is committed: sync code uses `publish_on_commit`
+(``transaction.on_commit``), async services publish after their awaited save has returned.
+Publishing never raises: a dashboard or a Redis that is down must not stop the bot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+CONTROL_GROUP = "bot.control"
+
+
+def channel_group(channel_id: int) -> str:
+    """The group of one Discord channel's live events."""
+    return f"channel.{channel_id}"
+
+
+class EventType(StrEnum):
+    LOOP_STATE = "loop.state"
+    LOOP_STEP = "loop.step"
+    UNREAD_COUNT = "unread.count"
+    WINDOW_CHANGED = "window.changed"
+    TURN_STARTED = "turn.started"
+    TURN_FINISHED = "turn.finished"
+    CONFIG_CHANGED = "config.changed"
+
+
+class LoopStateName(StrEnum):
+    BUSY = "busy"
+    IDLE = "idle"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A payload; subclasses name their `type`."""
+
+    type: ClassVar[EventType]
+
+    def as_message(self) -> dict[str, Any]:
+        return {"type": str(self.type), **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class LoopState(Event):
+    """A channel's busy stretch began (``busy``) or ended (``idle``)."""
+
+    type: ClassVar[EventType] = EventType.LOOP_STATE
+    state: LoopStateName
+
+
+@dataclass(frozen=True)
+class LoopStep(Event):
+    """One autonomous planner step and its result."""
+
+    type: ClassVar[EventType] = EventType.LOOP_STEP
+    iteration: int
+    action: str
+    success: bool
+    result: str
+
+
+@dataclass(frozen=True)
+class UnreadCount(Event):
+    type: ClassVar[EventType] = EventType.UNREAD_COUNT
+    count: int
+
+
+@dataclass(frozen=True)
+class WindowChanged(Event):
+    """The history window a turn read (message ids as strings: JavaScript cannot hold them)."""
+
+    type: ClassVar[EventType] = EventType.WINDOW_CHANGED
+    message_ids: list[str]
+
+
+@dataclass(frozen=True)
+class TurnStarted(Event):
+    type: ClassVar[EventType] = EventType.TURN_STARTED
+    turn_id: int
+    persona: str
+
+
+@dataclass(frozen=True)
+class TurnFinished(Event):
+    type: ClassVar[EventType] = EventType.TURN_FINISHED
+    turn_id: int
+    persona: str
+    status: str
+
+
+@dataclass(frozen=True)
+class ConfigChanged(Event):
+    """Configuration of these guilds was saved: workers reload what they cache."""
+
+    type: ClassVar[EventType] = EventType.CONFIG_CHANGED
+    guild_ids: list[str]
+
+
+_BY_TYPE: dict[str, type[Event]] = {
+    str(cls.type): cls
+    for cls in (
+        LoopState,
+        LoopStep,
+        UnreadCount,
+        WindowChanged,
+        TurnStarted,
+        TurnFinished,
+        ConfigChanged,
+    )
+}
+
+
+def parse_event(message: dict[str, Any]) -> Event:
+    """The event a received layer message carries.
+
+    Raises ValueError naming the type when it is unknown or its payload does not fit.
+    """
+    kind = message.get("type")
+    cls = _BY_TYPE.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cls(**{k: v for k, v in message.items() if k in names})
+    except TypeError as error:
+        raise ValueError(f"{kind}: {error}") from None
+
+
+async def publish(group: str, event: Event) -> None:
+    """Send ``event`` to ``group``; a layer failure is logged, not raised."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(group, event.as_message())
+    except Exception:  # any layer failure: the bot goes on
+        logger.warning("could not publish %s to %s", event.type, group, exc_info=True)
+
+
+def publish_on_commit(group: str, event: Event) -> None:
+    """From sync code inside (or outside) a transaction: publish once it commits."""
+    transaction.on_commit(lambda: async_to_sync(publish)(group, event))

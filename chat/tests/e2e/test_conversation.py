@@ -1,0 +1,53 @@
+"""A long conversation on PostgreSQL, each message posted the moment the previous reply
+appears: every prompt holds the guild channel's window, never a DM's default one."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat.models import Turn
+from chat.pipeline.items import ItemTag
+from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from personas.models import ChannelConfig
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LIMIT = 20
+STRIDE = 6  # floor(0.3 × 20), even
+TURNS = 30
+
+
+def history_sizes() -> list[int]:
+    """Per turn, in order: how many Discord messages its prompt's dialogue history holds."""
+    sizes = []
+    for items in Turn.objects.order_by("id").values_list("context_items", flat=True):
+        ids = {
+            source
+            for item in items
+            if item["tag"] == ItemTag.DIALOGUE_HISTORY
+            for source in item["source_ids"]
+        }
+        sizes.append(len(ids))
+    return sizes
+
+
+async def test_every_prompt_of_a_long_conversation_holds_the_channels_window(world):
+    await ChannelConfig.objects.filter(channel_id=GENERAL).aupdate(message_fetch_limit=LIMIT)
+    for n in range(30):  # earlier conversation, before the worker started
+        world.say(f"earlier line {n}", author=ALICE if n % 2 else BOB)
+    await world.start_worker()
+
+    for n in range(TURNS):
+        trigger = world.say(f"tomori, question {n}")
+        await eventually(
+            lambda trigger=trigger: any(
+                (m.get("message_reference") or {}).get("message_id") == trigger["id"]
+                for m in world.bot_messages(GENERAL)
+            )
+        )
+    await world.drained()
+
+    sizes = await sync_to_async(history_sizes)()
+    assert len(sizes) == TURNS
+    assert all(LIMIT - STRIDE <= size <= LIMIT for size in sizes), sizes

@@ -1,0 +1,89 @@
+"""The scheduler learns where a channel is from Discord, never from its unread pool."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume, unread_pool_count
+from chat.loop.scheduler import Scheduler
+from chat.models import Turn
+from chat.ports import ChannelPlace
+from chat.tests.conftest import BOT, CHANNEL, GUILD_ID, Bench
+from chat.tests.factories import ALICE, message
+from personas.models import GuildConfig
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# 20:00 UTC on Saturday is already Sunday in Tokyo: the guild's timezone shows in the prompt.
+LATE_SATURDAY = dt.datetime(2026, 7, 11, 20, 0, tzinfo=dt.UTC)
+
+
+def arrive(text: str) -> None:
+    """A guild message is ingested and moved into the unread pool."""
+    event_ingest(
+        message=message(content=text, channel_id=CHANNEL, author=ALICE, at=LATE_SATURDAY),
+        guild_id=GUILD_ID,
+    )
+    event_queue_consume(own=OwnIdentity(bot_user_id=BOT.id))
+
+
+async def test_a_message_arriving_as_a_pass_begins_on_an_empty_pool_gets_the_guilds_settings(
+    bench: Bench,
+):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(
+        timezone="Asia/Tokyo", message_fetch_limit=20
+    )
+
+    async def message_arrives_now() -> None:
+        bench.discord.on_locate.clear()
+        await sync_to_async(arrive)("anon, a question for you")
+
+    bench.discord.on_locate.append(message_arrives_now)
+    morning = LATE_SATURDAY - dt.timedelta(hours=19)  # Saturday in Tokyo and in UTC
+    bench.discord.post(message(content="good morning", channel_id=CHANNEL, at=morning))
+    scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
+    assert await sync_to_async(unread_pool_count)(channel_id=CHANNEL) == 0
+
+    scheduler.schedule(CHANNEL)  # a pass begins while the pool is empty
+    await scheduler.idle()
+
+    [turn] = await sync_to_async(list)(Turn.objects.all())
+    assert (turn.persona_name, turn.reason, turn.status) == ("Anon", "trigger_word", "replied")
+    assert bench.discord.history_reads == [(CHANNEL, 20)]  # the guild's fetch limit
+    prompt = str(bench.llm.chat_bodies[-1]["messages"])
+    assert "New day: Sunday, July 12, 2026" in prompt  # the day changed in the guild's timezone
+    assert "Poems only." in prompt  # the channel's note
+    await scheduler.stop()
+
+
+async def test_a_dm_is_a_dm_because_discord_says_so(bench: Bench):
+    dm_channel = CHANNEL + 1
+    bench.discord.places[dm_channel] = ChannelPlace(guild_id=None)
+    await sync_to_async(event_ingest)(
+        message=message(content="anon, hi", channel_id=dm_channel), guild_id=None
+    )
+    await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
+    scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
+
+    scheduler.schedule(dm_channel)
+    await scheduler.idle()
+
+    [turn] = await sync_to_async(list)(Turn.objects.all())
+    assert (turn.persona_name, turn.reason, turn.guild_id) == ("Tomori", "dm", None)
+    await scheduler.stop()
+
+
+async def test_where_discord_cannot_say_the_ingested_guild_decides(bench: Bench):
+    del bench.discord.places[CHANNEL]
+    await sync_to_async(arrive)("anon?")
+    scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
+
+    scheduler.schedule(CHANNEL)
+    await scheduler.idle()
+
+    [turn] = await sync_to_async(list)(Turn.objects.all())
+    assert (turn.persona_name, turn.guild_id) == ("Anon", GUILD_ID)
+    await scheduler.stop()

@@ -1,0 +1,207 @@
+"""`turn_prepare` and `turn_run` with a fake Discord and the fake model over HTTP."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.apps import apps
+
+from chat.llm.fake_server import Fault, FaultKind, Reply, ScriptedToolCall
+from chat.models import MessageIndex, ShortTermMemory, Turn
+from chat.ports import DeliveryError
+from chat.services import turn_prepare, turn_run
+from chat.tests.conftest import CHANNEL, NOW, Bench
+from chat.tests.factories import ALICE, BOB, message
+from chat.windows import WindowRegistry
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def chat(n: int, content: str, **kw):
+    return message(n, content, channel_id=CHANNEL, at=NOW - dt.timedelta(minutes=90 - n), **kw)
+
+
+def seed(bench: Bench, count: int = 30) -> list:
+    return [
+        bench.discord.post(chat(n, f"line {n}", author=ALICE if n % 2 else BOB))
+        for n in range(1, count + 1)
+    ]
+
+
+def database_state() -> dict[str, list[dict]]:
+    """Every row of every table the product owns."""
+    return {
+        model.__name__: list(model.objects.order_by("pk").values())
+        for app in ("chat", "personas")
+        for model in apps.get_app_config(app).get_models()
+    }
+
+
+async def test_a_dry_run_renders_the_request_the_real_turn_sends(bench: Bench):
+    seed(bench)
+    first = bench.discord.post(chat(40, "tomori, how are you?"))
+    await turn_run(runtime=bench.runtime, request=await bench.request(first, bench.tomori))
+    # The conversation goes on: a new trigger while the window is warm and anchored.
+    trigger = bench.discord.post(chat(41, "tomori, and the poem?", author=BOB))
+    request = await bench.request(trigger, bench.tomori, is_queued_turn=True)
+
+    tables = await sync_to_async(database_state)()
+    registry = bench.runtime.windows.snapshot()
+    warm = dict(bench.runtime.previous_contexts)
+    prepared = await turn_prepare(runtime=bench.runtime, request=request, dry_run=True)
+
+    assert await sync_to_async(database_state)() == tables
+    assert bench.runtime.windows.snapshot() == registry
+    assert bench.runtime.previous_contexts == warm
+    assert len(bench.llm.chat_bodies) == 1  # the dry run called no model
+
+    turn = await turn_run(runtime=bench.runtime, request=request)
+
+    assert turn.status == Turn.Status.REPLIED
+    assert bench.llm.chat_bodies[-1] == prepared.body
+    assert turn.request == prepared.body
+    assert any("tomori, and the poem?" in str(m["content"]) for m in prepared.body["messages"])
+
+
+async def test_a_dry_run_stores_no_anchor_and_reads_rest_without_counting(bench: Bench):
+    seed(bench)
+    trigger = bench.discord.post(chat(40, "tomori?"))
+
+    prepared = await turn_prepare(
+        runtime=bench.runtime, request=await bench.request(trigger, bench.tomori), dry_run=True
+    )
+
+    assert prepared.rest_reason is not None  # nothing to reuse: read from Discord
+    state = await sync_to_async(database_state)()
+    assert (state["ChannelWindowAnchor"], state["Turn"]) == ([], [])
+    assert bench.runtime.windows.rest_reads == 0
+    assert (
+        bench.runtime.windows.snapshot()
+        == WindowRegistry(
+            fetch_history=bench.discord.fetch_history, cache_view=bench.discord.cache_view
+        ).snapshot()
+    )
+
+
+async def test_the_exchange_is_recorded_on_the_turn(bench: Bench):
+    bench.tomori.llm_model, bench.tomori.fallback_models = "primary-model", ["backup-model"]
+    await sync_to_async(bench.tomori.save)()
+    memory = {"summary": "Alice asked about practice."}
+    bench.llm.enqueue(
+        Fault(FaultKind.HTTP_ERROR, status=401),
+        Reply(
+            tool_calls=(ScriptedToolCall("update_short_term_memory", memory),),
+            prompt_tokens=100,
+            completion_tokens=12,
+            cached_prompt_tokens=0,
+        ),
+        Reply("See you at six!", prompt_tokens=140, completion_tokens=5, cached_prompt_tokens=96),
+    )
+    trigger = bench.discord.post(chat(40, "tomori, remember that practice is at six"))
+
+    turn = await turn_run(runtime=bench.runtime, request=await bench.request(trigger, bench.tomori))
+
+    await turn.arefresh_from_db()
+    assert turn.status == Turn.Status.REPLIED
+    assert (turn.prompt_tokens, turn.completion_tokens, turn.cached_prompt_tokens) == (240, 17, 96)
+    assert turn.reply_text == "See you at six!"
+    assert turn.request == bench.llm.chat_bodies[-1]
+    assert [(a["model"], a["outcome"], a["status"]) for a in turn.attempts] == [
+        ("primary-model", "client_error", 401),
+        ("backup-model", "ok", None),
+        ("backup-model", "ok", None),
+    ]
+    assert "fell back to backup-model" in turn.warnings[-1]
+    assert turn.llm_ms > 0 and turn.build_ms is not None and turn.deliver_ms is not None
+    stored = await ShortTermMemory.objects.aget(persona=bench.tomori, channel_id=CHANNEL)
+    assert stored.summary == memory["summary"]
+    assert stored.last_refreshed_turn_id == turn.id
+
+
+async def test_delivered_messages_are_indexed_with_their_persona_and_webhook(bench: Bench):
+    trigger = bench.discord.post(chat(40, "anon, sing!"))
+
+    turn = await turn_run(runtime=bench.runtime, request=await bench.request(trigger, bench.anon))
+
+    [row] = await sync_to_async(list)(MessageIndex.objects.select_related("persona"))
+    assert turn.delivered_message_ids == [str(row.message_id)]
+    assert (row.persona.name, row.channel_id, row.webhook_id) == ("Anon", CHANNEL, row.author_id)
+    assert row.webhook_id is not None
+
+
+async def test_an_abort_after_the_model_answered_delivers_nothing(bench: Bench):
+    trigger = bench.discord.post(chat(40, "tomori?"))
+
+    async def new_messages_arrived() -> str:
+        return "2 new messages arrived during generation"
+
+    turn = await turn_run(
+        runtime=bench.runtime,
+        request=await bench.request(trigger, bench.tomori),
+        abort_if=new_messages_arrived,
+    )
+
+    await turn.arefresh_from_db()
+    assert turn.status == Turn.Status.ABORTED
+    assert turn.error == "2 new messages arrived during generation"
+    assert bench.discord.delivered == []
+    assert len(turn.attempts) == 1  # the exchange is on record all the same
+
+
+async def test_a_burst_of_model_failures_sends_one_notice(bench: Bench):
+    bench.llm.enqueue(*[Fault(FaultKind.HTTP_ERROR, status=401)] * 3)
+    triggers = [bench.discord.post(chat(40 + n, f"tomori, question {n}")) for n in range(3)]
+
+    turns = [
+        await turn_run(runtime=bench.runtime, request=await bench.request(t, bench.tomori))
+        for t in triggers
+    ]
+
+    assert [t.status for t in turns] == [Turn.Status.FAILED] * 3
+    assert all(t.error.startswith("client_error (HTTP 401)") for t in turns)
+    [(speaker, text, reply_to, _)] = bench.discord.delivered
+    assert (speaker.is_main, reply_to) == (True, triggers[0].id)
+    assert "could not answer just now" in text
+
+    # A reply ends the burst: the next failure is announced again.
+    reply = await turn_run(
+        runtime=bench.runtime,
+        request=await bench.request(bench.discord.post(chat(50, "tomori?")), bench.tomori),
+    )
+    bench.llm.enqueue(Fault(FaultKind.HTTP_ERROR, status=401))
+    await turn_run(
+        runtime=bench.runtime,
+        request=await bench.request(bench.discord.post(chat(51, "tomori??")), bench.tomori),
+    )
+    assert reply.status == Turn.Status.REPLIED
+    assert sum("could not answer" in text for _, text, _, _ in bench.discord.delivered) == 2
+
+
+async def test_a_refused_delivery_fails_the_turn_and_indexes_nothing(bench: Bench):
+    bench.discord.refuse_delivery = DeliveryError("403 Missing Permissions", permanent=True)
+    trigger = bench.discord.post(chat(40, "tomori?"))
+
+    turn = await turn_run(runtime=bench.runtime, request=await bench.request(trigger, bench.tomori))
+
+    await turn.arefresh_from_db()
+    assert turn.status == Turn.Status.FAILED
+    assert turn.error == "delivery failed: 403 Missing Permissions"
+    assert turn.reply_text  # the model's answer is kept for moderators
+    assert await MessageIndex.objects.acount() == 0
+
+
+async def test_a_budget_that_cannot_fit_is_a_warning_on_the_turn(bench: Bench):
+    bench.tomori.context_window, bench.tomori.max_output_tokens = 600, 500
+    bench.tomori.system_prompt = "Be Tomori. " * 60
+    await sync_to_async(bench.tomori.save)()
+    seed(bench)
+    trigger = bench.discord.post(chat(40, "tomori, a long question " * 5))
+
+    turn = await turn_run(runtime=bench.runtime, request=await bench.request(trigger, bench.tomori))
+
+    await turn.arefresh_from_db()
+    assert turn.status == Turn.Status.REPLIED
+    assert turn.truncation["warning"] in turn.warnings
+    assert turn.truncation["removed_entries"] > 0

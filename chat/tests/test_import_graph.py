@@ -1,0 +1,137 @@
+"""The code's imports run one way (README, "Layout"): entry points → gateway → loop → services
+→ selectors, ports, windows, llm, models → pipeline. This walks every module's imports (those
+inside functions and ``TYPE_CHECKING`` blocks too) and fails on any edge against that flow."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("botproject", "chat", "personas", "dashboard")
+
+# The flow, lowest first: a module may import modules of its own level or below.
+LAYERS: dict[str, int] = {
+    "chat.pipeline": 0,
+    "chat.llm": 1,
+    "chat.models": 1,
+    "chat.migrations": 1,
+    "chat.ports": 1,
+    "chat.windows": 1,
+    "chat.selectors": 1,
+    "chat.admin": 1,
+    "chat.apps": 1,
+    "personas": 1,
+    "botproject.env": 1,
+    "botproject.settings": 1,
+    "botproject.settings_test": 1,
+    "botproject.events": 1,
+    "chat.services": 2,
+    "personas.services": 2,
+    "chat.loop": 3,
+    "chat.gateway": 4,
+    "chat.worker": 5,
+    "chat.tasks": 5,
+    "chat.sandbox": 5,
+    "chat.management": 5,
+    "personas.management": 5,
+    "dashboard": 5,
+    "botproject.celery": 5,
+    "botproject.urls": 5,
+    "botproject.asgi": 5,
+    "botproject.wsgi": 5,
+}
+
+# Edges the levels allow but the design does not.
+FORBIDDEN: list[tuple[str, str, str]] = [
+    ("chat.llm", "django", "model access needs no Django: settings come in as arguments"),
+    ("chat.llm", "chat.models", "model access needs no Django: the services record turns"),
+    ("chat.llm", "chat.selectors", "model access needs no Django"),
+    ("chat.llm", "personas", "model access needs no Django"),
+    ("personas", "chat", "configuration does not depend on the bot"),
+    ("dashboard", "chat.loop", "the dashboard talks to the worker only through the layer"),
+    ("dashboard", "chat.gateway", "the dashboard talks to the worker only through the layer"),
+    ("dashboard", "chat.worker", "the dashboard talks to the worker only through the layer"),
+]
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> Iterator[tuple[str, Path]]:
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "tests" in path.parts:
+                continue
+            yield _module_name(path), path
+
+
+def _is_module(name: str) -> bool:
+    base = ROOT.joinpath(*name.split("."))
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str]]:
+    """Every imported module (``from chat import selectors`` counts as ``chat.selectors``)."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                candidate = f"{node.module}.{alias.name}"
+                yield node.lineno, candidate if _is_module(candidate) else node.module
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _level(name: str) -> int | None:
+    matches = [prefix for prefix in LAYERS if _within(name, prefix)]
+    return LAYERS[max(matches, key=len)] if matches else None
+
+
+def test_every_module_has_a_place_in_the_flow():
+    unplaced = [name for name, _ in _sources() if name not in PACKAGES and _level(name) is None]
+    assert unplaced == []
+
+
+def test_no_import_runs_against_the_flow():
+    against = []
+    for name, path in _sources():
+        level = _level(name)
+        for line, imported in _imports(path):
+            target = _level(imported)
+            if level is not None and target is not None and target > level:
+                against.append(f"{path.relative_to(ROOT)}:{line}: {name} → {imported}")
+            for source, banned, why in FORBIDDEN:
+                if _within(name, source) and _within(imported, banned):
+                    against.append(f"{path.relative_to(ROOT)}:{line}: {name} → {imported} ({why})")
+    assert against == []
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from chat import selectors", "chat.selectors"),
+        ("from chat.loop.ingress import OwnIdentity", "chat.loop.ingress"),
+        ("import chat.services", "chat.services"),
+    ],
+)
+def test_the_walker_resolves_each_import_form(tmp_path, source, expected):
+    module = tmp_path / "probe.py"
+    module.write_text(source + "\n")
+    assert [name for _, name in _imports(module)] == [expected]
+
+
+def test_the_walker_sees_an_upward_import():
+    assert _level("chat.services") < _level("chat.loop.scheduler")
+    assert _level("chat.pipeline.context") == 0

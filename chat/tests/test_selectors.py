@@ -1,0 +1,119 @@
+"""Selectors: configuration and records read into the loop's and the pipeline's inputs; the
+deployment's model settings are read when asked for, not at import."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from pytest_django.fixtures import Settings
+
+from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume, unread_pool_take
+from chat.models import MessageIndex
+from chat.pipeline.types import PrivacyLevel
+from chat.selectors import (
+    KnownGuild,
+    channel_configuration,
+    channel_guild_id,
+    persona_model_specs,
+    replied_persona_names,
+    user_standing,
+)
+from chat.tests.factories import message
+from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_persona_models_are_its_model_then_its_fallbacks_without_blanks_or_repeats(
+    settings: Settings,
+) -> None:
+    settings.LLM_MODEL = "deployment-model"
+    persona = Persona(
+        name="Tomori",
+        llm_model="",
+        fallback_models=["backup", " ", "deployment-model", "backup", "last"],
+        temperature=0.2,
+        max_output_tokens=300,
+    )
+
+    specs = persona_model_specs(persona, stop=("\nAnn:",))
+
+    assert [spec.name for spec in specs] == ["deployment-model", "backup", "last"]
+    assert {(s.temperature, s.max_output_tokens, s.stop) for s in specs} == {
+        (0.2, 300, ("\nAnn:",))
+    }
+    assert not any(spec.supports_vision or spec.supports_prefill for spec in specs)
+
+
+def test_a_persona_model_overrides_the_deployment_default(settings: Settings) -> None:
+    settings.LLM_MODEL = "deployment-model"
+    persona = Persona(name="Tomori", llm_model="own-model", fallback_models=[])
+
+    assert [spec.name for spec in persona_model_specs(persona)] == ["own-model"]
+
+
+# -- configuration and records ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_channel_configuration_is_one_read_at_one_instant():
+    now = dt.datetime(2026, 7, 11, 12, tzinfo=dt.UTC)
+    guild = GuildConfig.objects.create(guild_id=10, name="g", message_fetch_limit=40)
+    ChannelConfig.objects.create(channel_id=20, guild=guild, message_fetch_limit=30)
+    main = Persona.objects.create(guild=guild, name="Tomori", is_main=True)
+    Persona.objects.create(guild=guild, name="Anon")
+    Persona.objects.create(guild=guild, name="Off", enabled=False)
+    Block.objects.create(guild=guild, persona=main, user_id=7, type="mute")
+    Block.objects.create(guild=guild, persona=None, user_id=8, type="block")
+    Block.objects.create(guild=guild, user_id=9, type="block", expires_at=now)
+
+    configuration = channel_configuration(channel_id=20, guild_id=10, now=now)
+
+    assert configuration is not None
+    assert (configuration.settings.fetch_limit, configuration.read_at) == (30, now)
+    assert [p.name for p in configuration.personas] == ["Tomori", "Anon"]
+    assert sorted((b.persona_name, b.user_id) for b in configuration.blocks) == [
+        ("Anon", 8),
+        ("Off", 8),
+        ("Tomori", 7),
+        ("Tomori", 8),
+    ]
+    assert configuration.persona_named("anon").name == "Anon"
+    assert channel_configuration(channel_id=20, guild_id=11, now=now) is None
+
+
+@pytest.mark.django_db
+def test_a_channels_guild_is_what_its_messages_were_ingested_with():
+    guild_message = message(content="hi", channel_id=30)
+    dm = message(content="psst", channel_id=31)
+    event_ingest(message=guild_message, guild_id=10)
+    event_ingest(message=dm, guild_id=None)
+    event_queue_consume(own=OwnIdentity(bot_user_id=1))
+    unread_pool_take(channel_id=30)  # an empty pool still knows its guild
+
+    assert channel_guild_id(channel_id=30) == KnownGuild(10)
+    assert channel_guild_id(channel_id=31) == KnownGuild(None)
+    assert channel_guild_id(channel_id=32) is None  # never seen: unknown, not a DM
+
+
+@pytest.mark.django_db
+def test_privacy_levels_are_read_as_the_pipelines_enum():
+    UserPrivacy.objects.create(user_id=1, level="full")
+    UserPrivacy.objects.create(user_id=2, level="partial", blacklisted=True)
+
+    standing = user_standing(user_ids=[1, 2, 3])
+
+    assert standing.privacy == {1: PrivacyLevel.FULL, 2: PrivacyLevel.PARTIAL}
+    assert (standing.full_privacy, standing.blacklisted) == ({1}, {2})
+
+
+@pytest.mark.django_db
+def test_replied_persona_names_come_from_the_message_index():
+    guild = GuildConfig.objects.create(guild_id=10, name="g")
+    anon = Persona.objects.create(guild=guild, name="Anon")
+    MessageIndex.objects.create(message_id=100, channel_id=20, persona=anon)
+    MessageIndex.objects.create(message_id=101, channel_id=20)
+
+    assert replied_persona_names(message_ids=[100, 101, 102]) == {100: "Anon"}

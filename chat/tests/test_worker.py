@@ -1,0 +1,42 @@
+"""The worker's composition root reads the model endpoint when asked for, not at import."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from pytest_django.fixtures import Settings
+
+from chat.llm.base import ChatRequest, ModelSpec
+from chat.llm.fake_server import FakeLLMServer
+from chat.worker import WorkerConfig, llm_client_from_settings
+
+
+async def test_client_uses_the_base_url_and_key_configured_at_call_time(settings: Settings) -> None:
+    async with FakeLLMServer() as fake_server:
+        settings.LLM_BASE_URL = fake_server.base_url
+        settings.LLM_API_KEY = "key-from-settings"
+
+        async with llm_client_from_settings() as client:
+            request = ChatRequest(ModelSpec("m"), [{"role": "user", "content": "hi"}])
+            completion = await client.complete(request)
+
+    assert completion.text == "I am the fake model m. You said: hi"
+    assert fake_server.requests[0].headers["Authorization"] == "Bearer key-from-settings"
+
+
+def test_an_empty_base_url_is_named_in_the_error(settings: Settings) -> None:
+    settings.LLM_BASE_URL = ""
+
+    with pytest.raises(ImproperlyConfigured, match="LLM_BASE_URL"):
+        llm_client_from_settings()
+
+
+@pytest.mark.parametrize(
+    ("guild_id", "expected"),
+    [(None, True), (0b101 << 22, False), (0b110 << 22, True), (0b100 << 22, True)],
+)
+def test_a_worker_owns_the_guilds_of_its_shards(guild_id, expected) -> None:
+    config = WorkerConfig(
+        token="t", api_base="http://x", gateway_url=None, shard_ids=[0, 2], shard_count=4
+    )
+    assert config.on_my_shards(guild_id) is expected
