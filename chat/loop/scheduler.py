@@ -45,8 +45,13 @@ class Scheduler:
         own: Callable[[], OwnIdentity],
         step_delay: float = 2.5,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        before_loop_exit: Callable[[int], Awaitable[None]] | None = None,
     ) -> None:
+        """``before_loop_exit`` is awaited as a channel loop ends, after its last pass and
+        before it is deregistered (a seam for tests of that window)."""
         self._runtime = runtime
+        self._before_loop_exit = before_loop_exit
+        self._stopping = False
         self._own = own
         self._reactive = ReactiveLoop(runtime=runtime, own=own)
         self._autonomous = AutonomousLoop(runtime=runtime, step_delay=step_delay, sleep=sleep)
@@ -64,6 +69,7 @@ class Scheduler:
 
     async def stop(self) -> None:
         """Cancel the consumer and every channel loop, and wait for them to end."""
+        self._stopping = True
         tasks = [t for t in (self._consumer, *self._loops.values()) if t is not None]
         for task in tasks:
             task.cancel()
@@ -106,10 +112,17 @@ class Scheduler:
     def schedule(self, channel_id: int) -> None:
         """Make sure the channel's loop runs another pass (start it if it is not running)."""
         self._dirty.add(channel_id)
-        if channel_id not in self._loops:
+        if channel_id not in self._loops and not self._stopping:
             task = asyncio.create_task(self._channel_loop(channel_id), name=f"channel-{channel_id}")
             self._loops[channel_id] = task
-            task.add_done_callback(lambda _: self._loops.pop(channel_id, None))
+            task.add_done_callback(lambda _: self._loop_ended(channel_id))
+
+    def _loop_ended(self, channel_id: int) -> None:
+        """A channel loop ended. Work that arrived while it was ending (after its last pass
+        looked, before this deregistration) starts a new loop: no wake-up is lost."""
+        self._loops.pop(channel_id, None)
+        if channel_id in self._dirty:
+            self.schedule(channel_id)
 
     async def _channel_loop(self, channel_id: int) -> None:
         """One busy stretch: run until no new work arrived during the last pass."""
@@ -126,6 +139,8 @@ class Scheduler:
         finally:
             self._runtime.release_channel(channel_id)
             await publish(group, LoopState(state=LoopStateName.IDLE))
+            if self._before_loop_exit is not None:
+                await self._before_loop_exit(channel_id)
 
     async def _channel_pass(self, channel_id: int) -> None:
         guild = await self._channel_guild(channel_id)

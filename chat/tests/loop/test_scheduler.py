@@ -87,3 +87,29 @@ async def test_where_discord_cannot_say_the_ingested_guild_decides(bench: Bench)
     [turn] = await sync_to_async(list)(Turn.objects.all())
     assert (turn.persona_name, turn.guild_id) == ("Anon", GUILD_ID)
     await scheduler.stop()
+
+
+async def test_a_message_consumed_while_its_channels_loop_ends_is_answered(bench: Bench):
+    """The lost wake-up: the consumer wakes a channel whose loop has finished its last pass but
+    is not yet deregistered; that message must still get its turn."""
+    scheduler: Scheduler | None = None
+
+    async def a_message_arrives_as_the_loop_ends(channel_id: int) -> None:
+        if await sync_to_async(Turn.objects.count)() == 1:
+            await sync_to_async(arrive)("anon, one more thing")
+            scheduler.schedule(channel_id)  # what the consumer does for the new message
+
+    scheduler = Scheduler(
+        runtime=bench.runtime,
+        own=lambda: OwnIdentity(bot_user_id=BOT.id),
+        before_loop_exit=a_message_arrives_as_the_loop_ends,
+    )
+    await sync_to_async(arrive)("anon, first thing")
+
+    scheduler.schedule(CHANNEL)
+    await scheduler.idle()
+
+    statuses = await sync_to_async(list)(Turn.objects.values_list("status", flat=True))
+    assert statuses == ["replied", "replied"]
+    assert await sync_to_async(unread_pool_count)(channel_id=CHANNEL) == 0
+    await scheduler.stop()
