@@ -119,10 +119,16 @@ class Turn(models.Model):
     ``request`` is the exact request body of the final attempt; ``attempts`` holds one entry per
     model call (model, latency, error, usage). Users with full privacy never appear here: the
     pipeline drops them before a turn is recorded.
+
+    A turn is ``delivering`` from just before its reply is sent until the delivery is recorded;
+    at most one turn per (trigger, persona) is ``delivering`` or ``replied`` (a database
+    constraint), and a worker that starts reconciles the ``delivering`` turns a crash left
+    against what Discord shows.
     """
 
     class Status(models.TextChoices):
         RUNNING = "running", "Running"
+        DELIVERING = "delivering", "Delivering (sent or being sent)"
         REPLIED = "replied", "Replied"
         FAILED = "failed", "Failed"
         ABORTED = "aborted", "Aborted"
@@ -164,8 +170,13 @@ class Turn(models.Model):
         indexes = [models.Index(fields=["channel_id", "-created_at"])]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["running", "replied", "failed", "aborted"]),
+                condition=Q(status__in=["running", "delivering", "replied", "failed", "aborted"]),
                 name="turn_status_valid",
+            ),
+            models.UniqueConstraint(
+                fields=["trigger_message_id", "persona"],
+                condition=Q(status__in=["delivering", "replied"]),
+                name="turn_one_answer_per_trigger_and_persona",
             ),
         ]
 

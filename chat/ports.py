@@ -74,6 +74,16 @@ class DiscordPort(Protocol):
         """One message over REST; None when it is gone or cannot be read."""
         ...
 
+    async def find_delivery(
+        self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
+    ) -> list[Delivered]:
+        """What ``speaker`` already sent in answer to ``reply_to``, oldest first, read from
+        Discord (the first ``limit`` messages after it): for the bot account, its native reply
+        and the pieces that follow it; for a webhook persona, this bot's webhook messages under
+        the persona's name. Empty when nothing was sent. Raises DeliveryError when Discord
+        cannot be read."""
+        ...
+
     async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
         """Which guild the channel belongs to, or that it is a DM, as Discord says (gateway
         cache first, then REST); None when Discord cannot tell (unknown or unreadable)."""
@@ -95,11 +105,17 @@ class DiscordPort(Protocol):
         text: str,
         reply_to: int | None,
         notice: str | None = None,
+        nonce_seed: str | None = None,
     ) -> list[Delivered]:
         """Send ``text`` as ``speaker``, split into as many messages as Discord needs; the
         first replies to ``reply_to`` when the speaker can reply natively (the bot account),
         else ``notice`` is sent first. Returns the sent messages in order. Raises
-        DeliveryError."""
+        DeliveryError.
+
+        With ``nonce_seed`` every message the bot account sends carries a nonce derived from
+        it and its position, with Discord's ``enforce_nonce``: sending the same reply again
+        within a few minutes returns the messages already sent instead of posting twice.
+        (Webhooks take no nonce; `find_delivery` covers them after a crash.)"""
         ...
 
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:

@@ -218,6 +218,12 @@ def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     return dict(rows.values_list("message_id", "persona__name"))
 
 
+def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
+    """Those of ``message_ids`` already in the message index (recorded deliveries)."""
+    rows = MessageIndex.objects.filter(message_id__in=set(message_ids))
+    return frozenset(rows.values_list("message_id", flat=True))
+
+
 def main_persona_names() -> dict[int, str]:
     """Per guild id, the persona that speaks through the bot account."""
     rows = Persona.objects.filter(is_main=True).values_list("guild__guild_id", "name")

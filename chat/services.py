@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -218,8 +218,9 @@ async def turn_run(
         else:
             await _finish(runtime, request, turn, completion)
     except asyncio.CancelledError:
-        turn.status, turn.error = Turn.Status.ABORTED, "the worker stopped during the turn"
-        await sync_to_async(_turn_save)(turn)
+        if turn.status != Turn.Status.DELIVERING:  # a delivering turn is reconciled at start
+            turn.status, turn.error = Turn.Status.ABORTED, "the worker stopped during the turn"
+        await asyncio.shield(sync_to_async(_turn_save)(turn))
         raise
     except Exception as error:
         logger.exception("turn %s failed", turn.id)
@@ -230,21 +231,84 @@ async def turn_run(
 
 
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
-    """True when a turn for this trigger and persona already replied (exactly-once replies
-    across a worker restart)."""
+    """True when a turn for this trigger and persona replied or is delivering its reply
+    (exactly-once replies across restarts and overlapping workers)."""
     return Turn.objects.filter(
-        trigger_message_id=trigger_id, persona_id=persona_id, status=Turn.Status.REPLIED
+        trigger_message_id=trigger_id,
+        persona_id=persona_id,
+        status__in=[Turn.Status.DELIVERING, Turn.Status.REPLIED],
     ).exists()
 
 
-def turns_abort_interrupted(*, on_shard: Callable[[int | None], bool]) -> int:
-    """Mark ``aborted`` the turns a killed worker left ``running`` in guilds ``on_shard``
-    accepts (None: DMs); their triggers are still unread, so they run again. Returns how many."""
+@dataclass(frozen=True)
+class Reconciled:
+    """What `turns_reconcile_interrupted` found: turns aborted, and delivering turns whose
+    reply was (``replied``) or was not (``unsent``) on Discord."""
+
+    aborted: int = 0
+    replied: int = 0
+    unsent: int = 0
+
+
+async def turns_reconcile_interrupted(
+    *, port: DiscordPort, on_shard: Callable[[int | None], bool]
+) -> Reconciled:
+    """Settle the turns a stopped or killed worker left behind, in guilds ``on_shard`` accepts
+    (None: DMs), before this worker answers anything.
+
+    - ``running`` turns end ``aborted``: nothing was sent, their triggers are still unread, so
+      they run again.
+    - ``delivering`` turns are checked against the channel (`DiscordPort.find_delivery`): a
+      reply that is there makes the turn ``replied`` and is indexed, so it is not sent again;
+      a reply that is not there makes it ``aborted``, and the trigger runs again. A channel
+      that cannot be read leaves the turn ``delivering`` for the next start (never a guess that
+      could answer twice).
+    """
+    aborted = await sync_to_async(_turns_abort_running)(on_shard)
+    replied = unsent = 0
+    for turn in await sync_to_async(_turns_delivering)(on_shard):
+        persona = turn.persona
+        speaker = Speaker(
+            persona_id=persona.id if persona else 0,
+            name=turn.persona_name,
+            is_main=bool(persona and persona.is_main),
+            avatar_url=persona.avatar_url if persona else "",
+        )
+        try:
+            found = await port.find_delivery(
+                channel_id=turn.channel_id, speaker=speaker, reply_to=turn.trigger_message_id
+            )
+        except DeliveryError:
+            logger.warning("turn %s: its channel cannot be read; reconciled later", turn.id)
+            continue
+        indexed = await sync_to_async(selectors.indexed_message_ids)(
+            message_ids=[item.message_id for item in found]
+        )
+        sent = [item for item in found if item.message_id not in indexed]
+        if sent:
+            turn.status = Turn.Status.REPLIED
+            turn.delivered_message_ids = [str(item.message_id) for item in sent]
+            await sync_to_async(_turn_delivered_record)(turn, sent)
+            replied += 1
+        else:
+            turn.status = Turn.Status.ABORTED
+            turn.error = "the worker stopped before the reply was sent"
+            await sync_to_async(_turn_save)(turn)
+            unsent += 1
+    return Reconciled(aborted=aborted, replied=replied, unsent=unsent)
+
+
+def _turns_abort_running(on_shard: Callable[[int | None], bool]) -> int:
     running = Turn.objects.filter(status=Turn.Status.RUNNING).values_list("id", "guild_id")
     stale = [turn_id for turn_id, guild_id in running if on_shard(guild_id)]
     return Turn.objects.filter(id__in=stale).update(
         status=Turn.Status.ABORTED, error="the worker stopped during the turn"
     )
+
+
+def _turns_delivering(on_shard: Callable[[int | None], bool]) -> list[Turn]:
+    turns = Turn.objects.filter(status=Turn.Status.DELIVERING).select_related("persona")
+    return [turn for turn in turns if on_shard(turn.guild_id)]
 
 
 # -- acting ---------------------------------------------------------------------------------------
@@ -270,6 +334,14 @@ async def _finish(
     notice = None
     if request.is_queued_turn and not speaker.is_main:
         notice = f"Replying to {request.trigger.shown_name}…"
+    turn.status = Turn.Status.DELIVERING
+    try:
+        await sync_to_async(_turn_save_status)(turn)
+    except IntegrityError:
+        turn.status = Turn.Status.ABORTED
+        turn.error = "another turn already answered this message as this persona"
+        await sync_to_async(_turn_save)(turn)
+        return
     started = time.perf_counter()
     try:
         delivered = await runtime.port.deliver(
@@ -278,6 +350,7 @@ async def _finish(
             text=completion.reply_text,
             reply_to=request.trigger.id,
             notice=notice,
+            nonce_seed=f"{request.trigger.id}:{persona.id}",
         )
     except DeliveryError as error:
         turn.deliver_ms = _ms_since(started)
@@ -289,7 +362,7 @@ async def _finish(
         runtime.windows.record_delivery(channel_id, item.message, item.message_id)
     turn.delivered_message_ids = [str(item.message_id) for item in delivered]
     turn.status = Turn.Status.REPLIED
-    await sync_to_async(_turn_delivered)(turn, request, delivered)
+    await sync_to_async(_turn_delivered_record)(turn, delivered)
 
 
 async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
@@ -634,25 +707,30 @@ def _turn_save(turn: Turn) -> None:
     turn.save()
 
 
-def _turn_delivered(turn: Turn, request: TurnRequest, delivered: list[Delivered]) -> None:
-    """Save the replied turn, index its messages as the persona's, count it toward STM."""
-    channel_id, guild_id = request.channel.channel_id, request.configuration.guild_id
+def _turn_save_status(turn: Turn) -> None:
+    turn.save(update_fields=["status"])
+
+
+def _turn_delivered_record(turn: Turn, delivered: list[Delivered]) -> None:
+    """Save the replied turn, index its messages as the persona's, count it toward STM; one
+    transaction."""
     with transaction.atomic():
         _turn_save(turn)
         for item in delivered:
             MessageIndex.objects.update_or_create(
                 message_id=item.message_id,
                 defaults={
-                    "channel_id": channel_id,
-                    "guild_id": guild_id,
-                    "persona": request.persona,
+                    "channel_id": turn.channel_id,
+                    "guild_id": turn.guild_id,
+                    "persona": turn.persona,
                     "author_id": item.author_id,
                     "webhook_id": item.webhook_id,
                 },
             )
-        ShortTermMemory.objects.filter(
-            persona=request.persona, channel_id=channel_id, user_id__isnull=True
-        ).update(turns_since_refresh=F("turns_since_refresh") + 1)
+        if turn.persona is not None:
+            ShortTermMemory.objects.filter(
+                persona=turn.persona, channel_id=turn.channel_id, user_id__isnull=True
+            ).update(turns_since_refresh=F("turns_since_refresh") + 1)
 
 
 def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:

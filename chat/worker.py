@@ -27,7 +27,7 @@ from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.pipeline.tokens import default_token_counter
-from chat.services import TurnRuntime, turns_abort_interrupted
+from chat.services import Reconciled, TurnRuntime, turns_reconcile_interrupted
 
 logger = logging.getLogger(__name__)
 
@@ -71,9 +71,11 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
 
     async def start(client: PersonaBotClient) -> None:
         await _load_main_personas(client)
-        aborted = await sync_to_async(turns_abort_interrupted)(on_shard=config.on_my_shards)
-        if aborted:
-            logger.info("%d turns interrupted by the previous run marked aborted", aborted)
+        settled = await turns_reconcile_interrupted(
+            port=client.adapter, on_shard=config.on_my_shards
+        )
+        if settled != Reconciled():
+            logger.info("turns left by the previous run: %s", settled)
         runtime = TurnRuntime(
             port=client.adapter,
             windows=client.windows,

@@ -11,6 +11,7 @@ is recognised as ours even if it arrives before the send returns.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 
@@ -29,6 +30,30 @@ WEBHOOK_NAME = "Persona bot"
 UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
+
+
+def message_nonce(seed: str, index: int) -> str:
+    """A deterministic nonce for piece ``index`` of the reply ``seed`` names (Discord takes at
+    most 25 characters)."""
+    return hashlib.sha256(f"{seed}:{index}".encode()).hexdigest()[:25]
+
+
+def _native_reply_run(
+    messages: Sequence[discord.Message], bot_user_id: int, reply_to: int
+) -> list[discord.Message]:
+    """The bot's reply to ``reply_to`` and the reference-less bot messages right after it (the
+    further pieces of a split reply), from ``messages`` sorted oldest first."""
+    run: list[discord.Message] = []
+    for message in messages:
+        reference = message.reference.message_id if message.reference else None
+        if not run:
+            if message.author.id == bot_user_id and reference == reply_to:
+                run.append(message)
+        elif message.author.id == bot_user_id and reference is None:
+            run.append(message)
+        else:
+            break
+    return run
 
 
 class DiscordAdapter:
@@ -87,6 +112,36 @@ class DiscordAdapter:
             return self.convert(await channel.fetch_message(message_id))
         except (discord.HTTPException, DeliveryError):
             return None
+
+    async def find_delivery(
+        self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
+    ) -> list[Delivered]:
+        try:
+            channel = await self._channel(channel_id)
+            after = discord.Object(id=reply_to)
+            messages = [m async for m in channel.history(after=after, limit=limit)]
+            own_webhooks = set()
+            if not speaker.is_main and isinstance(channel, discord.TextChannel):
+                own_webhooks = {
+                    w.id
+                    for w in await channel.webhooks()
+                    if w.user and w.user.id == self.bot_user_id
+                }
+        except discord.HTTPException as error:
+            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+        messages.sort(key=lambda m: m.id)
+        if speaker.is_main:
+            found = _native_reply_run(messages, self.bot_user_id, reply_to)
+        else:
+            name = sanitize_webhook_name(speaker.name)
+            found = [m for m in messages if m.webhook_id in own_webhooks and m.author.name == name]
+        self.webhook_ids.update(own_webhooks)
+        for message in found:
+            self.persona_names[message.id] = speaker.name
+        return [
+            Delivered(m.id, self.convert(m), author_id=m.author.id, webhook_id=m.webhook_id)
+            for m in found
+        ]
 
     async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
         try:
@@ -150,18 +205,24 @@ class DiscordAdapter:
         text: str,
         reply_to: int | None,
         notice: str | None = None,
+        nonce_seed: str | None = None,
     ) -> list[Delivered]:
         pieces = split_reply(text)
         try:
             if speaker.is_main:
-                return await self._deliver_as_bot(channel_id, speaker, pieces, reply_to)
+                return await self._deliver_as_bot(channel_id, speaker, pieces, reply_to, nonce_seed)
             return await self._deliver_by_webhook(channel_id, speaker, pieces, notice)
         except discord.HTTPException as error:
             permanent = 400 <= error.status < 500 and error.status != 429
             raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
 
     async def _deliver_as_bot(
-        self, channel_id: int, speaker: Speaker, pieces: Sequence[str], reply_to: int | None
+        self,
+        channel_id: int,
+        speaker: Speaker,
+        pieces: Sequence[str],
+        reply_to: int | None,
+        nonce_seed: str | None,
     ) -> list[Delivered]:
         channel = await self._channel(channel_id)
         delivered = []
@@ -172,7 +233,10 @@ class DiscordAdapter:
                     message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
                 )
             sent = await channel.send(
-                piece, reference=reference, allowed_mentions=NO_MENTIONS_BUT_USERS
+                piece,
+                reference=reference,
+                allowed_mentions=NO_MENTIONS_BUT_USERS,
+                nonce=message_nonce(nonce_seed, index) if nonce_seed else None,
             )
             self.persona_names[sent.id] = speaker.name
             delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))

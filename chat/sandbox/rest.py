@@ -241,6 +241,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             allowed_mentions=body.allowed_mentions,
             tts=body.tts,
             nonce=body.nonce,
+            enforce_nonce=body.enforce_nonce,
         )
         return json_response(message)
 

@@ -76,6 +76,7 @@ class AttachmentRef(_Schema):
 class MessageCreate(_Schema):
     content: str = ""
     nonce: int | str | None = None
+    enforce_nonce: bool = False
     tts: bool = False
     embeds: list[dict[str, Any]] = []
     allowed_mentions: AllowedMentions | None = None

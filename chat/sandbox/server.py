@@ -154,6 +154,13 @@ class SandboxServer:
             method, path_pattern, status, count=count, retry_after=retry_after, scope=scope
         )
 
+    def hold_responses(
+        self, method: str, path_pattern: str, seconds: float, *, count: int = 1
+    ) -> None:
+        """Answer the next `count` matching REST requests `seconds` late, after handling them;
+        see `Traffic.hold_responses`."""
+        self._traffic.hold_responses(method, path_pattern, seconds, count=count)
+
     def clear_faults(self) -> None:
         self._traffic.clear_faults()
 

@@ -65,6 +65,8 @@ APPLICATION_FLAGS = (1 << 12) | (1 << 14) | (1 << 18)
 """GATEWAY_PRESENCE, GATEWAY_GUILD_MEMBERS, GATEWAY_MESSAGE_CONTENT: every privileged intent
 granted, so a bot may ask for any intent."""
 MAX_CONTENT_LENGTH = 2000
+NONCE_WINDOW_SECONDS = 300.0
+"""How long Discord dedupes an `enforce_nonce` send by the same author (a few minutes)."""
 MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
 MESSAGE_TYPE_DEFAULT = 0
@@ -125,6 +127,7 @@ class Sandbox:
         self._webhooks: dict[int, Webhook] = {}
         self._attachments: dict[int, Attachment] = {}
         self._listeners: list[EventListener] = []
+        self._nonces: dict[tuple[int, str], tuple[int, float]] = {}
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
 
     # ----------------------------------------------------------------- building the world
@@ -407,15 +410,24 @@ class Sandbox:
         allowed_mentions: AllowedMentions | None = None,
         tts: bool = False,
         nonce: int | str | None = None,
+        enforce_nonce: bool = False,
         webhook: WebhookAuthor | None = None,
     ) -> dict[str, Any]:
         """Post a message as user `author_id`, or as `webhook` (then `author_id` is its id).
 
         A reply (`reference`) to a message that does not exist fails unless
         `fail_if_not_exists` is false, in which case the message is posted without it.
+        With `enforce_nonce`, a `nonce` this author used in the last `NONCE_WINDOW_SECONDS`
+        returns that earlier message instead of posting again (Discord's duplicate guard).
         Dispatches MESSAGE_CREATE; returns the message payload.
         """
         channel = self._channel(channel_id)
+        if enforce_nonce and nonce is not None:
+            earlier = self._nonces.get((author_id, str(nonce)))
+            if earlier is not None and self._clock() - earlier[1] < NONCE_WINDOW_SECONDS:
+                kept = channel.messages.get(earlier[0])
+                if kept is not None:
+                    return self.message_payload(kept)
         guild = self._guilds[channel.guild_id]
         if webhook is None:
             self._member(guild, author_id)
@@ -445,6 +457,8 @@ class Sandbox:
         )
         channel.messages[message_id] = message
         channel.last_message_id = message_id
+        if nonce is not None:
+            self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
         self._publish("MESSAGE_CREATE", self.message_payload(message, gateway=True), guild.id)
         return self.message_payload(message)
 

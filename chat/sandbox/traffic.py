@@ -12,6 +12,7 @@ a Cloudflare ban and gives up instead of retrying).
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import hashlib
 import math
@@ -63,6 +64,23 @@ class Fault:
     def matches(self, method: str, route: str, path: str) -> bool:
         """`method` equal (or the fault's is "*"), and the pattern equal to the route template
         or matching the concrete path as a shell glob ("/channels/*/messages")."""
+        if self.method not in ("*", method):
+            return False
+        return self.path_pattern == route or fnmatch.fnmatchcase(path, self.path_pattern)
+
+
+@dataclass(slots=True)
+class Hold:
+    """A held response: the next `remaining` matching requests are handled (their effects
+    happen and are dispatched) but answered only `seconds` later — a client that dies in that
+    window never learns its request succeeded."""
+
+    method: str
+    path_pattern: str
+    seconds: float
+    remaining: int
+
+    def matches(self, method: str, route: str, path: str) -> bool:
         if self.method not in ("*", method):
             return False
         return self.path_pattern == route or fnmatch.fnmatchcase(path, self.path_pattern)
@@ -140,6 +158,7 @@ class Traffic:
         self._wall_clock = wall_clock
         self._counts: Counter[RouteKey] = Counter()
         self._faults: list[Fault] = []
+        self._holds: list[Hold] = []
         self._buckets: dict[str, _Bucket] = {}
 
     @property
@@ -171,8 +190,18 @@ class Traffic:
         retry = 1.0 if retry_after is None else retry_after
         self._faults.append(Fault(method.upper(), path_pattern, status, count, retry, scope))
 
+    def hold_responses(
+        self, method: str, path_pattern: str, seconds: float, *, count: int = 1
+    ) -> None:
+        """Handle the next `count` requests matching (`method`, `path_pattern`) as usual, then
+        wait `seconds` before answering (patterns as for `inject_fault`)."""
+        if count < 1 or seconds <= 0:
+            raise ValueError("count must be at least 1 and seconds positive")
+        self._holds.append(Hold(method.upper(), path_pattern, seconds, count))
+
     def clear_faults(self) -> None:
         self._faults.clear()
+        self._holds.clear()
 
     @web.middleware
     async def middleware(
@@ -192,6 +221,9 @@ class Traffic:
             response = _too_many_requests(retry_after, "user")
         else:
             response = await handler(request)
+            hold = self._take_hold(request.method, route, path)
+            if hold is not None:
+                await asyncio.sleep(hold.seconds)
         response.headers.update(bucket.headers(now, self._wall_clock()))
         return response
 
@@ -211,6 +243,15 @@ class Traffic:
                 self._buckets = {k: b for k, b in self._buckets.items() if not b.is_idle(now)}
             bucket = self._buckets[key] = _Bucket(route_key, self._policy)
         return bucket
+
+    def _take_hold(self, method: str, route: str, path: str) -> Hold | None:
+        for hold in self._holds:
+            if hold.matches(method, route, path):
+                hold.remaining -= 1
+                if hold.remaining == 0:
+                    self._holds.remove(hold)
+                return hold
+        return None
 
     def _take_fault(self, method: str, route: str, path: str) -> Fault | None:
         for fault in self._faults:

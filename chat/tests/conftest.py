@@ -84,6 +84,7 @@ class FakeDiscord:
         text: str,
         reply_to: int | None,
         notice: str | None = None,
+        nonce_seed: str | None = None,
     ) -> list[Delivered]:
         if self.refuse_delivery is not None:
             raise self.refuse_delivery
@@ -101,6 +102,16 @@ class FakeDiscord:
         )
         self.post(sent)
         return [Delivered(sent.id, sent, author_id=author.id, webhook_id=webhook_id)]
+
+    async def find_delivery(
+        self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
+    ) -> list[Delivered]:
+        later = [m for m in self.history.get(channel_id, []) if m.id > reply_to][:limit]
+        return [
+            Delivered(m.id, m, author_id=m.author.id, webhook_id=m.author.webhook_id)
+            for m in later
+            if m.author.is_bot and m.author.persona_name == speaker.name
+        ]
 
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
         return None

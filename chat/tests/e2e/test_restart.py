@@ -94,3 +94,43 @@ async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(
     statuses = await sync_to_async(lambda: sorted(Turn.objects.values_list("status", flat=True)))()
     assert statuses.count("replied") == BURST + 1
     assert "running" not in statuses  # the interrupted turn was marked aborted at restart
+
+
+@pytest.mark.parametrize(
+    ("text", "send_route", "persona"),
+    [
+        ("tomori, are you there?", "/channels/{channel_id}/messages", "Tomori"),
+        ("anon, are you there?", "/webhooks/{webhook_id}/{webhook_token}", "Anon"),
+    ],
+    ids=["bot-account", "webhook"],
+)
+async def test_kill_9_between_the_send_and_its_record_does_not_answer_twice(
+    world, text, send_route, persona
+):
+    # Discord creates the reply, but the worker never hears back: it dies first.
+    world.sandbox.hold_responses("POST", send_route, 30)
+    worker = start_runbot(world)
+    try:
+        await eventually(lambda: world.sandbox.sessions(), within=30)
+        trigger = world.say(text)["id"]
+        await eventually(lambda: world.bot_messages(GENERAL), within=30)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        world.sandbox.clear_faults()
+        stuck = await sync_to_async(lambda: list(Turn.objects.values_list("status", flat=True)))()
+        assert stuck == ["delivering"]
+
+        worker = start_runbot(world)
+        await eventually(lambda: [s for s in world.sandbox.sessions() if s["connected"]], within=30)
+        # Barrier: a later trigger answered means the restarted worker got past the first one.
+        sentinel = world.say("tomori, still there?")["id"]
+        await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=20)
+
+    authors = [m["author"]["username"] for m in world.bot_messages(GENERAL)]
+    assert authors == [persona, "Tomori"]  # one answer to the trigger, one to the sentinel
+    turn = await Turn.objects.aget(trigger_message_id=int(trigger))
+    assert turn.status == "replied"
+    assert turn.delivered_message_ids == [world.bot_messages(GENERAL)[0]["id"]]

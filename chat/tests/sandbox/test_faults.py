@@ -3,6 +3,8 @@ response, as discord.py's own retry logic meets them."""
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import discord
 import pytest
@@ -102,3 +104,30 @@ async def test_an_exhausted_bucket_answers_429_and_discord_py_waits_for_its_rese
                 await general(bot).send(f"burst {index}")
 
         assert server.request_counts[SEND] == 5  # discord.py paced itself: no 429, no retry
+
+
+async def test_a_send_repeated_with_its_nonce_is_answered_with_the_first_message(
+    server: SandboxServer, bot: RecordingClient
+) -> None:
+    first = await general(bot).send("once", nonce="turn-7-piece-0")
+    again = await general(bot).send("once", nonce="turn-7-piece-0")
+    other = await general(bot).send("once", nonce="turn-7-piece-1")
+
+    assert again.id == first.id  # discord.py sends enforce_nonce with every nonce
+    assert other.id != first.id
+    contents = [m["id"] for m in server.sandbox.channel_messages(GENERAL)]
+    assert contents == [str(first.id), str(other.id)]
+
+
+async def test_a_held_response_arrives_late_after_the_message_exists(
+    server: SandboxServer, bot: RecordingClient
+) -> None:
+    server.hold_responses("POST", "/channels/{channel_id}/messages", 0.5)
+    channel = general(bot)
+
+    sending = asyncio.create_task(channel.send("slow answer"))
+    echo = await bot.next_event("message")  # dispatched before the response is sent
+
+    assert echo.content == "slow answer" and not sending.done()
+    sent = await sending
+    assert sent.id == echo.id

@@ -10,9 +10,15 @@ from django.apps import apps
 
 from chat.llm.fake_server import Fault, FaultKind, Reply, ScriptedToolCall
 from chat.models import MessageIndex, ShortTermMemory, Turn
-from chat.ports import DeliveryError
-from chat.services import turn_prepare, turn_run
-from chat.tests.conftest import CHANNEL, NOW, Bench
+from chat.ports import DeliveryError, Speaker
+from chat.services import (
+    Reconciled,
+    turn_already_answered,
+    turn_prepare,
+    turn_run,
+    turns_reconcile_interrupted,
+)
+from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.factories import ALICE, BOB, message
 from chat.windows import WindowRegistry
 
@@ -205,3 +211,57 @@ async def test_a_budget_that_cannot_fit_is_a_warning_on_the_turn(bench: Bench):
     assert turn.status == Turn.Status.REPLIED
     assert turn.truncation["warning"] in turn.warnings
     assert turn.truncation["removed_entries"] > 0
+
+
+async def test_a_second_turn_for_an_answered_trigger_sends_nothing(bench: Bench):
+    trigger = bench.discord.post(chat(40, "tomori?"))
+    request = await bench.request(trigger, bench.tomori)
+    first = await turn_run(runtime=bench.runtime, request=request)
+
+    second = await turn_run(runtime=bench.runtime, request=request)  # e.g. an overlapping worker
+
+    assert first.status == Turn.Status.REPLIED
+    assert second.status == Turn.Status.ABORTED
+    assert "already answered" in second.error
+    assert len(bench.discord.delivered) == 1
+
+
+async def test_interrupted_turns_are_reconciled_against_the_channel(bench: Bench):
+    sent_trigger = bench.discord.post(chat(40, "tomori, one"))
+    unsent_trigger = bench.discord.post(chat(41, "anon, two"))
+    running_trigger = bench.discord.post(chat(42, "tomori, three"))
+    # The worker sent Tomori's reply to the first, then died before recording it.
+    [reply] = await bench.discord.deliver(
+        channel_id=CHANNEL,
+        speaker=Speaker(persona_id=bench.tomori.id, name="Tomori", is_main=True),
+        text="one!",
+        reply_to=sent_trigger.id,
+    )
+
+    def leave(trigger, persona, status):
+        return Turn.objects.create(
+            guild_id=GUILD_ID,
+            channel_id=CHANNEL,
+            persona=persona,
+            persona_name=persona.name,
+            trigger_message_id=trigger.id,
+            reason="trigger_word",
+            status=status,
+        )
+
+    sent = await sync_to_async(leave)(sent_trigger, bench.tomori, Turn.Status.DELIVERING)
+    unsent = await sync_to_async(leave)(unsent_trigger, bench.anon, Turn.Status.DELIVERING)
+    running = await sync_to_async(leave)(running_trigger, bench.tomori, Turn.Status.RUNNING)
+
+    settled = await turns_reconcile_interrupted(port=bench.discord, on_shard=lambda _: True)
+
+    assert settled == Reconciled(aborted=1, replied=1, unsent=1)
+    for turn in (sent, unsent, running):
+        await turn.arefresh_from_db()
+    assert (sent.status, sent.delivered_message_ids) == ("replied", [str(reply.message_id)])
+    assert (unsent.status, running.status) == ("aborted", "aborted")
+    row = await MessageIndex.objects.select_related("persona").aget(message_id=reply.message_id)
+    assert row.persona.name == "Tomori"
+    assert await sync_to_async(turn_already_answered)(
+        trigger_id=sent_trigger.id, persona_id=bench.tomori.id
+    )
