@@ -255,3 +255,30 @@ class ChannelWindowAnchor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel_id} from {self.anchor_message_id} (limit {self.limit})"
+
+
+class ShardLease(models.Model):
+    """Who runs a gateway shard: one worker at a time (DESIGN §2, scale-out).
+
+    A worker holds a lease for each of its shards and renews it well before ``expires_at``; a
+    second worker for the same shard waits as a standby and takes over once the lease lapses
+    (its holder stopped renewing: killed, hung, or cut off from the database). Leases live in
+    the database because what they guard — the queue, the unread pools, the turns — lives
+    there too, and a Redis restart must not change who owns a shard.
+    """
+
+    shard_id = models.PositiveSmallIntegerField()
+    shard_count = models.PositiveSmallIntegerField()
+    holder = models.CharField(max_length=64)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["shard_id", "shard_count"], name="shard_lease_unique"),
+            models.CheckConstraint(
+                condition=Q(shard_id__lt=models.F("shard_count")), name="shard_lease_id_in_range"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"shard {self.shard_id}/{self.shard_count} held by {self.holder}"

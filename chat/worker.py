@@ -8,7 +8,12 @@ start is done by services and selectors.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +21,13 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError
 
 from botproject.events import EventType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
 from chat.llm.openai_compat import OpenAICompatibleClient
@@ -28,6 +35,7 @@ from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.pipeline.tokens import default_token_counter
 from chat.services import Reconciled, TurnRuntime, turns_reconcile_interrupted
+from chat.shards import EVERY_SHARD, ShardSet
 
 logger = logging.getLogger(__name__)
 
@@ -40,14 +48,17 @@ class WorkerConfig:
     shard_ids: list[int] | None = None
     shard_count: int | None = None
     step_delay: float = 2.5
+    lease_seconds: float = 15.0
+
+    @property
+    def shards(self) -> ShardSet:
+        if self.shard_ids is None or self.shard_count is None:
+            return EVERY_SHARD
+        return ShardSet(ids=tuple(self.shard_ids), count=self.shard_count)
 
     def on_my_shards(self, guild_id: int | None) -> bool:
-        """Discord's rule: a guild lives on shard ``(guild_id >> 22) % shard_count``; DMs
-        (``guild_id`` None) on shard 0."""
-        if self.shard_count is None or self.shard_ids is None:
-            return True
-        shard = (guild_id >> 22) % self.shard_count if guild_id else 0
-        return shard in self.shard_ids
+        """Whether the guild (None: a DM) is on this worker's shards (Discord's rule)."""
+        return self.shards.owns(guild_id)
 
 
 def llm_client_from_settings() -> OpenAICompatibleClient:
@@ -83,7 +94,10 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
             token_counter=token_counter,
         )
         client.scheduler = Scheduler(
-            runtime=runtime, own=client.own_identity, step_delay=config.step_delay
+            runtime=runtime,
+            own=client.own_identity,
+            step_delay=config.step_delay,
+            shards=config.shards,
         )
         client.scheduler.start()
 
@@ -107,15 +121,95 @@ async def _load_main_personas(client: PersonaBotClient) -> None:
 
 
 async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event) -> None:
-    """Run until ``stop`` is set, then close the gateway and cancel every loop."""
+    """Run until ``stop`` is set, then close the gateway and cancel every loop.
+
+    The worker first takes the lease of its shards (`chat.leases`), waiting as a standby while
+    another worker holds one; it renews the lease while it runs. A worker that loses its lease
+    (it could not renew in time) closes its gateway at once and becomes a standby again, so a
+    shard never has two workers answering it.
+    """
+    keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
+    try:
+        while await keeper.acquire(stop):
+            if not await _run_client(config, llm=llm, stop=stop, keeper=keeper):
+                return
+            logger.warning("lost the lease of shards %s; waiting as a standby", config.shard_ids)
+    finally:
+        await sync_to_async(shard_leases_release)(shards=config.shards, holder=keeper.holder)
+
+
+async def _run_client(
+    config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event, keeper: LeaseKeeper
+) -> bool:
+    """Run one gateway client while the lease holds; True when the lease was lost."""
     client = build_client(config, llm=llm)
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
-        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        renewer = asyncio.create_task(keeper.keep(), name="lease-renewal")
+        done, _ = await asyncio.wait(
+            {runner, stopper, renewer}, return_when=asyncio.FIRST_COMPLETED
+        )
+        for task in (stopper, renewer):
+            task.cancel()
         if runner in done:
-            stopper.cancel()
             runner.result()  # a login failure surfaces here
-            return
+            return False
         await client.close()
-        await asyncio.gather(runner, return_exceptions=True)
+        await asyncio.gather(runner, stopper, renewer, return_exceptions=True)
+        return renewer in done
+
+
+class LeaseKeeper:
+    """Holds this worker's shard leases: waits for them, renews them, notices losing them."""
+
+    def __init__(self, shards: ShardSet, *, ttl: dt.timedelta) -> None:
+        self.shards = shards
+        self.ttl = ttl
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+    @property
+    def _interval(self) -> float:
+        return self.ttl.total_seconds() / 3
+
+    async def acquire(self, stop: asyncio.Event) -> bool:
+        """Wait until this worker holds every lease; False when ``stop`` was set first."""
+        announced = False
+        while not stop.is_set():
+            if await self._claim():
+                logger.info("holding the lease of shards %s", self.shards.lease_keys)
+                return True
+            if not announced:
+                holders = await sync_to_async(shard_lease_holders)(shards=self.shards)
+                logger.info("standby: waiting for the lease of shards held by %s", holders)
+                announced = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self._interval)
+        return False
+
+    async def keep(self) -> None:
+        """Renew every third of the lease time; return when the lease is lost: another
+        worker took it, or no renewal succeeded before it lapsed."""
+        loop = asyncio.get_running_loop()
+        renewed_at = loop.time()
+        while True:
+            await asyncio.sleep(self._interval)
+            claimed = await self._claim()
+            if claimed:
+                renewed_at = loop.time()
+            elif claimed is False:
+                logger.error("another worker holds the lease of shards %s", self.shards.lease_keys)
+                return
+            elif loop.time() - renewed_at >= self.ttl.total_seconds() * 0.9:
+                logger.error("could not renew the shard lease before it lapsed")
+                return
+
+    async def _claim(self) -> bool | None:
+        """True: held; False: another worker holds one; None: the database did not answer."""
+        try:
+            return await sync_to_async(shard_leases_claim)(
+                shards=self.shards, holder=self.holder, ttl=self.ttl
+            )
+        except DatabaseError:
+            logger.warning("could not reach the database to claim the shard lease")
+            return None

@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from chat.loop.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage
+from chat.shards import EVERY_SHARD, ShardSet
 
 DEDUP_RETENTION = dt.timedelta(days=2)
 
@@ -75,8 +76,11 @@ class Consumed:
         return list(dict.fromkeys(message.channel_id for _, message in self.unread))
 
 
-def event_queue_consume(*, own: OwnIdentity, limit: int = 500) -> Consumed:
-    """Move ready events, oldest first, into their channels' unread pools.
+def event_queue_consume(
+    *, own: OwnIdentity, shards: ShardSet = EVERY_SHARD, limit: int = 500
+) -> Consumed:
+    """Move ready events of guilds on ``shards``, oldest first, into their channels' unread
+    pools (another worker owns the other shards' events).
 
     Steps, per event and in one transaction each: lock the row (so two workers never move the
     same event), discard it if the bot or one of its webhooks wrote it (own messages never count
@@ -84,11 +88,8 @@ def event_queue_consume(*, own: OwnIdentity, limit: int = 500) -> Consumed:
     """
     unread: list[tuple[int | None, HistoryMessage]] = []
     discarded: list[HistoryMessage] = []
-    ready_ids = list(
-        EventQueue.objects.filter(status=EventQueue.Status.READY)
-        .order_by("id")
-        .values_list("id", flat=True)[:limit]
-    )
+    ready = shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY))
+    ready_ids = list(ready.order_by("id").values_list("id", flat=True)[:limit])
     for row_id in ready_ids:
         with transaction.atomic():
             row = (
@@ -131,8 +132,8 @@ def event_queue_prune(*, now: dt.datetime, retention: dt.timedelta = DEDUP_RETEN
     return deleted
 
 
-def event_queue_has_ready() -> bool:
-    return EventQueue.objects.filter(status=EventQueue.Status.READY).exists()
+def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
+    return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).exists()
 
 
 def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
@@ -162,8 +163,8 @@ def unread_pool_take(
     return [message_from_json(row.event) for row in taken]
 
 
-def unread_channel_ids() -> list[int]:
-    """Channels with a non-empty unread pool (the worker resumes their loops at start)."""
-    return list(
-        UnreadEvent.objects.order_by("channel_id").values_list("channel_id", flat=True).distinct()
-    )
+def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:
+    """Channels of guilds on ``shards`` with a non-empty unread pool (the worker resumes their
+    loops at start)."""
+    rows = shards.filter(UnreadEvent.objects.all()).order_by("channel_id")
+    return list(rows.values_list("channel_id", flat=True).distinct())

@@ -28,6 +28,7 @@ from chat.loop.autonomous import AutonomousLoop
 from chat.loop.ingress import OwnIdentity
 from chat.loop.reactive import ReactiveLoop
 from chat.services import TurnRuntime
+from chat.shards import EVERY_SHARD, ShardSet
 from personas.models import ChannelMode
 
 logger = logging.getLogger(__name__)
@@ -46,10 +47,12 @@ class Scheduler:
         step_delay: float = 2.5,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         before_loop_exit: Callable[[int], Awaitable[None]] | None = None,
+        shards: ShardSet = EVERY_SHARD,
     ) -> None:
         """``before_loop_exit`` is awaited as a channel loop ends, after its last pass and
         before it is deregistered (a seam for tests of that window)."""
         self._runtime = runtime
+        self._shards = shards
         self._before_loop_exit = before_loop_exit
         self._stopping = False
         self._own = own
@@ -84,7 +87,7 @@ class Scheduler:
         """Wait until the queue is consumed and no channel loop runs (used by tests)."""
         while True:
             await asyncio.sleep(0.05)
-            ready = await sync_to_async(ingress.event_queue_has_ready)()
+            ready = await sync_to_async(ingress.event_queue_has_ready)(shards=self._shards)
             if not self._loops and not ready and not self._wakeup.is_set():
                 return
 
@@ -98,10 +101,14 @@ class Scheduler:
             self._wakeup.clear()
             try:
                 await sync_to_async(close_old_connections)()
-                consumed = await sync_to_async(ingress.event_queue_consume)(own=self._own())
+                consumed = await sync_to_async(ingress.event_queue_consume)(
+                    own=self._own(), shards=self._shards
+                )
                 channel_ids = consumed.channel_ids
                 if first:
-                    channel_ids += await sync_to_async(ingress.unread_channel_ids)()
+                    channel_ids += await sync_to_async(ingress.unread_channel_ids)(
+                        shards=self._shards
+                    )
                     first = False
             except Exception:
                 logger.exception("consuming the event queue failed; retrying")

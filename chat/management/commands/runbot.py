@@ -36,17 +36,26 @@ class Command(BaseCommand):
             "--shard-count", type=int, default=None, help="total shards across all workers"
         )
         parser.add_argument(
+            "--lease-seconds",
+            type=float,
+            default=15.0,
+            help="how long a shard lease lasts without renewal; a standby worker takes over "
+            "a shard this long after its holder stopped (default 15)",
+        )
+        parser.add_argument(
             "--step-delay",
             type=float,
             default=2.5,
             help="seconds between autonomous planner steps (default 2.5)",
         )
 
-    def handle(self, *args, shard_ids, shard_count, step_delay, **options) -> None:
+    def handle(self, *args, shard_ids, shard_count, step_delay, lease_seconds, **options) -> None:
         if not settings.DISCORD_TOKEN:
             raise CommandError("DISCORD_TOKEN is not set: the worker cannot log in")
         if shard_ids is not None and shard_count is None:
             raise CommandError("--shard-ids needs --shard-count")
+        if lease_seconds < 1:
+            raise CommandError("--lease-seconds must be at least 1")
         if shard_count is not None and shard_ids and max(shard_ids) >= shard_count:
             raise CommandError("--shard-ids must be below --shard-count")
         config = WorkerConfig(
@@ -56,6 +65,7 @@ class Command(BaseCommand):
             shard_ids=shard_ids,
             shard_count=shard_count,
             step_delay=step_delay,
+            lease_seconds=lease_seconds,
         )
         asyncio.run(self._run(config))
 

@@ -30,7 +30,8 @@ def _database_url() -> str:
     return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-def start_runbot(world) -> subprocess.Popen:
+def start_runbot(world, *args: str, log: Path | None = None) -> subprocess.Popen:
+    """``manage.py runbot`` against the sandbox; its log goes to ``log`` when given."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "botproject.settings",
@@ -42,12 +43,16 @@ def start_runbot(world) -> subprocess.Popen:
         "LLM_BASE_URL": world.llm.base_url,
     }
     return subprocess.Popen(
-        [sys.executable, "manage.py", "runbot"],
+        [sys.executable, "manage.py", "runbot", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=log.open("w") if log is not None else subprocess.DEVNULL,
     )
+
+
+def connected_sessions(world) -> list[str]:
+    return [s["session_id"] for s in world.sandbox.sessions() if s["connected"]]
 
 
 def replies_by_trigger(world) -> dict[str, int]:
@@ -134,3 +139,37 @@ async def test_kill_9_between_the_send_and_its_record_does_not_answer_twice(
     turn = await Turn.objects.aget(trigger_message_id=int(trigger))
     assert turn.status == "replied"
     assert turn.delivered_message_ids == [world.bot_messages(GENERAL)[0]["id"]]
+
+
+async def test_two_workers_on_one_shard_answer_every_trigger_once_across_a_kill_9(world, tmp_path):
+    holder = start_runbot(world, "--lease-seconds", "2")
+    standby_log = tmp_path / "standby.log"
+    standby = None
+    try:
+        first_session = await eventually(lambda: connected_sessions(world), within=30)
+        standby = start_runbot(world, "--lease-seconds", "2", log=standby_log)
+        await eventually(lambda: "standby: waiting" in standby_log.read_text(), within=30)
+        assert connected_sessions(world) == first_session  # the standby holds no gateway
+
+        early = [world.say(f"tomori, early {n}")["id"] for n in range(3)]
+        await eventually(lambda: set(early) <= set(replies_by_trigger(world)), within=30)
+
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=10)
+        taken_over = await eventually(
+            lambda: [s for s in connected_sessions(world) if s not in first_session], within=30
+        )
+        assert len(taken_over) == 1
+
+        late = [world.say(f"tomori, late {n}")["id"] for n in range(3)]
+        await eventually(lambda: set(late) <= set(replies_by_trigger(world)), within=30)
+        # Barrier: the channel answers in arrival order; after this, no duplicate is pending.
+        sentinel = world.say("tomori, anyone else?")["id"]
+        await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+    finally:
+        for worker in (holder, standby):
+            if worker is not None and worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=20)
+
+    assert replies_by_trigger(world) == dict.fromkeys([*early, *late, sentinel], 1)
