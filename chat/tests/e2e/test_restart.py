@@ -66,7 +66,7 @@ def replies_by_trigger(world) -> dict[str, int]:
 async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(world):
     # Slow answers, so the kill lands while a turn waits for the model.
     world.llm.enqueue(*[Fault(FaultKind.TIMEOUT, delay=0.3)] * (BURST + 2))
-    worker = start_runbot(world)
+    worker = start_runbot(world, "--lease-seconds", "2")
     try:
         await eventually(lambda: world.sandbox.sessions(), within=30)
         triggers = [world.say(f"tomori, question {n}")["id"] for n in range(BURST)]
@@ -84,7 +84,7 @@ async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(
         answered_before_kill = len(world.bot_messages(GENERAL))
         assert answered_before_kill < BURST
 
-        worker = start_runbot(world)
+        worker = start_runbot(world, "--lease-seconds", "2")
         await eventually(lambda: len(replies_by_trigger(world)) == BURST, within=60)
         # Barrier: the channel answers its triggers in arrival order, so once a trigger posted
         # now is answered, any second answer to an earlier one would already be here.
@@ -114,7 +114,7 @@ async def test_kill_9_between_the_send_and_its_record_does_not_answer_twice(
 ):
     # Discord creates the reply, but the worker never hears back: it dies first.
     world.sandbox.hold_responses("POST", send_route, 30)
-    worker = start_runbot(world)
+    worker = start_runbot(world, "--lease-seconds", "2")
     try:
         await eventually(lambda: world.sandbox.sessions(), within=30)
         trigger = world.say(text)["id"]
@@ -125,7 +125,7 @@ async def test_kill_9_between_the_send_and_its_record_does_not_answer_twice(
         stuck = await sync_to_async(lambda: list(Turn.objects.values_list("status", flat=True)))()
         assert stuck == ["delivering"]
 
-        worker = start_runbot(world)
+        worker = start_runbot(world, "--lease-seconds", "2")
         await eventually(lambda: [s for s in world.sandbox.sessions() if s["connected"]], within=30)
         # Barrier: a later trigger answered means the restarted worker got past the first one.
         sentinel = world.say("tomori, still there?")["id"]
