@@ -24,6 +24,7 @@ from django.http import (
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from pydantic import ValidationError
 
@@ -297,7 +298,7 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
         )
     else:
         raise Http404
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from playwright.async_api import Browser, async_playwright
 
 CHROMIUM = "/usr/bin/chromium"
@@ -69,6 +70,9 @@ async def live_dashboard(transactional_db) -> AsyncIterator[str]:
             process.kill()
             await process.wait()
         log.close()
+        # The test's own database work ran on sync_to_async's thread: close that connection
+        # there, so the test database can be dropped.
+        await sync_to_async(connections.close_all)()
 
 
 async def _wait_until_serving(base_url: str, process: asyncio.subprocess.Process) -> None:
