@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from collections.abc import Callable
 
+from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -21,11 +22,13 @@ from django.http import (
     HttpRequest,
     HttpResponse,
     JsonResponse,
+    QueryDict,
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.middleware import HtmxDetails
 from pydantic import ValidationError
 
 from chat.pipeline.tokens import TokenCounter, default_token_counter
@@ -37,6 +40,7 @@ from dashboard.forms import (
     ConfigUploadForm,
     GuildForm,
     PersonaForm,
+    SpecForm,
     UserPrivacyForm,
 )
 from personas import cards
@@ -52,6 +56,12 @@ from personas.services import (
     persona_save,
     user_privacy_save,
 )
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request that went through django-htmx's middleware."""
+
+    htmx: HtmxDetails
 
 
 @require_GET
@@ -201,7 +211,7 @@ def persona_delete(request: HttpRequest, guild_id: int, persona_id: int) -> Http
 
 @require_POST
 @admin_required
-def token_count(request: HttpRequest) -> HttpResponse:
+def token_count(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the token count of the posted ``system_prompt``, with the pipeline's tokenizer."""
     counter = _token_counter()
     return render(
@@ -216,14 +226,14 @@ def token_count(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @admin_required
-def sample_row(request: HttpRequest) -> HttpResponse:
+def sample_row(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: one empty sample dialogue row, appended by the "Add a row" button."""
     return render(request, "dashboard/_sample_row.html", {"row": {"role": "user", "content": ""}})
 
 
 @require_GET
 @admin_required
-def avatar_preview(request: HttpRequest) -> HttpResponse:
+def avatar_preview(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the avatar preview for the typed ``avatar_url`` (nothing when it is not a URL)."""
     url = request.GET.get("avatar_url", "").strip()
     try:
@@ -526,7 +536,7 @@ def _require_admin(request: HttpRequest) -> None:
         raise PermissionDenied("Only admins can change the configuration.")
 
 
-def _with(request: HttpRequest, **fixed: str) -> Any:
+def _with(request: HttpRequest, **fixed: str) -> QueryDict:
     """The POST data with fields the URL fixes (an id that cannot be edited)."""
     data = request.POST.copy()
     for key, value in fixed.items():
@@ -534,7 +544,7 @@ def _with(request: HttpRequest, **fixed: str) -> Any:
     return data
 
 
-def _saved(form: Any, save: Any) -> bool:
+def _saved(form: SpecForm, save: Callable[[], object]) -> bool:
     """Run ``save``; a ConfigError it raises goes onto the form. True when it saved."""
     try:
         save()
@@ -544,6 +554,6 @@ def _saved(form: Any, save: Any) -> bool:
     return True
 
 
-def _status(form: Any) -> int:
+def _status(form: forms.Form) -> int:
     """400 for a form that was posted and refused, so clients and tests can tell."""
     return 400 if form.is_bound and form.errors else 200
