@@ -15,11 +15,15 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection, connections
-from playwright.async_api import Browser, async_playwright
+from playwright.async_api import Browser, async_playwright, expect
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = Path(settings.BASE_DIR) / "var" / "screenshots"
 START_TIMEOUT = 30.0
+
+# Assertions wait for the page (htmx round trips, the worker's reply) up to this long; the
+# default 5 s is tight on a busy 2-core CI machine.
+expect.set_options(timeout=15_000)
 
 
 def _free_port() -> int:
@@ -43,7 +47,7 @@ async def live_dashboard(transactional_db) -> AsyncIterator[str]:
         "LIVE_TEST_DATABASE_NAME": str(connection.settings_dict["NAME"]),
         "LIVE_TEST_CHANNEL_PREFIX": settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"],
     }
-    log = (Path(settings.BASE_DIR) / "var" / f"daphne-browser-test-{port}.log").open("wb")
+    log = (Path(settings.BASE_DIR) / "var" / "daphne-browser-test.log").open("wb")
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -81,7 +85,7 @@ async def _wait_until_serving(base_url: str, process: asyncio.subprocess.Process
         while True:
             if process.returncode is not None:
                 raise AssertionError(
-                    f"daphne exited with {process.returncode}; see var/daphne-*.log"
+                    f"daphne exited with {process.returncode}; see var/daphne-browser-test.log"
                 )
             try:
                 if (await client.get(f"{base_url}/healthz")).status_code == 200:
