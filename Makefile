@@ -21,19 +21,19 @@ $(VENV)/.installed: requirements.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $@
 
-var:
-	mkdir -p var
+var/staticfiles:  # STATIC_ROOT (and var/): WhiteNoise warns when it is missing
+	mkdir -p $@
 
 services:
 	scripts/ensure-services
 
-migrate: $(VENV)/.installed services | var
+migrate: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/python manage.py migrate --noinput
 
 run: migrate
 	HOST=$(HOST) PORT=$(PORT) scripts/run-product
 
-test: $(VENV)/.installed services | var
+test: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -1,14 +1,67 @@
-"""Dashboard pages. Function views; each screen has one template."""
+"""Dashboard pages. Function views; each screen has one template, live pieces are partials.
+
+Every page needs a login (``viewer_required``: admins and moderators); everything that changes
+configuration is a POST behind ``admin_required``, so a moderator's POST answers 403. Saves go
+through ``personas.services``: one transaction each, logged, and announced to running bot
+workers after the commit.
+"""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+import functools
+import json
+from collections.abc import Callable
 
-from personas.models import GuildConfig
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db import connection
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    JsonResponse,
+    QueryDict,
+)
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.middleware import HtmxDetails
+from pydantic import ValidationError
+
+from chat.pipeline.tokens import TokenCounter, default_token_counter
+from dashboard.access import admin_required, is_admin, viewer_required
+from dashboard.forms import (
+    BlockForm,
+    CardUploadForm,
+    ChannelForm,
+    ConfigUploadForm,
+    GuildForm,
+    PersonaForm,
+    SpecForm,
+    UserPrivacyForm,
+)
+from personas import cards
+from personas.config_schema import ConfigError, PersonaSpec
+from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+from personas.selectors import config_changes, config_export, persona_names
+from personas.services import (
+    block_save,
+    channel_save,
+    config_import,
+    config_row_delete,
+    guild_save,
+    persona_save,
+    user_privacy_save,
+)
+
+
+class HtmxHttpRequest(HttpRequest):
+    """A request that went through django-htmx's middleware."""
+
+    htmx: HtmxDetails
 
 
 @require_GET
@@ -19,8 +72,488 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+# --- Guilds -------------------------------------------------------------------------------------
+
+
 @require_GET
-@login_required
+@viewer_required
 def index(request: HttpRequest) -> HttpResponse:
     guilds = GuildConfig.objects.prefetch_related("personas", "channels")
     return render(request, "dashboard/index.html", {"guilds": guilds})
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def guild_new(request: HttpRequest) -> HttpResponse:
+    """Add a guild by its Discord id (admins)."""
+    form = GuildForm(initial={"timezone": "UTC", "message_fetch_limit": 80, "note_depth": 4})
+    if request.method == "POST":
+        _require_admin(request)
+        form = GuildForm(request.POST)
+        if form.is_valid():
+            if GuildConfig.objects.filter(guild_id=int(form.spec.id)).exists():
+                form.add_error("guild_id", "a guild with this id is already configured")
+            else:
+                guild = guild_save(spec=form.spec, actor=request.user)
+                messages.success(request, f"Added {guild.name}.")
+                return redirect("dashboard:guild", guild_id=guild.guild_id)
+    return render(request, "dashboard/guild_new.html", {"form": form}, status=_status(form))
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's own settings: name, timezone, fetch limit, guild note."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    form = GuildForm(initial=GuildForm.initial_for(guild))
+    if request.method == "POST":
+        _require_admin(request)
+        form = GuildForm(_with(request, guild_id=str(guild.guild_id)))
+        if form.is_valid():
+            guild_save(spec=form.spec, actor=request.user)
+            messages.success(request, "Saved the guild settings.")
+            return redirect("dashboard:guild", guild_id=guild.guild_id)
+    return render(
+        request,
+        "dashboard/guild.html",
+        {"guild": guild, "form": form, "section": "guild"},
+        status=_status(form),
+    )
+
+
+# --- Personas -----------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    return render(
+        request,
+        "dashboard/persona_list.html",
+        {
+            "guild": guild,
+            "personas": guild.personas.order_by("-is_main", "name"),
+            "card_form": CardUploadForm(),
+            "section": "personas",
+        },
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    form = PersonaForm()
+    if request.method == "POST":
+        _require_admin(request)
+        form = PersonaForm(request.POST)
+        if form.is_valid():
+            try:
+                persona = persona_save(guild=guild, spec=form.spec, actor=request.user)
+            except ConfigError as error:
+                form.add_problems(error.problems)
+            else:
+                messages.success(request, f"Created {persona.name}.")
+                return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+    return _persona_page(request, guild, None, form)
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    persona = get_object_or_404(Persona, pk=persona_id, guild=guild)
+    form = PersonaForm(initial=PersonaForm.initial_for(persona))
+    if request.method == "POST":
+        _require_admin(request)
+        form = PersonaForm(request.POST)
+        if form.is_valid():
+            try:
+                persona_save(guild=guild, spec=form.spec, persona=persona, actor=request.user)
+            except ConfigError as error:
+                form.add_problems(error.problems)
+            else:
+                messages.success(request, f"Saved {form.spec.name}.")
+                return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+    return _persona_page(request, guild, persona, form)
+
+
+def _persona_page(
+    request: HttpRequest, guild: GuildConfig, persona: Persona | None, form: PersonaForm
+) -> HttpResponse:
+    system_prompt = form["system_prompt"].value() or ""
+    context = {
+        "guild": guild,
+        "persona": persona,
+        "form": form,
+        "sample_rows": [
+            {**row, "errors": form.sample_errors.get(i, [])}
+            for i, row in enumerate(form.sample_rows)
+        ],
+        "blank_row": {"role": _next_role(form.sample_rows), "content": ""},
+        "token_count": _token_counter().count(system_prompt),
+        "tokenizer": _token_counter().name,
+        "changes": config_changes(instance=persona) if persona else [],
+        "section": "personas",
+    }
+    return render(request, "dashboard/persona.html", context, status=_status(form))
+
+
+@require_POST
+@admin_required
+def persona_delete(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
+    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    config_row_delete(instance=persona, actor=request.user)
+    messages.success(request, f"Deleted {persona.name}.")
+    return redirect("dashboard:persona_list", guild_id=guild_id)
+
+
+@require_POST
+@admin_required
+def token_count(request: HtmxHttpRequest) -> HttpResponse:
+    """htmx: the token count of the posted ``system_prompt``, with the pipeline's tokenizer."""
+    counter = _token_counter()
+    return render(
+        request,
+        "dashboard/_token_count.html",
+        {
+            "token_count": counter.count(request.POST.get("system_prompt", "")),
+            "tokenizer": counter.name,
+        },
+    )
+
+
+@require_GET
+@admin_required
+def sample_row(request: HtmxHttpRequest) -> HttpResponse:
+    """htmx: one empty sample dialogue row, appended by the "Add a row" button."""
+    return render(request, "dashboard/_sample_row.html", {"row": {"role": "user", "content": ""}})
+
+
+@require_GET
+@admin_required
+def avatar_preview(request: HtmxHttpRequest) -> HttpResponse:
+    """htmx: the avatar preview for the typed ``avatar_url`` (nothing when it is not a URL)."""
+    url = request.GET.get("avatar_url", "").strip()
+    try:
+        PersonaSpec.model_validate({"name": "preview", "avatar_url": url})
+    except ValidationError:
+        url = ""
+    return render(request, "dashboard/_avatar_preview.html", {"avatar_url": url})
+
+
+def _next_role(rows: list[dict]) -> str:
+    """The role of the row after ``rows``: dialogue alternates, starting with the user."""
+    return "assistant" if rows and rows[-1].get("role") == "user" else "user"
+
+
+@functools.cache
+def _token_counter() -> TokenCounter:
+    return default_token_counter()
+
+
+# --- Character cards ----------------------------------------------------------------------------
+
+
+@require_POST
+@admin_required
+def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """Create a persona from a SillyTavern character card (V2/V3 JSON, or PNG)."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    form = CardUploadForm(request.POST, request.FILES)
+    if form.is_valid():
+        try:
+            persona = cards.card_import(
+                guild=guild,
+                data=form.cleaned_data["file"].read(),
+                media_base_url=request.build_absolute_uri(settings.MEDIA_URL),
+                actor=request.user,
+            )
+        except cards.CardError as error:
+            form.add_error("file", str(error))
+        except ConfigError as error:
+            for path, message in error.problems:
+                form.add_error("file", f"{path}: {message}")
+        else:
+            messages.success(request, f"Imported {persona.name} from the character card.")
+            return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+    return render(
+        request,
+        "dashboard/persona_list.html",
+        {
+            "guild": guild,
+            "personas": guild.personas.order_by("-is_main", "name"),
+            "card_form": form,
+            "section": "personas",
+        },
+        status=400,
+    )
+
+
+@require_GET
+@viewer_required
+def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) -> HttpResponse:
+    """The persona as a SillyTavern V2 card: ``json``, or ``png`` (the card in a tEXt chunk)."""
+    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    card = cards.card_from_persona(persona)
+    filename = f"{persona.name}.{fmt}"
+    if fmt == "json":
+        response = HttpResponse(
+            json.dumps(card, indent=2, ensure_ascii=False), content_type="application/json"
+        )
+    elif fmt == "png":
+        response = HttpResponse(
+            cards.card_png(card, avatar=cards.avatar_image(persona)), content_type="image/png"
+        )
+    else:
+        raise Http404
+    response["Content-Disposition"] = content_disposition_header(True, filename)
+    return response
+
+
+# --- Channels, blocks, user privacy --------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def channel_list(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's channels; admins add one (or update it, by id) with the form below."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    form = ChannelForm()
+    if request.method == "POST":
+        _require_admin(request)
+        form = ChannelForm(request.POST)
+        if form.is_valid() and _saved(
+            form, lambda: channel_save(guild=guild, spec=form.spec, actor=request.user)
+        ):
+            messages.success(request, f"Saved channel {form.spec.id}.")
+            return redirect("dashboard:channel_list", guild_id=guild_id)
+    return render(
+        request,
+        "dashboard/channel_list.html",
+        {
+            "guild": guild,
+            "channels": guild.channels.order_by("channel_id"),
+            "form": form,
+            "section": "channels",
+        },
+        status=_status(form),
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def channel_detail(request: HttpRequest, guild_id: int, channel_id: int) -> HttpResponse:
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    channel = get_object_or_404(ChannelConfig, channel_id=channel_id, guild=guild)
+    form = ChannelForm(initial=ChannelForm.initial_for(channel))
+    if request.method == "POST":
+        _require_admin(request)
+        form = ChannelForm(_with(request, channel_id=str(channel.channel_id)))
+        if form.is_valid() and _saved(
+            form, lambda: channel_save(guild=guild, spec=form.spec, actor=request.user)
+        ):
+            messages.success(request, f"Saved channel {channel.channel_id}.")
+            return redirect("dashboard:channel_list", guild_id=guild_id)
+    return render(
+        request,
+        "dashboard/channel.html",
+        {"guild": guild, "channel": channel, "form": form, "section": "channels"},
+        status=_status(form),
+    )
+
+
+@require_POST
+@admin_required
+def channel_delete(request: HttpRequest, guild_id: int, channel_id: int) -> HttpResponse:
+    channel = get_object_or_404(ChannelConfig, channel_id=channel_id, guild__guild_id=guild_id)
+    config_row_delete(instance=channel, actor=request.user)
+    messages.success(request, f"Removed channel {channel_id}.")
+    return redirect("dashboard:channel_list", guild_id=guild_id)
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def block_list(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's blocks and mutes; admins add one with the form below."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    names = persona_names(guild=guild)
+    form = BlockForm(persona_names=names)
+    if request.method == "POST":
+        _require_admin(request)
+        form = BlockForm(request.POST, persona_names=names)
+        if form.is_valid() and _saved(
+            form, lambda: block_save(guild=guild, spec=form.spec, actor=request.user)
+        ):
+            messages.success(request, "Saved the block.")
+            return redirect("dashboard:block_list", guild_id=guild_id)
+    blocks = guild.blocks.select_related("persona").order_by("user_id", "type")
+    return render(
+        request,
+        "dashboard/block_list.html",
+        {
+            "guild": guild,
+            "blocks": blocks,
+            "form": form,
+            "now": timezone.now(),
+            "section": "blocks",
+        },
+        status=_status(form),
+    )
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def block_detail(request: HttpRequest, guild_id: int, block_id: int) -> HttpResponse:
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    block = get_object_or_404(Block, pk=block_id, guild=guild)
+    names = persona_names(guild=guild)
+    form = BlockForm(initial=BlockForm.initial_for(block), persona_names=names)
+    if request.method == "POST":
+        _require_admin(request)
+        form = BlockForm(request.POST, persona_names=names)
+        if form.is_valid() and _saved(
+            form, lambda: block_save(guild=guild, spec=form.spec, block=block, actor=request.user)
+        ):
+            messages.success(request, "Saved the block.")
+            return redirect("dashboard:block_list", guild_id=guild_id)
+    return render(
+        request,
+        "dashboard/block.html",
+        {"guild": guild, "block": block, "form": form, "section": "blocks"},
+        status=_status(form),
+    )
+
+
+@require_POST
+@admin_required
+def block_delete(request: HttpRequest, guild_id: int, block_id: int) -> HttpResponse:
+    block = get_object_or_404(Block, pk=block_id, guild__guild_id=guild_id)
+    config_row_delete(instance=block, actor=request.user)
+    messages.success(request, "Removed the block.")
+    return redirect("dashboard:block_list", guild_id=guild_id)
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def user_list(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """User privacy set through this guild; admins set a user's level (by id) below."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    form = UserPrivacyForm()
+    if request.method == "POST":
+        _require_admin(request)
+        form = UserPrivacyForm(request.POST)
+        if form.is_valid() and _saved(
+            form, lambda: user_privacy_save(guild=guild, spec=form.spec, actor=request.user)
+        ):
+            messages.success(request, f"Saved privacy for user {form.spec.id}.")
+            return redirect("dashboard:user_list", guild_id=guild_id)
+    return render(
+        request,
+        "dashboard/user_list.html",
+        {
+            "guild": guild,
+            "users": guild.users.order_by("user_id"),
+            "form": form,
+            "section": "users",
+        },
+        status=_status(form),
+    )
+
+
+@require_POST
+@admin_required
+def user_delete(request: HttpRequest, guild_id: int, user_id: int) -> HttpResponse:
+    row = get_object_or_404(UserPrivacy, user_id=user_id, guild__guild_id=guild_id)
+    config_row_delete(instance=row, actor=request.user)
+    messages.success(request, f"Removed the privacy setting of user {user_id}.")
+    return redirect("dashboard:user_list", guild_id=guild_id)
+
+
+# --- The configuration file ---------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def config_export_view(request: HttpRequest) -> HttpResponse:
+    """Download what ``exportconfig`` prints."""
+    body = json.dumps(config_export(), indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json")
+    response["Content-Disposition"] = 'attachment; filename="guilds.json"'
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def config_import_view(request: HttpRequest) -> HttpResponse:
+    """Upload a configuration file; shows ``importconfig``'s report, or its problems (with
+    JSON paths) and changes nothing."""
+    form = ConfigUploadForm()
+    problems: list[tuple[str, str]] = []
+    summary = ""
+    status = 200
+    if request.method == "POST":
+        _require_admin(request)
+        form = ConfigUploadForm(request.POST, request.FILES)
+        status = 400
+        if form.is_valid():
+            upload = form.cleaned_data["file"]
+            try:
+                data = json.loads(upload.read().decode("utf-8"))
+            except UnicodeDecodeError:
+                form.add_error("file", "The file is not UTF-8 text.")
+            except json.JSONDecodeError as error:
+                form.add_error(
+                    "file",
+                    f"The file is not valid JSON: {error.msg} at line {error.lineno}, "
+                    f"column {error.colno}.",
+                )
+            else:
+                try:
+                    report = config_import(
+                        data=data, prune=form.cleaned_data["prune"], actor=request.user
+                    )
+                except ConfigError as error:
+                    problems = error.problems
+                else:
+                    summary = report.summary()
+                    status = 200
+    return render(
+        request,
+        "dashboard/config_import.html",
+        {"form": form, "problems": problems, "summary": summary, "section": "config"},
+        status=status,
+    )
+
+
+# --- Helpers ------------------------------------------------------------------------------------
+
+
+def _require_admin(request: HttpRequest) -> None:
+    """A configuration POST from a moderator answers 403."""
+    if not is_admin(request.user):
+        raise PermissionDenied("Only admins can change the configuration.")
+
+
+def _with(request: HttpRequest, **fixed: str) -> QueryDict:
+    """The POST data with fields the URL fixes (an id that cannot be edited)."""
+    data = request.POST.copy()
+    for key, value in fixed.items():
+        data[key] = value
+    return data
+
+
+def _saved(form: SpecForm, save: Callable[[], object]) -> bool:
+    """Run ``save``; a ConfigError it raises goes onto the form. True when it saved."""
+    try:
+        save()
+    except ConfigError as error:
+        form.add_problems(error.problems)
+        return False
+    return True
+
+
+def _status(form: forms.Form) -> int:
+    """400 for a form that was posted and refused, so clients and tests can tell."""
+    return 400 if form.is_bound and form.errors else 200

@@ -262,3 +262,57 @@ def _duplicates(keyed: Iterable[tuple[str, object]], what: str) -> Iterable[tupl
             yield path, f"duplicate {what}; first given at {seen[key]}"
         else:
             seen[key] = path
+
+
+RowCollection = Literal["personas", "channels", "blocks", "users"]
+_ROW_SPECS = {
+    "personas": PersonaSpec,
+    "channels": ChannelSpec,
+    "blocks": BlockSpec,
+    "users": UserSpec,
+}
+
+
+def parse_config_row(
+    collection: RowCollection | None,
+    row: object,
+    *,
+    persona_names: Sequence[str] = (),
+) -> GuildSpec | PersonaSpec | ChannelSpec | BlockSpec | UserSpec:
+    """Validate one row of a guild exactly as ``parse_config_document`` validates it in a file.
+
+    ``collection`` names the list the row belongs to (``None``: ``row`` is a guild's own
+    settings). The row is placed in a one-guild document and the whole document is validated,
+    so structural and cross-reference rules (e.g. ``llm.context_window`` larger than
+    ``llm.max_output_tokens``) are the import's own. ``persona_names`` are the guild's personas a
+    block may name.
+
+    Returns the row's spec. Raises ConfigError whose paths are relative to the row
+    (``llm.temperature``, ``sample_dialogue[1].content``; ``(row)`` for the row as a whole).
+    """
+    if collection is None:
+        guild: object = row
+        prefix = "guilds[0]"
+    else:
+        personas = [{"name": name} for name in persona_names] if collection == "blocks" else []
+        guild = {"id": "1", "name": "guild", "personas": personas, collection: [row]}
+        prefix = f"guilds[0].{collection}[0]"
+    try:
+        document = parse_config_document({"version": CONFIG_VERSION, "guilds": [guild]})
+    except ConfigError as error:
+        raise ConfigError(
+            [(_relative_path(path, prefix), message) for path, message in error.problems]
+        ) from None
+    if collection is None:
+        return document.guilds[0]
+    spec = getattr(document.guilds[0], collection)[-1]
+    assert isinstance(spec, _ROW_SPECS[collection])
+    return spec
+
+
+def _relative_path(path: str, prefix: str) -> str:
+    if path == prefix:
+        return "(row)"
+    if path.startswith(prefix + "."):
+        return path[len(prefix) + 1 :]
+    return path

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.contrib.admin.models import LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.db import models
 from django.db.models import Prefetch
 
 from personas.config_schema import CONFIG_VERSION
@@ -92,3 +95,20 @@ def _persona(persona: Persona) -> dict:
             "fallback_models": list(persona.fallback_models),
         },
     }
+
+
+def persona_names(*, guild: GuildConfig) -> list[str]:
+    """The guild's persona names, main first, then alphabetical."""
+    return list(guild.personas.order_by("-is_main", "name").values_list("name", flat=True))
+
+
+def config_changes(*, instance: models.Model, limit: int = 10) -> list[LogEntry]:
+    """The latest recorded changes of one configuration row, newest first (with their user)."""
+    return list(
+        LogEntry.objects.filter(
+            content_type=ContentType.objects.get_for_model(type(instance)),
+            object_id=str(instance.pk),
+        )
+        .select_related("user")
+        .order_by("-action_time", "-id")[:limit]
+    )

@@ -1,23 +1,46 @@
-"""Use cases that change guild configuration."""
+"""Use cases that change guild configuration.
+
+Two ways in, one set of rules and one write path:
+
+- ``config_import`` takes a whole configuration document (``importconfig``, the dashboard's
+  import page);
+- the per-row services (``guild_save``, ``persona_save``, ``persona_delete``, ``channel_save``,
+  ``block_save``, ``user_privacy_save`` and their ``*_delete``) take one row already validated
+  by the same pydantic specs (the dashboard's forms).
+
+Every service writes in one transaction, records who changed what (Django's ``LogEntry``, when
+an ``actor`` is given) in that same transaction, and after the commit tells running bot workers
+``config.changed`` (write, then notify). Nothing is written, logged or announced when nothing
+differs.
+"""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.db import models, transaction
 
 from botproject.events import CONTROL_GROUP, ConfigChanged, publish_on_commit
 from personas.config_schema import (
     BlockSpec,
+    ChannelSpec,
     ConfigDocument,
+    ConfigError,
     ContextNoteSpec,
     GuildSpec,
     PersonaSpec,
+    UserSpec,
     parse_config_document,
 )
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
 
 _DEFAULT_NOTE = ContextNoteSpec()
 M = TypeVar("M", bound=models.Model)
@@ -29,12 +52,24 @@ class _Find:
 
 @dataclass
 class ImportReport:
-    """What an import did, counted per model: ``{"Persona": {"created": 1, "updated": 0, …}}``."""
+    """What an import did, counted per model: ``{"Persona": {"created": 1, "updated": 0, …}}``.
+
+    ``changes`` lists each row written: (instance, outcome, names of the fields that changed).
+    """
 
     counts: dict[str, Counter] = field(default_factory=dict)
+    changes: list[tuple[models.Model, str, list[str]]] = field(default_factory=list)
 
-    def record(self, model: type[models.Model], outcome: str) -> None:
+    def record(
+        self,
+        model: type[models.Model],
+        outcome: str,
+        instance: models.Model | None = None,
+        fields: list[str] | None = None,
+    ) -> None:
         self.counts.setdefault(model.__name__, Counter())[outcome] += 1
+        if instance is not None and outcome in ("created", "updated", "deleted"):
+            self.changes.append((instance, outcome, list(fields or [])))
 
     @property
     def changed(self) -> bool:
@@ -51,7 +86,9 @@ class ImportReport:
         return "\n".join(lines)
 
 
-def config_import(*, data: object, prune: bool = False) -> ImportReport:
+def config_import(
+    *, data: object, prune: bool = False, actor: AbstractBaseUser | None = None
+) -> ImportReport:
     """Import a configuration document (format version 1) into the database.
 
     ``data`` is the decoded JSON. The whole document is validated first (ConfigError lists every
@@ -61,66 +98,269 @@ def config_import(*, data: object, prune: bool = False) -> ImportReport:
     the same file twice changes nothing (and notifies nobody); after a change is committed,
     running workers get ``config.changed``. Rows the file does not mention are kept, unless
     ``prune`` is set, which deletes the listed guilds' personas, channels, blocks and user rows
-    that are not in the file.
+    that are not in the file. With an ``actor``, every written row is logged as that user's
+    change.
     """
     document = parse_config_document(data)
     report = ImportReport()
     with transaction.atomic():
         for guild_spec in document.guilds:
             _import_guild(guild_spec, report=report, prune=prune)
-        if report.changed:
-            guild_ids = [spec.id for spec in document.guilds]
-            publish_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
+        _finish(report, actor=actor, guild_ids=[spec.id for spec in document.guilds])
     return report
 
 
-def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:
+# --- One row at a time (the dashboard's forms) ---------------------------------------------------
+
+
+def guild_save(*, spec: GuildSpec, actor: AbstractBaseUser | None = None) -> GuildConfig:
+    """Create or update one guild's own settings (name, timezone, fetch limit, guild note).
+
+    The spec's personas, channels, blocks and users are ignored: they have their own services.
+    """
+    report = ImportReport()
+    with transaction.atomic():
+        guild = _upsert(
+            GuildConfig, report, lookup={"guild_id": int(spec.id)}, values=_guild_values(spec)
+        )
+        _finish(report, actor=actor, guild_ids=[spec.id])
+    return guild
+
+
+def persona_save(
+    *,
+    guild: GuildConfig,
+    spec: PersonaSpec,
+    persona: Persona | None = None,
+    actor: AbstractBaseUser | None = None,
+) -> Persona:
+    """Create a persona (``persona`` is None) or update ``persona``, which may be renamed.
+
+    Raises ConfigError (path ``name``) when another persona of the guild has that name, ignoring
+    case. Making a persona main demotes the guild's other main persona first, in the same
+    transaction, as ``config_import`` does.
+    """
+    report = ImportReport()
+    with transaction.atomic():
+        others = Persona.objects.select_for_update().filter(guild=guild)
+        if persona is not None:
+            others = others.exclude(pk=persona.pk)
+        if any(other.name.casefold() == spec.name.casefold() for other in others):
+            raise ConfigError([("name", f"another persona of this guild is named {spec.name!r}")])
+        if spec.main:
+            for other in others:
+                if other.is_main:
+                    _write(other, report, {"is_main": False})
+        saved = _upsert(
+            Persona,
+            report,
+            existing=persona,
+            lookup={"guild": guild},
+            values=_persona_values(spec),
+        )
+        _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
+    return saved
+
+
+def channel_save(
+    *, guild: GuildConfig, spec: ChannelSpec, actor: AbstractBaseUser | None = None
+) -> ChannelConfig:
+    """Create or update a channel of ``guild`` by its id.
+
+    Raises ConfigError (path ``id``) when that channel belongs to another guild.
+    """
+    report = ImportReport()
+    with transaction.atomic():
+        if ChannelConfig.objects.filter(channel_id=int(spec.id)).exclude(guild=guild).exists():
+            raise ConfigError([("id", "this channel is configured in another guild")])
+        channel = _upsert(
+            ChannelConfig,
+            report,
+            lookup={"channel_id": int(spec.id)},
+            values=_channel_values(guild, spec),
+        )
+        _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
+    return channel
+
+
+def block_save(
+    *,
+    guild: GuildConfig,
+    spec: BlockSpec,
+    block: Block | None = None,
+    actor: AbstractBaseUser | None = None,
+) -> Block:
+    """Create a block, or update ``block`` (its persona, user and type may change too).
+
+    Raises ConfigError when the spec names no persona of the guild (path ``persona``) or when
+    another block has the same persona, user and type (path ``user_id``).
+    """
+    report = ImportReport()
+    with transaction.atomic():
+        persona = None
+        if spec.persona is not None:
+            persona = next(
+                (
+                    p
+                    for p in Persona.objects.filter(guild=guild)
+                    if p.name.casefold() == spec.persona.casefold()
+                ),
+                None,
+            )
+            if persona is None:
+                raise ConfigError(
+                    [("persona", f"names no persona of this guild: {spec.persona!r}")]
+                )
+        key = {"guild": guild, "persona": persona, "user_id": int(spec.user_id), "type": spec.type}
+        clash = Block.objects.filter(**key)
+        if block is not None:
+            clash = clash.exclude(pk=block.pk)
+        if clash.exists():
+            raise ConfigError([("user_id", "this user already has that block for that persona")])
+        values = {
+            "persona": persona,
+            "user_id": int(spec.user_id),
+            "type": spec.type,
+            "reason": spec.reason,
+            "expires_at": spec.expires_at,
+        }
+        saved = _upsert(Block, report, existing=block, lookup={"guild": guild}, values=values)
+        _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
+    return saved
+
+
+def user_privacy_save(
+    *, guild: GuildConfig, spec: UserSpec, actor: AbstractBaseUser | None = None
+) -> UserPrivacy:
+    """Set a user's privacy level and blacklist flag (the row is the user's, by user id)."""
+    report = ImportReport()
+    with transaction.atomic():
+        row = _upsert(
+            UserPrivacy,
+            report,
+            lookup={"user_id": int(spec.id)},
+            values=_user_values(guild, spec),
+        )
+        _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
+    return row
+
+
+def config_row_delete(
+    *, instance: Persona | ChannelConfig | Block | UserPrivacy, actor: AbstractBaseUser | None
+) -> None:
+    """Delete one configured row (a persona's blocks go with it), log it and notify workers."""
+    guild = instance.guild
+    report = ImportReport()
+    with transaction.atomic():
+        _prune(type(instance).objects.filter(pk=instance.pk), report)
+        _finish(report, actor=actor, guild_ids=[str(guild.guild_id)] if guild else [])
+
+
+# --- Shared steps ---------------------------------------------------------------------------------
+
+
+def _finish(report: ImportReport, *, actor: AbstractBaseUser | None, guild_ids: list[str]) -> None:
+    """Inside the write's transaction: log the changes, and notify workers after the commit."""
+    if not report.changed:
+        return
+    if actor is not None:
+        for instance, outcome, fields in report.changes:
+            _log_change(actor, instance, outcome, fields)
+    publish_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
+
+
+def _log_change(
+    actor: AbstractBaseUser, instance: models.Model, outcome: str, fields: list[str]
+) -> None:
+    """One ``LogEntry`` in the admin's own message format (so the admin's history reads it)."""
+    flag, message = {
+        "created": (ADDITION, [{"added": {}}]),
+        "updated": (CHANGE, [{"changed": {"fields": fields}}]),
+        "deleted": (DELETION, [{"deleted": {}}]),
+    }[outcome]
+    LogEntry.objects.create(
+        user_id=actor.pk,
+        content_type=ContentType.objects.get_for_model(type(instance)),
+        object_id=str(instance.pk),
+        object_repr=str(instance)[:200],
+        action_flag=flag,
+        change_message=json.dumps(message),
+    )
+
+
+def _guild_values(spec: GuildSpec) -> dict:
     note = spec.context_note or _DEFAULT_NOTE
+    return {
+        "name": spec.name,
+        "timezone": spec.timezone,
+        "message_fetch_limit": spec.message_fetch_limit,
+        "context_note": note.text,
+        "context_note_depth": note.depth,
+    }
+
+
+def _persona_values(spec: PersonaSpec) -> dict:
+    note = spec.context_note or _DEFAULT_NOTE
+    return {
+        "name": spec.name,
+        "is_main": spec.main,
+        "enabled": spec.enabled,
+        "avatar_url": spec.avatar_url or "",
+        "system_prompt": spec.system_prompt,
+        "triggers": list(spec.triggers),
+        "sample_dialogue": [s.model_dump() for s in spec.sample_dialogue],
+        "prefill": spec.prefill,
+        "context_note": note.text,
+        "context_note_depth": note.depth,
+        "deliberate_tool_mode": spec.deliberate_tool_mode,
+        "force_lowercase": spec.force_lowercase,
+        "punctuation_splits": spec.punctuation_splits,
+        "llm_model": spec.llm.model or "",
+        "fallback_models": list(spec.llm.fallback_models),
+        "temperature": spec.llm.temperature,
+        "max_output_tokens": spec.llm.max_output_tokens,
+        "context_window": spec.llm.context_window,
+    }
+
+
+def _channel_values(guild: GuildConfig, spec: ChannelSpec) -> dict:
+    note = spec.context_note or _DEFAULT_NOTE
+    return {
+        "guild": guild,
+        "mode": spec.mode,
+        "enabled": spec.enabled,
+        "message_fetch_limit": spec.message_fetch_limit,
+        "context_note": note.text,
+        "context_note_depth": note.depth,
+    }
+
+
+def _user_values(guild: GuildConfig, spec: UserSpec) -> dict:
+    return {"level": spec.privacy, "blacklisted": spec.blacklisted, "guild": guild}
+
+
+def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:
     guild = _upsert(
-        GuildConfig,
-        report,
-        lookup={"guild_id": int(spec.id)},
-        values={
-            "name": spec.name,
-            "timezone": spec.timezone,
-            "message_fetch_limit": spec.message_fetch_limit,
-            "context_note": note.text,
-            "context_note_depth": note.depth,
-        },
+        GuildConfig, report, lookup={"guild_id": int(spec.id)}, values=_guild_values(spec)
     )
     personas = _import_personas(guild, spec.personas, report=report, prune=prune)
 
-    kept_channels = []
-    for channel in spec.channels:
-        channel_note = channel.context_note or _DEFAULT_NOTE
-        kept_channels.append(
-            _upsert(
-                ChannelConfig,
-                report,
-                lookup={"channel_id": int(channel.id)},
-                values={
-                    "guild": guild,
-                    "mode": channel.mode,
-                    "enabled": channel.enabled,
-                    "message_fetch_limit": channel.message_fetch_limit,
-                    "context_note": channel_note.text,
-                    "context_note_depth": channel_note.depth,
-                },
-            ).pk
-        )
-
+    kept_channels = [
+        _upsert(
+            ChannelConfig,
+            report,
+            lookup={"channel_id": int(channel.id)},
+            values=_channel_values(guild, channel),
+        ).pk
+        for channel in spec.channels
+    ]
     kept_blocks = [_import_block(guild, personas, block, report=report).pk for block in spec.blocks]
-
-    kept_users = []
-    for user in spec.users:
-        kept_users.append(
-            _upsert(
-                UserPrivacy,
-                report,
-                lookup={"user_id": int(user.id)},
-                values={"level": user.privacy, "blacklisted": user.blacklisted, "guild": guild},
-            ).pk
-        )
+    kept_users = [
+        _upsert(
+            UserPrivacy, report, lookup={"user_id": int(user.id)}, values=_user_values(guild, user)
+        ).pk
+        for user in spec.users
+    ]
 
     if prune:
         _prune(ChannelConfig.objects.filter(guild=guild).exclude(pk__in=kept_channels), report)
@@ -142,38 +382,16 @@ def _import_personas(
         file_main = next(spec.name.casefold() for spec in specs if spec.main)
         for key, persona in existing.items():
             if persona.is_main and key != file_main:
-                persona.is_main = False
-                persona.save(update_fields=["is_main", "updated_at"])
-                report.record(Persona, "updated")
+                _write(persona, report, {"is_main": False})
 
     by_name: dict[str, Persona] = {}
     for spec in sorted(specs, key=lambda s: s.main):  # non-main first, then the main one
-        note = spec.context_note or _DEFAULT_NOTE
         by_name[spec.name.casefold()] = _upsert(
             Persona,
             report,
             existing=existing.get(spec.name.casefold()),
             lookup={"guild": guild},
-            values={
-                "name": spec.name,
-                "is_main": spec.main,
-                "enabled": spec.enabled,
-                "avatar_url": spec.avatar_url or "",
-                "system_prompt": spec.system_prompt,
-                "triggers": list(spec.triggers),
-                "sample_dialogue": [s.model_dump() for s in spec.sample_dialogue],
-                "prefill": spec.prefill,
-                "context_note": note.text,
-                "context_note_depth": note.depth,
-                "deliberate_tool_mode": spec.deliberate_tool_mode,
-                "force_lowercase": spec.force_lowercase,
-                "punctuation_splits": spec.punctuation_splits,
-                "llm_model": spec.llm.model or "",
-                "fallback_models": list(spec.llm.fallback_models),
-                "temperature": spec.llm.temperature,
-                "max_output_tokens": spec.llm.max_output_tokens,
-                "context_window": spec.llm.context_window,
-            },
+            values=_persona_values(spec),
         )
     if prune:
         stale = [p.pk for key, p in existing.items() if key not in by_name]
@@ -207,23 +425,40 @@ def _upsert(
     instance = model.objects.filter(**lookup).first() if existing is _Find else existing
     if instance is None:
         instance = model.objects.create(**lookup, **values)
-        report.record(model, "created")
+        report.record(model, "created", instance)
         return instance
+    _write(instance, report, values)
+    return instance
+
+
+def _write(instance: M, report: ImportReport, values: dict) -> None:
+    """Set ``values`` on ``instance`` and save it when any differs; records the outcome."""
     changed = [name for name, value in values.items() if getattr(instance, name) != value]
     if changed:
         for name in changed:
             setattr(instance, name, values[name])
         instance.save()
-        report.record(model, "updated")
+        report.record(type(instance), "updated", instance, changed)
     else:
-        report.record(model, "unchanged")
-    return instance
+        report.record(type(instance), "unchanged")
 
 
 def _prune(queryset: models.QuerySet, report: ImportReport) -> None:
     for instance in queryset:
+        pk = instance.pk
         instance.delete()
-        report.record(type(instance), "deleted")
+        instance.pk = pk  # kept for the change log
+        report.record(type(instance), "deleted", instance)
 
 
-__all__ = ["ConfigDocument", "ImportReport", "config_import"]
+__all__ = [
+    "ConfigDocument",
+    "ImportReport",
+    "block_save",
+    "channel_save",
+    "config_import",
+    "config_row_delete",
+    "guild_save",
+    "persona_save",
+    "user_privacy_save",
+]

@@ -32,7 +32,7 @@ def test_healthz_answers_when_the_database_does():
 def test_dashboard_requires_login():
     response = Client().get("/")
     assert response.status_code == 302
-    assert "/admin/login/" in response["Location"]
+    assert response["Location"] == "/accounts/login/?next=/"
 
 
 @pytest.mark.django_db

@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "chat.services": 2,
     "chat.leases": 2,
     "personas.services": 2,
+    "personas.cards": 2,
     "chat.loop": 3,
     "chat.gateway": 4,
     "chat.worker": 5,

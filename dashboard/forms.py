@@ -1,0 +1,414 @@
+"""Dashboard forms: thin wrappers over the configuration file's schema.
+
+A form only turns HTML inputs into the JSON row ``importconfig`` would read (text to numbers,
+comma lists to lists, empty to ``null``); every rule (ranges, enums, ids, time zones,
+cross-field checks) is the import's own: ``clean`` validates the row with
+``personas.config_schema.parse_config_row`` and puts each problem on the field its JSON path
+names. A valid form holds the row's pydantic spec in ``spec``, ready for the save service.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, ClassVar
+
+from django import forms
+
+from personas.config_schema import (
+    ConfigError,
+    RowCollection,
+    parse_config_row,
+)
+from personas.models import (
+    Block,
+    BlockType,
+    ChannelConfig,
+    ChannelMode,
+    GuildConfig,
+    Persona,
+    PrivacyLevel,
+)
+
+
+def _comma_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class SpecForm(forms.Form):
+    """Base: subclasses say which collection they edit, how fields map to JSON paths, and how
+    cleaned inputs become a row (``to_row``)."""
+
+    collection: ClassVar[RowCollection | None] = None
+    # JSON path (relative to the row) → form field; the longest matching prefix wins.
+    field_paths: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, *args: Any, persona_names: list[str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.persona_names = persona_names or []
+        self.spec: Any = None
+
+    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.errors:
+            return cleaned  # an input that is not even a number: say that first
+        try:
+            self.spec = parse_config_row(
+                self.collection, self.to_row(cleaned), persona_names=self.persona_names
+            )
+        except ConfigError as error:
+            self.add_problems(error.problems)
+        return cleaned
+
+    def add_problems(self, problems: list[tuple[str, str]]) -> None:
+        """Show (JSON path, message) problems on their fields, the rest above the form."""
+        for path, message in problems:
+            field = self.field_for(path)
+            if field is None:
+                self.add_error(None, f"{path}: {message}" if path != "(row)" else message)
+            else:
+                self.add_error(field, message)
+
+    def field_for(self, path: str) -> str | None:
+        matches = [
+            key
+            for key in self.field_paths
+            if path == key or path.startswith(key + ".") or path.startswith(key + "[")
+        ]
+        return self.field_paths[max(matches, key=len)] if matches else None
+
+
+class GuildForm(SpecForm):
+    collection = None
+    field_paths = {
+        "id": "guild_id",
+        "name": "name",
+        "timezone": "timezone",
+        "message_fetch_limit": "message_fetch_limit",
+        "context_note.text": "note_text",
+        "context_note.depth": "note_depth",
+        "context_note": "note_text",
+    }
+
+    guild_id = forms.CharField(label="Discord server id", required=False)
+    name = forms.CharField(required=False)
+    timezone = forms.CharField(required=False, help_text="An IANA name, e.g. Europe/Paris")
+    message_fetch_limit = forms.IntegerField(
+        label="Message fetch limit", help_text="Messages of history per prompt (20–100)"
+    )
+    note_text = forms.CharField(
+        label="Guild note",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Used where neither the persona nor the channel has a note",
+    )
+    note_depth = forms.IntegerField(label="Guild note depth", help_text="Messages from the end")
+
+    @classmethod
+    def initial_for(cls, guild: GuildConfig) -> dict[str, Any]:
+        return {
+            "guild_id": str(guild.guild_id),
+            "name": guild.name,
+            "timezone": guild.timezone,
+            "message_fetch_limit": guild.message_fetch_limit,
+            "note_text": guild.context_note,
+            "note_depth": guild.context_note_depth,
+        }
+
+    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": cleaned["guild_id"].strip(),
+            "name": cleaned["name"],
+            "timezone": cleaned["timezone"].strip(),
+            "message_fetch_limit": cleaned["message_fetch_limit"],
+            "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
+        }
+
+
+class PersonaForm(SpecForm):
+    """A persona, as in the file's ``personas[]``. Sample dialogue rows come as repeated
+    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped."""
+
+    collection = "personas"
+    field_paths = {
+        "name": "name",
+        "main": "main",
+        "enabled": "enabled",
+        "avatar_url": "avatar_url",
+        "system_prompt": "system_prompt",
+        "triggers": "triggers",
+        "context_note": "note_text",
+        "context_note.depth": "note_depth",
+        "prefill": "prefill",
+        "deliberate_tool_mode": "deliberate_tool_mode",
+        "force_lowercase": "force_lowercase",
+        "punctuation_splits": "punctuation_splits",
+        "llm.model": "llm_model",
+        "llm.temperature": "temperature",
+        "llm.max_output_tokens": "max_output_tokens",
+        "llm.context_window": "context_window",
+        "llm.fallback_models": "fallback_models",
+        "sample_dialogue": "sample_dialogue",
+    }
+
+    name = forms.CharField(required=False)
+    main = forms.BooleanField(
+        label="Main persona", required=False, help_text="Speaks through the bot account"
+    )
+    enabled = forms.BooleanField(required=False, initial=True)
+    avatar_url = forms.CharField(
+        label="Avatar URL",
+        required=False,
+        widget=forms.URLInput,
+        help_text="Shown on webhook replies (http or https)",
+    )
+    system_prompt = forms.CharField(
+        label="System prompt", required=False, widget=forms.Textarea(attrs={"rows": 10})
+    )
+    triggers = forms.CharField(
+        label="Trigger words",
+        required=False,
+        help_text="Comma-separated; a whole word in any case makes the persona answer",
+    )
+    note_text = forms.CharField(
+        label="Context note", required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    note_depth = forms.IntegerField(label="Context note depth", initial=4)
+    prefill = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="How the reply starts",
+    )
+    deliberate_tool_mode = forms.BooleanField(
+        label="Tools (Deliberate Tool Mode)", required=False, initial=True
+    )
+    force_lowercase = forms.BooleanField(label="Force lowercase", required=False)
+    punctuation_splits = forms.BooleanField(label="Split replies at punctuation", required=False)
+    llm_model = forms.CharField(
+        label="Model", required=False, help_text="Empty: the deployment's LLM_MODEL"
+    )
+    temperature = forms.FloatField(initial=0.7)
+    max_output_tokens = forms.IntegerField(label="Max output tokens", initial=512)
+    context_window = forms.IntegerField(label="Context window (tokens)", initial=16000)
+    fallback_models = forms.CharField(
+        label="Fallback models", required=False, help_text="Comma-separated, tried in order"
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if self.is_bound:
+            roles = self.data.getlist("sample_role")
+            contents = self.data.getlist("sample_content")
+            self.sample_rows = [
+                {"role": role, "content": content}
+                for role, content in zip(roles, contents, strict=False)
+                if content.strip()
+            ]
+        else:
+            self.sample_rows = list(self.initial.get("sample_dialogue", []))
+        self.sample_errors: dict[int, list[str]] = {}
+
+    @classmethod
+    def initial_for(cls, persona: Persona) -> dict[str, Any]:
+        return {
+            "name": persona.name,
+            "main": persona.is_main,
+            "enabled": persona.enabled,
+            "avatar_url": persona.avatar_url,
+            "system_prompt": persona.system_prompt,
+            "triggers": ", ".join(persona.triggers),
+            "note_text": persona.context_note,
+            "note_depth": persona.context_note_depth,
+            "prefill": persona.prefill,
+            "deliberate_tool_mode": persona.deliberate_tool_mode,
+            "force_lowercase": persona.force_lowercase,
+            "punctuation_splits": persona.punctuation_splits,
+            "llm_model": persona.llm_model,
+            "temperature": persona.temperature,
+            "max_output_tokens": persona.max_output_tokens,
+            "context_window": persona.context_window,
+            "fallback_models": ", ".join(persona.fallback_models),
+            "sample_dialogue": list(persona.sample_dialogue),
+        }
+
+    def add_problems(self, problems: list[tuple[str, str]]) -> None:
+        """Sample dialogue problems go on their row (``sample_dialogue[2].role``)."""
+        rest = []
+        for path, message in problems:
+            if path.startswith("sample_dialogue["):
+                index = int(path[len("sample_dialogue[") : path.index("]")])
+                self.sample_errors.setdefault(index, []).append(message)
+                self.add_error(None, f"Sample dialogue row {index + 1}: {message}")
+            else:
+                rest.append((path, message))
+        super().add_problems(rest)
+
+    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": cleaned["name"],
+            "main": cleaned["main"],
+            "enabled": cleaned["enabled"],
+            "avatar_url": cleaned["avatar_url"].strip() or None,
+            "system_prompt": cleaned["system_prompt"],
+            "triggers": _comma_list(cleaned["triggers"]),
+            "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
+            "prefill": cleaned["prefill"],
+            "deliberate_tool_mode": cleaned["deliberate_tool_mode"],
+            "force_lowercase": cleaned["force_lowercase"],
+            "punctuation_splits": cleaned["punctuation_splits"],
+            "sample_dialogue": self.sample_rows,
+            "llm": {
+                "model": cleaned["llm_model"].strip() or None,
+                "temperature": cleaned["temperature"],
+                "max_output_tokens": cleaned["max_output_tokens"],
+                "context_window": cleaned["context_window"],
+                "fallback_models": _comma_list(cleaned["fallback_models"]),
+            },
+        }
+
+
+class ChannelForm(SpecForm):
+    collection = "channels"
+    field_paths = {
+        "id": "channel_id",
+        "mode": "mode",
+        "enabled": "enabled",
+        "message_fetch_limit": "message_fetch_limit",
+        "context_note": "note_text",
+        "context_note.depth": "note_depth",
+    }
+
+    channel_id = forms.CharField(label="Discord channel id", required=False)
+    mode = forms.ChoiceField(choices=ChannelMode.choices, initial=ChannelMode.REACTIVE)
+    enabled = forms.BooleanField(required=False, initial=True)
+    message_fetch_limit = forms.IntegerField(
+        label="Message fetch limit", required=False, help_text="Empty: the guild's limit"
+    )
+    note_text = forms.CharField(
+        label="Channel note", required=False, widget=forms.Textarea(attrs={"rows": 2})
+    )
+    note_depth = forms.IntegerField(label="Channel note depth", initial=4)
+
+    @classmethod
+    def initial_for(cls, channel: ChannelConfig) -> dict[str, Any]:
+        return {
+            "channel_id": str(channel.channel_id),
+            "mode": channel.mode,
+            "enabled": channel.enabled,
+            "message_fetch_limit": channel.message_fetch_limit,
+            "note_text": channel.context_note,
+            "note_depth": channel.context_note_depth,
+        }
+
+    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": cleaned["channel_id"].strip(),
+            "mode": cleaned["mode"],
+            "enabled": cleaned["enabled"],
+            "message_fetch_limit": cleaned["message_fetch_limit"],
+            "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
+        }
+
+
+class BlockForm(SpecForm):
+    collection = "blocks"
+    field_paths = {
+        "persona": "persona",
+        "user_id": "user_id",
+        "type": "type",
+        "reason": "reason",
+        "expires_at": "expires_at",
+        "(row)": "user_id",
+    }
+
+    persona = forms.ChoiceField(label="Persona", required=False)
+    user_id = forms.CharField(label="Discord user id", required=False)
+    type = forms.ChoiceField(choices=BlockType.choices, initial=BlockType.BLOCK)
+    reason = forms.CharField(required=False)
+    expires_at = forms.DateTimeField(
+        label="Expires (UTC)",
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="Empty: never",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["persona"].choices = [("", "All personas")] + [
+            (name, name) for name in self.persona_names
+        ]
+
+    @classmethod
+    def initial_for(cls, block: Block) -> dict[str, Any]:
+        return {
+            "persona": block.persona.name if block.persona else "",
+            "user_id": str(block.user_id),
+            "type": block.type,
+            "reason": block.reason,
+            "expires_at": block.expires_at,
+        }
+
+    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+        expires: dt.datetime | None = cleaned["expires_at"]
+        return {
+            "persona": cleaned["persona"] or None,
+            "user_id": cleaned["user_id"].strip(),
+            "type": cleaned["type"],
+            "reason": cleaned["reason"],
+            "expires_at": expires.isoformat() if expires else None,
+        }
+
+
+class UserPrivacyForm(SpecForm):
+    collection = "users"
+    field_paths = {"id": "user_id", "privacy": "privacy", "blacklisted": "blacklisted"}
+
+    user_id = forms.CharField(label="Discord user id", required=False)
+    privacy = forms.ChoiceField(choices=PrivacyLevel.choices, initial=PrivacyLevel.MINIMAL)
+    blacklisted = forms.BooleanField(required=False)
+
+    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": cleaned["user_id"].strip(),
+            "privacy": cleaned["privacy"],
+            "blacklisted": cleaned["blacklisted"],
+        }
+
+
+class ConfigUploadForm(forms.Form):
+    """A configuration file (JSON, at most ``MAX_BYTES``)."""
+
+    MAX_BYTES = 1024 * 1024
+
+    file = forms.FileField(label="Configuration file (JSON)")
+    prune = forms.BooleanField(
+        required=False,
+        label="Also delete rows of these guilds that the file does not list",
+    )
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > self.MAX_BYTES:
+            raise forms.ValidationError(
+                f"The file is {upload.size:,} bytes; the limit is {self.MAX_BYTES:,} (1 MB)."
+            )
+        return upload
+
+
+class CardUploadForm(forms.Form):
+    """A SillyTavern character card (JSON or PNG, at most ``MAX_BYTES``)."""
+
+    MAX_BYTES = 5 * 1024 * 1024
+
+    file = forms.FileField(label="Character card (PNG or JSON)")
+
+    def clean_file(self):
+        upload = self.cleaned_data["file"]
+        if upload.size > self.MAX_BYTES:
+            raise forms.ValidationError(
+                f"The file is {upload.size:,} bytes; a card may be at most "
+                f"{self.MAX_BYTES:,} bytes (5 MB)."
+            )
+        return upload

@@ -1,0 +1,15 @@
+"""Settings for the daphne process the browser tests start.
+
+The test settings, pointed at the running test's database and channel-layer prefix (both
+passed in the environment by the test that starts daphne), so the pages, the test and the bot
+worker share data and live events.
+"""
+
+from __future__ import annotations
+
+import os
+
+from botproject.settings_test import *  # noqa: F403
+
+DATABASES["default"]["NAME"] = os.environ["LIVE_TEST_DATABASE_NAME"]  # noqa: F405
+CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = os.environ["LIVE_TEST_CHANNEL_PREFIX"]  # noqa: F405

@@ -1,0 +1,160 @@
+"""Who sees and changes what: anonymous, other users, moderators, admins (DESIGN §3)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.urls import URLPattern, reverse
+
+from dashboard import urls as dashboard_urls
+from personas.models import Block, GuildConfig, Persona
+
+pytestmark = pytest.mark.django_db
+
+# healthz is the process supervisor's liveness probe: it answers {"status": "ok"} and nothing
+# else, so it is the one URL without a login.
+PUBLIC = {"healthz"}
+# GET-only views (downloads and pages); every other URL changes or may change configuration
+# on POST.
+GET_ONLY = {"index", "persona_list", "card_export", "config_export", "sample_row", "avatar_preview"}
+# htmx helpers that exist only for the edit forms (admins).
+ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview"}
+POST_ONLY = {
+    "persona_delete",
+    "channel_delete",
+    "block_delete",
+    "user_delete",
+    "card_import",
+    "token_count",
+}
+
+
+def _kwargs(pattern: URLPattern, guild: GuildConfig) -> dict:
+    tomori = Persona.objects.get(guild=guild, name="Tomori")
+    block = Block.objects.filter(guild=guild).first()
+    values = {
+        "guild_id": guild.guild_id,
+        "persona_id": tomori.pk,
+        "channel_id": 1200000000000000001,
+        "block_id": block.pk,
+        "user_id": 1300000000000000003,
+        "fmt": "json",
+    }
+    return {name: values[name] for name in pattern.pattern.converters}
+
+
+def dashboard_urls_list(guild: GuildConfig) -> list[tuple[str, str]]:
+    """(name, path) of every dashboard URL, with ids of the fixture guild's rows."""
+    return [
+        (p.name, reverse(f"dashboard:{p.name}", kwargs=_kwargs(p, guild)))
+        for p in dashboard_urls.urlpatterns
+        if p.name not in PUBLIC
+    ]
+
+
+def test_the_url_walk_covers_every_dashboard_url(guild):
+    names = {name for name, _ in dashboard_urls_list(guild)} | PUBLIC
+    assert names == {p.name for p in dashboard_urls.urlpatterns}
+    assert len(names) > 20
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_anonymous_visitors_are_sent_to_the_login_page_from_every_url(guild, method):
+    client = Client()
+    for name, path in dashboard_urls_list(guild):
+        if (method == "get" and name in POST_ONLY) or (method == "post" and name in GET_ONLY):
+            continue
+        response = getattr(client, method)(path)
+        assert response.status_code == 302, (name, path, response.status_code)
+        assert response["Location"] == f"{reverse('login')}?next={path}", name
+
+
+def test_the_login_page_is_ours_and_logs_in(guild, admin_user):
+    client = Client()
+    page = client.get(reverse("login"))
+    assert page.status_code == 200
+    assert b'name="username"' in page.content and b'name="password"' in page.content
+    response = client.post(
+        reverse("login"), {"username": "ada", "password": "correct horse battery staple"}
+    )
+    assert response.status_code == 302 and response["Location"] == reverse("dashboard:index")
+    assert client.get(reverse("dashboard:index")).status_code == 200
+    assert client.post(reverse("logout")).status_code == 302
+    assert client.get(reverse("dashboard:index")).status_code == 302
+
+
+def test_users_without_a_role_get_a_403_page_everywhere(guild, other_client):
+    for name, path in dashboard_urls_list(guild):
+        method = "post" if name in POST_ONLY else "get"
+        response = getattr(other_client, method)(path)
+        assert response.status_code == 403, (name, response.status_code)
+    page = other_client.get(reverse("dashboard:index"))
+    assert b"Not allowed" in page.content and b"moderators" in page.content
+
+
+def _edit_controls(html: str) -> list[str]:
+    """Inputs, selects, textareas, buttons and forms — except the logout form's."""
+    html = re.sub(r'<form class="logout".*?</form>', "", html, flags=re.DOTALL)
+    return re.findall(r"<(?:input|select|textarea|button|form)\b[^>]*>", html)
+
+
+def test_moderators_see_every_screen_without_edit_controls(guild, moderator_client):
+    for name, path in dashboard_urls_list(guild):
+        if name in POST_ONLY or name in ADMIN_HELPERS:
+            continue
+        response = moderator_client.get(path)
+        assert response.status_code == 200, (name, response.status_code)
+        if response["Content-Type"].startswith("text/html"):
+            assert _edit_controls(response.content.decode()) == [], name
+
+
+def test_moderators_read_the_values_on_the_persona_page(guild, moderator_client):
+    tomori = Persona.objects.get(guild=guild, name="Tomori")
+    page = moderator_client.get(reverse("dashboard:persona", args=[guild.guild_id, tomori.pk]))
+    html = page.content.decode()
+    assert "You are Tomori, a quiet poet." in html and "tomori, tomo" in html
+    assert "moderator (read-only)" in html
+
+
+def test_every_configuration_post_from_a_moderator_answers_403_and_changes_nothing(
+    guild, moderator_client
+):
+    before = GuildConfig.objects.get(pk=guild.pk)
+    for name, path in dashboard_urls_list(guild):
+        if name in GET_ONLY:
+            continue
+        response = moderator_client.post(path, {"name": "Hijacked", "message_fetch_limit": 50})
+        assert response.status_code == 403, (name, response.status_code)
+    after = GuildConfig.objects.get(pk=guild.pk)
+    assert (after.name, after.updated_at) == (before.name, before.updated_at)
+    assert Persona.objects.filter(guild=guild).count() == 2
+
+
+def test_admins_open_every_screen(guild, admin_client):
+    for name, path in dashboard_urls_list(guild):
+        if name in POST_ONLY:
+            continue
+        assert admin_client.get(path).status_code == 200, name
+
+
+def test_secrets_are_never_rendered(guild, admin_client, moderator_client, settings):
+    settings.LLM_API_KEY = "sk-llm-secret-0123456789"
+    settings.DISCORD_TOKEN = "discord-secret-token-9876543210"
+    for client in (admin_client, moderator_client):
+        for name, path in dashboard_urls_list(guild):
+            if name in POST_ONLY or name in ADMIN_HELPERS:
+                continue
+            body = client.get(path).content
+            assert b"sk-llm-secret" not in body and b"discord-secret-token" not in body, name
+
+
+def test_htmx_requests_carry_the_csrf_token(guild, admin_client):
+    html = admin_client.get(reverse("dashboard:index")).content.decode()
+    assert re.search(r"<body hx-headers='\{\"X-CSRFToken\": \"[\w-]{20,}\"\}'>", html)
+
+
+def test_login_url_setting_points_at_our_login_page():
+    assert reverse(settings.LOGIN_URL) == "/accounts/login/"
