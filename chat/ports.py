@@ -66,6 +66,13 @@ class DiscordPort(Protocol):
         """The channel's newest ``limit`` messages over REST, in any order."""
         ...
 
+    async def fetch_history_after(
+        self, channel_id: int, after_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        """Up to ``limit`` messages newer than ``after_id`` over REST, oldest first (catch-up).
+        Raises DeliveryError when the channel cannot be read."""
+        ...
+
     def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
         """What the gateway cache holds for the channel, oldest first."""
         ...

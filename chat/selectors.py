@@ -224,6 +224,12 @@ def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     return frozenset(rows.values_list("message_id", flat=True))
 
 
+def own_webhook_ids() -> set[int]:
+    """The webhooks the bot has delivered through (so their echoes are known as its own)."""
+    rows = MessageIndex.objects.filter(webhook_id__isnull=False)
+    return set(rows.values_list("webhook_id", flat=True).distinct())
+
+
 def main_persona_names() -> dict[int, str]:
     """Per guild id, the persona that speaks through the bot account."""
     rows = Persona.objects.filter(is_main=True).values_list("guild__guild_id", "name")

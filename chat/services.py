@@ -218,7 +218,9 @@ async def turn_run(
         else:
             await _finish(runtime, request, turn, completion)
     except asyncio.CancelledError:
-        if turn.status != Turn.Status.DELIVERING:  # a delivering turn is reconciled at start
+        # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
+        # start, and a replied one stays replied (its record may be saving as we stop).
+        if turn.status == Turn.Status.RUNNING:
             turn.status, turn.error = Turn.Status.ABORTED, "the worker stopped during the turn"
         await asyncio.shield(sync_to_async(_turn_save)(turn))
         raise

@@ -31,6 +31,7 @@ from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_re
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.loop import ingress
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.pipeline.tokens import default_token_counter
@@ -81,6 +82,11 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
     token_counter = default_token_counter()
 
     async def start(client: PersonaBotClient) -> None:
+        # Where catch-up starts is fixed before the gateway can deliver anything new.
+        client.intake.seed(await sync_to_async(ingress.last_ingested)(shards=config.shards))
+        client.background(client.intake.run())
+        own_webhooks = await sync_to_async(selectors.own_webhook_ids)()
+        client.adapter.webhook_ids.update(own_webhooks)
         await _load_main_personas(client)
         settled = await turns_reconcile_interrupted(
             port=client.adapter, on_shard=config.on_my_shards

@@ -99,6 +99,17 @@ class DiscordAdapter:
         channel = await self._channel(channel_id)
         return [self.convert(m) async for m in channel.history(limit=limit)]
 
+    async def fetch_history_after(
+        self, channel_id: int, after_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        try:
+            channel = await self._channel(channel_id)
+            after = discord.Object(id=after_id)
+            messages = [m async for m in channel.history(after=after, limit=limit)]
+        except discord.HTTPException as error:
+            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+        return [self.convert(m) for m in sorted(messages, key=lambda m: m.id)]
+
     def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
         """The cached messages of the channel. discord.py appends a message to its cache on
         every MESSAGE_CREATE, so a dispatch Discord sends twice is cached twice: the newest

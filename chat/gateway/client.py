@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import discord
-from asgiref.sync import sync_to_async
 
 from chat.gateway.adapter import DiscordAdapter
-from chat.loop.ingress import OwnIdentity, event_ingest
+from chat.loop.ingress import OwnIdentity
+from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.windows import WindowRegistry
 
@@ -62,6 +62,9 @@ class PersonaBotClient(discord.AutoShardedClient):
             fetch_history=self.adapter.fetch_history, cache_view=self.adapter.cache_view
         )
         self.scheduler: Scheduler | None = None
+        self.intake = Intake(
+            stored=self._wake_scheduler, read_after=self.adapter.fetch_history_after
+        )
         self._on_start = on_start
         self._background: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -123,10 +126,12 @@ class PersonaBotClient(discord.AutoShardedClient):
         guild_id = message.guild.id if message.guild else None
         try:
             converted = self.adapter.convert(message)
-            await sync_to_async(event_ingest)(message=converted, guild_id=guild_id)
         except Exception:
-            logger.exception("could not queue message %s in %s", message.id, message.channel.id)
+            logger.exception("could not read message %s in %s", message.id, message.channel.id)
             return
+        self.intake.put(converted, guild_id)
+
+    def _wake_scheduler(self) -> None:
         if self.scheduler is not None:
             self.scheduler.wake()
 
@@ -159,7 +164,10 @@ class PersonaBotClient(discord.AutoShardedClient):
             self.scheduler.wake()
 
     async def on_shard_ready(self, shard_id: int) -> None:
+        """A new gateway session (at start, or after Discord refused a resume): whatever was
+        said while no session was open is read back over REST."""
         await self.on_shard_resumed(shard_id)
+        self.background(self.intake.catch_up())
 
 
 def _guard_parsers(parsers: dict[str, Callable[[Any], None]]) -> None:

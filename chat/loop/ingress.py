@@ -11,15 +11,17 @@ in the unread pool; the move is one transaction.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from chat.loop.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
-from chat.pipeline.types import HistoryMessage
+from chat.pipeline.types import HistoryMessage, PrivacyLevel
 from chat.shards import EVERY_SHARD, ShardSet
+from personas.models import UserPrivacy
 
 DEDUP_RETENTION = dt.timedelta(days=2)
 
@@ -45,22 +47,97 @@ class OwnIdentity:
 
 
 def event_ingest(*, message: HistoryMessage, guild_id: int | None) -> bool:
-    """Persist an incoming message in the event queue.
+    """Persist one incoming message in the event queue (see `event_ingest_many`).
 
     Returns True when it was new, False when its (channel, message) key was already there (a
     replayed or duplicate dispatch), in which case nothing is written.
     """
+    private = _full_privacy_users([message])
     try:
         with transaction.atomic():
-            EventQueue.objects.create(
-                channel_id=message.channel_id,
-                message_id=message.id,
-                guild_id=guild_id,
-                event=message_to_json(message),
-            )
+            _queue_row(message, guild_id, private).save()
     except IntegrityError:
         return False
     return True
+
+
+def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int:
+    """Persist incoming messages (each with its guild id, None for a DM) in one statement;
+    keys already taken (replays, duplicates, catch-up of messages already seen) are skipped.
+
+    A user who chose full privacy has the text and media of their messages withheld here, so
+    their words are stored nowhere. Returns how many rows the batch offered.
+    """
+    if not batch:
+        return 0
+    private = _full_privacy_users([message for message, _ in batch])
+    EventQueue.objects.bulk_create(
+        [_queue_row(message, guild_id, private) for message, guild_id in batch],
+        ignore_conflicts=True,
+    )
+    return len(batch)
+
+
+def _full_privacy_users(messages: Sequence[HistoryMessage]) -> set[int]:
+    authors = {message.accountable_user_id for message in messages}
+    rows = UserPrivacy.objects.filter(user_id__in=authors, level=PrivacyLevel.FULL)
+    return set(rows.values_list("user_id", flat=True))
+
+
+def _queue_row(message: HistoryMessage, guild_id: int | None, private: set[int]) -> EventQueue:
+    kept = withheld(message) if message.accountable_user_id in private else message
+    return EventQueue(
+        channel_id=message.channel_id,
+        message_id=message.id,
+        guild_id=guild_id,
+        event=message_to_json(kept),
+    )
+
+
+def withheld(message: HistoryMessage) -> HistoryMessage:
+    """``message`` without anything its author wrote or attached: who, where and when only."""
+    return replace(
+        message,
+        content="",
+        attachments=(),
+        stickers=(),
+        embeds=(),
+        containers=(),
+        snapshots=(),
+        reactions=(),
+    )
+
+
+@dataclass(frozen=True)
+class LastIngested:
+    """Per channel, the newest message the event queue holds, and its guild (None: a DM)."""
+
+    ids: dict[int, int]
+    guilds: dict[int, int | None]
+
+    def get(self, channel_id: int) -> int | None:
+        return self.ids.get(channel_id)
+
+    def guild_of(self, channel_id: int) -> int | None:
+        return self.guilds.get(channel_id)
+
+
+def last_ingested(*, shards: ShardSet = EVERY_SHARD) -> LastIngested:
+    """Per channel of guilds on ``shards``: the newest message the event queue holds (where a
+    worker's catch-up starts)."""
+    rows = (
+        shards.filter(EventQueue.objects.all())
+        .values("channel_id", "guild_id")
+        .annotate(newest=Max("message_id"))
+        .order_by()
+    )
+    ids: dict[int, int] = {}
+    guilds: dict[int, int | None] = {}
+    for row in rows:
+        if row["newest"] > ids.get(row["channel_id"], 0):
+            ids[row["channel_id"]] = row["newest"]
+            guilds[row["channel_id"]] = row["guild_id"]
+    return LastIngested(ids=ids, guilds=guilds)
 
 
 @dataclass(frozen=True)
@@ -115,7 +192,8 @@ def event_queue_consume(
                 )
                 row.status = EventQueue.Status.CONSUMED
                 unread.append((row.guild_id, message))
-            row.save(update_fields=["status"])
+            row.event = {}  # the key stays for deduplication; the message itself moves on
+            row.save(update_fields=["status", "event"])
     return Consumed(unread=unread, discarded=discarded)
 
 

@@ -34,6 +34,7 @@ from personas.models import ChannelMode
 logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 5.0
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class Scheduler:
@@ -61,6 +62,7 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._dirty: set[int] = set()
+        self._failures: dict[int, int] = {}
         self._consumer: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -94,7 +96,7 @@ class Scheduler:
     # -- consumption -------------------------------------------------------------------------
 
     async def _consume_forever(self) -> None:
-        first = True
+        first, failures = True, 0
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=POLL_SECONDS)
@@ -110,9 +112,18 @@ class Scheduler:
                         shards=self._shards
                     )
                     first = False
-            except Exception:
-                logger.exception("consuming the event queue failed; retrying")
+            except Exception as error:
+                failures += 1
+                if failures == 1:
+                    logger.exception("consuming the event queue failed; retrying")
+                else:
+                    logger.warning(
+                        "consuming the event queue failed again (%d): %s", failures, error
+                    )
                 continue
+            if failures:
+                logger.warning("consuming the event queue again after %d failures", failures)
+                failures = 0
             for channel_id in dict.fromkeys(channel_ids):
                 self.schedule(channel_id)
 
@@ -123,6 +134,19 @@ class Scheduler:
             task = asyncio.create_task(self._channel_loop(channel_id), name=f"channel-{channel_id}")
             self._loops[channel_id] = task
             task.add_done_callback(lambda _: self._loop_ended(channel_id))
+
+    def _retry_later(self, channel_id: int, error: Exception) -> None:
+        """A pass failed (the database or Discord went away): its messages stay unread and
+        the channel is tried again after a pause that grows with each failure in a row."""
+        failures = self._failures[channel_id] = self._failures.get(channel_id, 0) + 1
+        delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1]
+        if failures == 1:
+            logger.exception("channel %s: a pass failed; retrying in %s s", channel_id, delay)
+        else:
+            logger.warning(
+                "channel %s: pass failed again (%d in a row): %s", channel_id, failures, error
+            )
+        asyncio.get_running_loop().call_later(delay, self.schedule, channel_id)
 
     def _loop_ended(self, channel_id: int) -> None:
         """A channel loop ended. Work that arrived while it was ending (after its last pass
@@ -140,9 +164,10 @@ class Scheduler:
                 self._dirty.discard(channel_id)
                 try:
                     await self._channel_pass(channel_id)
-                except Exception:
-                    logger.exception("channel %s loop failed; its messages stay unread", channel_id)
+                except Exception as error:
+                    self._retry_later(channel_id, error)
                     return
+                self._failures.pop(channel_id, None)
         finally:
             self._runtime.release_channel(channel_id)
             await publish(group, LoopState(state=LoopStateName.IDLE))

@@ -3,6 +3,7 @@ over real HTTP, and a fake Discord passed in as the `DiscordPort` (no gateway ne
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Sequence
@@ -42,6 +43,8 @@ class FakeDiscord:
     places: dict[int, ChannelPlace] = field(default_factory=dict)
     delivered: list[tuple[Speaker, str, int | None, str | None]] = field(default_factory=list)
     refuse_delivery: DeliveryError | None = None
+    hold_delivery: asyncio.Event | None = None
+    """While set to an unset event, a delivery waits on it (a send in flight)."""
     history_reads: list[tuple[int, int]] = field(default_factory=list)
     on_locate: list = field(default_factory=list)
     bot_user_id: int = BOT.id
@@ -88,6 +91,8 @@ class FakeDiscord:
     ) -> list[Delivered]:
         if self.refuse_delivery is not None:
             raise self.refuse_delivery
+        if self.hold_delivery is not None:
+            await self.hold_delivery.wait()
         self.delivered.append((speaker, text, reply_to, notice))
         webhook_id = None if speaker.is_main else sf(9200)
         author = Author(

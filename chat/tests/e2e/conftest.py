@@ -105,7 +105,9 @@ class World:
             self.client = self.task = None
 
     async def settle(self) -> None:
-        """Wait until the worker has nothing queued and no channel loop runs."""
+        """Wait until the worker has stored every message it took in, has nothing queued and
+        no channel loop runs."""
+        await eventually(lambda: self.client.intake.idle)
         await asyncio.wait_for(self.client.scheduler.idle(), WAIT)
 
     async def drained(self) -> None:

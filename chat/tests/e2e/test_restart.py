@@ -173,3 +173,25 @@ async def test_two_workers_on_one_shard_answer_every_trigger_once_across_a_kill_
                 worker.wait(timeout=20)
 
     assert replies_by_trigger(world) == dict.fromkeys([*early, *late, sentinel], 1)
+
+
+async def test_messages_posted_while_the_worker_was_down_are_answered_once(world):
+    worker = start_runbot(world, "--lease-seconds", "2")
+    try:
+        await eventually(lambda: connected_sessions(world), within=30)
+        before = world.say("tomori, before the outage")["id"]
+        await eventually(lambda: before in replies_by_trigger(world), within=30)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        await eventually(lambda: not connected_sessions(world), within=30)
+
+        missed = [world.say(f"tomori, while you were away {n}")["id"] for n in range(4)]
+        worker = start_runbot(world, "--lease-seconds", "2")
+        await eventually(lambda: set(missed) <= set(replies_by_trigger(world)), within=60)
+        sentinel = world.say("tomori, welcome back")["id"]
+        await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=20)
+
+    assert replies_by_trigger(world) == dict.fromkeys([before, *missed, sentinel], 1)

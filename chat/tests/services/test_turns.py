@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 
 import pytest
@@ -19,6 +20,7 @@ from chat.services import (
     turns_reconcile_interrupted,
 )
 from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
+from chat.tests.e2e.conftest import eventually
 from chat.tests.factories import ALICE, BOB, message
 from chat.windows import WindowRegistry
 
@@ -265,3 +267,19 @@ async def test_interrupted_turns_are_reconciled_against_the_channel(bench: Bench
     assert await sync_to_async(turn_already_answered)(
         trigger_id=sent_trigger.id, persona_id=bench.tomori.id
     )
+
+
+async def test_a_worker_stopping_mid_send_leaves_the_turn_to_reconcile(bench: Bench):
+    bench.discord.hold_delivery = asyncio.Event()
+    trigger = bench.discord.post(chat(40, "tomori?"))
+    running = asyncio.create_task(
+        turn_run(runtime=bench.runtime, request=await bench.request(trigger, bench.tomori))
+    )
+    await eventually(lambda: Turn.objects.filter(status=Turn.Status.DELIVERING).aexists())
+
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+    turn = await Turn.objects.aget(trigger_message_id=trigger.id)
+    assert turn.status == Turn.Status.DELIVERING  # not aborted: the reply may be out there

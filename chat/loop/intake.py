@@ -1,0 +1,159 @@
+"""Ingest that never drops a message: a bounded buffer in front of the event queue, and
+catch-up over REST for whatever the buffer could not keep or the worker never saw.
+
+The gateway hands every message to `Intake.put`, which never blocks and never raises. A writer
+task stores buffered messages in the persisted event queue in batches; when the database fails
+it keeps them and retries with backoff (one log line per failure streak, one on recovery). If
+the buffer overflows while the database is away, the channel of each message that could not be
+kept is marked, and the message is read back later.
+
+Catch-up (`Intake.catch_up`) reads a channel's messages over REST after the last one this
+worker took in (at start: the last one the event queue holds, `Intake.seed`) and puts them
+through the same path, so the event queue's (channel, message) key keeps every message exactly
+once. The worker runs it whenever it may have missed messages: when a gateway session starts
+(at start, and after a resume Discord refused), and for marked channels once the database is
+back. The starting points are taken the moment catch-up begins, so live messages arriving
+meanwhile never move them past a gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable
+
+from asgiref.sync import sync_to_async
+from django.db import DatabaseError, close_old_connections
+
+from chat.loop import ingress
+from chat.pipeline.types import HistoryMessage
+
+logger = logging.getLogger(__name__)
+
+BUFFER_SIZE = 10_000
+BATCH_SIZE = 500
+CATCH_UP_LIMIT = 100
+"""Most messages read back per channel in one catch-up (older ones are left alone)."""
+RETRY_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+ReadAfter = Callable[[int, int, int], Awaitable[list[HistoryMessage]]]
+"""``(channel_id, after_id, limit)`` → messages newer than ``after_id``, oldest first."""
+
+
+class Intake:
+    """The worker's front door for messages (one per worker, used from its event loop)."""
+
+    def __init__(
+        self,
+        *,
+        stored: Callable[[], None],
+        read_after: ReadAfter,
+        buffer_size: int = BUFFER_SIZE,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        """``stored`` is called after each batch reaches the queue (wake the scheduler);
+        ``read_after`` reads a channel's history over REST."""
+        self._stored = stored
+        self._read_after = read_after
+        self._buffer: deque[tuple[HistoryMessage, int | None]] = deque()
+        self._buffer_size = buffer_size
+        self._pending = asyncio.Event()
+        self._sleep = sleep
+        self._writing = False
+        self.marked: set[int] = set()
+        """Channels with messages the buffer could not keep: caught up once writes succeed."""
+        self.guilds: dict[int, int | None] = {}
+        """The guild of each channel seen (None: a DM), for catch-up."""
+        self.last_seen: dict[int, int] = {}
+        """Per channel, the newest message taken in (the queue's, before this worker's)."""
+
+    def seed(self, last: ingress.LastIngested) -> None:
+        """Start from what the event queue holds (call before the gateway connects)."""
+        for channel_id, message_id in last.ids.items():
+            self._saw(channel_id, message_id)
+            self.guilds.setdefault(channel_id, last.guild_of(channel_id))
+
+    def _saw(self, channel_id: int, message_id: int) -> None:
+        if message_id > self.last_seen.get(channel_id, 0):
+            self.last_seen[channel_id] = message_id
+
+    def put(self, message: HistoryMessage, guild_id: int | None) -> None:
+        """Take one message from the gateway; never blocks, never raises."""
+        self.guilds[message.channel_id] = guild_id
+        if len(self._buffer) >= self._buffer_size:
+            self.marked.add(message.channel_id)
+            logger.error(
+                "ingest buffer full (%d messages): channel %s will be caught up over REST",
+                self._buffer_size,
+                message.channel_id,
+            )
+            return
+        self._buffer.append((message, guild_id))
+        self._saw(message.channel_id, message.id)
+        self._pending.set()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing buffered and no batch being written (every message taken in is queued)."""
+        return not self._buffer and not self._writing
+
+    async def run(self) -> None:
+        """Store buffered messages until cancelled; retry forever while the database fails."""
+        failures = 0
+        while True:
+            await self._pending.wait()
+            batch = [self._buffer.popleft() for _ in range(min(BATCH_SIZE, len(self._buffer)))]
+            if not self._buffer:
+                self._pending.clear()
+            if not batch:
+                continue
+            self._writing = True
+            try:
+                await sync_to_async(_store)(batch)
+            except DatabaseError as error:
+                self._writing = False
+                self._buffer.extendleft(reversed(batch))
+                self._pending.set()
+                if failures == 0:
+                    logger.error("cannot store incoming messages (%s); retrying", error)
+                failures += 1
+                await self._sleep(RETRY_SECONDS[min(failures - 1, len(RETRY_SECONDS) - 1)])
+                continue
+            if failures:
+                logger.warning("storing incoming messages again after %d failed tries", failures)
+                failures = 0
+            self._stored()
+            self._writing = False
+            if self.marked:
+                await self.catch_up(self.marked)
+
+    async def catch_up(self, channel_ids: Iterable[int] | None = None) -> int:
+        """Read back what each channel (default: every channel taken in so far) has after the
+        newest message taken in; returns how many messages were put through. A channel with no
+        starting point is skipped; one whose history cannot be read now stays marked."""
+        starts = {
+            channel_id: self.last_seen[channel_id]
+            for channel_id in (self.last_seen if channel_ids is None else list(channel_ids))
+            if channel_id in self.last_seen
+        }
+        self.marked.difference_update(starts)
+        count = 0
+        for channel_id, after in starts.items():
+            try:
+                messages = await self._read_after(channel_id, after, CATCH_UP_LIMIT)
+            except Exception:
+                logger.warning("could not catch up channel %s; will retry", channel_id)
+                self.marked.add(channel_id)
+                continue
+            for message in messages:
+                self.put(message, self.guilds.get(channel_id))
+            count += len(messages)
+        if count:
+            logger.info("caught up %d messages in %d channels", count, len(starts))
+        return count
+
+
+def _store(batch: list[tuple[HistoryMessage, int | None]]) -> None:
+    close_old_connections()  # a connection broken by an outage is replaced, not reused
+    ingress.event_ingest_many(batch)
