@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
 import signal
 
@@ -70,6 +71,8 @@ class Command(BaseCommand):
         asyncio.run(self._run(config))
 
     async def _run(self, config: WorkerConfig) -> None:
+        # `kill -USR1 <pid>` prints every thread's stack to stderr: a hung worker explains itself.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from django.db import connection
 from chat.llm.fake_server import Fault, FaultKind
 from chat.models import Turn
 from chat.tests.e2e.conftest import GENERAL, eventually
+from chat.tests.e2e.tcp_proxy import CuttableProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,21 +24,26 @@ ROOT = Path(__file__).resolve().parents[3]
 BURST = 6
 
 
-def _database_url() -> str:
+def _database_url(port: int | None = None) -> str:
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{db['NAME']}"
     password = f":{db['PASSWORD']}" if db["PASSWORD"] else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    host = "127.0.0.1" if port else db["HOST"]
+    port = port or db["PORT"] or 5432
+    return f"postgres://{db['USER']}{password}@{host}:{port}/{db['NAME']}"
 
 
-def start_runbot(world, *args: str, log: Path | None = None) -> subprocess.Popen:
-    """``manage.py runbot`` against the sandbox; its log goes to ``log`` when given."""
+def start_runbot(
+    world, *args: str, log: Path | None = None, database_port: int | None = None
+) -> subprocess.Popen:
+    """``manage.py runbot`` against the sandbox; its log goes to ``log`` when given; with
+    ``database_port`` it reaches the database through that local port (a proxy)."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "botproject.settings",
         "DJANGO_SECRET_KEY": "test-only-secret-key",
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": _database_url(database_port),
         "DISCORD_TOKEN": world.sandbox.token,
         "DISCORD_API_BASE": world.sandbox.api_base,
         "DISCORD_GATEWAY_URL": world.sandbox.gateway_url,
@@ -195,3 +202,38 @@ async def test_messages_posted_while_the_worker_was_down_are_answered_once(world
         worker.wait(timeout=20)
 
     assert replies_by_trigger(world) == dict.fromkeys([before, *missed, sentinel], 1)
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the outage is cut between the worker and PostgreSQL"
+)
+async def test_a_database_outage_during_a_burst_loses_and_repeats_nothing(world, tmp_path):
+    db = connection.settings_dict
+    host = db["HOST"] or "127.0.0.1"
+    async with CuttableProxy(
+        "127.0.0.1" if host.startswith("/") else host, int(db["PORT"] or 5432)
+    ) as proxy:
+        log = tmp_path / "worker.log"
+        worker = start_runbot(world, log=log, database_port=proxy.port)
+        try:
+            await eventually(lambda: connected_sessions(world), within=30)
+            before = [world.say(f"tomori, before {n}")["id"] for n in range(2)]
+            await eventually(lambda: set(before) <= set(replies_by_trigger(world)), within=30)
+
+            proxy.cut()  # the database is gone for this worker
+            during = [world.say(f"tomori, during {n}")["id"] for n in range(4)]
+            await eventually(lambda: "cannot store incoming messages" in log.read_text(), within=30)
+            await asyncio.sleep(2)  # an outage of a few seconds, while messages arrive
+            proxy.restore()
+
+            await eventually(lambda: set(during) <= set(replies_by_trigger(world)), within=60)
+            sentinel = world.say("tomori, are we back?")["id"]
+            await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+        finally:
+            # Waited for off the event loop: the proxy this test runs carries the worker's
+            # last database writes as it stops.
+            worker.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(asyncio.to_thread(worker.wait), 20)
+
+    assert replies_by_trigger(world) == dict.fromkeys([*before, *during, sentinel], 1)
+    assert "storing incoming messages again" in log.read_text()
