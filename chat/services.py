@@ -23,7 +23,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Q
 from django.utils import timezone
 
 from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
@@ -34,6 +34,16 @@ from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
 from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
+from chat.pipeline.items import ItemTag
+from chat.pipeline.memory import (
+    RAW_TURNS_TTL,
+    SUMMARY_TTL,
+    build_summary_messages,
+    clip_summary,
+    pending_raw_turns,
+    stm_maintenance_due,
+    visible_memory_text,
+)
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
@@ -247,6 +257,156 @@ def turns_abort_interrupted(*, on_shard: Callable[[int | None], bool]) -> int:
     )
 
 
+# -- short-term memory ----------------------------------------------------------------------------
+
+
+def short_term_memory_clear(*, persona_id: int, memory_id: int | None = None) -> int:
+    """Forget the persona's memories: the one ``memory_id`` names (only if it is this
+    persona's), else all of them. Returns how many were deleted; the next reply starts a new
+    one."""
+    rows = ShortTermMemory.objects.filter(persona_id=persona_id)
+    if memory_id is not None:
+        rows = rows.filter(id=memory_id)
+    deleted, _ = rows.delete()
+    return deleted
+
+
+def short_term_memory_expire(*, now: dt.datetime) -> int:
+    """Clear what has expired at ``now``: summaries and categories older than 24 h, raw-turn
+    counts whose newest turn is older than 12 h. Returns how many memories changed."""
+    with transaction.atomic():
+        summaries = (
+            ShortTermMemory.objects.filter(refreshed_at__lte=now - SUMMARY_TTL)
+            .filter(~Q(summary="") | ~Q(categories={}))
+            .update(summary="", categories={}, updated_at=now)
+        )
+        summaries += (
+            ShortTermMemory.objects.filter(refreshed_at__isnull=True)
+            .filter(~Q(summary="") | ~Q(categories={}))
+            .update(summary="", categories={}, updated_at=now)
+        )
+        raw = ShortTermMemory.objects.filter(
+            turns_since_refresh__gt=0, last_turn_at__lte=now - RAW_TURNS_TTL
+        ).update(turns_since_refresh=0, updated_at=now)
+    return summaries + raw
+
+
+@dataclass(frozen=True)
+class MemoryRefresh:
+    """What `short_term_memory_refresh` did: ``status`` is ``refreshed``, ``skipped`` (the row
+    is gone, no longer due, or its channel or persona is no longer served) or ``failed``;
+    ``retry`` says a failure is worth another try (the model or Discord failed for now)."""
+
+    status: str
+    detail: str = ""
+    turn_id: int | None = None
+    retry: bool = False
+
+
+async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+    """Refresh one due memory with one summarisation call over its channel's current window.
+
+    Steps:
+        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
+           skip when the channel's guild or the persona is no longer configured.
+        2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
+           it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
+           and nothing (anchor, window registry) changes.
+        3. Record a `Turn` of reason ``maintenance``; ask the model once with the rendered
+           dialogue lines (`memory.build_summary_messages`) and the unexpired summary.
+        4. Save the summary (clipped), reset the raw turns, stamp the refresh; the turn ends
+           ``replied`` with the summary as its reply (nothing is sent to Discord).
+    A model failure ends the turn ``failed`` and asks for a retry; a Discord failure before
+    the turn asks for one too.
+    """
+    now = runtime.clock()
+    memory = await sync_to_async(_memory_get)(memory_id)
+    if memory is None:
+        return MemoryRefresh("skipped", "the memory is gone")
+    persona = memory.persona
+    if not stm_maintenance_due(
+        memory.state,
+        refresh_every=persona.stm_refresh_every,
+        tools_on=persona.tools_enabled,
+        now=now,
+    ):
+        return MemoryRefresh("skipped", "no longer due")
+    configuration = await sync_to_async(selectors.channel_configuration)(
+        channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
+    )
+    if configuration is None or all(p.id != persona.id for p in configuration.personas):
+        return MemoryRefresh("skipped", "the channel or persona is no longer served")
+    try:
+        newest = await runtime.port.fetch_history(memory.channel_id, 1)
+    except DeliveryError as error:
+        return MemoryRefresh("failed", f"history: {error}", retry=not error.permanent)
+    if not newest:
+        return MemoryRefresh("skipped", "the channel has no messages")
+    request = TurnRequest(
+        configuration=configuration,
+        persona=persona,
+        trigger=newest[0],
+        reason=TurnReason.MAINTENANCE,
+        reason_detail={
+            "memory_id": memory.id,
+            "turns_since_refresh": memory.turns_since_refresh,
+            "refresh_every": persona.stm_refresh_every,
+        },
+    )
+    prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    lines = [
+        item.text
+        for item in prepared.context.items
+        if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+    ]
+    previous = visible_memory_text(memory.state, now=now)
+    names = runtime.port.names(configuration.guild_id, [])
+    messages = build_summary_messages(
+        persona_name=persona.name,
+        channel_name=f"#{names.channels[memory.channel_id]}"
+        if memory.channel_id in names.channels
+        else ("a direct message" if configuration.guild_id is None else "this channel"),
+        previous_summary=previous,
+        conversation=lines,
+    )
+    turn = await sync_to_async(_turn_create)(request)
+    _record_context(turn, prepared)
+    turn.request = {"messages": messages}
+    turn.tool_allowlist = []
+    completion = await runtime.llm.complete_turn(
+        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    )
+    _record_completion(turn, completion)
+    summary = clip_summary(completion.reply_text)
+    if completion.error is not None or not summary:
+        turn.status = Turn.Status.FAILED
+        turn.error = turn.error or "the model gave an empty summary"
+        await sync_to_async(_turn_save)(turn)
+        return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
+    turn.status, turn.reply_text = Turn.Status.REPLIED, summary
+    await sync_to_async(_memory_refreshed)(turn, memory, summary, now)
+    return MemoryRefresh("refreshed", turn_id=turn.id)
+
+
+def _memory_get(memory_id: int) -> ShortTermMemory | None:
+    return ShortTermMemory.objects.select_related("persona").filter(id=memory_id).first()
+
+
+def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
+    """Save the maintenance turn and the refreshed memory together."""
+    with transaction.atomic():
+        _turn_save(turn)
+        _stm_write(
+            persona=memory.persona,
+            channel_id=memory.channel_id,
+            guild_id=memory.guild_id,
+            user_id=memory.user_id,
+            summary=summary,
+            turn_id=turn.id,
+            now=now,
+        )
+
+
 # -- acting ---------------------------------------------------------------------------------------
 
 
@@ -289,7 +449,7 @@ async def _finish(
         runtime.windows.record_delivery(channel_id, item.message, item.message_id)
     turn.delivered_message_ids = [str(item.message_id) for item in delivered]
     turn.status = Turn.Status.REPLIED
-    await sync_to_async(_turn_delivered)(turn, request, delivered)
+    await sync_to_async(_turn_delivered)(turn, request, delivered, runtime.clock())
 
 
 async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
@@ -354,7 +514,7 @@ async def _turn_input(
 ) -> TurnInput:
     channel, persona = request.channel, request.persona
     reply_targets = await _reply_targets(runtime.port, channel.channel_id, history)
-    people = await sync_to_async(_gather_people)(request, history, reply_targets)
+    people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
     user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
@@ -377,7 +537,9 @@ async def _turn_input(
         channel_note=channel.channel_note,
         global_note=channel.global_note,
         stm_text=people.stm_text,
+        stm_depth=persona.stm_depth,
         configured_tools=frozenset(),
+        tools_enabled=persona.tools_enabled,
         stm_maintenance_due=people.stm_due,
         token_cache=previous.token_cache if previous else {},
         previous_history=previous.simplified_history if previous else None,
@@ -398,21 +560,39 @@ def _gather_people(
     request: TurnRequest,
     history: tuple[HistoryMessage, ...],
     reply_targets: Mapping[int, HistoryMessage],
+    now: dt.datetime,
 ) -> _People:
+    """Privacy and blacklist for everyone in the window, and this scope's short-term memory:
+    its text unless expired, and whether maintenance is due (`chat.pipeline.memory`)."""
     messages = [*history, *reply_targets.values()]
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
     }
     standing = selectors.user_standing(user_ids=user_ids)
+    persona = request.persona
     memory = selectors.short_term_memory(
-        persona=request.persona, channel_id=request.channel.channel_id
+        persona=persona,
+        channel_id=request.channel.channel_id,
+        user_id=memory_scope_user_id(request),
     )
+    state = memory.state if memory is not None else None
     return _People(
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
-        stm_text=memory.summary if memory and memory.summary else None,
-        stm_due=bool(memory and memory.maintenance_due),
+        stm_text=visible_memory_text(state, now=now),
+        stm_due=stm_maintenance_due(
+            state,
+            refresh_every=persona.stm_refresh_every,
+            tools_on=persona.tools_enabled,
+            now=now,
+        ),
     )
+
+
+def memory_scope_user_id(request: TurnRequest) -> int | None:
+    """Whose memory a turn uses: in a DM the user's (the trigger's accountable account); in a
+    guild channel None (one memory per guild, channel and persona)."""
+    return request.trigger.accountable_user_id if request.channel.guild is None else None
 
 
 async def _reply_targets(
@@ -507,8 +687,17 @@ def _toolbox(
         attachments=media,
         attachment_reader=_AttachmentReader(runtime.port),
         message_metadata=_MetadataLookup(context.message_ids, by_id),
-        short_term_memory=_MemoryWriter(persona, channel, turn_id),
+        short_term_memory=_MemoryWriter(
+            persona, channel, turn_id, user_id=_scope_of(channel, turn_input), clock=runtime.clock
+        ),
     )
+
+
+def _scope_of(channel: ChannelSettings, turn_input: TurnInput) -> int | None:
+    if channel.guild is not None:
+        return None
+    trigger = next((m for m in turn_input.history if m.id == turn_input.trigger_id), None)
+    return trigger.accountable_user_id if trigger is not None else None
 
 
 class _AttachmentReader:
@@ -539,30 +728,61 @@ class _MetadataLookup:
 
 
 class _MemoryWriter:
-    """Writes the channel's short-term memory for the turn ``turn_id`` (a dry run has none:
-    it never calls the model, so never a tool)."""
+    """Writes the short-term memory of the turn's scope (``user_id`` in a DM) for the turn
+    ``turn_id`` (a dry run has none: it never calls the model, so never a tool)."""
 
-    def __init__(self, persona: Persona, channel: ChannelSettings, turn_id: int | None) -> None:
+    def __init__(
+        self,
+        persona: Persona,
+        channel: ChannelSettings,
+        turn_id: int | None,
+        *,
+        user_id: int | None,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
         self._persona, self._channel, self._turn_id = persona, channel, turn_id
+        self._user_id, self._clock = user_id, clock
 
     async def write(self, *, summary: str) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
-        await sync_to_async(_stm_write)(self._persona, self._channel, summary, self._turn_id)
+        await sync_to_async(_stm_write)(
+            persona=self._persona,
+            channel_id=self._channel.channel_id,
+            guild_id=self._channel.guild.guild_id if self._channel.guild else None,
+            user_id=self._user_id,
+            summary=summary,
+            turn_id=self._turn_id,
+            now=self._clock(),
+        )
 
 
-def _stm_write(persona: Persona, channel: ChannelSettings, summary: str, turn_id: int) -> None:
-    ShortTermMemory.objects.update_or_create(
+def _stm_write(
+    *,
+    persona: Persona,
+    channel_id: int,
+    guild_id: int | None,
+    user_id: int | None,
+    summary: str,
+    turn_id: int,
+    now: dt.datetime,
+) -> ShortTermMemory:
+    """A refresh: the summary (clipped to 1,500 characters) replaces the old one and its
+    categories, the raw-turn count resets, and the writing turn and time are kept."""
+    memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
-        channel_id=channel.channel_id,
-        user_id=None,
+        channel_id=channel_id,
+        user_id=user_id,
         defaults={
-            "summary": summary,
-            "guild_id": channel.guild.guild_id if channel.guild else None,
+            "summary": clip_summary(summary),
+            "categories": {},
+            "guild_id": guild_id,
             "turns_since_refresh": 0,
+            "refreshed_at": now,
             "last_refreshed_turn_id": turn_id,
         },
     )
+    return memory
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -634,8 +854,11 @@ def _turn_save(turn: Turn) -> None:
     turn.save()
 
 
-def _turn_delivered(turn: Turn, request: TurnRequest, delivered: list[Delivered]) -> None:
-    """Save the replied turn, index its messages as the persona's, count it toward STM."""
+def _turn_delivered(
+    turn: Turn, request: TurnRequest, delivered: list[Delivered], now: dt.datetime
+) -> None:
+    """Save the replied turn, index its messages as the persona's, and count it as one raw turn
+    of the scope's short-term memory (the memory is created on the persona's first reply)."""
     channel_id, guild_id = request.channel.channel_id, request.configuration.guild_id
     with transaction.atomic():
         _turn_save(turn)
@@ -650,9 +873,34 @@ def _turn_delivered(turn: Turn, request: TurnRequest, delivered: list[Delivered]
                     "webhook_id": item.webhook_id,
                 },
             )
-        ShortTermMemory.objects.filter(
-            persona=request.persona, channel_id=channel_id, user_id__isnull=True
-        ).update(turns_since_refresh=F("turns_since_refresh") + 1)
+        _stm_count_turn(
+            persona=request.persona,
+            channel_id=channel_id,
+            guild_id=guild_id,
+            user_id=memory_scope_user_id(request),
+            now=now,
+        )
+
+
+def _stm_count_turn(
+    *,
+    persona: Persona,
+    channel_id: int,
+    guild_id: int | None,
+    user_id: int | None,
+    now: dt.datetime,
+) -> None:
+    """One more raw turn; expired raw turns (`RAW_TURNS_TTL`) are dropped first. Runs inside
+    the caller's transaction (the row is locked while counted)."""
+    memory, _ = ShortTermMemory.objects.select_for_update().get_or_create(
+        persona=persona,
+        channel_id=channel_id,
+        user_id=user_id,
+        defaults={"guild_id": guild_id},
+    )
+    memory.turns_since_refresh = pending_raw_turns(memory.state, now=now) + 1
+    memory.last_turn_at = now
+    memory.save(update_fields=["turns_since_refresh", "last_turn_at", "updated_at"])
 
 
 def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
