@@ -32,7 +32,7 @@ from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
-from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
+from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
@@ -255,6 +255,41 @@ def turns_abort_interrupted(*, on_shard: Callable[[int | None], bool]) -> int:
     return Turn.objects.filter(id__in=stale).update(
         status=Turn.Status.ABORTED, error="the worker stopped during the turn"
     )
+
+
+# -- planner steps --------------------------------------------------------------------------------
+
+
+def planner_step_record(
+    *,
+    channel_id: int,
+    guild_id: int | None,
+    loop_id: str,
+    iteration: int,
+    prompt: list[dict],
+    decision: str,
+    action: Mapping[str, object],
+    llm_ms: float | None,
+) -> int:
+    """Record what one planner step was shown and decided, before it is acted on; returns the
+    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``)."""
+    return PlannerStep.objects.create(
+        channel_id=channel_id,
+        guild_id=guild_id,
+        loop_id=loop_id,
+        iteration=iteration,
+        prompt=prompt,
+        decision=decision,
+        action=dict(action),
+        llm_ms=llm_ms,
+    ).id
+
+
+def planner_step_finish(
+    *, step_id: int, success: bool, result: str, turn_id: int | None = None
+) -> None:
+    """Record what came of a planner step: its result and the persona turn it ran, if any."""
+    PlannerStep.objects.filter(id=step_id).update(success=success, result=result, turn_id=turn_id)
 
 
 # -- short-term memory ----------------------------------------------------------------------------
