@@ -913,6 +913,7 @@ def _turn_delivered(
             channel_id=channel_id,
             guild_id=guild_id,
             user_id=memory_scope_user_id(request),
+            turn_id=turn.id,
             now=now,
         )
 
@@ -923,16 +924,20 @@ def _stm_count_turn(
     channel_id: int,
     guild_id: int | None,
     user_id: int | None,
+    turn_id: int,
     now: dt.datetime,
 ) -> None:
-    """One more raw turn; expired raw turns (`RAW_TURNS_TTL`) are dropped first. Runs inside
-    the caller's transaction (the row is locked while counted)."""
+    """One more raw turn; expired raw turns (`RAW_TURNS_TTL`) are dropped first. A turn that
+    refreshed the memory itself (the memory tool) does not count: its summary covers it. Runs
+    inside the caller's transaction (the row is locked while counted)."""
     memory, _ = ShortTermMemory.objects.select_for_update().get_or_create(
         persona=persona,
         channel_id=channel_id,
         user_id=user_id,
         defaults={"guild_id": guild_id},
     )
+    if memory.last_refreshed_turn_id == turn_id:
+        return
     memory.turns_since_refresh = pending_raw_turns(memory.state, now=now) + 1
     memory.last_turn_at = now
     memory.save(update_fields=["turns_since_refresh", "last_turn_at", "updated_at"])

@@ -250,3 +250,54 @@ async def test_clearing_forgets_one_memory_or_all_of_a_personas(bench: Bench):
     assert [m.persona_id for m in await sync_to_async(list)(ShortTermMemory.objects.all())] == [
         bench.anon.id
     ]
+
+
+async def test_a_turn_that_refreshes_the_memory_does_not_count_as_a_raw_turn(bench: Bench):
+    await ShortTermMemory.objects.acreate(
+        persona=bench.tomori, channel_id=CHANNEL, turns_since_refresh=5, last_turn_at=NOW
+    )
+    bench.llm.enqueue(
+        Reply.calling(MEMORY_TOOL, {"summary": "Alice plans the gig."}),
+        Reply("noted!"),
+    )
+    trigger = bench.discord.post(chat(1, "tomori, the gig is on Sunday"))
+
+    turn = await turn_run(runtime=bench.runtime, request=await bench.request(trigger, bench.tomori))
+
+    assert MEMORY_TOOL in offered_tools(bench.llm.chat_bodies[0])  # due: no keyword needed
+    memory = await memory_of(bench)
+    assert (memory.summary, memory.turns_since_refresh, memory.last_refreshed_turn_id) == (
+        "Alice plans the gig.",
+        0,
+        turn.id,
+    )
+
+
+async def test_direct_messages_keep_one_memory_per_user(bench: Bench):
+    alice_dm, bob_dm = sf(70), sf(71)
+    bench.discord.places.update({alice_dm: ChannelPlace(None), bob_dm: ChannelPlace(None)})
+    dm = await sync_to_async(selectors.channel_configuration)(
+        channel_id=alice_dm, guild_id=None, now=NOW
+    )
+    bob_config = await sync_to_async(selectors.channel_configuration)(
+        channel_id=bob_dm, guild_id=None, now=NOW
+    )
+    for configuration, author, n in ((dm, ALICE, 1), (bob_config, BOB, 2)):
+        trigger = bench.discord.post(
+            chat(n, "hi", channel_id=configuration.channel_id, author=author)
+        )
+        turn = await turn_run(
+            runtime=bench.runtime,
+            request=TurnRequest(
+                configuration=configuration,
+                persona=bench.tomori,
+                trigger=trigger,
+                reason=TurnReason.DIRECT_MESSAGE,
+            ),
+        )
+        assert turn.status == Turn.Status.REPLIED
+
+    rows = await sync_to_async(list)(
+        ShortTermMemory.objects.order_by("user_id").values_list("channel_id", "user_id", "guild_id")
+    )
+    assert rows == [(alice_dm, ALICE.id, None), (bob_dm, BOB.id, None)]
