@@ -428,10 +428,15 @@ def _memory_get(memory_id: int) -> ShortTermMemory | None:
 
 
 def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
-    """Save the maintenance turn and the refreshed memory together."""
+    """Save the maintenance turn and the refreshed memory together. Replies the persona gave
+    while the summary was being written stay counted (they are not in the summary)."""
     with transaction.atomic():
         _turn_save(turn)
-        _stm_write(
+        current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
+        later = 0
+        if current is not None:
+            later = max(0, current.turns_since_refresh - memory.turns_since_refresh)
+        written = _stm_write(
             persona=memory.persona,
             channel_id=memory.channel_id,
             guild_id=memory.guild_id,
@@ -440,6 +445,9 @@ def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt
             turn_id=turn.id,
             now=now,
         )
+        if later:
+            written.turns_since_refresh = later
+            written.save(update_fields=["turns_since_refresh"])
 
 
 # -- acting ---------------------------------------------------------------------------------------

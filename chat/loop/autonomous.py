@@ -182,14 +182,19 @@ class AutonomousLoop:
 
     async def _seed(self, configuration: ChannelConfiguration, state: ChannelConversation) -> None:
         """Start the conversation from the channel's recent window, as a persona turn reads it
-        (the unread messages are left to the incoming events)."""
+        (the unread messages are left to the incoming events). Once per channel while the worker
+        runs; read without changing the window registry, so the persona turns' own window and
+        anchoring are exactly as without the planner."""
         channel = configuration.settings
         try:
             read = await self._runtime.windows.read(
-                channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None
+                channel.channel_id,
+                limit=channel.fetch_limit,
+                is_dm=channel.guild is None,
+                dry_run=True,
             )
-        except DeliveryError as error:
-            logger.warning("could not read %s's history: %s", channel.channel_id, error)
+        except Exception:  # Discord failed: plan without the history, try again next loop
+            logger.warning("could not read %s's history", channel.channel_id, exc_info=True)
             return
         unread = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel.channel_id)
         unread_ids = {m.id for m in unread}
