@@ -916,35 +916,24 @@ def _turn_delivered(
                     "webhook_id": item.webhook_id,
                 },
             )
-        _stm_count_turn(
-            persona=request.persona,
-            channel_id=channel_id,
-            guild_id=guild_id,
-            user_id=memory_scope_user_id(request),
-            turn_id=turn.id,
-            now=now,
-        )
+        _stm_count_turn(turn, user_id=memory_scope_user_id(request), now=now)
 
 
-def _stm_count_turn(
-    *,
-    persona: Persona,
-    channel_id: int,
-    guild_id: int | None,
-    user_id: int | None,
-    turn_id: int,
-    now: dt.datetime,
-) -> None:
-    """One more raw turn; expired raw turns (`RAW_TURNS_TTL`) are dropped first. A turn that
-    refreshed the memory itself (the memory tool) does not count: its summary covers it. Runs
-    inside the caller's transaction (the row is locked while counted)."""
+def _stm_count_turn(turn: Turn, *, user_id: int | None, now: dt.datetime) -> None:
+    """Count the delivered ``turn`` as one raw turn of its persona's memory of the channel (of
+    the DM with ``user_id``), creating the memory on the first reply; expired raw turns
+    (`RAW_TURNS_TTL`) are dropped first. A turn that refreshed the memory itself (the memory
+    tool) does not count: its summary covers it. Runs inside the caller's transaction (the
+    row is locked while counted)."""
+    if turn.persona_id is None:
+        return
     memory, _ = ShortTermMemory.objects.select_for_update().get_or_create(
-        persona=persona,
-        channel_id=channel_id,
+        persona_id=turn.persona_id,
+        channel_id=turn.channel_id,
         user_id=user_id,
-        defaults={"guild_id": guild_id},
+        defaults={"guild_id": turn.guild_id},
     )
-    if memory.last_refreshed_turn_id == turn_id:
+    if memory.last_refreshed_turn_id == turn.id:
         return
     memory.turns_since_refresh = pending_raw_turns(memory.state, now=now) + 1
     memory.last_turn_at = now
