@@ -227,7 +227,11 @@ class AutonomousLoop:
             blocked_user_ids=frozenset(),
             timezone=ZoneInfo(channel.timezone),
         )
-        lines = render_planner_lines(simplified.entries, simplified.id_map)
+        lines = render_planner_lines(
+            simplified.entries,
+            simplified.id_map,
+            line_starts=frozenset({min(unread_ids)}) if unread_ids else frozenset(),
+        )
         step.refs = dict(simplified.id_map.as_mapping())
         step.shown_unread = unread
         personas = configuration.personas

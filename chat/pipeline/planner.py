@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chat.pipeline.message_id_map import MessageIdMap
-from chat.pipeline.simplify import SimplifiedEntry
+from chat.pipeline.simplify import EntryPart, SimplifiedEntry
 
 MAX_SLEEP_SECONDS = 60
 
@@ -174,13 +175,26 @@ def build_planner_messages(
 
 
 def render_planner_lines(
-    entries: Sequence[SimplifiedEntry], id_map: MessageIdMap
+    entries: Sequence[SimplifiedEntry],
+    id_map: MessageIdMap,
+    *,
+    line_starts: AbstractSet[int] = frozenset(),
 ) -> dict[int, str]:
-    """One line per simplified entry, ``ref_N Name: text``, keyed by the entry's first message
-    id (so the scheduler can split the lines into read and unread)."""
+    """One line per simplified entry, ``ref_N Name: text``, keyed by the line's first message
+    id (so the caller can split the lines into conversation and incoming events).
+
+    A merged entry is cut into several lines before each message in ``line_starts`` (the first
+    unread message: what was read and what is incoming never share a line)."""
     lines = {}
     for entry in entries:
-        first = entry.message_ids[0]
-        key = id_map.message_key(first) or id_map.register_message(first)
-        lines[first] = f"{key} {entry.author_name}: {entry.prose or '(no text)'}"
+        segments: list[list[EntryPart]] = []
+        for part in entry.parts:
+            if not segments or part.message_id in line_starts:
+                segments.append([])
+            segments[-1].append(part)
+        for parts in segments:
+            first = parts[0].message_id
+            key = id_map.message_key(first) or id_map.register_message(first)
+            prose = "\n".join(part.body for part in parts if part.body)
+            lines[first] = f"{key} {entry.author_name}: {prose or '(no text)'}"
     return lines

@@ -13,7 +13,9 @@ from chat.pipeline.planner import (
     Sleep,
     build_planner_messages,
     parse_planner_action,
+    render_planner_lines,
 )
+from chat.tests.factories import ALICE, message, sf, simplify
 
 
 @pytest.mark.parametrize(
@@ -89,3 +91,20 @@ def test_planner_prompt_without_unread_messages_says_so_at_the_end():
     )
     assert messages[1]["content"] == "Conversation so far:\n(nothing yet)"
     assert "You have 0 unread messages." in messages[2]["content"]
+
+
+def test_read_and_unread_words_of_one_author_never_share_a_line():
+    history = simplify(
+        [
+            message(1, "morning", author=ALICE),
+            message(2, "anyone up?", author=ALICE, minutes=1),
+            message(3, "hello??", author=ALICE, minutes=2),
+        ]
+    )
+    assert len(history.entries) == 1  # merged: one author, pure text, same day
+
+    merged = render_planner_lines(history.entries, history.id_map)
+    split = render_planner_lines(history.entries, history.id_map, line_starts={sf(2)})
+
+    assert merged == {sf(1): "ref_1 Alice: morning\nanyone up?\nhello??"}
+    assert split == {sf(1): "ref_1 Alice: morning", sf(2): "ref_2 Alice: anyone up?\nhello??"}
