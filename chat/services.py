@@ -36,6 +36,7 @@ from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTer
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
+    MAX_CATEGORIES,
     RAW_TURNS_TTL,
     SUMMARY_TTL,
     build_summary_messages,
@@ -786,7 +787,7 @@ class _MemoryWriter:
         self._persona, self._channel, self._turn_id = persona, channel, turn_id
         self._user_id, self._clock = user_id, clock
 
-    async def write(self, *, summary: str) -> None:
+    async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
         await sync_to_async(_stm_write)(
@@ -795,6 +796,7 @@ class _MemoryWriter:
             guild_id=self._channel.guild.guild_id if self._channel.guild else None,
             user_id=self._user_id,
             summary=summary,
+            categories=categories,
             turn_id=self._turn_id,
             now=self._clock(),
         )
@@ -807,18 +809,20 @@ def _stm_write(
     guild_id: int | None,
     user_id: int | None,
     summary: str,
+    categories: Mapping[str, str] | None = None,
     turn_id: int,
     now: dt.datetime,
 ) -> ShortTermMemory:
-    """A refresh: the summary (clipped to 1,500 characters) replaces the old one and its
-    categories, the raw-turn count resets, and the writing turn and time are kept."""
+    """A refresh: the summary (clipped to 1,500 characters) and the categories (at most five)
+    replace the old memory, the raw-turn count resets, and the writing turn and time are
+    kept."""
     memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
         channel_id=channel_id,
         user_id=user_id,
         defaults={
             "summary": clip_summary(summary),
-            "categories": {},
+            "categories": dict(list((categories or {}).items())[:MAX_CATEGORIES]),
             "guild_id": guild_id,
             "turns_since_refresh": 0,
             "refreshed_at": now,

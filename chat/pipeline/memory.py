@@ -77,12 +77,12 @@ def summary_expired(memory: MemoryState, *, now: dt.datetime) -> bool:
 
 def visible_memory_text(memory: MemoryState | None, *, now: dt.datetime) -> str | None:
     """What the persona's prompt shows of the memory: the summary, then the categories (at most
-    `MAX_CATEGORIES`, in stored order) as ``- name: text`` lines; None when there is nothing or
-    it expired."""
+    `MAX_CATEGORIES`, by name: stored JSON keeps no order) as ``- name: text`` lines; None when
+    there is nothing or it expired."""
     if memory is None or summary_expired(memory, now=now):
         return None
     lines = [memory.summary.strip()] if memory.summary.strip() else []
-    categories = list((memory.categories or {}).items())[:MAX_CATEGORIES]
+    categories = sorted((memory.categories or {}).items())[:MAX_CATEGORIES]
     lines += [f"- {name}: {text}".strip() for name, text in categories if str(text).strip()]
     return "\n".join(lines) or None
 

@@ -75,8 +75,8 @@ def test_a_summary_is_shown_for_twenty_four_hours(age, shown):
     assert visible_memory_text(memory, now=NOW) == ("Bob is moving house." if shown else None)
 
 
-def test_categories_show_after_the_summary_at_most_five():
-    categories = {f"topic {n}": f"note {n}" for n in range(1, 8)}
+def test_categories_show_after_the_summary_by_name_at_most_five():
+    categories = {f"topic {n}": f"note {n}" for n in (7, 3, 1, 6, 2, 5, 4)}
     memory = MemoryState(summary="Gig on Saturday.", categories=categories, refreshed_at=NOW)
     assert visible_memory_text(memory, now=NOW) == "\n".join(
         ["Gig on Saturday.", *(f"- topic {n}: note {n}" for n in range(1, 6))]

@@ -301,3 +301,22 @@ async def test_direct_messages_keep_one_memory_per_user(bench: Bench):
         ShortTermMemory.objects.order_by("user_id").values_list("channel_id", "user_id", "guild_id")
     )
     assert rows == [(alice_dm, ALICE.id, None), (bob_dm, BOB.id, None)]
+
+
+async def test_categories_written_by_the_tool_show_in_the_next_prompt(bench: Bench):
+    bench.llm.enqueue(
+        Reply.calling(MEMORY_TOOL, {"categories": {"plans": "gig on Sunday", "mood": "excited"}}),
+        Reply("noted!"),
+    )
+    first = bench.discord.post(chat(1, "tomori, remember the plans"))
+    await turn_run(runtime=bench.runtime, request=await bench.request(first, bench.tomori))
+    second = bench.discord.post(chat(3, "tomori, what were the plans?"))
+
+    prepared = await turn_prepare(
+        runtime=bench.runtime, request=await bench.request(second, bench.tomori), dry_run=True
+    )
+
+    memory = await memory_of(bench)
+    assert memory.summary == ""
+    assert memory.categories == {"plans": "gig on Sunday", "mood": "excited"}
+    assert "- mood: excited\\n- plans: gig on Sunday" in system_text(prepared.body)
