@@ -184,8 +184,9 @@ class ShortTermMemory(models.Model):
     persona's *raw turns* (delivered replies) since the last refresh, the newest at
     ``last_turn_at``; a refresh writes ``summary`` (at most 1,500 characters) or up to five
     ``categories``, resets the count, stamps ``refreshed_at`` and names the turn that wrote it in
-    ``last_refreshed_turn``. The rules (due at the persona's cadence when its tools are on; raw
-    turns expire after 12 h, the summary after 24 h) are in `chat.pipeline.memory`.
+    ``last_refreshed_turn``. ``refresh_claimed_at`` marks a background refresh queued and not
+    finished (one at a time per memory). The rules (due at the persona's cadence when its tools
+    are on; raw turns expire after 12 h, the summary after 24 h) are in `chat.pipeline.memory`.
     """
 
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)
@@ -199,6 +200,9 @@ class ShortTermMemory(models.Model):
     turns_since_refresh = models.PositiveIntegerField(default=0)
     last_turn_at = models.DateTimeField(null=True, blank=True)
     refreshed_at = models.DateTimeField(null=True, blank=True)
+    refresh_claimed_at = models.DateTimeField(
+        null=True, blank=True, help_text="A background refresh was queued for it at this time"
+    )
     last_refreshed_turn = models.ForeignKey(
         Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

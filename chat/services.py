@@ -17,7 +17,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -327,6 +327,31 @@ def short_term_memory_expire(*, now: dt.datetime) -> int:
     return summaries + raw
 
 
+REFRESH_CLAIM_TTL = dt.timedelta(minutes=15)
+"""How long a queued background refresh holds its memory (its retries included); a claim older
+than this is taken to be lost (a worker that died) and the memory can be queued again."""
+
+
+def short_term_memory_claim(*, memory_ids: Sequence[int], now: dt.datetime) -> list[int]:
+    """Claim memories for a background refresh, one refresh at a time per memory: returns the
+    ids that were not already claimed (or whose claim is older than `REFRESH_CLAIM_TTL`), now
+    claimed at ``now``. Each claim is one conditional update, so two schedulers never both win."""
+    claimed = []
+    for memory_id in memory_ids:
+        free = Q(refresh_claimed_at__isnull=True) | Q(
+            refresh_claimed_at__lte=now - REFRESH_CLAIM_TTL
+        )
+        rows = ShortTermMemory.objects.filter(free, id=memory_id)
+        if rows.update(refresh_claimed_at=now):
+            claimed.append(memory_id)
+    return claimed
+
+
+def short_term_memory_release(*, memory_id: int) -> None:
+    """End a memory's background-refresh claim (the refresh finished or gave up)."""
+    ShortTermMemory.objects.filter(id=memory_id).update(refresh_claimed_at=None)
+
+
 @dataclass(frozen=True)
 class MemoryRefresh:
     """What `short_term_memory_refresh` did: ``status`` is ``refreshed``, ``skipped`` (the row
@@ -340,6 +365,16 @@ class MemoryRefresh:
 
 
 async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+    """Refresh one due memory with one summarisation call over its channel's current window
+    (steps in `_refresh`). The memory's background-refresh claim ends with it, unless the
+    result asks for a retry (the retry still holds it)."""
+    result = await _refresh(runtime, memory_id)
+    if not result.retry:
+        await sync_to_async(short_term_memory_release)(memory_id=memory_id)
+    return result
+
+
+async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     """Refresh one due memory with one summarisation call over its channel's current window.
 
     Steps:

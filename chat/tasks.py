@@ -30,8 +30,10 @@ from chat.pipeline.tokens import default_token_counter
 from chat.services import (
     MemoryRefresh,
     TurnRuntime,
+    short_term_memory_claim,
     short_term_memory_expire,
     short_term_memory_refresh,
+    short_term_memory_release,
 )
 from chat.windows import WindowRegistry
 from chat.worker import llm_client_from_settings
@@ -57,7 +59,8 @@ def event_queue_prune_task() -> int:
 @shared_task(ignore_result=True)
 def short_term_memory_maintenance_task() -> list[int]:
     """Periodic (Celery beat): clear expired memory, then queue a refresh of every due memory
-    in a quiet channel; returns the queued ids. Not retried: the next run finds the same rows."""
+    in a quiet channel that no other refresh holds (`short_term_memory_claim`); returns the
+    queued ids. Not retried: the next run finds the same rows."""
     now = timezone.now()
     cleared = short_term_memory_expire(now=now)
     due = selectors.short_term_memories_due(
@@ -65,12 +68,11 @@ def short_term_memory_maintenance_task() -> list[int]:
         idle_for=dt.timedelta(seconds=settings.STM_IDLE_SECONDS),
         raw_turns_ttl=RAW_TURNS_TTL,
     )
-    for memory_id in due:
+    claimed = short_term_memory_claim(memory_ids=due, now=now)
+    for memory_id in claimed:
         short_term_memory_refresh_task.delay(memory_id)
-    logger.info(
-        "memory maintenance: %d expired parts cleared, %d refreshes queued", cleared, len(due)
-    )
-    return due
+    logger.info("memory maintenance: %d cleared, %d refreshes queued", cleared, len(claimed))
+    return claimed
 
 
 @shared_task(bind=True, ignore_result=True, max_retries=REFRESH_MAX_RETRIES)
@@ -80,8 +82,10 @@ def short_term_memory_refresh_task(self, memory_id: int) -> str:
     apart; returns the outcome (``refreshed``, ``skipped`` or ``failed``)."""
     result = asyncio.run(_refresh(memory_id))
     logger.info("memory %s: %s %s", memory_id, result.status, result.detail)
-    if result.status == "failed" and result.retry and self.request.retries < self.max_retries:
-        raise self.retry(countdown=REFRESH_RETRY_SECONDS)
+    if result.retry:
+        if self.request.retries < self.max_retries:
+            raise self.retry(countdown=REFRESH_RETRY_SECONDS)
+        short_term_memory_release(memory_id=memory_id)  # given up: the next run may queue it
     return result.status
 
 

@@ -11,12 +11,14 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat import selectors
-from chat.llm.fake_server import Reply
+from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import ShortTermMemory, Turn
 from chat.pipeline.triggers import TurnReason
 from chat.ports import ChannelPlace
 from chat.services import (
+    REFRESH_CLAIM_TTL,
     TurnRequest,
+    short_term_memory_claim,
     short_term_memory_clear,
     short_term_memory_expire,
     short_term_memory_refresh,
@@ -216,8 +218,6 @@ async def test_a_refresh_skips_a_memory_that_is_no_longer_due(bench: Bench):
 
 
 async def test_a_failed_refresh_keeps_the_memory_and_asks_for_a_retry(bench: Bench):
-    from chat.llm.fake_server import Fault, FaultKind
-
     bench.discord.post(chat(1, "hello"))
     memory = await due_memory(bench)
     bench.llm.enqueue(*[Fault(FaultKind.HTTP_ERROR, status=500)] * 4)
@@ -320,3 +320,34 @@ async def test_categories_written_by_the_tool_show_in_the_next_prompt(bench: Ben
     assert memory.summary == ""
     assert memory.categories == {"plans": "gig on Sunday", "mood": "excited"}
     assert "- mood: excited\\n- plans: gig on Sunday" in system_text(prepared.body)
+
+
+async def test_one_background_refresh_at_a_time_per_memory(bench: Bench):
+    bench.discord.post(chat(1, "hello"))
+    memory = await due_memory(bench)
+    claim = sync_to_async(short_term_memory_claim)
+
+    assert await claim(memory_ids=[memory.id], now=NOW) == [memory.id]
+    assert await claim(memory_ids=[memory.id], now=NOW + dt.timedelta(minutes=14)) == []
+    lost = NOW + REFRESH_CLAIM_TTL
+    assert await claim(memory_ids=[memory.id], now=lost) == [memory.id]  # a worker died
+
+    bench.llm.enqueue(Reply("Hello was said."))
+    result = await short_term_memory_refresh(runtime=bench.runtime, memory_id=memory.id)
+
+    assert result.status == "refreshed"
+    await memory.arefresh_from_db()
+    assert memory.refresh_claimed_at is None
+
+
+async def test_a_refresh_that_will_be_retried_keeps_its_claim(bench: Bench):
+    bench.discord.post(chat(1, "hello"))
+    memory = await due_memory(bench)
+    await sync_to_async(short_term_memory_claim)(memory_ids=[memory.id], now=NOW)
+    bench.llm.enqueue(*[Fault(FaultKind.HTTP_ERROR, status=500)] * 4)
+
+    result = await short_term_memory_refresh(runtime=bench.runtime, memory_id=memory.id)
+
+    assert result.retry
+    await memory.arefresh_from_db()
+    assert memory.refresh_claimed_at == NOW
