@@ -920,14 +920,21 @@ def _jsonable(value: object) -> object:
 
 
 def _turn_create(request: TurnRequest) -> Turn:
+    """The turn's row, ``running``. A maintenance turn answers no message: it names no
+    trigger (so it never counts as the persona's answer to one); its ``reason_detail`` says
+    where the summarised window ended."""
+    maintenance = request.reason == TurnReason.MAINTENANCE
+    detail = dict(request.reason_detail)
+    if maintenance:
+        detail["window_newest_message_id"] = str(request.trigger.id)
     return Turn.objects.create(
         guild_id=request.configuration.guild_id,
         channel_id=request.channel.channel_id,
         persona=request.persona,
         persona_name=request.persona.name,
-        trigger_message_id=request.trigger.id,
+        trigger_message_id=None if maintenance else request.trigger.id,
         reason=str(request.reason),
-        reason_detail=dict(request.reason_detail),
+        reason_detail=detail,
     )
 
 

@@ -22,6 +22,7 @@ from chat.services import (
     short_term_memory_clear,
     short_term_memory_expire,
     short_term_memory_refresh,
+    turn_already_answered,
     turn_prepare,
     turn_run,
 )
@@ -201,6 +202,12 @@ async def test_a_refresh_summarises_the_visible_window_in_one_model_call(bench: 
     )
     assert turn.reply_text == memory.summary
     assert turn.request == body
+    # It answered no message: the newest one stays free for the persona's real answer.
+    assert turn.trigger_message_id is None
+    assert turn.reason_detail["window_newest_message_id"] == str(chat(4, "").id)
+    assert not await sync_to_async(turn_already_answered)(
+        trigger_id=chat(4, "").id, persona_id=bench.tomori.id
+    )
     assert bench.discord.delivered == []
 
 
