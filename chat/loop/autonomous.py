@@ -9,7 +9,8 @@ What the planner sees (kept per channel across loops, bounded):
 
 - the channel's **rolling conversation**: seeded from the recent history window (read the way a
   persona turn reads it), then every message it was shown and every reply a persona gave, the
-  newest `MAX_CONVERSATION_MESSAGES`; users with full privacy or blacklisted are never shown;
+  newest `MAX_CONVERSATION_MESSAGES`; users with full privacy or blacklisted, and users every
+  persona of the channel has blocked, are never shown;
 - its **recent actions** with their results (the newest `MAX_REMEMBERED_ACTIONS`);
 - closing the prompt, the **incoming events**: the unread messages;
 - the channel **by name** (the Discord port's name directory), never by id.
@@ -54,7 +55,7 @@ from chat.pipeline.planner import (
     parse_planner_action,
     render_planner_lines,
 )
-from chat.pipeline.simplify import build_simplified_history, hidden_user_ids
+from chat.pipeline.simplify import blocked_user_ids, build_simplified_history, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
@@ -219,11 +220,18 @@ class AutonomousLoop:
             user_ids=[m.accountable_user_id for m in seen]
         )
         names = self._runtime.port.names(configuration.guild_id, [m.author.id for m in seen])
+        blocked_for_all = frozenset.intersection(
+            *(
+                blocked_user_ids(configuration.blocks, p.name, configuration.read_at)
+                for p in configuration.personas
+            )
+        )
         simplified = build_simplified_history(
             seen,
             reply_targets={},
             names=names,
-            hidden_user_ids=hidden_user_ids(standing.privacy, standing.blacklisted),
+            hidden_user_ids=hidden_user_ids(standing.privacy, standing.blacklisted)
+            | blocked_for_all,
             blocked_user_ids=frozenset(),
             timezone=ZoneInfo(channel.timezone),
         )

@@ -14,12 +14,14 @@ from chat.llm.fake_server import Reply
 from chat.loop.ingress import event_ingest
 from chat.models import PlannerStep, Turn
 from chat.pipeline.types import Author, HistoryMessage
-from chat.sandbox.demo import DEMO_GUILD_ID
+from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
+from personas.models import Block, GuildConfig, UserPrivacy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 RAW_ID = re.compile(r"\d{15,}")
+CAROL = DEMO_USER_IDS["carol"]
 
 
 def action(**fields) -> Reply:
@@ -144,3 +146,21 @@ async def test_no_planner_prompt_holds_a_raw_id_and_the_channel_is_named(world):
         assert "#autonomous" in body["messages"][0]["content"]
         for message in body["messages"]:
             assert not RAW_ID.search(message["content"]), message["content"]
+
+
+async def test_full_privacy_and_users_blocked_by_every_persona_never_reach_the_planner(world):
+    await UserPrivacy.objects.acreate(user_id=CAROL, level="full")
+    guild = await GuildConfig.objects.aget(guild_id=DEMO_GUILD_ID)
+    await Block.objects.acreate(guild=guild, persona=None, user_id=BOB, type="block")
+    world.llm.enqueue(action(action="continue"))
+    await world.start_worker()
+
+    world.say("carol's private words", channel_id=AUTONOMOUS, author=CAROL)
+    world.say("bob's blocked words", channel_id=AUTONOMOUS, author=BOB)
+    world.say("alice is here", channel_id=AUTONOMOUS)
+    await eventually(lambda: planner_requests(world))
+    await world.drained()
+
+    prompts = json.dumps([body["messages"] for body in planner_requests(world)])
+    assert "alice is here" in prompts
+    assert "private words" not in prompts and "blocked words" not in prompts
