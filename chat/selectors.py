@@ -219,14 +219,6 @@ def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     return dict(rows.values_list("message_id", "persona__name"))
 
 
-def channel_persona_messages(*, channel_id: int, limit: int = 500) -> dict[int, str]:
-    """The persona behind each of the bot's newest ``limit`` deliveries in the channel (a
-    process without the gateway attributes history with it)."""
-    rows = MessageIndex.objects.filter(channel_id=channel_id, persona__isnull=False)
-    rows = rows.order_by("-message_id").values_list("message_id", "persona__name")[:limit]
-    return dict(rows)
-
-
 def main_persona_names() -> dict[int, str]:
     """Per guild id, the persona that speaks through the bot account."""
     rows = Persona.objects.filter(is_main=True).values_list("guild__guild_id", "name")
@@ -300,3 +292,11 @@ def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
+
+
+def channel_persona_messages(*, channel_id: int, limit: int = 500) -> dict[int, str]:
+    """The persona behind each of the bot's newest ``limit`` deliveries in the channel (a
+    process without the gateway attributes history with it)."""
+    rows = MessageIndex.objects.filter(channel_id=channel_id, persona__isnull=False)
+    rows = rows.order_by("-message_id").values_list("message_id", "persona__name")[:limit]
+    return dict(rows)

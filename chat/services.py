@@ -258,234 +258,6 @@ def turns_abort_interrupted(*, on_shard: Callable[[int | None], bool]) -> int:
     )
 
 
-# -- planner steps --------------------------------------------------------------------------------
-
-
-def planner_step_record(
-    *,
-    channel_id: int,
-    guild_id: int | None,
-    loop_id: str,
-    iteration: int,
-    prompt: list[dict],
-    decision: str,
-    action: Mapping[str, object],
-    llm_ms: float | None,
-) -> int:
-    """Record what one planner step was shown and decided, before it is acted on; returns the
-    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``)."""
-    return PlannerStep.objects.create(
-        channel_id=channel_id,
-        guild_id=guild_id,
-        loop_id=loop_id,
-        iteration=iteration,
-        prompt=prompt,
-        decision=decision,
-        action=dict(action),
-        llm_ms=llm_ms,
-    ).id
-
-
-def planner_step_finish(
-    *, step_id: int, success: bool, result: str, turn_id: int | None = None
-) -> None:
-    """Record what came of a planner step: its result and the persona turn it ran, if any."""
-    PlannerStep.objects.filter(id=step_id).update(success=success, result=result, turn_id=turn_id)
-
-
-# -- short-term memory ----------------------------------------------------------------------------
-
-
-def short_term_memory_clear(*, persona_id: int, memory_id: int | None = None) -> int:
-    """Forget the persona's memories: the one ``memory_id`` names (only if it is this
-    persona's), else all of them. Returns how many were deleted; the next reply starts a new
-    one."""
-    rows = ShortTermMemory.objects.filter(persona_id=persona_id)
-    if memory_id is not None:
-        rows = rows.filter(id=memory_id)
-    deleted, _ = rows.delete()
-    return deleted
-
-
-def short_term_memory_expire(*, now: dt.datetime) -> int:
-    """Clear what has expired at ``now``: summaries and categories older than 24 h, raw-turn
-    counts whose newest turn is older than 12 h. Returns how many memories changed."""
-    with transaction.atomic():
-        summaries = (
-            ShortTermMemory.objects.filter(refreshed_at__lte=now - SUMMARY_TTL)
-            .filter(~Q(summary="") | ~Q(categories={}))
-            .update(summary="", categories={}, updated_at=now)
-        )
-        summaries += (
-            ShortTermMemory.objects.filter(refreshed_at__isnull=True)
-            .filter(~Q(summary="") | ~Q(categories={}))
-            .update(summary="", categories={}, updated_at=now)
-        )
-        raw = ShortTermMemory.objects.filter(
-            turns_since_refresh__gt=0, last_turn_at__lte=now - RAW_TURNS_TTL
-        ).update(turns_since_refresh=0, updated_at=now)
-    return summaries + raw
-
-
-REFRESH_CLAIM_TTL = dt.timedelta(minutes=15)
-"""How long a queued background refresh holds its memory (its retries included); a claim older
-than this is taken to be lost (a worker that died) and the memory can be queued again."""
-
-
-def short_term_memory_claim(*, memory_ids: Sequence[int], now: dt.datetime) -> list[int]:
-    """Claim memories for a background refresh, one refresh at a time per memory: returns the
-    ids that were not already claimed (or whose claim is older than `REFRESH_CLAIM_TTL`), now
-    claimed at ``now``. Each claim is one conditional update, so two schedulers never both win."""
-    claimed = []
-    for memory_id in memory_ids:
-        free = Q(refresh_claimed_at__isnull=True) | Q(
-            refresh_claimed_at__lte=now - REFRESH_CLAIM_TTL
-        )
-        rows = ShortTermMemory.objects.filter(free, id=memory_id)
-        if rows.update(refresh_claimed_at=now):
-            claimed.append(memory_id)
-    return claimed
-
-
-def short_term_memory_release(*, memory_id: int) -> None:
-    """End a memory's background-refresh claim (the refresh finished or gave up)."""
-    ShortTermMemory.objects.filter(id=memory_id).update(refresh_claimed_at=None)
-
-
-@dataclass(frozen=True)
-class MemoryRefresh:
-    """What `short_term_memory_refresh` did: ``status`` is ``refreshed``, ``skipped`` (the row
-    is gone, no longer due, or its channel or persona is no longer served) or ``failed``;
-    ``retry`` says a failure is worth another try (the model or Discord failed for now)."""
-
-    status: str
-    detail: str = ""
-    turn_id: int | None = None
-    retry: bool = False
-
-
-async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
-    """Refresh one due memory with one summarisation call over its channel's current window
-    (steps in `_refresh`). The memory's background-refresh claim ends with it, unless the
-    result asks for a retry (the retry still holds it)."""
-    result = await _refresh(runtime, memory_id)
-    if not result.retry:
-        await sync_to_async(short_term_memory_release)(memory_id=memory_id)
-    return result
-
-
-async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
-    """Refresh one due memory with one summarisation call over its channel's current window.
-
-    Steps:
-        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
-           skip when the channel's guild or the persona is no longer configured.
-        2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
-           it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
-           and nothing (anchor, window registry) changes.
-        3. Record a `Turn` of reason ``maintenance``; ask the model once with the rendered
-           dialogue lines (`memory.build_summary_messages`) and the unexpired summary.
-        4. Save the summary (clipped), reset the raw turns, stamp the refresh; the turn ends
-           ``replied`` with the summary as its reply (nothing is sent to Discord).
-    A model failure ends the turn ``failed`` and asks for a retry; a Discord failure before
-    the turn asks for one too.
-    """
-    now = runtime.clock()
-    memory = await sync_to_async(_memory_get)(memory_id)
-    if memory is None:
-        return MemoryRefresh("skipped", "the memory is gone")
-    persona = memory.persona
-    if not stm_maintenance_due(
-        memory.state,
-        refresh_every=persona.stm_refresh_every,
-        tools_on=persona.tools_enabled,
-        now=now,
-    ):
-        return MemoryRefresh("skipped", "no longer due")
-    configuration = await sync_to_async(selectors.channel_configuration)(
-        channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
-    )
-    if configuration is None or all(p.id != persona.id for p in configuration.personas):
-        return MemoryRefresh("skipped", "the channel or persona is no longer served")
-    try:
-        newest = await runtime.port.fetch_history(memory.channel_id, 1)
-    except DeliveryError as error:
-        return MemoryRefresh("failed", f"history: {error}", retry=not error.permanent)
-    if not newest:
-        return MemoryRefresh("skipped", "the channel has no messages")
-    request = TurnRequest(
-        configuration=configuration,
-        persona=persona,
-        trigger=newest[0],
-        reason=TurnReason.MAINTENANCE,
-        reason_detail={
-            "memory_id": memory.id,
-            "turns_since_refresh": memory.turns_since_refresh,
-            "refresh_every": persona.stm_refresh_every,
-        },
-    )
-    prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
-    lines = [
-        item.text
-        for item in prepared.context.items
-        if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
-    ]
-    previous = visible_memory_text(memory.state, now=now)
-    names = runtime.port.names(configuration.guild_id, [])
-    messages = build_summary_messages(
-        persona_name=persona.name,
-        channel_name=f"#{names.channels[memory.channel_id]}"
-        if memory.channel_id in names.channels
-        else ("a direct message" if configuration.guild_id is None else "this channel"),
-        previous_summary=previous,
-        conversation=lines,
-    )
-    turn = await sync_to_async(_turn_create)(request)
-    _record_context(turn, prepared)
-    turn.request = {"messages": messages}
-    turn.tool_allowlist = []
-    completion = await runtime.llm.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
-    )
-    _record_completion(turn, completion)
-    summary = clip_summary(completion.reply_text)
-    if completion.error is not None or not summary:
-        turn.status = Turn.Status.FAILED
-        turn.error = turn.error or "the model gave an empty summary"
-        await sync_to_async(_turn_save)(turn)
-        return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
-    turn.status, turn.reply_text = Turn.Status.REPLIED, summary
-    await sync_to_async(_memory_refreshed)(turn, memory, summary, now)
-    return MemoryRefresh("refreshed", turn_id=turn.id)
-
-
-def _memory_get(memory_id: int) -> ShortTermMemory | None:
-    return ShortTermMemory.objects.select_related("persona").filter(id=memory_id).first()
-
-
-def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
-    """Save the maintenance turn and the refreshed memory together. Replies the persona gave
-    while the summary was being written stay counted (they are not in the summary)."""
-    with transaction.atomic():
-        _turn_save(turn)
-        current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
-        later = 0
-        if current is not None:
-            later = max(0, current.turns_since_refresh - memory.turns_since_refresh)
-        written = _stm_write(
-            persona=memory.persona,
-            channel_id=memory.channel_id,
-            guild_id=memory.guild_id,
-            user_id=memory.user_id,
-            summary=summary,
-            turn_id=turn.id,
-            now=now,
-        )
-        if later:
-            written.turns_since_refresh = later
-            written.save(update_fields=["turns_since_refresh"])
-
-
 # -- acting ---------------------------------------------------------------------------------------
 
 
@@ -994,3 +766,231 @@ def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
 
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
+
+
+# -- planner steps --------------------------------------------------------------------------------
+
+
+def planner_step_record(
+    *,
+    channel_id: int,
+    guild_id: int | None,
+    loop_id: str,
+    iteration: int,
+    prompt: list[dict],
+    decision: str,
+    action: Mapping[str, object],
+    llm_ms: float | None,
+) -> int:
+    """Record what one planner step was shown and decided, before it is acted on; returns the
+    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``)."""
+    return PlannerStep.objects.create(
+        channel_id=channel_id,
+        guild_id=guild_id,
+        loop_id=loop_id,
+        iteration=iteration,
+        prompt=prompt,
+        decision=decision,
+        action=dict(action),
+        llm_ms=llm_ms,
+    ).id
+
+
+def planner_step_finish(
+    *, step_id: int, success: bool, result: str, turn_id: int | None = None
+) -> None:
+    """Record what came of a planner step: its result and the persona turn it ran, if any."""
+    PlannerStep.objects.filter(id=step_id).update(success=success, result=result, turn_id=turn_id)
+
+
+# -- short-term memory ----------------------------------------------------------------------------
+
+
+def short_term_memory_clear(*, persona_id: int, memory_id: int | None = None) -> int:
+    """Forget the persona's memories: the one ``memory_id`` names (only if it is this
+    persona's), else all of them. Returns how many were deleted; the next reply starts a new
+    one."""
+    rows = ShortTermMemory.objects.filter(persona_id=persona_id)
+    if memory_id is not None:
+        rows = rows.filter(id=memory_id)
+    deleted, _ = rows.delete()
+    return deleted
+
+
+def short_term_memory_expire(*, now: dt.datetime) -> int:
+    """Clear what has expired at ``now``: summaries and categories older than 24 h, raw-turn
+    counts whose newest turn is older than 12 h. Returns how many memories changed."""
+    with transaction.atomic():
+        summaries = (
+            ShortTermMemory.objects.filter(refreshed_at__lte=now - SUMMARY_TTL)
+            .filter(~Q(summary="") | ~Q(categories={}))
+            .update(summary="", categories={}, updated_at=now)
+        )
+        summaries += (
+            ShortTermMemory.objects.filter(refreshed_at__isnull=True)
+            .filter(~Q(summary="") | ~Q(categories={}))
+            .update(summary="", categories={}, updated_at=now)
+        )
+        raw = ShortTermMemory.objects.filter(
+            turns_since_refresh__gt=0, last_turn_at__lte=now - RAW_TURNS_TTL
+        ).update(turns_since_refresh=0, updated_at=now)
+    return summaries + raw
+
+
+REFRESH_CLAIM_TTL = dt.timedelta(minutes=15)
+"""How long a queued background refresh holds its memory (its retries included); a claim older
+than this is taken to be lost (a worker that died) and the memory can be queued again."""
+
+
+def short_term_memory_claim(*, memory_ids: Sequence[int], now: dt.datetime) -> list[int]:
+    """Claim memories for a background refresh, one refresh at a time per memory: returns the
+    ids that were not already claimed (or whose claim is older than `REFRESH_CLAIM_TTL`), now
+    claimed at ``now``. Each claim is one conditional update, so two schedulers never both win."""
+    claimed = []
+    for memory_id in memory_ids:
+        free = Q(refresh_claimed_at__isnull=True) | Q(
+            refresh_claimed_at__lte=now - REFRESH_CLAIM_TTL
+        )
+        rows = ShortTermMemory.objects.filter(free, id=memory_id)
+        if rows.update(refresh_claimed_at=now):
+            claimed.append(memory_id)
+    return claimed
+
+
+def short_term_memory_release(*, memory_id: int) -> None:
+    """End a memory's background-refresh claim (the refresh finished or gave up)."""
+    ShortTermMemory.objects.filter(id=memory_id).update(refresh_claimed_at=None)
+
+
+@dataclass(frozen=True)
+class MemoryRefresh:
+    """What `short_term_memory_refresh` did: ``status`` is ``refreshed``, ``skipped`` (the row
+    is gone, no longer due, or its channel or persona is no longer served) or ``failed``;
+    ``retry`` says a failure is worth another try (the model or Discord failed for now)."""
+
+    status: str
+    detail: str = ""
+    turn_id: int | None = None
+    retry: bool = False
+
+
+async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+    """Refresh one due memory with one summarisation call over its channel's current window
+    (steps in `_refresh`). The memory's background-refresh claim ends with it, unless the
+    result asks for a retry (the retry still holds it)."""
+    result = await _refresh(runtime, memory_id)
+    if not result.retry:
+        await sync_to_async(short_term_memory_release)(memory_id=memory_id)
+    return result
+
+
+async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+    """Refresh one due memory with one summarisation call over its channel's current window.
+
+    Steps:
+        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
+           skip when the channel's guild or the persona is no longer configured.
+        2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
+           it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
+           and nothing (anchor, window registry) changes.
+        3. Record a `Turn` of reason ``maintenance``; ask the model once with the rendered
+           dialogue lines (`memory.build_summary_messages`) and the unexpired summary.
+        4. Save the summary (clipped), reset the raw turns, stamp the refresh; the turn ends
+           ``replied`` with the summary as its reply (nothing is sent to Discord).
+    A model failure ends the turn ``failed`` and asks for a retry; a Discord failure before
+    the turn asks for one too.
+    """
+    now = runtime.clock()
+    memory = await sync_to_async(_memory_get)(memory_id)
+    if memory is None:
+        return MemoryRefresh("skipped", "the memory is gone")
+    persona = memory.persona
+    if not stm_maintenance_due(
+        memory.state,
+        refresh_every=persona.stm_refresh_every,
+        tools_on=persona.tools_enabled,
+        now=now,
+    ):
+        return MemoryRefresh("skipped", "no longer due")
+    configuration = await sync_to_async(selectors.channel_configuration)(
+        channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
+    )
+    if configuration is None or all(p.id != persona.id for p in configuration.personas):
+        return MemoryRefresh("skipped", "the channel or persona is no longer served")
+    try:
+        newest = await runtime.port.fetch_history(memory.channel_id, 1)
+    except DeliveryError as error:
+        return MemoryRefresh("failed", f"history: {error}", retry=not error.permanent)
+    if not newest:
+        return MemoryRefresh("skipped", "the channel has no messages")
+    request = TurnRequest(
+        configuration=configuration,
+        persona=persona,
+        trigger=newest[0],
+        reason=TurnReason.MAINTENANCE,
+        reason_detail={
+            "memory_id": memory.id,
+            "turns_since_refresh": memory.turns_since_refresh,
+            "refresh_every": persona.stm_refresh_every,
+        },
+    )
+    prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    lines = [
+        item.text
+        for item in prepared.context.items
+        if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+    ]
+    previous = visible_memory_text(memory.state, now=now)
+    names = runtime.port.names(configuration.guild_id, [])
+    messages = build_summary_messages(
+        persona_name=persona.name,
+        channel_name=f"#{names.channels[memory.channel_id]}"
+        if memory.channel_id in names.channels
+        else ("a direct message" if configuration.guild_id is None else "this channel"),
+        previous_summary=previous,
+        conversation=lines,
+    )
+    turn = await sync_to_async(_turn_create)(request)
+    _record_context(turn, prepared)
+    turn.request = {"messages": messages}
+    turn.tool_allowlist = []
+    completion = await runtime.llm.complete_turn(
+        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    )
+    _record_completion(turn, completion)
+    summary = clip_summary(completion.reply_text)
+    if completion.error is not None or not summary:
+        turn.status = Turn.Status.FAILED
+        turn.error = turn.error or "the model gave an empty summary"
+        await sync_to_async(_turn_save)(turn)
+        return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
+    turn.status, turn.reply_text = Turn.Status.REPLIED, summary
+    await sync_to_async(_memory_refreshed)(turn, memory, summary, now)
+    return MemoryRefresh("refreshed", turn_id=turn.id)
+
+
+def _memory_get(memory_id: int) -> ShortTermMemory | None:
+    return ShortTermMemory.objects.select_related("persona").filter(id=memory_id).first()
+
+
+def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
+    """Save the maintenance turn and the refreshed memory together. Replies the persona gave
+    while the summary was being written stay counted (they are not in the summary)."""
+    with transaction.atomic():
+        _turn_save(turn)
+        current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
+        later = 0
+        if current is not None:
+            later = max(0, current.turns_since_refresh - memory.turns_since_refresh)
+        written = _stm_write(
+            persona=memory.persona,
+            channel_id=memory.channel_id,
+            guild_id=memory.guild_id,
+            user_id=memory.user_id,
+            summary=summary,
+            turn_id=turn.id,
+            now=now,
+        )
+        if later:
+            written.turns_since_refresh = later
+            written.save(update_fields=["turns_since_refresh"])
