@@ -47,6 +47,7 @@ format: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.pipeline_build
+	$(BIN)/python -m benchmarks.model_calls
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis

@@ -42,6 +42,25 @@ def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = No
     )
 
 
+def env_positive_float(
+    name: str, default: float, *, environ: Mapping[str, str] | None = None
+) -> float:
+    """A number greater than zero; ``default`` when unset.
+
+    Raises ImproperlyConfigured naming the variable for anything else, e.g. ``0`` or ``soon``.
+    """
+    environ = os.environ if environ is None else environ
+    if name not in environ:
+        return default
+    try:
+        value = float(environ[name].strip())
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise ImproperlyConfigured(f"{name} must be a number greater than 0, got {environ[name]!r}")
+    return value
+
+
 def env_list(
     name: str, default: list[str], *, environ: Mapping[str, str] | None = None
 ) -> list[str]:

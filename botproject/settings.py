@@ -11,7 +11,14 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from botproject.env import env_bool, env_database, env_list, env_str, env_url
+from botproject.env import (
+    env_bool,
+    env_database,
+    env_list,
+    env_positive_float,
+    env_str,
+    env_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -96,8 +103,16 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Short-term memory maintenance: how often beat looks for due memories, and how long a channel
+# must have been quiet (no reply of the persona) before its memory is refreshed in the background.
+STM_MAINTENANCE_SECONDS = env_positive_float("STM_MAINTENANCE_SECONDS", 300.0)
+STM_IDLE_SECONDS = env_positive_float("STM_IDLE_SECONDS", 600.0)
 CELERY_BEAT_SCHEDULE = {
     "event-queue-prune": {"task": "chat.tasks.event_queue_prune_task", "schedule": 3600.0},
+    "short-term-memory-maintenance": {
+        "task": "chat.tasks.short_term_memory_maintenance_task",
+        "schedule": STM_MAINTENANCE_SECONDS,
+    },
 }
 
 # --- Discord and the model ----------------------------------------------------------------------

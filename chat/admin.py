@@ -6,6 +6,7 @@ from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
     MessageIndex,
+    PlannerStep,
     ShortTermMemory,
     Turn,
     UnreadEvent,
@@ -38,9 +39,27 @@ class UnreadEventAdmin(admin.ModelAdmin):
     list_display = ("channel_id", "message_id", "author_id", "created_at")
 
 
+@admin.register(PlannerStep)
+class PlannerStepAdmin(admin.ModelAdmin):
+    """Why an autonomous channel spoke: each planner step's prompt, decision and result."""
+
+    list_display = ("created_at", "channel_id", "loop_id", "iteration", "action", "success")
+    list_filter = ("success",)
+    search_fields = ("channel_id", "loop_id", "decision", "result")
+    readonly_fields = [field.name for field in PlannerStep._meta.fields]
+
+
 @admin.register(ShortTermMemory)
 class ShortTermMemoryAdmin(admin.ModelAdmin):
-    list_display = ("persona", "channel_id", "user_id", "turns_since_refresh", "updated_at")
+    list_display = (
+        "persona",
+        "channel_id",
+        "user_id",
+        "turns_since_refresh",
+        "last_turn_at",
+        "refreshed_at",
+    )
+    list_filter = ("persona",)
 
 
 @admin.register(ChannelWindowAnchor)

@@ -1,5 +1,5 @@
 """What the bot worker persists: the message index, the event queue, unread pools, turns,
-short-term memories and history-window anchors.
+planner steps, short-term memories and history-window anchors.
 
 Discord ids are unsigned 64-bit integers (``*_id`` fields), never foreign keys. The event queue
 and the unread pool are unique on (channel, message), so a dispatch replayed by the gateway or a
@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Length
+from django.db.models.lookups import LessThanOrEqual
 
+from chat.pipeline.memory import MAX_SUMMARY_CHARS, MemoryState
 from chat.pipeline.triggers import TurnReason
 from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona
 
@@ -20,6 +23,7 @@ TURN_REASON_LABELS = {
     TurnReason.TRIGGER_WORD: "Trigger word",
     TurnReason.DIRECT_MESSAGE: "Direct message",
     TurnReason.PLANNER: "Planner decision",
+    TurnReason.MAINTENANCE: "Memory maintenance",
 }
 TURN_REASON_CHOICES = [(str(reason), TURN_REASON_LABELS[reason]) for reason in TurnReason]
 
@@ -185,11 +189,15 @@ class Turn(models.Model):
 
 
 class ShortTermMemory(models.Model):
-    """A persona's rolling summary of a channel (or, with ``user_id``, of a DM conversation).
+    """A persona's rolling memory of a channel (in a DM: of its conversation with ``user_id``).
 
-    ``turns_since_refresh`` counts the persona's delivered replies in the channel since the
-    summary was last written; ``maintenance_due`` says when it reaches ``refresh_every``, which
-    admits the memory tool on the next turn. ``last_refreshed_turn`` is the turn that wrote it.
+    One per (guild, channel, persona), per user in DMs. ``turns_since_refresh`` counts the
+    persona's *raw turns* (delivered replies) since the last refresh, the newest at
+    ``last_turn_at``; a refresh writes ``summary`` (at most 1,500 characters) or up to five
+    ``categories``, resets the count, stamps ``refreshed_at`` and names the turn that wrote it in
+    ``last_refreshed_turn``. ``refresh_claimed_at`` marks a background refresh queued and not
+    finished (one at a time per memory). The rules (due at the persona's cadence when its tools
+    are on; raw turns expire after 12 h, the summary after 24 h) are in `chat.pipeline.memory`.
     """
 
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)
@@ -201,10 +209,14 @@ class ShortTermMemory(models.Model):
     summary = models.TextField(blank=True)
     categories = models.JSONField(default=dict, blank=True)
     turns_since_refresh = models.PositiveIntegerField(default=0)
+    last_turn_at = models.DateTimeField(null=True, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    refresh_claimed_at = models.DateTimeField(
+        null=True, blank=True, help_text="A background refresh was queued for it at this time"
+    )
     last_refreshed_turn = models.ForeignKey(
         Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
-    refresh_every = models.PositiveSmallIntegerField(default=5)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -221,7 +233,10 @@ class ShortTermMemory(models.Model):
                 condition=Q(user_id__isnull=False),
                 name="stm_unique_per_dm_user",
             ),
-            models.CheckConstraint(condition=Q(refresh_every__gte=1), name="stm_refresh_positive"),
+            models.CheckConstraint(
+                condition=LessThanOrEqual(Length("summary"), MAX_SUMMARY_CHARS),
+                name="stm_summary_length",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -229,8 +244,47 @@ class ShortTermMemory(models.Model):
         return f"{self.persona} / {scope}"
 
     @property
-    def maintenance_due(self) -> bool:
-        return self.turns_since_refresh >= self.refresh_every
+    def state(self) -> MemoryState:
+        """The memory as `chat.pipeline.memory`'s rules read it."""
+        return MemoryState(
+            summary=self.summary,
+            categories=self.categories if isinstance(self.categories, dict) else {},
+            turns_since_refresh=self.turns_since_refresh,
+            last_turn_at=self.last_turn_at,
+            refreshed_at=self.refreshed_at,
+        )
+
+
+class PlannerStep(models.Model):
+    """One step of an autonomous channel's planner loop (seed 003): what the planner was shown,
+    what it decided and what came of it — the inspector's answer to "why did it speak".
+
+    ``loop_id`` groups the steps of one loop; ``prompt`` is the exact Chat Completions messages;
+    ``decision`` the model's raw answer and ``action`` the validated action (empty when it was
+    invalid or the model failed); ``turn`` is the persona turn a ``send_message`` ran.
+    """
+
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    channel_id = models.PositiveBigIntegerField()
+    loop_id = models.CharField(max_length=32, db_index=True)
+    iteration = models.PositiveSmallIntegerField()
+    prompt = models.JSONField(default=list, blank=True)
+    decision = models.TextField(blank=True)
+    action = models.JSONField(default=dict, blank=True)
+    success = models.BooleanField(default=False)
+    result = models.TextField(blank=True)
+    turn = models.ForeignKey(
+        Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="planner_steps"
+    )
+    llm_ms = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["channel_id", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"planner step {self.iteration} in {self.channel_id}: {self.action or 'invalid'}"
 
 
 class ChannelWindowAnchor(models.Model):

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import F
 
 from chat.llm.base import ModelSpec
 from chat.models import ChannelWindowAnchor, EventQueue, MessageIndex, ShortTermMemory, UnreadEvent
@@ -256,10 +257,45 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     )
 
 
-def short_term_memory(*, persona: Persona, channel_id: int) -> ShortTermMemory | None:
-    return ShortTermMemory.objects.filter(
-        persona=persona, channel_id=channel_id, user_id__isnull=True
-    ).first()
+def short_term_memory(
+    *, persona: Persona, channel_id: int, user_id: int | None = None
+) -> ShortTermMemory | None:
+    """The persona's memory of the channel (``user_id`` None), or of its DM with ``user_id``;
+    None when it has none. A channel's memory is only ever read for that channel."""
+    rows = ShortTermMemory.objects.filter(persona=persona, channel_id=channel_id)
+    rows = rows.filter(user_id=user_id) if user_id is not None else rows.filter(user_id=None)
+    return rows.first()
+
+
+def short_term_memories(*, persona_id: int) -> list[ShortTermMemory]:
+    """Every memory the persona keeps, newest change first (the dashboard's list)."""
+    return list(
+        ShortTermMemory.objects.filter(persona_id=persona_id)
+        .select_related("persona")
+        .order_by("-updated_at", "id")
+    )
+
+
+def short_term_memories_due(
+    *, now: dt.datetime, idle_for: dt.timedelta, raw_turns_ttl: dt.timedelta
+) -> list[int]:
+    """Ids of memories the background maintenance should refresh at ``now``: the persona is
+    enabled and has tools on, its unexpired raw turns reached its cadence, and the channel has
+    been idle: no raw turn for ``idle_for`` and nothing waiting in its unread pool. Oldest
+    first. The task re-checks each row (`chat.pipeline.memory.stm_maintenance_due`)."""
+    busy = UnreadEvent.objects.values("channel_id")
+    rows = (
+        ShortTermMemory.objects.filter(
+            persona__enabled=True,
+            persona__tools_enabled=True,
+            turns_since_refresh__gte=F("persona__stm_refresh_every"),
+            last_turn_at__gt=now - raw_turns_ttl,
+            last_turn_at__lte=now - idle_for,
+        )
+        .exclude(channel_id__in=busy)
+        .order_by("last_turn_at")
+    )
+    return list(rows.values_list("id", flat=True))
 
 
 def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
@@ -268,3 +304,11 @@ def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
+
+
+def channel_persona_messages(*, channel_id: int, limit: int = 500) -> dict[int, str]:
+    """The persona behind each of the bot's newest ``limit`` deliveries in the channel (a
+    process without the gateway attributes history with it)."""
+    rows = MessageIndex.objects.filter(channel_id=channel_id, persona__isnull=False)
+    rows = rows.order_by("-message_id").values_list("message_id", "persona__name")[:limit]
+    return dict(rows)

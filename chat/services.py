@@ -17,13 +17,13 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Q
 from django.utils import timezone
 
 from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
@@ -32,8 +32,19 @@ from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
-from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
+from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
+from chat.pipeline.items import ItemTag
+from chat.pipeline.memory import (
+    MAX_CATEGORIES,
+    RAW_TURNS_TTL,
+    SUMMARY_TTL,
+    build_summary_messages,
+    clip_summary,
+    pending_raw_turns,
+    stm_maintenance_due,
+    visible_memory_text,
+)
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
@@ -364,7 +375,9 @@ async def _finish(
         runtime.windows.record_delivery(channel_id, item.message, item.message_id)
     turn.delivered_message_ids = [str(item.message_id) for item in delivered]
     turn.status = Turn.Status.REPLIED
-    await sync_to_async(_turn_delivered_record)(turn, delivered)
+    await sync_to_async(_turn_delivered_record)(
+        turn, delivered, memory_user_id=memory_scope_user_id(request), now=runtime.clock()
+    )
 
 
 async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
@@ -429,7 +442,7 @@ async def _turn_input(
 ) -> TurnInput:
     channel, persona = request.channel, request.persona
     reply_targets = await _reply_targets(runtime.port, channel.channel_id, history)
-    people = await sync_to_async(_gather_people)(request, history, reply_targets)
+    people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
     user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
@@ -452,7 +465,9 @@ async def _turn_input(
         channel_note=channel.channel_note,
         global_note=channel.global_note,
         stm_text=people.stm_text,
+        stm_depth=persona.stm_depth,
         configured_tools=frozenset(),
+        tools_enabled=persona.tools_enabled,
         stm_maintenance_due=people.stm_due,
         token_cache=previous.token_cache if previous else {},
         previous_history=previous.simplified_history if previous else None,
@@ -473,21 +488,39 @@ def _gather_people(
     request: TurnRequest,
     history: tuple[HistoryMessage, ...],
     reply_targets: Mapping[int, HistoryMessage],
+    now: dt.datetime,
 ) -> _People:
+    """Privacy and blacklist for everyone in the window, and this scope's short-term memory:
+    its text unless expired, and whether maintenance is due (`chat.pipeline.memory`)."""
     messages = [*history, *reply_targets.values()]
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
     }
     standing = selectors.user_standing(user_ids=user_ids)
+    persona = request.persona
     memory = selectors.short_term_memory(
-        persona=request.persona, channel_id=request.channel.channel_id
+        persona=persona,
+        channel_id=request.channel.channel_id,
+        user_id=memory_scope_user_id(request),
     )
+    state = memory.state if memory is not None else None
     return _People(
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
-        stm_text=memory.summary if memory and memory.summary else None,
-        stm_due=bool(memory and memory.maintenance_due),
+        stm_text=visible_memory_text(state, now=now),
+        stm_due=stm_maintenance_due(
+            state,
+            refresh_every=persona.stm_refresh_every,
+            tools_on=persona.tools_enabled,
+            now=now,
+        ),
     )
+
+
+def memory_scope_user_id(request: TurnRequest) -> int | None:
+    """Whose memory a turn uses: in a DM the user's (the trigger's accountable account); in a
+    guild channel None (one memory per guild, channel and persona)."""
+    return request.trigger.accountable_user_id if request.channel.guild is None else None
 
 
 async def _reply_targets(
@@ -582,8 +615,17 @@ def _toolbox(
         attachments=media,
         attachment_reader=_AttachmentReader(runtime.port),
         message_metadata=_MetadataLookup(context.message_ids, by_id),
-        short_term_memory=_MemoryWriter(persona, channel, turn_id),
+        short_term_memory=_MemoryWriter(
+            persona, channel, turn_id, user_id=_scope_of(channel, turn_input), clock=runtime.clock
+        ),
     )
+
+
+def _scope_of(channel: ChannelSettings, turn_input: TurnInput) -> int | None:
+    if channel.guild is not None:
+        return None
+    trigger = next((m for m in turn_input.history if m.id == turn_input.trigger_id), None)
+    return trigger.accountable_user_id if trigger is not None else None
 
 
 class _AttachmentReader:
@@ -614,30 +656,64 @@ class _MetadataLookup:
 
 
 class _MemoryWriter:
-    """Writes the channel's short-term memory for the turn ``turn_id`` (a dry run has none:
-    it never calls the model, so never a tool)."""
+    """Writes the short-term memory of the turn's scope (``user_id`` in a DM) for the turn
+    ``turn_id`` (a dry run has none: it never calls the model, so never a tool)."""
 
-    def __init__(self, persona: Persona, channel: ChannelSettings, turn_id: int | None) -> None:
+    def __init__(
+        self,
+        persona: Persona,
+        channel: ChannelSettings,
+        turn_id: int | None,
+        *,
+        user_id: int | None,
+        clock: Callable[[], dt.datetime],
+    ) -> None:
         self._persona, self._channel, self._turn_id = persona, channel, turn_id
+        self._user_id, self._clock = user_id, clock
 
-    async def write(self, *, summary: str) -> None:
+    async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
-        await sync_to_async(_stm_write)(self._persona, self._channel, summary, self._turn_id)
+        await sync_to_async(_stm_write)(
+            persona=self._persona,
+            channel_id=self._channel.channel_id,
+            guild_id=self._channel.guild.guild_id if self._channel.guild else None,
+            user_id=self._user_id,
+            summary=summary,
+            categories=categories,
+            turn_id=self._turn_id,
+            now=self._clock(),
+        )
 
 
-def _stm_write(persona: Persona, channel: ChannelSettings, summary: str, turn_id: int) -> None:
-    ShortTermMemory.objects.update_or_create(
+def _stm_write(
+    *,
+    persona: Persona,
+    channel_id: int,
+    guild_id: int | None,
+    user_id: int | None,
+    summary: str,
+    categories: Mapping[str, str] | None = None,
+    turn_id: int,
+    now: dt.datetime,
+) -> ShortTermMemory:
+    """A refresh: the summary (clipped to 1,500 characters) and the categories (at most five)
+    replace the old memory, the raw-turn count resets, and the writing turn and time are
+    kept."""
+    memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
-        channel_id=channel.channel_id,
-        user_id=None,
+        channel_id=channel_id,
+        user_id=user_id,
         defaults={
-            "summary": summary,
-            "guild_id": channel.guild.guild_id if channel.guild else None,
+            "summary": clip_summary(summary),
+            "categories": dict(list((categories or {}).items())[:MAX_CATEGORIES]),
+            "guild_id": guild_id,
             "turns_since_refresh": 0,
+            "refreshed_at": now,
             "last_refreshed_turn_id": turn_id,
         },
     )
+    return memory
 
 
 # -- recording ------------------------------------------------------------------------------------
@@ -693,14 +769,21 @@ def _jsonable(value: object) -> object:
 
 
 def _turn_create(request: TurnRequest) -> Turn:
+    """The turn's row, ``running``. A maintenance turn answers no message: it names no
+    trigger (so it never counts as the persona's answer to one); its ``reason_detail`` says
+    where the summarised window ended."""
+    maintenance = request.reason == TurnReason.MAINTENANCE
+    detail = dict(request.reason_detail)
+    if maintenance:
+        detail["window_newest_message_id"] = str(request.trigger.id)
     return Turn.objects.create(
         guild_id=request.configuration.guild_id,
         channel_id=request.channel.channel_id,
         persona=request.persona,
         persona_name=request.persona.name,
-        trigger_message_id=request.trigger.id,
+        trigger_message_id=None if maintenance else request.trigger.id,
         reason=str(request.reason),
-        reason_detail=dict(request.reason_detail),
+        reason_detail=detail,
     )
 
 
@@ -713,9 +796,17 @@ def _turn_save_status(turn: Turn) -> None:
     turn.save(update_fields=["status"])
 
 
-def _turn_delivered_record(turn: Turn, delivered: list[Delivered]) -> None:
-    """Save the replied turn, index its messages as the persona's, count it toward STM; one
-    transaction."""
+def _turn_delivered_record(
+    turn: Turn,
+    delivered: list[Delivered],
+    *,
+    memory_user_id: int | None = None,
+    now: dt.datetime | None = None,
+) -> None:
+    """Save the replied turn and index its messages as the persona's, in one transaction;
+    with ``now``, also count it as one raw turn of the scope's short-term memory (the DM
+    with ``memory_user_id``, else the channel; the memory is created on the persona's first
+    reply)."""
     with transaction.atomic():
         _turn_save(turn)
         for item in delivered:
@@ -729,10 +820,29 @@ def _turn_delivered_record(turn: Turn, delivered: list[Delivered]) -> None:
                     "webhook_id": item.webhook_id,
                 },
             )
-        if turn.persona is not None:
-            ShortTermMemory.objects.filter(
-                persona=turn.persona, channel_id=turn.channel_id, user_id__isnull=True
-            ).update(turns_since_refresh=F("turns_since_refresh") + 1)
+        if now is not None:
+            _stm_count_turn(turn, user_id=memory_user_id, now=now)
+
+
+def _stm_count_turn(turn: Turn, *, user_id: int | None, now: dt.datetime) -> None:
+    """Count the delivered ``turn`` as one raw turn of its persona's memory of the channel (of
+    the DM with ``user_id``), creating the memory on the first reply; expired raw turns
+    (`RAW_TURNS_TTL`) are dropped first. A turn that refreshed the memory itself (the memory
+    tool) does not count: its summary covers it. Runs inside the caller's transaction (the
+    row is locked while counted)."""
+    if turn.persona_id is None:
+        return
+    memory, _ = ShortTermMemory.objects.select_for_update().get_or_create(
+        persona_id=turn.persona_id,
+        channel_id=turn.channel_id,
+        user_id=user_id,
+        defaults={"guild_id": turn.guild_id},
+    )
+    if memory.last_refreshed_turn_id == turn.id:
+        return
+    memory.turns_since_refresh = pending_raw_turns(memory.state, now=now) + 1
+    memory.last_turn_at = now
+    memory.save(update_fields=["turns_since_refresh", "last_turn_at", "updated_at"])
 
 
 def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
@@ -743,3 +853,231 @@ def _anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
 
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
+
+
+# -- planner steps --------------------------------------------------------------------------------
+
+
+def planner_step_record(
+    *,
+    channel_id: int,
+    guild_id: int | None,
+    loop_id: str,
+    iteration: int,
+    prompt: list[dict],
+    decision: str,
+    action: Mapping[str, object],
+    llm_ms: float | None,
+) -> int:
+    """Record what one planner step was shown and decided, before it is acted on; returns the
+    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``)."""
+    return PlannerStep.objects.create(
+        channel_id=channel_id,
+        guild_id=guild_id,
+        loop_id=loop_id,
+        iteration=iteration,
+        prompt=prompt,
+        decision=decision,
+        action=dict(action),
+        llm_ms=llm_ms,
+    ).id
+
+
+def planner_step_finish(
+    *, step_id: int, success: bool, result: str, turn_id: int | None = None
+) -> None:
+    """Record what came of a planner step: its result and the persona turn it ran, if any."""
+    PlannerStep.objects.filter(id=step_id).update(success=success, result=result, turn_id=turn_id)
+
+
+# -- short-term memory ----------------------------------------------------------------------------
+
+
+def short_term_memory_clear(*, persona_id: int, memory_id: int | None = None) -> int:
+    """Forget the persona's memories: the one ``memory_id`` names (only if it is this
+    persona's), else all of them. Returns how many were deleted; the next reply starts a new
+    one."""
+    rows = ShortTermMemory.objects.filter(persona_id=persona_id)
+    if memory_id is not None:
+        rows = rows.filter(id=memory_id)
+    deleted, _ = rows.delete()
+    return deleted
+
+
+def short_term_memory_expire(*, now: dt.datetime) -> int:
+    """Clear what has expired at ``now``: summaries and categories older than 24 h, raw-turn
+    counts whose newest turn is older than 12 h. Returns how many memories changed."""
+    with transaction.atomic():
+        summaries = (
+            ShortTermMemory.objects.filter(refreshed_at__lte=now - SUMMARY_TTL)
+            .filter(~Q(summary="") | ~Q(categories={}))
+            .update(summary="", categories={}, updated_at=now)
+        )
+        summaries += (
+            ShortTermMemory.objects.filter(refreshed_at__isnull=True)
+            .filter(~Q(summary="") | ~Q(categories={}))
+            .update(summary="", categories={}, updated_at=now)
+        )
+        raw = ShortTermMemory.objects.filter(
+            turns_since_refresh__gt=0, last_turn_at__lte=now - RAW_TURNS_TTL
+        ).update(turns_since_refresh=0, updated_at=now)
+    return summaries + raw
+
+
+REFRESH_CLAIM_TTL = dt.timedelta(minutes=15)
+"""How long a queued background refresh holds its memory (its retries included); a claim older
+than this is taken to be lost (a worker that died) and the memory can be queued again."""
+
+
+def short_term_memory_claim(*, memory_ids: Sequence[int], now: dt.datetime) -> list[int]:
+    """Claim memories for a background refresh, one refresh at a time per memory: returns the
+    ids that were not already claimed (or whose claim is older than `REFRESH_CLAIM_TTL`), now
+    claimed at ``now``. Each claim is one conditional update, so two schedulers never both win."""
+    claimed = []
+    for memory_id in memory_ids:
+        free = Q(refresh_claimed_at__isnull=True) | Q(
+            refresh_claimed_at__lte=now - REFRESH_CLAIM_TTL
+        )
+        rows = ShortTermMemory.objects.filter(free, id=memory_id)
+        if rows.update(refresh_claimed_at=now):
+            claimed.append(memory_id)
+    return claimed
+
+
+def short_term_memory_release(*, memory_id: int) -> None:
+    """End a memory's background-refresh claim (the refresh finished or gave up)."""
+    ShortTermMemory.objects.filter(id=memory_id).update(refresh_claimed_at=None)
+
+
+@dataclass(frozen=True)
+class MemoryRefresh:
+    """What `short_term_memory_refresh` did: ``status`` is ``refreshed``, ``skipped`` (the row
+    is gone, no longer due, or its channel or persona is no longer served) or ``failed``;
+    ``retry`` says a failure is worth another try (the model or Discord failed for now)."""
+
+    status: str
+    detail: str = ""
+    turn_id: int | None = None
+    retry: bool = False
+
+
+async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+    """Refresh one due memory with one summarisation call over its channel's current window
+    (steps in `_refresh`). The memory's background-refresh claim ends with it, unless the
+    result asks for a retry (the retry still holds it)."""
+    result = await _refresh(runtime, memory_id)
+    if not result.retry:
+        await sync_to_async(short_term_memory_release)(memory_id=memory_id)
+    return result
+
+
+async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+    """Refresh one due memory with one summarisation call over its channel's current window.
+
+    Steps:
+        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
+           skip when the channel's guild or the persona is no longer configured.
+        2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
+           it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
+           and nothing (anchor, window registry) changes.
+        3. Record a `Turn` of reason ``maintenance``; ask the model once with the rendered
+           dialogue lines (`memory.build_summary_messages`) and the unexpired summary.
+        4. Save the summary (clipped), reset the raw turns, stamp the refresh; the turn ends
+           ``replied`` with the summary as its reply (nothing is sent to Discord).
+    A model failure ends the turn ``failed`` and asks for a retry; a Discord failure before
+    the turn asks for one too.
+    """
+    now = runtime.clock()
+    memory = await sync_to_async(_memory_get)(memory_id)
+    if memory is None:
+        return MemoryRefresh("skipped", "the memory is gone")
+    persona = memory.persona
+    if not stm_maintenance_due(
+        memory.state,
+        refresh_every=persona.stm_refresh_every,
+        tools_on=persona.tools_enabled,
+        now=now,
+    ):
+        return MemoryRefresh("skipped", "no longer due")
+    configuration = await sync_to_async(selectors.channel_configuration)(
+        channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
+    )
+    if configuration is None or all(p.id != persona.id for p in configuration.personas):
+        return MemoryRefresh("skipped", "the channel or persona is no longer served")
+    try:
+        newest = await runtime.port.fetch_history(memory.channel_id, 1)
+    except DeliveryError as error:
+        return MemoryRefresh("failed", f"history: {error}", retry=not error.permanent)
+    if not newest:
+        return MemoryRefresh("skipped", "the channel has no messages")
+    request = TurnRequest(
+        configuration=configuration,
+        persona=persona,
+        trigger=newest[0],
+        reason=TurnReason.MAINTENANCE,
+        reason_detail={
+            "memory_id": memory.id,
+            "turns_since_refresh": memory.turns_since_refresh,
+            "refresh_every": persona.stm_refresh_every,
+        },
+    )
+    prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    lines = [
+        item.text
+        for item in prepared.context.items
+        if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+    ]
+    previous = visible_memory_text(memory.state, now=now)
+    names = runtime.port.names(configuration.guild_id, [])
+    messages = build_summary_messages(
+        persona_name=persona.name,
+        channel_name=f"#{names.channels[memory.channel_id]}"
+        if memory.channel_id in names.channels
+        else ("a direct message" if configuration.guild_id is None else "this channel"),
+        previous_summary=previous,
+        conversation=lines,
+    )
+    turn = await sync_to_async(_turn_create)(request)
+    _record_context(turn, prepared)
+    turn.request = {"messages": messages}
+    turn.tool_allowlist = []
+    completion = await runtime.llm.complete_turn(
+        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    )
+    _record_completion(turn, completion)
+    summary = clip_summary(completion.reply_text)
+    if completion.error is not None or not summary:
+        turn.status = Turn.Status.FAILED
+        turn.error = turn.error or "the model gave an empty summary"
+        await sync_to_async(_turn_save)(turn)
+        return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
+    turn.status, turn.reply_text = Turn.Status.REPLIED, summary
+    await sync_to_async(_memory_refreshed)(turn, memory, summary, now)
+    return MemoryRefresh("refreshed", turn_id=turn.id)
+
+
+def _memory_get(memory_id: int) -> ShortTermMemory | None:
+    return ShortTermMemory.objects.select_related("persona").filter(id=memory_id).first()
+
+
+def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
+    """Save the maintenance turn and the refreshed memory together. Replies the persona gave
+    while the summary was being written stay counted (they are not in the summary)."""
+    with transaction.atomic():
+        _turn_save(turn)
+        current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
+        later = 0
+        if current is not None:
+            later = max(0, current.turns_since_refresh - memory.turns_since_refresh)
+        written = _stm_write(
+            persona=memory.persona,
+            channel_id=memory.channel_id,
+            guild_id=memory.guild_id,
+            user_id=memory.user_id,
+            summary=summary,
+            turn_id=turn.id,
+            now=now,
+        )
+        if later:
+            written.turns_since_refresh = later
+            written.save(update_fields=["turns_since_refresh"])

@@ -1,15 +1,47 @@
-"""Celery tasks: thin wrappers that call a service and own their retry policy."""
+"""Celery tasks: thin wrappers that load by id, call a service and own their retry policy.
+
+Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
+
+- ``event_queue_prune_task`` hourly;
+- ``short_term_memory_maintenance_task`` every ``STM_MAINTENANCE_SECONDS`` (300 s): clears
+  expired memory and queues one ``short_term_memory_refresh_task`` per due memory whose channel
+  has been quiet for ``STM_IDLE_SECONDS`` (600 s).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
 
+from asgiref.sync import sync_to_async
 from celery import shared_task
+from django.conf import settings
+from django.db import connections
 from django.utils import timezone
 
+from chat import selectors
+from chat.gateway.rest import rest_discord
+from chat.llm.attempts import AttemptRunner
 from chat.loop.ingress import event_queue_prune
+from chat.models import ShortTermMemory
+from chat.pipeline.memory import RAW_TURNS_TTL
+from chat.pipeline.tokens import default_token_counter
+from chat.services import (
+    MemoryRefresh,
+    TurnRuntime,
+    short_term_memory_claim,
+    short_term_memory_expire,
+    short_term_memory_refresh,
+    short_term_memory_release,
+)
+from chat.windows import WindowRegistry
+from chat.worker import llm_client_from_settings
 
 logger = logging.getLogger(__name__)
+
+REFRESH_MAX_RETRIES = 3
+REFRESH_RETRY_SECONDS = 60
 
 
 @shared_task(ignore_result=True)
@@ -22,3 +54,73 @@ def event_queue_prune_task() -> int:
     deleted = event_queue_prune(now=timezone.now())
     logger.info("pruned %d consumed event-queue keys", deleted)
     return deleted
+
+
+@shared_task(ignore_result=True)
+def short_term_memory_maintenance_task() -> list[int]:
+    """Periodic (Celery beat): clear expired memory, then queue a refresh of every due memory
+    in a quiet channel that no other refresh holds (`short_term_memory_claim`); returns the
+    queued ids. Not retried: the next run finds the same rows."""
+    now = timezone.now()
+    cleared = short_term_memory_expire(now=now)
+    due = selectors.short_term_memories_due(
+        now=now,
+        idle_for=dt.timedelta(seconds=settings.STM_IDLE_SECONDS),
+        raw_turns_ttl=RAW_TURNS_TTL,
+    )
+    claimed = short_term_memory_claim(memory_ids=due, now=now)
+    for memory_id in claimed:
+        short_term_memory_refresh_task.delay(memory_id)
+    logger.info("memory maintenance: %d cleared, %d refreshes queued", cleared, len(claimed))
+    return claimed
+
+
+@shared_task(bind=True, ignore_result=True, max_retries=REFRESH_MAX_RETRIES)
+def short_term_memory_refresh_task(self, memory_id: int) -> str:
+    """Refresh one memory (`short_term_memory_refresh`): re-fetched by id, skipped when gone or
+    no longer due. A failure of the model or of Discord is retried up to three times, a minute
+    apart; returns the outcome (``refreshed``, ``skipped`` or ``failed``)."""
+    result = asyncio.run(_refresh(memory_id))
+    logger.info("memory %s: %s %s", memory_id, result.status, result.detail)
+    if result.retry:
+        if self.request.retries < self.max_retries:
+            raise self.retry(countdown=REFRESH_RETRY_SECONDS)
+        short_term_memory_release(memory_id=memory_id)  # given up: the next run may queue it
+    return result.status
+
+
+async def _refresh(memory_id: int) -> MemoryRefresh:
+    """Compose a REST-only runtime (no gateway in this process) and run the service; the
+    database connection the event loop's thread opened is closed at the end."""
+    try:
+        return await _refresh_with_rest_discord(memory_id)
+    finally:
+        await sync_to_async(connections.close_all)()
+
+
+async def _refresh_with_rest_discord(memory_id: int) -> MemoryRefresh:
+    memory = await ShortTermMemory.objects.filter(id=memory_id).afirst()
+    if memory is None:
+        return MemoryRefresh("skipped", "the memory is gone")
+    main_names = await sync_to_async(selectors.main_persona_names)()
+    persona_names = await sync_to_async(selectors.channel_persona_messages)(
+        channel_id=memory.channel_id
+    )
+    async with (
+        rest_discord(
+            token=settings.DISCORD_TOKEN,
+            api_base=settings.DISCORD_API_BASE,
+            main_persona_name=main_names,
+            persona_names=persona_names,
+        ) as port,
+        llm_client_from_settings() as client,
+    ):
+        if memory.guild_id is not None:
+            await port.load_directory(memory.guild_id)
+        runtime = TurnRuntime(
+            port=port,
+            windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
+            llm=AttemptRunner(client=client, stream=False),
+            token_counter=default_token_counter(),
+        )
+        return await short_term_memory_refresh(runtime=runtime, memory_id=memory_id)

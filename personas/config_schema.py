@@ -106,6 +106,14 @@ class LLMSpec(_Strict):
     fallback_models: list[Annotated[str, StringConstraints(min_length=1)]] = []
 
 
+class ShortTermMemorySpec(_Strict):
+    """How the persona keeps its short-term memory: refreshed after ``refresh_every`` of its
+    replies; shown in the system prompt (``depth`` null) or at that depth in the dialogue."""
+
+    refresh_every: Annotated[int, Field(strict=True, ge=1, le=1000)] = 5
+    depth: Depth | None = None
+
+
 class PersonaSpec(_Strict):
     name: Name
     main: bool = False
@@ -118,6 +126,8 @@ class PersonaSpec(_Strict):
     context_note: ContextNoteSpec | None = None
     prefill: str = ""
     deliberate_tool_mode: bool = True
+    tools_enabled: bool = True
+    short_term_memory: ShortTermMemorySpec = ShortTermMemorySpec()
     force_lowercase: bool = False
     punctuation_splits: bool = False
     sample_dialogue: list[SampleMessage] = []

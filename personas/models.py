@@ -108,6 +108,20 @@ class Persona(models.Model):
     context_note = models.TextField(blank=True)
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
     deliberate_tool_mode = models.BooleanField(default=True)
+    tools_enabled = models.BooleanField(
+        default=True, help_text="Off: the persona is never offered a tool (memory upkeep included)"
+    )
+    stm_refresh_every = models.PositiveSmallIntegerField(
+        default=5,
+        validators=[MinValueValidator(1)],
+        help_text="Short-term memory is refreshed after this many of the persona's replies",
+    )
+    stm_depth = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=_depth_validators(),
+        help_text="Empty: short-term memory in the system prompt; a number: at that depth",
+    )
     force_lowercase = models.BooleanField(default=False)
     punctuation_splits = models.BooleanField(default=False)
     llm_model = models.CharField(
@@ -138,6 +152,9 @@ class Persona(models.Model):
             models.CheckConstraint(
                 condition=Q(temperature__gte=0.0) & Q(temperature__lte=2.0),
                 name="persona_temperature_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"
             ),
             models.CheckConstraint(
                 condition=Q(max_output_tokens__gte=1), name="persona_max_output_tokens_positive"

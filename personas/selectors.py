@@ -84,6 +84,11 @@ def _persona(persona: Persona) -> dict:
         "context_note": _note(persona.context_note, persona.context_note_depth),
         "prefill": persona.prefill,
         "deliberate_tool_mode": persona.deliberate_tool_mode,
+        "tools_enabled": persona.tools_enabled,
+        "short_term_memory": {
+            "refresh_every": persona.stm_refresh_every,
+            "depth": persona.stm_depth,
+        },
         "force_lowercase": persona.force_lowercase,
         "punctuation_splits": persona.punctuation_splits,
         "sample_dialogue": list(persona.sample_dialogue),

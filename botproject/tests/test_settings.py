@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from botproject.env import env_bool, env_database, env_list, env_url
+from botproject.env import env_bool, env_database, env_list, env_positive_float, env_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,6 +30,15 @@ def test_env_bool_names_the_variable_on_a_bad_value():
 def test_env_list_splits_on_commas_and_drops_blanks():
     value = env_list("ALLOWED_HOSTS", [], environ={"ALLOWED_HOSTS": "a.example, ,b.example"})
     assert value == ["a.example", "b.example"]
+
+
+def test_env_positive_float_reads_seconds_and_names_the_variable_on_a_bad_value():
+    name = "STM_MAINTENANCE_SECONDS"
+    assert env_positive_float(name, 300.0, environ={}) == 300.0
+    assert env_positive_float(name, 300.0, environ={name: " 0.5 "}) == 0.5
+    for raw in ("0", "-1", "soon", "inf"):
+        with pytest.raises(ImproperlyConfigured, match=rf"{name} must be a number .* got"):
+            env_positive_float(name, 300.0, environ={name: raw})
 
 
 @pytest.mark.parametrize("raw", ["localhost:6379", "http://127.0.0.1:6379", "redis://"])

@@ -9,10 +9,12 @@ Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks en
   past the client's limit), a malformed JSON body, a stream cut off before ``[DONE]``, an empty
   answer, or a reasoning-only answer.
 
-With the script empty, the default rule answers "I am the fake model <model>. You said: <the last
-user message>"; the introduction is a constructor argument (the demo says it is the demo
-model). Usage is always reported, cached prompt tokens included: the estimate counts the prefix
-a request shares with the previous one as cached, as a provider's prompt cache would.
+With the script empty, a ``responder`` (when given) chooses the answer from the request body
+(benchmarks script a planner policy this way); without one, the default rule answers "I am the
+fake model <model>. You said: <the last user message>"; the introduction is a constructor
+argument (the demo says it is the demo model). Usage is always reported, cached prompt tokens
+included: the estimate counts the prefix a request shares with the previous one as cached, as a
+provider's prompt cache would.
 
 In-process (ephemeral port)::
 
@@ -31,7 +33,7 @@ import itertools
 import json
 import re
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import TracebackType
@@ -103,8 +105,10 @@ class FakeLLMServer:
         host: str = "127.0.0.1",
         port: int = 0,
         introduction: str = "I am the fake model {model}.",
+        responder: Callable[[dict[str, Any]], ScriptItem] | None = None,
     ) -> None:
         self.requests: list[RecordedRequest] = []
+        self._responder = responder
         self._introduction = introduction
         self.base_url = ""
         self._script: deque[ScriptItem] = deque(script)
@@ -160,7 +164,12 @@ class FakeLLMServer:
         self._record(request, body)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error_response(400, "the body must be a JSON object with a messages list")
-        item = self._script.popleft() if self._script else self._default_reply(body)
+        if self._script:
+            item = self._script.popleft()
+        elif self._responder is not None:
+            item = self._responder(body)
+        else:
+            item = self._default_reply(body)
         if isinstance(item, Fault):
             return await self._fault(request, body, item)
         return await self._answer(request, body, item)

@@ -27,12 +27,20 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from chat.llm.base import ChatRequest, LLMClient, LLMError, ModelSpec, ToolCall, Usage
 from chat.llm.reply import strip_reasoning
+from chat.pipeline.memory import MAX_CATEGORIES
 from chat.pipeline.tools import ToolName
 
 READ_FILE_LIMIT_BYTES = 16_384
@@ -67,12 +75,35 @@ class RevealMessageMetadataArguments(_Arguments):
     )
 
 
+CategoryName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40)]
+CategoryText = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)
+]
+
+
 class UpdateShortTermMemoryArguments(_Arguments):
     summary: str = Field(
-        min_length=1,
+        default="",
         max_length=4000,
-        description="The complete new summary of this conversation; it replaces the old one.",
+        description=(
+            "The complete new summary of this conversation, at most 1,500 characters (longer "
+            "is cut); it replaces the old memory."
+        ),
     )
+    categories: dict[CategoryName, CategoryText] = Field(
+        default_factory=dict,
+        max_length=MAX_CATEGORIES,
+        description=(
+            f"Instead of (or beside) a summary: up to {MAX_CATEGORIES} short named notes, "
+            'e.g. {"plans": "gig on Sunday", "mood": "excited"}.'
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _something_to_remember(self) -> UpdateShortTermMemoryArguments:
+        if not self.summary.strip() and not self.categories:
+            raise ValueError("give a summary or at least one category")
+        return self
 
 
 class AnalyzeImageArguments(_Arguments):
@@ -170,8 +201,9 @@ class MessageMetadataLookup(Protocol):
 
 
 class ShortTermMemoryWriter(Protocol):
-    async def write(self, *, summary: str) -> None:
-        """Store ``summary`` as the persona's short-term memory; raise ``ToolError`` on failure."""
+    async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
+        """Store ``summary`` and ``categories`` (either may be empty, not both) as the persona's
+        short-term memory, replacing the old one; raise ``ToolError`` on failure."""
         ...
 
 
@@ -295,7 +327,7 @@ class ToolBox:
         if self._memory_written:
             raise ToolError("short-term memory was already updated in this reply")
         assert self._memory is not None
-        await self._memory.write(summary=arguments.summary)
+        await self._memory.write(summary=arguments.summary, categories=arguments.categories)
         self._memory_written = True
         return _result(updated=True)
 

@@ -1,16 +1,37 @@
 """Autonomous channels: the planner of seed 003 decides the next action, step by step.
 
 Each step asks the planner model for one JSON action (`chat.pipeline.planner`) and dispatches
-it: read the unread pool, let a persona speak (a persona turn through `turn_run`), react, sleep,
-or stop. At most `MAX_LOOP_ITERATIONS` steps per loop, ``step_delay`` seconds between them. A
-send is dropped when new messages arrived while it was written, so the next step reads first.
+it: let a persona speak (a persona turn through `turn_run`), mark the unread messages read,
+react, sleep, or stop. At most `MAX_LOOP_ITERATIONS` steps per loop, ``step_delay`` seconds
+between them.
+
+What the planner sees (kept per channel across loops, bounded):
+
+- the channel's **rolling conversation**: seeded from the recent history window (read the way a
+  persona turn reads it), then every message it was shown and every reply a persona gave, the
+  newest `MAX_CONVERSATION_MESSAGES`; users with full privacy or blacklisted, and users every
+  persona of the channel has blocked, are never shown;
+- its **recent actions** with their results (the newest `MAX_REMEMBERED_ACTIONS`);
+- closing the prompt, the **incoming events**: the unread messages;
+- the channel **by name** (the Discord port's name directory), never by id.
+
+Turn economy (DESIGN §5): a ``send_message`` is allowed as soon as the unread messages are in
+the planner's prompt — they are marked read and the persona answers them — so a reply costs two
+model calls (planner + persona turn). Messages that arrived after the prompt was built refuse
+the send ("read them first": the next step shows them), and a reply whose generation saw new
+messages arrive is dropped (the send safety check).
+
+Every step is recorded as a `PlannerStep` (prompt, raw decision, action, result, the persona
+turn it ran); the persona turn's ``reason_detail`` names its step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import uuid
+from collections import OrderedDict, deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
@@ -34,26 +55,60 @@ from chat.pipeline.planner import (
     parse_planner_action,
     render_planner_lines,
 )
-from chat.pipeline.simplify import build_simplified_history, hidden_user_ids
+from chat.pipeline.simplify import blocked_user_ids, build_simplified_history, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.types import HistoryMessage
+from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
 from chat.selectors import ChannelConfiguration
-from chat.services import TurnRequest, TurnRuntime, turn_run
+from chat.services import (
+    TurnRequest,
+    TurnRuntime,
+    planner_step_finish,
+    planner_step_record,
+    turn_run,
+)
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
 
 MAX_LOOP_ITERATIONS = 5
+MAX_CONVERSATION_MESSAGES = 40
+"""Messages of a channel's rolling conversation the planner keeps (the newest)."""
+MAX_REMEMBERED_ACTIONS = 10
+"""The planner's recent actions it keeps per channel, across loops."""
+MAX_CHANNELS = 256
+"""Channels whose planner state is kept; the least recently planned is forgotten first."""
 
 
 @dataclass
-class _PlannerState:
-    """One autonomous loop's memory: what it read and what its actions returned."""
+class ChannelConversation:
+    """What the planner remembers of one channel across loops (bounded)."""
 
-    read: list[HistoryMessage] = field(default_factory=list)
-    history: list[ActionRecord] = field(default_factory=list)
+    messages: dict[int, HistoryMessage] = field(default_factory=dict)
+    actions: deque[ActionRecord] = field(
+        default_factory=lambda: deque(maxlen=MAX_REMEMBERED_ACTIONS)
+    )
+    seeded: bool = False
+
+    def add(self, messages: Sequence[HistoryMessage]) -> None:
+        """Add messages (a repeated id is replaced) and keep the newest ones."""
+        for message in messages:
+            self.messages[message.id] = message
+        for message_id in sorted(self.messages)[:-MAX_CONVERSATION_MESSAGES]:
+            del self.messages[message_id]
+
+    def ordered(self) -> list[HistoryMessage]:
+        return [self.messages[i] for i in sorted(self.messages)]
+
+
+@dataclass
+class _Step:
+    """One step's view: the unread ids the prompt showed, its refs, and its record's id."""
+
+    shown_unread: list[HistoryMessage] = field(default_factory=list)
     refs: dict[str, int] = field(default_factory=dict)
+    step_id: int | None = None
+    decision: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,10 +116,11 @@ class ActionResult:
     success: bool
     should_continue: bool
     result: str
+    turn_id: int | None = None
 
 
 class AutonomousLoop:
-    """Runs planner loops; one instance serves every autonomous channel."""
+    """Runs planner loops; one instance serves every autonomous channel of a worker."""
 
     def __init__(
         self,
@@ -76,63 +132,125 @@ class AutonomousLoop:
         self._runtime = runtime
         self._step_delay = step_delay
         self._sleep = sleep
+        self._channels: OrderedDict[int, ChannelConversation] = OrderedDict()
+
+    def conversation(self, channel_id: int) -> ChannelConversation:
+        """The channel's remembered conversation (created empty, most recent kept)."""
+        state = self._channels.pop(channel_id, None) or ChannelConversation()
+        self._channels[channel_id] = state
+        while len(self._channels) > MAX_CHANNELS:
+            self._channels.popitem(last=False)
+        return state
 
     async def run(self, configuration: ChannelConfiguration) -> None:
         """Seed 003's loop: plan, dispatch, continue while the action says so; at most
-        `MAX_LOOP_ITERATIONS` steps."""
-        state = _PlannerState()
+        `MAX_LOOP_ITERATIONS` steps. The conversation and actions carry over to the next loop."""
         channel_id = configuration.channel_id
         if not configuration.personas:
             await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
             return
+        state = self.conversation(channel_id)
+        if not state.seeded:
+            await self._seed(configuration, state)
+        loop_id = uuid.uuid4().hex
         group = channel_group(channel_id)
         for iteration in range(1, MAX_LOOP_ITERATIONS + 1):
-            action = await self._plan(configuration, state, iteration)
+            step = _Step()
+            action = await self._plan(configuration, state, step, iteration, loop_id)
             if action is None:
                 break
-            result = await self._dispatch(configuration, state, action, iteration)
+            result = await self._dispatch(configuration, state, step, action, iteration)
             name = action.action if not isinstance(action, PlannerOutputError) else "invalid"
-            state.history.append(ActionRecord(name, result.success, result.result))
-            step = LoopStep(
-                iteration=iteration, action=name, success=result.success, result=result.result
+            state.actions.append(ActionRecord(name, result.success, result.result))
+            if step.step_id is not None:
+                await sync_to_async(planner_step_finish)(
+                    step_id=step.step_id,
+                    success=result.success,
+                    result=result.result,
+                    turn_id=result.turn_id,
+                )
+            await publish(
+                group,
+                LoopStep(
+                    iteration=iteration, action=name, success=result.success, result=result.result
+                ),
             )
-            await publish(group, step)
             if not result.should_continue:
                 break
             await self._sleep(self._step_delay)
         else:
             logger.info("planner loop in %s stopped at %d steps", channel_id, iteration)
 
+    async def _seed(self, configuration: ChannelConfiguration, state: ChannelConversation) -> None:
+        """Start the conversation from the channel's recent window, as a persona turn reads it
+        (the unread messages are left to the incoming events). Once per channel while the worker
+        runs; read without changing the window registry, so the persona turns' own window and
+        anchoring are exactly as without the planner."""
+        channel = configuration.settings
+        try:
+            read = await self._runtime.windows.read(
+                channel.channel_id,
+                limit=channel.fetch_limit,
+                is_dm=channel.guild is None,
+                dry_run=True,
+            )
+        except Exception:  # Discord failed: plan without the history, try again next loop
+            logger.warning("could not read %s's history", channel.channel_id, exc_info=True)
+            return
+        unread = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel.channel_id)
+        unread_ids = {m.id for m in unread}
+        state.add([m for m in read.messages if m.id not in unread_ids])
+        state.seeded = True
+
     async def _plan(
-        self, configuration: ChannelConfiguration, state: _PlannerState, iteration: int
+        self,
+        configuration: ChannelConfiguration,
+        state: ChannelConversation,
+        step: _Step,
+        iteration: int,
+        loop_id: str,
     ) -> PlannerAction | PlannerOutputError | None:
-        """Ask the planner for one action; None when the model could not be reached."""
+        """Ask the planner for one action and record the step; None when the model could not
+        be reached (the loop ends; the unread messages stay for the next loop)."""
         channel = configuration.settings
         unread = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel.channel_id)
-        seen = [*state.read, *unread]
+        unread_ids = {m.id for m in unread}
+        seen = [m for m in state.ordered() if m.id not in unread_ids] + unread
         standing = await sync_to_async(selectors.user_standing)(
             user_ids=[m.accountable_user_id for m in seen]
+        )
+        names = self._runtime.port.names(configuration.guild_id, [m.author.id for m in seen])
+        blocked_for_all = frozenset.intersection(
+            *(
+                blocked_user_ids(configuration.blocks, p.name, configuration.read_at)
+                for p in configuration.personas
+            )
         )
         simplified = build_simplified_history(
             seen,
             reply_targets={},
-            names=self._runtime.port.names(configuration.guild_id, [m.author.id for m in seen]),
-            hidden_user_ids=hidden_user_ids(standing.privacy, standing.blacklisted),
+            names=names,
+            hidden_user_ids=hidden_user_ids(standing.privacy, standing.blacklisted)
+            | blocked_for_all,
             blocked_user_ids=frozenset(),
             timezone=ZoneInfo(channel.timezone),
         )
-        lines = render_planner_lines(simplified.entries, simplified.id_map)
-        state.refs = dict(simplified.id_map.as_mapping())
-        unread_ids = {m.id for m in unread}
+        lines = render_planner_lines(
+            simplified.entries,
+            simplified.id_map,
+            line_starts=frozenset({min(unread_ids)}) if unread_ids else frozenset(),
+        )
+        step.refs = dict(simplified.id_map.as_mapping())
+        step.shown_unread = unread
         personas = configuration.personas
         messages = build_planner_messages(
-            channel_name=str(channel.channel_id),
+            channel_name=_channel_name(configuration, names.channels),
             roster=[
                 PlannerRosterEntry(p.name, (p.system_prompt or "a persona")[:200]) for p in personas
             ],
-            recent=[line for i, line in lines.items() if i not in unread_ids],
-            unread=[line for i, line in lines.items() if i in unread_ids],
-            history=state.history,
+            conversation=[line for i, line in lines.items() if i not in unread_ids],
+            incoming=[line for i, line in lines.items() if i in unread_ids],
+            actions=list(state.actions),
             iteration=iteration,
             max_iterations=MAX_LOOP_ITERATIONS,
         )
@@ -143,16 +261,39 @@ class AutonomousLoop:
         )
         if completion.error is not None:
             logger.warning("planner call failed in %s: %s", channel.channel_id, completion.error)
+            await sync_to_async(planner_step_record)(
+                channel_id=channel.channel_id,
+                guild_id=configuration.guild_id,
+                loop_id=loop_id,
+                iteration=iteration,
+                prompt=messages,
+                decision=f"(the model failed: {completion.error})",
+                action={},
+                llm_ms=completion.llm_ms,
+            )
             return None
         try:
-            return parse_planner_action(completion.reply_text)
+            action: PlannerAction | PlannerOutputError = parse_planner_action(completion.reply_text)
         except PlannerOutputError as error:
-            return error
+            action = error
+        step.decision = completion.reply_text
+        step.step_id = await sync_to_async(planner_step_record)(
+            channel_id=channel.channel_id,
+            guild_id=configuration.guild_id,
+            loop_id=loop_id,
+            iteration=iteration,
+            prompt=messages,
+            decision=completion.reply_text,
+            action={} if isinstance(action, PlannerOutputError) else action.model_dump(),
+            llm_ms=completion.llm_ms,
+        )
+        return action
 
     async def _dispatch(
         self,
         configuration: ChannelConfiguration,
-        state: _PlannerState,
+        state: ChannelConversation,
+        step: _Step,
         action: PlannerAction | PlannerOutputError,
         iteration: int,
     ) -> ActionResult:
@@ -161,13 +302,13 @@ class AutonomousLoop:
         if isinstance(action, PlannerOutputError):
             return ActionResult(False, True, f"your last answer was not a valid action: {action}")
         if isinstance(action, ReadUnreadMessages):
-            taken = await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
-            state.read.extend(taken)
+            taken = await self._take_shown(channel_id, step)
+            state.add(taken)
             return ActionResult(True, True, f"read {len(taken)} messages")
         if isinstance(action, SendMessage):
-            return await self._send(configuration, state, action, iteration)
+            return await self._send(configuration, state, step, action, iteration)
         if isinstance(action, React):
-            message_id = state.refs.get(action.message)
+            message_id = step.refs.get(action.message)
             if message_id is None:
                 return ActionResult(False, True, f"{action.message} is not a message you can see")
             try:
@@ -181,26 +322,47 @@ class AutonomousLoop:
         assert isinstance(action, Continue)
         return ActionResult(True, False, "stopped")
 
+    async def _take_shown(self, channel_id: int, step: _Step) -> list[HistoryMessage]:
+        """Mark read the unread messages this step's prompt showed (later arrivals stay)."""
+        if not step.shown_unread:
+            return []
+        newest = max(m.id for m in step.shown_unread)
+        return await sync_to_async(ingress.unread_pool_take)(
+            channel_id=channel_id, up_to_message_id=newest
+        )
+
     async def _send(
         self,
         configuration: ChannelConfiguration,
-        state: _PlannerState,
+        state: ChannelConversation,
+        step: _Step,
         action: SendMessage,
         iteration: int,
     ) -> ActionResult:
-        """Let a persona take a turn, unless new messages arrived: then read first."""
+        """Let a persona answer what the prompt showed, unless messages arrived since."""
         persona: Persona | None = configuration.persona_named(action.persona)
         if persona is None:
             names = ", ".join(p.name for p in configuration.personas)
             return ActionResult(False, True, f"no persona named {action.persona!r} ({names})")
         channel_id = configuration.channel_id
-        count = await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id)
-        if count:
-            return ActionResult(False, True, f"{count} new messages arrived; read them first")
-        if not state.read:
-            return ActionResult(False, True, "there is nothing to answer yet; read first")
-        target_id = state.refs.get(action.reply_to or "", state.read[-1].id)
-        trigger = next((m for m in state.read if m.id == target_id), state.read[-1])
+        shown = {m.id for m in step.shown_unread}
+        pool = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel_id)
+        arrived = [m for m in pool if m.id not in shown]
+        if arrived:
+            return ActionResult(
+                False, True, f"{len(arrived)} new messages arrived; read them first"
+            )
+        state.add(await self._take_shown(channel_id, step))
+        bot_user_id = self._runtime.port.bot_user_id
+        others = [
+            m
+            for m in state.ordered()
+            if m.author.persona_name is None and m.author.id != bot_user_id
+        ]
+        if not others:
+            return ActionResult(False, True, "there is nothing to answer yet")
+        target_id = step.refs.get(action.reply_to or "", others[-1].id)
+        trigger = state.messages.get(target_id, others[-1])
         turn = await turn_run(
             runtime=self._runtime,
             request=TurnRequest(
@@ -211,16 +373,51 @@ class AutonomousLoop:
                 reason_detail={
                     "action": action.model_dump(),
                     "iteration": iteration,
-                    "earlier_actions": [r.action for r in state.history],
+                    "planner_step_id": step.step_id,
+                    "planner_decision": step.decision,
+                    "earlier_actions": [r.action for r in state.actions],
                 },
             ),
             abort_if=_unread_arrived(channel_id),
         )
         if turn.status == Turn.Status.ABORTED:
-            return ActionResult(False, True, "new messages arrived while writing; read them first")
+            return ActionResult(
+                False, True, "new messages arrived while writing; read them first", turn.id
+            )
+        if turn.status == Turn.Status.REPLIED:
+            state.add(_own_reply(turn, persona, self._runtime.port.bot_user_id, trigger))
         return ActionResult(
-            turn.status == Turn.Status.REPLIED, False, f"{persona.name}: {turn.status}"
+            turn.status == Turn.Status.REPLIED, False, f"{persona.name}: {turn.status}", turn.id
         )
+
+
+def _channel_name(configuration: ChannelConfiguration, channels: Mapping[int, str]) -> str:
+    """The channel's name from the name directory; a neutral phrase when it is unknown (a DM,
+    or a name the gateway has not cached) — never the raw id."""
+    known = channels.get(configuration.channel_id)
+    if known:
+        return known
+    return "direct-message" if configuration.guild_id is None else "this-channel"
+
+
+def _own_reply(
+    turn: Turn, persona: Persona, bot_user_id: int, trigger: HistoryMessage
+) -> list[HistoryMessage]:
+    """The persona's delivered reply as the conversation remembers it (one entry, under the
+    first delivered message's id)."""
+    if not turn.delivered_message_ids:
+        return []
+    return [
+        HistoryMessage(
+            id=int(turn.delivered_message_ids[0]),
+            channel_id=trigger.channel_id,
+            author=Author(
+                id=bot_user_id, display_name=persona.name, is_bot=True, persona_name=persona.name
+            ),
+            content=turn.reply_text,
+            created_at=turn.finished_at or trigger.created_at,
+        )
+    ]
 
 
 def _unread_arrived(channel_id: int) -> Callable[[], Awaitable[str | None]]:

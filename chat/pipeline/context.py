@@ -19,6 +19,7 @@ from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directiv
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
+from chat.pipeline.memory import STM_HEADER
 from chat.pipeline.notes import active_context_notes
 from chat.pipeline.participants import ParticipantContext, prepare_participant_context
 from chat.pipeline.simplify import (
@@ -70,9 +71,13 @@ class TurnInput:
         global_note: The guild-wide context note, used only when neither the persona nor the
             channel has one.
         memories: Retrieved long-term memories, as text.
-        stm_text: The channel's short-term memory summary; None when there is none.
+        stm_text: The short-term memory as the prompt shows it (`memory.visible_memory_text`:
+            the caller has already left out an expired one); None when there is none.
+        stm_depth: The memory's saved depth: None puts it in the system block after the
+            memories; a number places it in the dialogue like a context note at that depth.
         configured_tools: Tools whose outside service is configured.
-        stm_maintenance_due: Short-term memory maintenance is due.
+        tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
+        stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
         verbatim_tool_nudge: Inject the verbatim tool-calling nudge (custom endpoints).
         reunion_note: A precomputed note for a returning user; None for none.
         impersonated_user_id: A user the persona speaks as this turn; None when not.
@@ -102,7 +107,9 @@ class TurnInput:
     global_note: ContextNote | None = None
     memories: tuple[str, ...] = ()
     stm_text: str | None = None
+    stm_depth: int | None = None
     configured_tools: frozenset[str] = frozenset()
+    tools_enabled: bool = True
     stm_maintenance_due: bool = False
     verbatim_tool_nudge: bool = False
     reunion_note: str | None = None
@@ -198,6 +205,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     )
     warnings = [] if trigger else ["the triggering message is not visible to this persona"]
     admission = admit_tools(
+        tools_enabled=turn.tools_enabled,
         deliberate_tool_mode=persona.deliberate_tool_mode,
         trigger=trigger,
         configured_tools=turn.configured_tools,
@@ -227,6 +235,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             verbatim_tool_nudge=turn.verbatim_tool_nudge,
             reunion_note=turn.reunion_note,
         ),
+        placed=_stm_at_depth(turn),
     )
     items += tail_directives(
         [entry.prose for entry in entries if _is_own(entry, turn)],
@@ -265,13 +274,18 @@ def cacheable_prefix_end(items: Sequence[ContextItem]) -> int:
 
     The prefix holds the configuration (system prompt, memories, STM: they change only when a
     memory is written or the STM maintained), the samples, and the dialogue up to the first
-    context note (a note at depth moves with every new message) or the newest entry (the next
-    message may merge into it), whichever comes first, and never a tail directive. Media limits
-    can still change an older entry (an image leaving the rendered-image limit); that is not
-    predictable from one turn, so the boundary does not try.
+    context note or short-term memory placed at depth (it moves with every new message) or the
+    newest entry (the next message may merge into it), whichever comes first, and never a tail
+    directive. Media limits can still change an older entry (an image leaving the
+    rendered-image limit); that is not predictable from one turn, so the boundary does not try.
     """
     first_varying = next(
-        (index for index, item in enumerate(items) if item.tag in TURN_VARYING_TAGS), len(items)
+        (
+            index
+            for index, item in enumerate(items)
+            if item.tag in TURN_VARYING_TAGS or (item.tag is ItemTag.STM and item.depth is not None)
+        ),
+        len(items),
     )
     newest_entry = max(
         (index for index, item in enumerate(items) if item.tag is ItemTag.DIALOGUE_HISTORY),
@@ -290,8 +304,8 @@ def _configuration_items(turn: TurnInput, macros: MacroContext) -> tuple[Context
     if system_prompt:
         pieces.append((ItemTag.SYSTEM_PROMPT, Role.SYSTEM, system_prompt))
     pieces += [(ItemTag.MEMORY, Role.SYSTEM, f"Memory: {memory}") for memory in turn.memories]
-    if turn.stm_text and turn.stm_text.strip():
-        stm = f"Short-term memory of this channel:\n{turn.stm_text.strip()}"
+    if turn.stm_text and turn.stm_text.strip() and turn.stm_depth is None:
+        stm = f"{STM_HEADER}\n{turn.stm_text.strip()}"
         pieces.append((ItemTag.STM, Role.SYSTEM, stm))
     pieces += [
         (ItemTag.SAMPLE_DIALOGUE, sample.role, expand_macros(sample.content, macros))
@@ -300,6 +314,23 @@ def _configuration_items(turn: TurnInput, macros: MacroContext) -> tuple[Context
     return tuple(
         ContextItem(tag=tag, role=role, text=text, completion_text=text)
         for tag, role, text in pieces
+    )
+
+
+def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:
+    """The short-term memory as a ``[System: …]`` item at its saved depth; empty when it has
+    no depth (it is then in the system block) or there is no memory to show."""
+    if turn.stm_depth is None or not (turn.stm_text and turn.stm_text.strip()):
+        return ()
+    text = f"{STM_HEADER}\n{turn.stm_text.strip()}"
+    return (
+        ContextItem(
+            tag=ItemTag.STM,
+            role=Role.USER,
+            text=f"[System: {text}]",
+            completion_text=text,
+            depth=turn.stm_depth,
+        ),
     )
 
 

@@ -52,6 +52,7 @@ def append_dialogue_history(
     media_window: int,
     fetch_limit: int,
     notes: Sequence[ContextNote],
+    placed: Sequence[ContextItem] = (),
 ) -> tuple[ContextItem, ...]:
     """Return ``items`` followed by the rendered dialogue history.
 
@@ -61,7 +62,8 @@ def append_dialogue_history(
         3. For each entry: a date spacer when its calendar day in ``timezone`` differs from the
            previous entry's (the first entry gets none: the window's start is not a day change),
            then the entry item with its role, label, media markers and document hints.
-        4. Place ``notes`` at their depths (`notes.place_notes`).
+        4. Place ``placed`` items (the short-term memory at its saved depth), then ``notes``,
+           at their depths (`notes.place_notes`).
 
     Args:
         items: The items so far (system prompt, memories, samples …); returned unchanged first.
@@ -75,6 +77,7 @@ def append_dialogue_history(
         media_window: How many of the newest messages may show media.
         fetch_limit: The turn's normalized fetch limit; it caps the media window.
         notes: The turn's active notes in same-position order (`notes.active_context_notes`).
+        placed: Ready items with ``depth`` set, placed like notes ahead of them.
 
     Returns:
         A new tuple; DIALOGUE_HISTORY, DATE_SPACER and CONTEXT_NOTE_INJECTION items follow
@@ -102,7 +105,7 @@ def append_dialogue_history(
                 document_hint=document_hint,
             )
         )
-    return (*items, *place_notes(dialogue, context_note_items(notes, macros)))
+    return (*items, *place_notes(dialogue, (*placed, *context_note_items(notes, macros))))
 
 
 def date_spacer(day: date) -> ContextItem:

@@ -1,10 +1,10 @@
 """The planner of seed 003: in an autonomous channel, a model call decides the next action.
 
-The planner is not asked to reply to a message but to choose what to do given the state: how
-many unread messages there are and what they say, the recent conversation, the personas it can
-speak as, and the results of its previous actions in this loop. It answers one JSON action,
-validated here against a schema; output that does not validate becomes a `PlannerOutputError`
-whose message the next planner step reads, never a crash.
+The planner is not asked to reply to a message but to choose what to do given the state: the
+channel's rolling conversation, the personas it can speak as, the results of its recent actions,
+and — closing the prompt — how many unread messages there are and what they say. It answers
+one JSON action, validated here against a schema; output that does not validate becomes a
+`PlannerOutputError` whose message the next planner step reads, never a crash.
 
 Pure: no Django, no network; the scheduler calls the model and the action handlers.
 """
@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chat.pipeline.message_id_map import MessageIdMap
-from chat.pipeline.simplify import SimplifiedEntry
+from chat.pipeline.simplify import EntryPart, SimplifiedEntry
 
 MAX_SLEEP_SECONDS = 60
 
@@ -116,9 +117,9 @@ class PlannerRosterEntry:
 
 _ACTIONS_HELP = """\
 Answer with exactly one JSON object and nothing else. Actions:
-- {"action": "read_unread_messages"}: read the unread messages (do this before replying to them).
 - {"action": "send_message", "persona": "<name>", "reply_to": "ref_N" or null}:
-  let one persona speak.
+  let one persona speak now; it sees the conversation and the incoming messages.
+- {"action": "read_unread_messages"}: mark the incoming messages read without answering.
 - {"action": "react", "message": "ref_N", "emoji": "<emoji>"}: react to a message.
 - {"action": "sleep", "seconds": <1-60>}: wait for more messages.
 - {"action": "continue"}: stop here; nothing needs doing now."""
@@ -128,51 +129,72 @@ def build_planner_messages(
     *,
     channel_name: str,
     roster: Sequence[PlannerRosterEntry],
-    recent: Sequence[str],
-    unread: Sequence[str],
-    history: Sequence[ActionRecord],
+    conversation: Sequence[str],
+    incoming: Sequence[str],
+    actions: Sequence[ActionRecord],
     iteration: int,
     max_iterations: int,
 ) -> list[dict]:
-    """The planner's Chat Completions messages.
+    """The planner's Chat Completions messages (seed 003, phase 3).
 
-    ``recent`` and ``unread`` are rendered lines (``ref_N Name: text``, never raw snowflakes).
-    Order: the action definitions and the roster (system), the recent conversation, the unread
-    count and contents, then the results of this loop's earlier actions.
+    ``conversation`` and ``incoming`` are rendered lines (``ref_N Name: text``, never raw
+    snowflakes): the channel's rolling conversation (the recent window, what was read, the
+    personas' own replies) and the unread messages. ``actions`` are the planner's recent
+    actions with their results, earlier loops included. ``channel_name`` is the channel's name
+    (never its id).
+
+    Order: the instructions, the roster and the action definitions (system); the conversation
+    and the recent actions; then, closing the prompt, the "Incoming events" block with the
+    unread count and contents and the step counter.
     """
     roster_lines = "\n".join(f"- {entry.name}: {entry.description}" for entry in roster)
     system = (
         f"You decide what happens next in the Discord channel #{channel_name}. "
         f"You can speak as these personas:\n{roster_lines}\n\n{_ACTIONS_HELP}"
     )
-    state = [
-        "Recent conversation:",
-        *(recent or ["(nothing yet)"]),
-        "",
-        f"You have {len(unread)} unread message{'s' if len(unread) != 1 else ''}.",
-        *unread,
-    ]
-    if history:
-        state += ["", "Your earlier actions in this loop:"]
+    state = ["Conversation so far:", *(conversation or ["(nothing yet)"])]
+    if actions:
+        state += ["", "Your recent actions and their results:"]
         state += [
             f"{n}. {record.action}: {'ok' if record.success else 'failed'}: {record.result}"
-            for n, record in enumerate(history, start=1)
+            for n, record in enumerate(actions, start=1)
         ]
-    state += ["", f"This is step {iteration} of at most {max_iterations}. Your action:"]
+    count = len(incoming)
+    events = [
+        "Incoming events:",
+        f"You have {count} unread message{'s' if count != 1 else ''}.",
+        *incoming,
+        "",
+        f"This is step {iteration} of at most {max_iterations}. Your action:",
+    ]
     return [
         {"role": "system", "content": system},
         {"role": "user", "content": "\n".join(state)},
+        {"role": "user", "content": "\n".join(events)},
     ]
 
 
 def render_planner_lines(
-    entries: Sequence[SimplifiedEntry], id_map: MessageIdMap
+    entries: Sequence[SimplifiedEntry],
+    id_map: MessageIdMap,
+    *,
+    line_starts: AbstractSet[int] = frozenset(),
 ) -> dict[int, str]:
-    """One line per simplified entry, ``ref_N Name: text``, keyed by the entry's first message
-    id (so the scheduler can split the lines into read and unread)."""
+    """One line per simplified entry, ``ref_N Name: text``, keyed by the line's first message
+    id (so the caller can split the lines into conversation and incoming events).
+
+    A merged entry is cut into several lines before each message in ``line_starts`` (the first
+    unread message: what was read and what is incoming never share a line)."""
     lines = {}
     for entry in entries:
-        first = entry.message_ids[0]
-        key = id_map.message_key(first) or id_map.register_message(first)
-        lines[first] = f"{key} {entry.author_name}: {entry.prose or '(no text)'}"
+        segments: list[list[EntryPart]] = []
+        for part in entry.parts:
+            if not segments or part.message_id in line_starts:
+                segments.append([])
+            segments[-1].append(part)
+        for parts in segments:
+            first = parts[0].message_id
+            key = id_map.message_key(first) or id_map.register_message(first)
+            prose = "\n".join(part.body for part in parts if part.body)
+            lines[first] = f"{key} {entry.author_name}: {prose or '(no text)'}"
     return lines

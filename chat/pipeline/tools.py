@@ -89,6 +89,7 @@ class ToolAdmission:
 
 def admit_tools(
     *,
+    tools_enabled: bool = True,
     deliberate_tool_mode: bool,
     trigger: SimplifiedEntry | None,
     configured_tools: AbstractSet[str],
@@ -98,11 +99,13 @@ def admit_tools(
     """Decide the turn's tool allowlist.
 
     Steps:
+        0. Tools off for the persona (``tools_enabled`` False): nothing is offered.
         1. Available: tools needing no configuration, plus configured ones.
         2. Wanted: everything (mode off), else the reasons the module docstring lists.
         3. Offered: available ∩ wanted, minus reply_to_message on a queued turn.
 
     Args:
+        tools_enabled: The persona's tools switch.
         deliberate_tool_mode: The persona's Deliberate Tool Mode toggle.
         trigger: The triggering message's history entry; None when it is not visible.
         configured_tools: Names of tools whose outside service is configured.
@@ -112,6 +115,8 @@ def admit_tools(
     Returns:
         A `ToolAdmission`.
     """
+    if not tools_enabled:
+        return ToolAdmission(tools=(), reasons=MappingProxyType({}))
     available = [
         tool.name
         for tool in TOOL_CATALOGUE

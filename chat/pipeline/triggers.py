@@ -21,13 +21,15 @@ MAX_PERSONAS_PER_MESSAGE = 3
 
 
 class TurnReason(StrEnum):
-    """Why a persona turn runs: a reactive trigger rule, or the autonomous planner's decision."""
+    """Why a turn runs: a reactive trigger rule, the autonomous planner's decision, or the
+    background short-term memory maintenance (a summarisation call that sends nothing)."""
 
     MENTION = "mention"
     REPLY = "reply"
     TRIGGER_WORD = "trigger_word"
     DIRECT_MESSAGE = "dm"
     PLANNER = "planner"
+    MAINTENANCE = "maintenance"
 
 
 @dataclass(frozen=True)

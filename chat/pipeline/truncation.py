@@ -3,8 +3,8 @@
 When a prompt exceeds its budget, whole stride batches of the oldest dialogue entries go, so the
 prompt's start moves in the same coarse steps as the history window and the provider's prompt
 cache survives between those steps. What is never removed: system items (persona prompt,
-memories, STM), sample dialogue, context notes (they are re-placed at their depths on what
-survives), the newest user request, and tail directives.
+memories, STM), sample dialogue, context notes and a short-term memory at its saved depth (they
+are re-placed at their depths on what survives), the newest user request, and tail directives.
 """
 
 from __future__ import annotations
@@ -116,8 +116,17 @@ def _total(items: Sequence[ContextItem]) -> int:
     return sum(item.tokens for item in items)
 
 
+def is_placed_at_depth(item: ContextItem) -> bool:
+    """A note, or the short-term memory at its saved depth: re-placed on surviving history."""
+    return item.tag is ItemTag.CONTEXT_NOTE_INJECTION or (
+        item.tag is ItemTag.STM and item.depth is not None
+    )
+
+
 def _dialogue_bounds(items: Sequence[ContextItem]) -> tuple[int, int]:
-    positions = [i for i, item in enumerate(items) if item.tag in DIALOGUE_TAGS]
+    positions = [
+        i for i, item in enumerate(items) if item.tag in DIALOGUE_TAGS or is_placed_at_depth(item)
+    ]
     if not positions:
         return len(items), len(items)
     return positions[0], positions[-1] + 1
@@ -131,7 +140,7 @@ def _entry_groups(
     notes: list[ContextItem] = []
     pending: list[ContextItem] = []
     for item in dialogue:
-        if item.tag is ItemTag.CONTEXT_NOTE_INJECTION:
+        if is_placed_at_depth(item):
             notes.append(item)
         elif item.tag is ItemTag.DATE_SPACER:
             pending.append(item)

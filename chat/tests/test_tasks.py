@@ -6,10 +6,13 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
+from chat import selectors
 from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume
-from chat.models import EventQueue
-from chat.tasks import event_queue_prune_task
+from chat.models import EventQueue, ShortTermMemory, UnreadEvent
+from chat.pipeline.memory import RAW_TURNS_TTL
+from chat.tasks import event_queue_prune_task, short_term_memory_maintenance_task
 from chat.tests.factories import message
+from personas.models import GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db
 
@@ -28,3 +31,45 @@ def test_the_prune_task_removes_expired_keys_and_keeps_ready_work():
 
     assert event_queue_prune_task.apply().get() == 1
     assert list(EventQueue.objects.values_list("message_id", flat=True)) == [waiting.id]
+
+
+def test_beat_runs_short_term_memory_maintenance_every_five_minutes():
+    entry = settings.CELERY_BEAT_SCHEDULE["short-term-memory-maintenance"]
+    assert entry["task"] == short_term_memory_maintenance_task.name
+    assert entry["schedule"] == settings.STM_MAINTENANCE_SECONDS == 300.0
+
+
+def test_maintenance_picks_due_memories_of_quiet_channels_only():
+    guild = GuildConfig.objects.create(guild_id=1, name="g")
+    tomori = Persona.objects.create(guild=guild, name="Tomori", is_main=True)
+    quiet = Persona.objects.create(guild=guild, name="Anon", stm_refresh_every=2)
+    off = Persona.objects.create(guild=guild, name="Rana", tools_enabled=False)
+    now = timezone.now()
+    idle, busy_channel = dt.timedelta(minutes=10), 30
+
+    def memory(persona, channel_id, turns, quiet_for):
+        return ShortTermMemory.objects.create(
+            persona=persona,
+            channel_id=channel_id,
+            guild_id=1,
+            turns_since_refresh=turns,
+            last_turn_at=now - quiet_for,
+        ).id
+
+    due = memory(tomori, 10, 5, dt.timedelta(minutes=11))
+    custom_cadence = memory(quiet, 10, 2, dt.timedelta(hours=1))
+    memory(tomori, 11, 4, dt.timedelta(hours=1))  # not due at 4
+    memory(tomori, 12, 5, dt.timedelta(minutes=9))  # the channel is still talking
+    memory(tomori, 13, 5, dt.timedelta(hours=12))  # its raw turns expired
+    memory(off, 10, 9, dt.timedelta(hours=1))  # tools off: never
+    memory(quiet, busy_channel, 5, dt.timedelta(hours=1))
+    UnreadEvent.objects.create(
+        channel_id=busy_channel, message_id=1, guild_id=1, author_id=2, event={}
+    )
+
+    assert selectors.short_term_memories_due(
+        now=now, idle_for=idle, raw_turns_ttl=RAW_TURNS_TTL
+    ) == [
+        custom_cadence,
+        due,
+    ]

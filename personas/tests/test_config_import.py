@@ -85,6 +85,26 @@ def test_export_writes_snowflakes_as_strings(document):
     assert guild["blocks"][0]["user_id"] == "1300000000000000001"
 
 
+def test_tools_and_short_term_memory_settings_are_imported_and_exported(document):
+    config_import(data=document)
+
+    anon, tomori = Persona.objects.get(name="Anon"), Persona.objects.get(name="Tomori")
+    assert (anon.tools_enabled, anon.stm_refresh_every, anon.stm_depth) == (False, 8, 3)
+    assert (tomori.tools_enabled, tomori.stm_refresh_every, tomori.stm_depth) == (True, 5, None)
+    exported = {p["name"]: p for p in config_export()["guilds"][0]["personas"]}
+    assert exported["Anon"]["short_term_memory"] == {"refresh_every": 8, "depth": 3}
+    assert exported["Tomori"]["tools_enabled"] is True
+
+
+def test_a_short_term_memory_cadence_below_one_is_reported_with_its_path(document):
+    document["guilds"][0]["personas"][1]["short_term_memory"]["refresh_every"] = 0
+
+    with pytest.raises(ConfigError) as raised:
+        config_import(data=document)
+
+    assert raised.value.problems[0][0] == "guilds[0].personas[1].short_term_memory.refresh_every"
+
+
 def test_a_changed_value_updates_only_that_row(document):
     config_import(data=document)
     document["guilds"][0]["personas"][1]["system_prompt"] = "You are Anon, now calmer."

@@ -27,6 +27,11 @@ def planner_requests(world) -> list[dict]:
     ]
 
 
+def state_of(body: dict) -> str:
+    """The planner prompt after its system message: conversation, actions, incoming events."""
+    return "\n".join(message["content"] for message in body["messages"][1:])
+
+
 async def test_the_planner_loop_stops_after_five_steps(world):
     world.llm.enqueue(*[action(action="sleep", seconds=0.01)] * (MAX_LOOP_ITERATIONS + 3))
     await world.start_worker()
@@ -36,7 +41,7 @@ async def test_the_planner_loop_stops_after_five_steps(world):
     await world.settle()
 
     assert len(planner_requests(world)) == MAX_LOOP_ITERATIONS
-    last = planner_requests(world)[-1]["messages"][1]["content"]
+    last = state_of(planner_requests(world)[-1])
     assert "You have 1 unread message." in last
     assert "4. sleep: ok: slept 0.01 s" in last
     assert world.bot_messages(AUTONOMOUS) == []
@@ -72,7 +77,7 @@ async def test_send_aborts_when_messages_arrive_during_generation_and_reads_firs
         "persona": "Anon",
         "reply_to": None,
     }
-    third = planner_requests(world)[2]["messages"][1]["content"]
+    third = state_of(planner_requests(world)[2])
     assert "send_message: failed: new messages arrived while writing" in third
     assert "You have 1 unread message." in third
 
@@ -93,5 +98,5 @@ async def test_the_planner_can_react_to_a_message_it_read(world):
         m for m in world.sandbox.sandbox.channel_messages(AUTONOMOUS) if m["id"] == message["id"]
     ]
     assert [(r["emoji"]["name"], r["count"]) for r in stored["reactions"]] == [("👍", 1)]
-    third = planner_requests(world)[2]["messages"][1]["content"]
+    third = state_of(planner_requests(world)[2])
     assert "2. react: ok: reacted 👍 to ref_1" in third

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import pytest
@@ -48,9 +48,11 @@ class FakeShortTermMemory:
     """A ``ShortTermMemoryWriter`` that keeps what it was asked to write."""
 
     summaries: list[str] = field(default_factory=list)
+    categories: list[Mapping[str, str]] = field(default_factory=list)
 
-    async def write(self, *, summary: str) -> None:
+    async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         self.summaries.append(summary)
+        self.categories.append(dict(categories))
 
 
 @pytest.fixture

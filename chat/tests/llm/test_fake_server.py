@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from chat.llm.fake_server import FakeLLMServer
+from chat.llm.fake_server import FakeLLMServer, Reply
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
@@ -90,3 +90,20 @@ async def get_when_listening(url: str) -> dict:
             except httpx.ConnectError:
                 await asyncio.sleep(0.05)
     raise AssertionError(f"nothing listened on {url}")
+
+
+async def test_a_responder_answers_from_the_request_once_the_script_is_empty() -> None:
+    def responder(body: dict) -> Reply:
+        return Reply(f"{len(body['messages'])} messages")
+
+    async with (
+        FakeLLMServer(script=[Reply("scripted")], responder=responder) as server,
+        httpx.AsyncClient() as http,
+    ):
+        answers = []
+        for count in (1, 2):
+            body = {"model": "m", "messages": [{"role": "user", "content": "x"}] * count}
+            response = await http.post(f"{server.base_url}/chat/completions", json=body)
+            answers.append(response.json()["choices"][0]["message"]["content"])
+
+    assert answers == ["scripted", "2 messages"]

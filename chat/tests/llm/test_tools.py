@@ -385,3 +385,28 @@ async def test_calls_beyond_the_per_round_limit_are_refused_unrun() -> None:
     assert len(results) == len(calls)
     assert len(lookup.lookups) == MAX_CALLS_PER_ROUND
     assert ["error" in json.loads(r.content) for r in results[-3:]] == [False, True, True]
+
+
+async def test_the_memory_tool_takes_categories_and_refuses_an_empty_update(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    memory = FakeShortTermMemory()
+    six = {f"topic {n}": "x" for n in range(6)}
+    fake_server.enqueue(
+        Reply.calling("update_short_term_memory", {}),
+        Reply.calling("update_short_term_memory", {"categories": six}),
+        Reply.calling("update_short_term_memory", {"categories": {"plans": "gig on Sunday"}}),
+        Reply("Noted!"),
+    )
+
+    await runner.complete_turn(
+        models=[MODEL],
+        render=render,
+        persona_name="Tomori",
+        toolbox=full_toolbox(short_term_memory=memory),
+    )
+
+    assert (memory.summaries, memory.categories) == ([""], [{"plans": "gig on Sunday"}])
+    empty, too_many = (tool_results(body)[-1] for body in fake_server.chat_bodies[1:3])
+    assert "give a summary or at least one category" in empty["error"]
+    assert "categories" in too_many["error"]

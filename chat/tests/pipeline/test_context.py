@@ -84,7 +84,7 @@ def test_the_whole_prompt_in_order():
     assert [(item.tag, item.role, item.text) for item in context.items] == [
         (ItemTag.SYSTEM_PROMPT, Role.SYSTEM, "You are Tomori, talking with Alice."),
         (ItemTag.MEMORY, Role.SYSTEM, "Memory: Alice likes tea"),
-        (ItemTag.STM, Role.SYSTEM, "Short-term memory of this channel:\nMorning greetings."),
+        (ItemTag.STM, Role.SYSTEM, "Short-term memory of this conversation:\nMorning greetings."),
         (ItemTag.SAMPLE_DIALOGUE, Role.USER, "Alice: hi"),
         (ItemTag.SAMPLE_DIALOGUE, Role.ASSISTANT, "Tomori: hey!"),
         (ItemTag.DIALOGUE_HISTORY, Role.USER, "Bob: [ref_1] morning all"),

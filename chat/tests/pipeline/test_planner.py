@@ -13,7 +13,9 @@ from chat.pipeline.planner import (
     Sleep,
     build_planner_messages,
     parse_planner_action,
+    render_planner_lines,
 )
+from chat.tests.factories import ALICE, message, sf, simplify
 
 
 @pytest.mark.parametrize(
@@ -60,16 +62,49 @@ def test_planner_prompt_states_unread_count_contents_and_past_results():
     messages = build_planner_messages(
         channel_name="autonomous",
         roster=[PlannerRosterEntry("Tomori", "a quiet poet"), PlannerRosterEntry("Anon", "loud")],
-        recent=["ref_1 alice: morning"],
-        unread=["ref_2 bob: anyone here?", "ref_3 carol: hello?"],
-        history=[ActionRecord("read_unread_messages", True, "read 2 messages")],
+        conversation=["ref_1 alice: morning"],
+        incoming=["ref_2 bob: anyone here?", "ref_3 carol: hello?"],
+        actions=[ActionRecord("read_unread_messages", True, "read 2 messages")],
         iteration=2,
         max_iterations=5,
     )
-    assert [m["role"] for m in messages] == ["system", "user"]
+    assert [m["role"] for m in messages] == ["system", "user", "user"]
+    assert "#autonomous" in messages[0]["content"]
     assert "- Tomori: a quiet poet" in messages[0]["content"]
-    state = messages[1]["content"]
-    assert "You have 2 unread messages." in state
-    assert state.index("ref_2 bob: anyone here?") < state.index("ref_3 carol: hello?")
+    state, incoming = messages[1]["content"], messages[2]["content"]
+    assert state.startswith("Conversation so far:\nref_1 alice: morning")
     assert "1. read_unread_messages: ok: read 2 messages" in state
-    assert "step 2 of at most 5" in state
+    assert incoming.startswith("Incoming events:\nYou have 2 unread messages.")
+    assert incoming.index("ref_2 bob: anyone here?") < incoming.index("ref_3 carol: hello?")
+    assert incoming.endswith("This is step 2 of at most 5. Your action:")
+
+
+def test_planner_prompt_without_unread_messages_says_so_at_the_end():
+    messages = build_planner_messages(
+        channel_name="general",
+        roster=[PlannerRosterEntry("Tomori", "a quiet poet")],
+        conversation=[],
+        incoming=[],
+        actions=[],
+        iteration=1,
+        max_iterations=5,
+    )
+    assert messages[1]["content"] == "Conversation so far:\n(nothing yet)"
+    assert "You have 0 unread messages." in messages[2]["content"]
+
+
+def test_read_and_unread_words_of_one_author_never_share_a_line():
+    history = simplify(
+        [
+            message(1, "morning", author=ALICE),
+            message(2, "anyone up?", author=ALICE, minutes=1),
+            message(3, "hello??", author=ALICE, minutes=2),
+        ]
+    )
+    assert len(history.entries) == 1  # merged: one author, pure text, same day
+
+    merged = render_planner_lines(history.entries, history.id_map)
+    split = render_planner_lines(history.entries, history.id_map, line_starts={sf(2)})
+
+    assert merged == {sf(1): "ref_1 Alice: morning\nanyone up?\nhello??"}
+    assert split == {sf(1): "ref_1 Alice: morning", sf(2): "ref_2 Alice: anyone up?\nhello??"}
