@@ -29,7 +29,10 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from botproject.failures import FailureStreak
+
 logger = logging.getLogger(__name__)
+_publishing = FailureStreak(logger, "publishing live events")
 
 CONTROL_GROUP = "bot.control"
 
@@ -157,8 +160,10 @@ async def publish(group: str, event: Event) -> None:
         return
     try:
         await layer.group_send(group, event.as_message())
-    except Exception:  # any layer failure: the bot goes on
-        logger.warning("could not publish %s to %s", event.type, group, exc_info=True)
+    except Exception as error:  # any layer failure: the bot goes on
+        _publishing.failed(error)
+    else:
+        _publishing.succeeded()
 
 
 def publish_on_commit(group: str, event: Event) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from asgiref.sync import sync_to_async
 from django.db import DatabaseError, close_old_connections
 
+from botproject.failures import FailureStreak
 from chat.loop import ingress
 from chat.pipeline.types import HistoryMessage
 
@@ -100,7 +101,7 @@ class Intake:
 
     async def run(self) -> None:
         """Store buffered messages until cancelled; retry forever while the database fails."""
-        failures = 0
+        storing = FailureStreak(logger, "storing incoming messages")
         while True:
             await self._pending.wait()
             batch = [self._buffer.popleft() for _ in range(min(BATCH_SIZE, len(self._buffer)))]
@@ -115,14 +116,11 @@ class Intake:
                 self._writing = False
                 self._buffer.extendleft(reversed(batch))
                 self._pending.set()
-                if failures == 0:
-                    logger.error("cannot store incoming messages (%s); retrying", error)
-                failures += 1
-                await self._sleep(RETRY_SECONDS[min(failures - 1, len(RETRY_SECONDS) - 1)])
+                storing.failed(error)
+                pause = RETRY_SECONDS[min(storing.count, len(RETRY_SECONDS)) - 1]
+                await self._sleep(pause)
                 continue
-            if failures:
-                logger.warning("storing incoming messages again after %d failed tries", failures)
-                failures = 0
+            storing.succeeded()
             self._stored()
             self._writing = False
             if self.marked:

@@ -22,6 +22,7 @@ from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 from botproject.events import LoopState, LoopStateName, channel_group, publish
+from botproject.failures import FailureStreak
 from chat import selectors
 from chat.loop import ingress
 from chat.loop.autonomous import AutonomousLoop
@@ -62,7 +63,7 @@ class Scheduler:
         self._wakeup = asyncio.Event()
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._dirty: set[int] = set()
-        self._failures: dict[int, int] = {}
+        self._failures: dict[int, FailureStreak] = {}
         self._consumer: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -96,7 +97,8 @@ class Scheduler:
     # -- consumption -------------------------------------------------------------------------
 
     async def _consume_forever(self) -> None:
-        first, failures = True, 0
+        first = True
+        consuming = FailureStreak(logger, "consuming the event queue")
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout=POLL_SECONDS)
@@ -113,17 +115,9 @@ class Scheduler:
                     )
                     first = False
             except Exception as error:
-                failures += 1
-                if failures == 1:
-                    logger.exception("consuming the event queue failed; retrying")
-                else:
-                    logger.warning(
-                        "consuming the event queue failed again (%d): %s", failures, error
-                    )
+                consuming.failed(error)
                 continue
-            if failures:
-                logger.warning("consuming the event queue again after %d failures", failures)
-                failures = 0
+            consuming.succeeded()
             for channel_id in dict.fromkeys(channel_ids):
                 self.schedule(channel_id)
 
@@ -138,14 +132,11 @@ class Scheduler:
     def _retry_later(self, channel_id: int, error: Exception) -> None:
         """A pass failed (the database or Discord went away): its messages stay unread and
         the channel is tried again after a pause that grows with each failure in a row."""
-        failures = self._failures[channel_id] = self._failures.get(channel_id, 0) + 1
-        delay = RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1]
-        if failures == 1:
-            logger.exception("channel %s: a pass failed; retrying in %s s", channel_id, delay)
-        else:
-            logger.warning(
-                "channel %s: pass failed again (%d in a row): %s", channel_id, failures, error
-            )
+        streak = self._failures.setdefault(
+            channel_id, FailureStreak(logger, f"a pass over channel {channel_id}")
+        )
+        streak.failed(error)
+        delay = RETRY_SECONDS[min(streak.count, len(RETRY_SECONDS)) - 1]
         asyncio.get_running_loop().call_later(delay, self.schedule, channel_id)
 
     def _loop_ended(self, channel_id: int) -> None:
@@ -167,7 +158,9 @@ class Scheduler:
                 except Exception as error:
                     self._retry_later(channel_id, error)
                     return
-                self._failures.pop(channel_id, None)
+                streak = self._failures.pop(channel_id, None)
+                if streak is not None:
+                    streak.succeeded()
         finally:
             self._runtime.release_channel(channel_id)
             await publish(group, LoopState(state=LoopStateName.IDLE))

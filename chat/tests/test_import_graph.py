@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "botproject.settings": 1,
     "botproject.settings_test": 1,
     "botproject.events": 1,
+    "botproject.failures": 1,
     "chat.services": 2,
     "chat.leases": 2,
     "personas.services": 2,
