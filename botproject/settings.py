@@ -107,8 +107,12 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # must have been quiet (no reply of the persona) before its memory is refreshed in the background.
 STM_MAINTENANCE_SECONDS = env_positive_float("STM_MAINTENANCE_SECONDS", 300.0)
 STM_IDLE_SECONDS = env_positive_float("STM_IDLE_SECONDS", 600.0)
+# Retention of the bot's records, in days (pruned hourly by Celery beat, in bounded batches).
+TURN_RETENTION_DAYS = env_positive_float("TURN_RETENTION_DAYS", 30.0)
+MESSAGE_INDEX_RETENTION_DAYS = env_positive_float("MESSAGE_INDEX_RETENTION_DAYS", 90.0)
+DEDUP_RETENTION_DAYS = env_positive_float("DEDUP_RETENTION_DAYS", 7.0)
 CELERY_BEAT_SCHEDULE = {
-    "event-queue-prune": {"task": "chat.tasks.event_queue_prune_task", "schedule": 3600.0},
+    "records-prune": {"task": "chat.tasks.records_prune_task", "schedule": 3600.0},
     "short-term-memory-maintenance": {
         "task": "chat.tasks.short_term_memory_maintenance_task",
         "schedule": STM_MAINTENANCE_SECONDS,

@@ -13,6 +13,7 @@ from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import LessThanOrEqual
 
+from chat.fields import CompressedJSONField
 from chat.pipeline.memory import MAX_SUMMARY_CHARS, MemoryState
 from chat.pipeline.triggers import TurnReason
 from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona
@@ -124,6 +125,10 @@ class Turn(models.Model):
     model call (model, latency, error, usage). Users with full privacy never appear here: the
     pipeline drops them before a turn is recorded.
 
+    The items and the request repeat the same prompt text, so both live in one compressed
+    ``prompt_record`` (the second copy compresses to back-references); ``context_items`` and
+    ``request`` read and write it like fields, and are accepted by the constructor.
+
     A turn is ``delivering`` from just before its reply is sent until the delivery is recorded;
     at most one turn per (trigger, persona) is ``delivering`` or ``replied`` (a database
     constraint), and a worker that starts reconciles the ``delivering`` turns a crash left
@@ -147,8 +152,7 @@ class Turn(models.Model):
     reason = models.CharField(max_length=16, choices=TURN_REASON_CHOICES)
     reason_detail = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
-    context_items = models.JSONField(default=list, blank=True)
-    request = models.JSONField(default=dict, blank=True)
+    prompt_record = CompressedJSONField(default=dict)
     cache_prefix_end = models.PositiveIntegerField(null=True, blank=True)
     truncation = models.JSONField(default=dict, blank=True)
     tool_allowlist = models.JSONField(default=list, blank=True)
@@ -186,6 +190,22 @@ class Turn(models.Model):
 
     def __str__(self) -> str:
         return f"{self.persona_name} in {self.channel_id} ({self.status})"
+
+    @property
+    def context_items(self) -> list[dict]:
+        return self.prompt_record.get("context_items", [])
+
+    @context_items.setter
+    def context_items(self, items: list[dict]) -> None:
+        self.prompt_record = {**self.prompt_record, "context_items": items}
+
+    @property
+    def request(self) -> dict:
+        return self.prompt_record.get("request", {})
+
+    @request.setter
+    def request(self, body: dict) -> None:
+        self.prompt_record = {**self.prompt_record, "request": body}
 
 
 class ShortTermMemory(models.Model):

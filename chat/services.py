@@ -32,7 +32,14 @@ from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
-from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTermMemory, Turn
+from chat.models import (
+    ChannelWindowAnchor,
+    EventQueue,
+    MessageIndex,
+    PlannerStep,
+    ShortTermMemory,
+    Turn,
+)
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
@@ -1081,3 +1088,49 @@ def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt
         if later:
             written.turns_since_refresh = later
             written.save(update_fields=["turns_since_refresh"])
+
+
+# -- retention ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long records are kept: finished turns (and their planner steps), the message index,
+    and the event queue's deduplication keys."""
+
+    turns: dt.timedelta = dt.timedelta(days=30)
+    message_index: dt.timedelta = dt.timedelta(days=90)
+    dedup_keys: dt.timedelta = dt.timedelta(days=7)
+
+
+def records_prune(
+    *, now: dt.datetime, retention: Retention, batch_size: int = 5000, max_batches: int = 20
+) -> dict[str, int]:
+    """Delete records past their retention, ``batch_size`` rows per statement and at most
+    ``max_batches`` statements per kind per run (a large backlog is worked off over several
+    runs without long locks). Returns how many rows of each kind went.
+
+    Never deleted: turns still running or delivering, ready queue rows (work not yet done),
+    unread pools.
+    """
+    kinds = {
+        "turns": Turn.objects.filter(created_at__lt=now - retention.turns).exclude(
+            status__in=[Turn.Status.RUNNING, Turn.Status.DELIVERING]
+        ),
+        "planner_steps": PlannerStep.objects.filter(created_at__lt=now - retention.turns),
+        "message_index": MessageIndex.objects.filter(created_at__lt=now - retention.message_index),
+        "dedup_keys": EventQueue.objects.filter(created_at__lt=now - retention.dedup_keys).exclude(
+            status=EventQueue.Status.READY
+        ),
+    }
+    deleted = dict.fromkeys(kinds, 0)
+    for kind, rows in kinds.items():
+        for _ in range(max_batches):
+            ids = list(rows.order_by("pk").values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                break
+            rows.model.objects.filter(pk__in=ids).delete()
+            deleted[kind] += len(ids)
+            if len(ids) < batch_size:
+                break
+    return deleted

@@ -2,7 +2,8 @@
 
 Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
 
-- ``event_queue_prune_task`` hourly;
+- ``records_prune_task`` hourly: turns, planner steps, message index and deduplication keys
+  past their retention;
 - ``short_term_memory_maintenance_task`` every ``STM_MAINTENANCE_SECONDS`` (300 s): clears
   expired memory and queues one ``short_term_memory_refresh_task`` per due memory whose channel
   has been quiet for ``STM_IDLE_SECONDS`` (600 s).
@@ -23,13 +24,14 @@ from django.utils import timezone
 from chat import selectors
 from chat.gateway.rest import rest_discord
 from chat.llm.attempts import AttemptRunner
-from chat.loop.ingress import event_queue_prune
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.pipeline.tokens import default_token_counter
 from chat.services import (
     MemoryRefresh,
+    Retention,
     TurnRuntime,
+    records_prune,
     short_term_memory_claim,
     short_term_memory_expire,
     short_term_memory_refresh,
@@ -45,14 +47,23 @@ REFRESH_RETRY_SECONDS = 60
 
 
 @shared_task(ignore_result=True)
-def event_queue_prune_task() -> int:
-    """Hourly (Celery beat): drop deduplication keys past their retention; returns how many.
+def records_prune_task() -> dict[str, int]:
+    """Hourly (Celery beat): delete turns, planner steps, message-index rows and deduplication
+    keys past their retention (``TURN_RETENTION_DAYS``, ``MESSAGE_INDEX_RETENTION_DAYS``,
+    ``DEDUP_RETENTION_DAYS``) in bounded batches; returns how many of each went.
 
-    Bounded retention keeps the event queue small; ready rows are never touched. A failed run
-    is not retried: the next hour's run does the same work.
+    Ready queue rows and turns still running or delivering are never touched. A failed run is
+    not retried: the next hour's run does the same work.
     """
-    deleted = event_queue_prune(now=timezone.now())
-    logger.info("pruned %d consumed event-queue keys", deleted)
+    deleted = records_prune(
+        now=timezone.now(),
+        retention=Retention(
+            turns=dt.timedelta(days=settings.TURN_RETENTION_DAYS),
+            message_index=dt.timedelta(days=settings.MESSAGE_INDEX_RETENTION_DAYS),
+            dedup_keys=dt.timedelta(days=settings.DEDUP_RETENTION_DAYS),
+        ),
+    )
+    logger.info("pruned records past their retention: %s", deleted)
     return deleted
 
 

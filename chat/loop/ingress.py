@@ -3,14 +3,14 @@ into its channel's unread pool.
 
 The (channel, message) unique key of `EventQueue` is the deduplication set: a dispatch the
 gateway replays, or a message seen again after a RESUME, finds its key taken and is dropped.
-Consumed rows stay as keys for `DEDUP_RETENTION`, then `event_queue_prune` removes them.
+Consumed rows stay as keys (without the message) for ``DEDUP_RETENTION_DAYS``, then
+`chat.services.records_prune` removes them.
 Nothing is lost on a crash: a row is either still ``ready`` (consumed again at start) or already
 in the unread pool; the move is one transaction.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 
@@ -22,8 +22,6 @@ from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage, PrivacyLevel
 from chat.shards import EVERY_SHARD, ShardSet
 from personas.models import UserPrivacy
-
-DEDUP_RETENTION = dt.timedelta(days=2)
 
 
 @dataclass(frozen=True)
@@ -195,19 +193,6 @@ def event_queue_consume(
             row.event = {}  # the key stays for deduplication; the message itself moves on
             row.save(update_fields=["status", "event"])
     return Consumed(unread=unread, discarded=discarded)
-
-
-def event_queue_prune(*, now: dt.datetime, retention: dt.timedelta = DEDUP_RETENTION) -> int:
-    """Delete consumed and discarded keys older than ``retention``; returns how many.
-
-    Ready rows are never pruned, whatever their age: they are work not yet done.
-    """
-    deleted, _ = (
-        EventQueue.objects.exclude(status=EventQueue.Status.READY)
-        .filter(created_at__lt=now - retention)
-        .delete()
-    )
-    return deleted
 
 
 def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:

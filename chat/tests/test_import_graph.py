@@ -18,6 +18,7 @@ LAYERS: dict[str, int] = {
     "chat.pipeline": 0,
     "chat.llm": 1,
     "chat.models": 1,
+    "chat.fields": 1,
     "chat.migrations": 1,
     "chat.ports": 1,
     "chat.windows": 1,

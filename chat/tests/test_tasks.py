@@ -8,29 +8,66 @@ from django.utils import timezone
 
 from chat import selectors
 from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume
-from chat.models import EventQueue, ShortTermMemory, UnreadEvent
+from chat.models import EventQueue, MessageIndex, ShortTermMemory, Turn, UnreadEvent
 from chat.pipeline.memory import RAW_TURNS_TTL
-from chat.tasks import event_queue_prune_task, short_term_memory_maintenance_task
+from chat.services import Retention, records_prune
+from chat.tasks import records_prune_task, short_term_memory_maintenance_task
 from chat.tests.factories import message
 from personas.models import GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db
 
 
-def test_beat_runs_the_event_queue_prune_every_hour():
-    entry = settings.CELERY_BEAT_SCHEDULE["event-queue-prune"]
-    assert (entry["task"], entry["schedule"]) == (event_queue_prune_task.name, 3600.0)
+def test_beat_runs_the_records_prune_every_hour():
+    entry = settings.CELERY_BEAT_SCHEDULE["records-prune"]
+    assert (entry["task"], entry["schedule"]) == (records_prune_task.name, 3600.0)
 
 
-def test_the_prune_task_removes_expired_keys_and_keeps_ready_work():
-    old, waiting = message(content="old"), message(content="waiting")
-    event_ingest(message=old, guild_id=1)
+def test_the_prune_task_removes_expired_records_and_keeps_work_and_recent_ones(settings):
+    settings.TURN_RETENTION_DAYS, settings.DEDUP_RETENTION_DAYS = 30, 7
+    settings.MESSAGE_INDEX_RETENTION_DAYS = 90
+    now = timezone.now()
+    old_key, waiting = message(content="old"), message(content="waiting")
+    event_ingest(message=old_key, guild_id=1)
     event_queue_consume(own=OwnIdentity(bot_user_id=999))
     event_ingest(message=waiting, guild_id=1)
-    EventQueue.objects.update(created_at=timezone.now() - dt.timedelta(days=3))
+    EventQueue.objects.update(created_at=now - dt.timedelta(days=8))
+    turns = {
+        status: Turn.objects.create(
+            channel_id=1, persona_name="Tomori", reason="mention", status=status
+        )
+        for status in ("replied", "failed", "running", "delivering")
+    }
+    recent = Turn.objects.create(channel_id=1, persona_name="Tomori", reason="mention")
+    Turn.objects.exclude(id=recent.id).update(created_at=now - dt.timedelta(days=31))
+    MessageIndex.objects.create(message_id=1, channel_id=1)
+    MessageIndex.objects.create(message_id=2, channel_id=1)
+    MessageIndex.objects.filter(message_id=1).update(created_at=now - dt.timedelta(days=91))
 
-    assert event_queue_prune_task.apply().get() == 1
+    deleted = records_prune_task.apply().get()
+
+    assert deleted == {"turns": 2, "planner_steps": 0, "message_index": 1, "dedup_keys": 1}
     assert list(EventQueue.objects.values_list("message_id", flat=True)) == [waiting.id]
+    assert set(Turn.objects.values_list("id", flat=True)) == {
+        turns["running"].id,
+        turns["delivering"].id,
+        recent.id,
+    }
+    assert list(MessageIndex.objects.values_list("message_id", flat=True)) == [2]
+
+
+def test_a_large_backlog_is_pruned_in_bounded_batches():
+    now = timezone.now()
+    Turn.objects.bulk_create(
+        Turn(channel_id=1, persona_name="T", reason="mention", status="replied") for _ in range(25)
+    )
+    Turn.objects.update(created_at=now - dt.timedelta(days=40))
+
+    first = records_prune(now=now, retention=Retention(), batch_size=10, max_batches=2)
+    second = records_prune(now=now, retention=Retention(), batch_size=10, max_batches=2)
+
+    assert (first["turns"], second["turns"]) == (20, 5)
+    assert not Turn.objects.exists()
 
 
 def test_beat_runs_short_term_memory_maintenance_every_five_minutes():

@@ -21,7 +21,7 @@ TURNS = 30
 def history_sizes() -> list[int]:
     """Per turn, in order: how many Discord messages its prompt's dialogue history holds."""
     sizes = []
-    for items in Turn.objects.order_by("id").values_list("context_items", flat=True):
+    for items in (turn.context_items for turn in Turn.objects.order_by("id")):
         ids = {
             source
             for item in items

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import json
 
 import pytest
 
@@ -10,8 +10,8 @@ from chat.loop.codec import message_from_json, message_to_json
 from chat.loop.ingress import (
     OwnIdentity,
     event_ingest,
+    event_ingest_many,
     event_queue_consume,
-    event_queue_prune,
     unread_channel_ids,
     unread_pool_count,
     unread_pool_messages,
@@ -19,7 +19,8 @@ from chat.loop.ingress import (
 )
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import Attachment, Author, HistoryMessage
-from chat.tests.factories import CHANNEL_ID, T0, message
+from chat.tests.factories import ALICE, BOB, CHANNEL_ID, T0, message
+from personas.models import UserPrivacy
 
 pytestmark = pytest.mark.django_db
 
@@ -104,25 +105,6 @@ def test_take_up_to_a_message_leaves_later_arrivals_unread():
     assert unread_channel_ids() == [20]
 
 
-def test_prune_removes_only_old_consumed_keys():
-    old, fresh, waiting = (
-        message(content="old"),
-        message(content="fresh"),
-        message(content="waiting"),
-    )
-    for msg in (old, fresh):
-        event_ingest(message=msg, guild_id=1)
-    event_queue_consume(own=OWN)
-    event_ingest(message=waiting, guild_id=1)
-    now = dt.datetime.now(dt.UTC)
-    EventQueue.objects.filter(message_id__in=[old.id, waiting.id]).update(
-        created_at=now - dt.timedelta(days=3)
-    )
-
-    assert event_queue_prune(now=now) == 1
-    assert set(EventQueue.objects.values_list("message_id", flat=True)) == {fresh.id, waiting.id}
-
-
 def test_consume_is_idempotent_when_the_pool_already_has_the_message():
     msg = message(content="hi")
     event_ingest(message=msg, guild_id=1)
@@ -133,3 +115,31 @@ def test_consume_is_idempotent_when_the_pool_already_has_the_message():
     event_queue_consume(own=OWN)
 
     assert unread_pool_count(channel_id=msg.channel_id) == 1
+
+
+def test_a_consumed_queue_row_keeps_only_its_key():
+    msg = message(content="hello there")
+    event_ingest(message=msg, guild_id=1)
+
+    event_queue_consume(own=OWN)
+
+    row = EventQueue.objects.get(message_id=msg.id)
+    assert (row.channel_id, row.status, row.event) == (msg.channel_id, "consumed", {})
+
+
+def test_a_full_privacy_users_words_are_stored_nowhere():
+    UserPrivacy.objects.create(user_id=ALICE.id, level="full")
+    secret = message(
+        content="my secret plans",
+        author=ALICE,
+        attachments=(Attachment(id=9, filename="plans.txt", url="https://cdn/plans.txt"),),
+    )
+    event_ingest_many([(secret, 1), (message(content="hi all", author=BOB), 1)])
+    event_queue_consume(own=OWN)
+
+    stored = [json.dumps(row.event) for row in UnreadEvent.objects.all()]
+    stored += [json.dumps(row.event) for row in EventQueue.objects.all()]
+    assert not any("secret" in text or "plans" in text for text in stored)
+    [kept] = [m for m in unread_pool_messages(channel_id=CHANNEL_ID) if m.id == secret.id]
+    assert (kept.author.id, kept.content, kept.attachments) == (ALICE.id, "", ())
+    assert any(m.content == "hi all" for m in unread_pool_messages(channel_id=CHANNEL_ID))
