@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,12 +36,18 @@ def _database_url(port: int | None = None) -> str:
 
 
 def start_runbot(
-    world, *args: str, log: Path | None = None, database_port: int | None = None
+    world,
+    *args: str,
+    log: Path | None = None,
+    database_port: int | None = None,
+    redis_url: str | None = None,
 ) -> subprocess.Popen:
     """``manage.py runbot`` against the sandbox; its log goes to ``log`` when given; with
-    ``database_port`` it reaches the database through that local port (a proxy)."""
+    ``database_port`` it reaches the database through that local port (a proxy); with
+    ``redis_url`` it uses that Redis for its channel layer."""
     env = {
         **os.environ,
+        **({"REDIS_URL": redis_url} if redis_url else {}),
         "DJANGO_SETTINGS_MODULE": "botproject.settings",
         "DJANGO_SECRET_KEY": "test-only-secret-key",
         "DATABASE_URL": _database_url(database_port),
@@ -239,3 +246,63 @@ async def test_a_database_outage_during_a_burst_loses_and_repeats_nothing(world,
 
     assert replies_by_trigger(world) == dict.fromkeys([*before, *during, sentinel], 1)
     assert "storing incoming messages works again" in log.read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def start_redis(port: int) -> subprocess.Popen:
+    """A private Redis on a loopback port (the machine's own Redis is shared by other runs)."""
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return server
+
+
+async def test_a_redis_restart_under_load_loses_and_repeats_nothing_and_logs_little(
+    world, tmp_path
+):
+    port = free_port()
+    redis = start_redis(port)
+    log = tmp_path / "worker.log"
+    worker = start_runbot(world, log=log, redis_url=f"redis://127.0.0.1:{port}/0")
+    try:
+        await eventually(lambda: connected_sessions(world), within=30)
+        before = [world.say(f"tomori, before {n}")["id"] for n in range(3)]
+        await eventually(lambda: set(before) <= set(replies_by_trigger(world)), within=30)
+
+        redis.terminate()
+        redis.wait(timeout=10)
+        during = [world.say(f"tomori, during {n}")["id"] for n in range(4)]
+        await eventually(lambda: set(during) <= set(replies_by_trigger(world)), within=60)
+
+        redis = start_redis(port)
+        after = [world.say(f"tomori, after {n}")["id"] for n in range(3)]
+        await eventually(lambda: set(after) <= set(replies_by_trigger(world)), within=60)
+        sentinel = world.say("tomori, all good?")["id"]
+        await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(asyncio.to_thread(worker.wait), 20)
+        redis.terminate()
+        redis.wait(timeout=10)
+
+    assert replies_by_trigger(world) == dict.fromkeys([*before, *during, *after, sentinel], 1)
+    publishing = [line for line in log.read_text().splitlines() if "publishing live events" in line]
+    # 10 turns publish about 60 events, most of them into the outage: a handful of lines.
+    assert 1 <= len(publishing) <= 8, publishing
