@@ -144,6 +144,8 @@ class Consumed:
 
     unread: list[tuple[int | None, HistoryMessage]]
     discarded: list[HistoryMessage]
+    full: bool = False
+    """As many rows as asked for were moved: more may be ready."""
 
     @property
     def channel_ids(self) -> list[int]:
@@ -154,45 +156,48 @@ class Consumed:
 def event_queue_consume(
     *, own: OwnIdentity, shards: ShardSet = EVERY_SHARD, limit: int = 500
 ) -> Consumed:
-    """Move ready events of guilds on ``shards``, oldest first, into their channels' unread
-    pools (another worker owns the other shards' events).
+    """Move up to ``limit`` ready events of guilds on ``shards``, oldest first, into their
+    channels' unread pools (another worker owns the other shards' events).
 
-    Steps, per event and in one transaction each: lock the row (so two workers never move the
-    same event), discard it if the bot or one of its webhooks wrote it (own messages never count
-    as unread), otherwise insert it into the unread pool (idempotently) and mark it consumed.
+    One transaction, set-based: lock the ready rows (``SKIP LOCKED``, so two workers never move
+    the same event), insert the others' messages into the unread pools in one statement
+    (idempotently), and mark every row consumed or — when the bot or one of its webhooks wrote
+    it (own messages never count as unread) — discarded. The moved rows keep only their key.
+    ``Consumed.full`` says whether more may be waiting.
     """
     unread: list[tuple[int | None, HistoryMessage]] = []
     discarded: list[HistoryMessage] = []
-    ready = shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY))
-    ready_ids = list(ready.order_by("id").values_list("id", flat=True)[:limit])
-    for row_id in ready_ids:
-        with transaction.atomic():
-            row = (
-                EventQueue.objects.select_for_update(skip_locked=True)
-                .filter(id=row_id, status=EventQueue.Status.READY)
-                .first()
-            )
-            if row is None:
-                continue
+    with transaction.atomic():
+        ready = EventQueue.objects.select_for_update(skip_locked=True).filter(
+            status=EventQueue.Status.READY
+        )
+        rows = list(shards.filter(ready).order_by("id")[:limit])
+        pool, consumed_ids, discarded_ids = [], [], []
+        for row in rows:
             message = message_from_json(row.event)
             if own.wrote(message):
-                row.status = EventQueue.Status.DISCARDED
                 discarded.append(message)
-            else:
-                UnreadEvent.objects.get_or_create(
+                discarded_ids.append(row.id)
+                continue
+            pool.append(
+                UnreadEvent(
                     channel_id=row.channel_id,
                     message_id=row.message_id,
-                    defaults={
-                        "guild_id": row.guild_id,
-                        "author_id": message.author.id,
-                        "event": row.event,
-                    },
+                    guild_id=row.guild_id,
+                    author_id=message.author.id,
+                    event=row.event,
                 )
-                row.status = EventQueue.Status.CONSUMED
-                unread.append((row.guild_id, message))
-            row.event = {}  # the key stays for deduplication; the message itself moves on
-            row.save(update_fields=["status", "event"])
-    return Consumed(unread=unread, discarded=discarded)
+            )
+            unread.append((row.guild_id, message))
+            consumed_ids.append(row.id)
+        UnreadEvent.objects.bulk_create(pool, ignore_conflicts=True)
+        for status, ids in (
+            (EventQueue.Status.CONSUMED, consumed_ids),
+            (EventQueue.Status.DISCARDED, discarded_ids),
+        ):
+            if ids:
+                EventQueue.objects.filter(id__in=ids).update(status=status, event={})
+    return Consumed(unread=unread, discarded=discarded, full=len(rows) == limit)
 
 
 def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:

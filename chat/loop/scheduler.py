@@ -118,6 +118,8 @@ class Scheduler:
                 consuming.failed(error)
                 continue
             consuming.succeeded()
+            if consumed.full:  # drain: more rows are ready, no need to wait for a wake-up
+                self._wakeup.set()
             for channel_id in dict.fromkeys(channel_ids):
                 self.schedule(channel_id)
 

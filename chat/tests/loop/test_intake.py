@@ -1,0 +1,79 @@
+"""The intake in front of the event queue: bursts, duplicates, overflow and catch-up."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+from chat.loop.ingress import OwnIdentity, event_queue_consume, unread_pool_messages
+from chat.loop.intake import Intake
+from chat.models import EventQueue, UnreadEvent
+from chat.tests.e2e.conftest import eventually
+from chat.tests.factories import message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHANNELS = [100 + n for n in range(10)]
+
+
+class History:
+    """A REST history read-back the test controls."""
+
+    def __init__(self) -> None:
+        self.messages: dict[int, list] = {}
+        self.reads: list[tuple[int, int, int]] = []
+
+    async def read_after(self, channel_id: int, after_id: int, limit: int) -> list:
+        self.reads.append((channel_id, after_id, limit))
+        return [m for m in self.messages.get(channel_id, []) if m.id > after_id][:limit]
+
+
+async def drain(intake: Intake) -> None:
+    writer = asyncio.create_task(intake.run())
+    try:
+        await eventually(lambda: intake.idle)
+    finally:
+        writer.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+
+
+async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
+    burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(5000)]
+    stored = []
+    intake = Intake(stored=lambda: stored.append(1), read_after=History().read_after)
+    for msg in burst + burst[:300]:  # the gateway replays some of them
+        intake.put(msg, 7)
+
+    await drain(intake)
+    while (await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=1))).full:
+        pass
+
+    assert await EventQueue.objects.acount() == 5000
+    assert await UnreadEvent.objects.acount() == 5000
+    for channel_id in CHANNELS:
+        pooled = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+        assert [m.id for m in pooled] == [m.id for m in burst if m.channel_id == channel_id]
+    assert stored  # the scheduler was woken
+    await sync_to_async(connections.close_all)()
+
+
+async def test_an_overflowing_buffer_marks_the_channel_and_catch_up_reads_it_back():
+    history = History()
+    kept, lost = message(content="kept", channel_id=5), message(content="lost", channel_id=5)
+    history.messages[5] = [kept, lost]
+    intake = Intake(stored=lambda: None, read_after=history.read_after, buffer_size=1)
+
+    intake.put(kept, 7)
+    intake.put(lost, 7)  # no room: dropped, and channel 5 marked
+
+    assert intake.marked == {5}
+    await drain(intake)  # stores `kept`, then catches channel 5 up after it
+    assert history.reads == [(5, kept.id, 100)]
+    await drain(intake)
+    ids = await sync_to_async(list)(EventQueue.objects.values_list("message_id", flat=True))
+    assert sorted(ids) == [kept.id, lost.id]
+    assert intake.marked == set()
+    await sync_to_async(connections.close_all)()
