@@ -66,6 +66,14 @@ class DiscordPort(Protocol):
         """The channel's newest ``limit`` messages over REST, in any order."""
         ...
 
+    async def fetch_history_before(
+        self, channel_id: int, before_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        """Up to ``limit`` messages older than ``before_id`` over REST, in any order (the
+        context of an old queued trigger). Raises DeliveryError when the channel cannot be
+        read."""
+        ...
+
     async def fetch_history_after(
         self, channel_id: int, after_id: int, limit: int
     ) -> list[HistoryMessage]:

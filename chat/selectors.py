@@ -262,9 +262,11 @@ def short_term_memory(
 ) -> ShortTermMemory | None:
     """The persona's memory of the channel (``user_id`` None), or of its DM with ``user_id``;
     None when it has none. A channel's memory is only ever read for that channel."""
-    rows = ShortTermMemory.objects.filter(persona=persona, channel_id=channel_id)
-    rows = rows.filter(user_id=user_id) if user_id is not None else rows.filter(user_id=None)
-    return rows.first()
+    if user_id is not None:  # a DM memory belongs to the user, whichever DM channel it is
+        return ShortTermMemory.objects.filter(persona=persona, user_id=user_id).first()
+    return ShortTermMemory.objects.filter(
+        persona=persona, channel_id=channel_id, user_id=None
+    ).first()
 
 
 def short_term_memories(*, persona_id: int) -> list[ShortTermMemory]:

@@ -69,6 +69,7 @@ logger = logging.getLogger(__name__)
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
 REPLY_TARGET_CONCURRENCY = 4
 FAILURE_NOTICE_QUIET = dt.timedelta(minutes=5)
+MAX_WARM_CONTEXTS = 2000
 
 
 @dataclass
@@ -85,12 +86,14 @@ class TurnRuntime:
     history make the next build warm."""
     failure_notices: dict[int, dt.datetime] = field(default_factory=dict)
 
-    def release_channel(self, channel_id: int) -> None:
-        """The channel's busy stretch ended: drop its window and warm contexts (an idle
-        channel keeps no window, and the memory stays bounded by the busy channels)."""
-        self.windows.release(channel_id)
-        for key in [key for key in self.previous_contexts if key[0] == channel_id]:
-            del self.previous_contexts[key]
+    def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
+        """Keep the last built context per (channel, persona) for a warm next build; the least
+        recently used beyond `MAX_WARM_CONTEXTS` are dropped, so memory stays bounded."""
+        key = (channel_id, persona_id)
+        self.previous_contexts.pop(key, None)
+        self.previous_contexts[key] = context
+        while len(self.previous_contexts) > MAX_WARM_CONTEXTS:
+            del self.previous_contexts[next(iter(self.previous_contexts))]
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ async def turn_prepare(
     context = build_turn_context(turn_input)
     build_ms = _ms_since(started)
     if not dry_run:
-        runtime.previous_contexts[(channel.channel_id, persona.id)] = context
+        runtime.remember_context(channel.channel_id, persona.id, context)
 
     models = selectors.persona_model_specs(persona)
     render = _renderer(context, limit=channel.fetch_limit)
@@ -244,7 +247,13 @@ async def turn_run(
         raise
     except Exception as error:
         logger.exception("turn %s failed", turn.id)
-        turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
+        if turn.status in (Turn.Status.DELIVERING, Turn.Status.REPLIED):
+            # The reply is (or may be) out there: keep the turn delivering, so it still holds
+            # the trigger against a second answer and the next start records what was sent.
+            turn.status = Turn.Status.DELIVERING
+            turn.error = f"recording the delivery failed: {type(error).__name__}: {error}"
+        else:
+            turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
         await sync_to_async(_turn_save)(turn)
     await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
     return turn
@@ -416,11 +425,30 @@ async def _history(
     dry_run: bool,
 ) -> tuple[tuple[HistoryMessage, ...], RestReason | None]:
     """The anchored window for this turn and why it was read over REST (None: reused); the
-    anchor is stored for the channel unless ``dry_run``."""
+    anchor is stored for the channel unless ``dry_run``.
+
+    A queued trigger older than everything in the channel's newest window (it waited while
+    more than a window's worth was said) gets its own window: the ``limit`` messages up to it,
+    read around it from Discord, selected without the channel's anchor (which it neither uses
+    nor moves), so its context is what was said before it rather than nothing.
+    """
     read = await runtime.windows.read(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = read.messages
+    if messages and trigger.id < messages[0].id:
+        earlier = await runtime.port.fetch_history_before(
+            channel.channel_id, trigger.id, channel.fetch_limit - 1
+        )
+        around = tuple(sorted((*earlier, trigger), key=lambda m: m.id))
+        selection = select_anchored_history(
+            around,
+            limit=channel.fetch_limit,
+            anchor_id=None,
+            anchor_limit=None,
+            required_ids=frozenset({trigger.id}),
+        )
+        return selection.messages, read.rest_reason
     if trigger.id not in {m.id for m in messages}:
         messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
     anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
@@ -448,7 +476,7 @@ async def _turn_input(
     now: dt.datetime,
 ) -> TurnInput:
     channel, persona = request.channel, request.persona
-    reply_targets = await _reply_targets(runtime.port, channel.channel_id, history)
+    reply_targets = await _reply_targets(runtime, channel.channel_id, history)
     people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
     user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
@@ -531,12 +559,14 @@ def memory_scope_user_id(request: TurnRequest) -> int | None:
 
 
 async def _reply_targets(
-    port: DiscordPort, channel_id: int, history: tuple[HistoryMessage, ...]
+    runtime: TurnRuntime, channel_id: int, history: tuple[HistoryMessage, ...]
 ) -> dict[int, HistoryMessage]:
-    """Same-channel reply targets missing from the window, fetched at most four at a time;
-    a target that cannot be fetched is left out (its annotation is omitted)."""
+    """Same-channel reply targets of the turn's own window that the window does not hold:
+    those fetched for an earlier turn come from the window registry, the rest are fetched
+    (at most four at a time) and kept there. A target that cannot be fetched is left out (its
+    annotation is omitted)."""
     present = {m.id for m in history}
-    missing = sorted(
+    wanted = sorted(
         {
             m.reference.message_id
             for m in history
@@ -545,14 +575,19 @@ async def _reply_targets(
             and m.reference.message_id not in present
         }
     )
+    known = {i: runtime.windows.reply_target(channel_id, i) for i in wanted}
     gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
 
     async def fetch(message_id: int) -> HistoryMessage | None:
         async with gate:
-            return await port.fetch_message(channel_id, message_id)
+            return await runtime.port.fetch_message(channel_id, message_id)
 
-    fetched = await asyncio.gather(*(fetch(i) for i in missing))
-    return {m.id: m for m in fetched if m is not None}
+    missing = [i for i, target in known.items() if target is None]
+    for target in await asyncio.gather(*(fetch(i) for i in missing)):
+        if target is not None:
+            known[target.id] = target
+            runtime.windows.remember_reply_target(channel_id, target)
+    return {i: target for i, target in known.items() if target is not None}
 
 
 def _renderer(context: TurnContext, *, limit: int) -> Render:
@@ -839,11 +874,14 @@ def _stm_count_turn(turn: Turn, *, user_id: int | None, now: dt.datetime) -> Non
     row is locked while counted)."""
     if turn.persona_id is None:
         return
+    # The scope is what the database holds unique: (persona, channel), or (persona, DM user).
+    if user_id is None:
+        scope = {"channel_id": turn.channel_id, "user_id": None}
+    else:
+        scope = {"user_id": user_id}
+    defaults = {"guild_id": turn.guild_id, "channel_id": turn.channel_id}
     memory, _ = ShortTermMemory.objects.select_for_update().get_or_create(
-        persona_id=turn.persona_id,
-        channel_id=turn.channel_id,
-        user_id=user_id,
-        defaults={"guild_id": turn.guild_id},
+        persona_id=turn.persona_id, **scope, defaults=defaults
     )
     if memory.last_refreshed_turn_id == turn.id:
         return

@@ -1,17 +1,29 @@
-"""The worker's per-channel history windows: reuse within a busy stretch, REST otherwise.
+"""The worker's per-channel history windows: reuse while the gateway saw everything, REST
+otherwise.
 
 The pure decision is `chat.pipeline.window_reuse.decide_window_reuse`; this module is its shell.
 It holds, per channel, the previous window and the change signals the gateway recorded since
 (edits, deletes, bulk deletes, reactions), asks the decision, and either returns the merged
-window or reads the channel from Discord. Co-responding personas and queued turns of one busy
-stretch therefore share one read. A channel that goes idle keeps no window (the gateway's cache
-sweeper may evict its messages); a shard reconnect drops every window.
+window or reads the channel from Discord. Co-responding personas, queued turns and the next
+turns of a conversation therefore share one read.
+
+Beyond seed 000, which drops a channel's window when its busy stretch ends (discord.js may sweep
+its cache), a window here survives idle gaps: discord.py's message cache only evicts the oldest
+messages, and every freshness rule still applies — new messages must be continuous in the
+gateway cache since the previous window (else a cache gap forces a REST read), edits, deletes
+and reactions recorded while idle force the read the seed prescribes, and a shard disconnect or
+reconnect drops every window. Windows are kept for the most recently read
+``max_channels`` channels (least recently used dropped first).
+
+Reply targets fetched for a channel are kept with its window (`reply_target`), so a target is
+fetched once; an edit or delete of it forgets it.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -28,6 +40,9 @@ from chat.pipeline.window_reuse import (
 
 logger = logging.getLogger(__name__)
 
+MAX_CHANNELS = 1000
+"""Channels whose windows are kept (least recently read dropped first)."""
+
 MAX_SIGNALS = 500
 """Recorded change ids per channel before the window is dropped (signal overflow)."""
 
@@ -42,6 +57,7 @@ class _ChannelWindow:
     deleted: set[int] = field(default_factory=set)
     bulk_deleted: set[int] = field(default_factory=set)
     deliveries: list[ConfirmedDelivery[HistoryMessage]] = field(default_factory=list)
+    targets: dict[int, HistoryMessage] = field(default_factory=dict)
     reading: bool = False
     changed_during_read: bool = False
 
@@ -74,10 +90,17 @@ class WindowRegistry:
     """Per-channel windows of one worker. Not thread-safe: used from the worker's event loop,
     and a channel is only read under its channel lock."""
 
-    def __init__(self, *, fetch_history: FetchHistory, cache_view: CacheView) -> None:
+    def __init__(
+        self,
+        *,
+        fetch_history: FetchHistory,
+        cache_view: CacheView,
+        max_channels: int = MAX_CHANNELS,
+    ) -> None:
         self._fetch_history = fetch_history
         self._cache_view = cache_view
-        self._windows: dict[int, _ChannelWindow] = {}
+        self._max_channels = max_channels
+        self._windows: OrderedDict[int, _ChannelWindow] = OrderedDict()
         self._connection = 0
         self._anchored_in: dict[int, int] = {}
         self.shard_connected = True
@@ -96,6 +119,9 @@ class WindowRegistry:
             window = copy.deepcopy(self._windows.get(channel_id)) or _ChannelWindow()
         else:
             window = self._windows.setdefault(channel_id, _ChannelWindow())
+            self._windows.move_to_end(channel_id)
+            while len(self._windows) > self._max_channels:
+                self._windows.popitem(last=False)
         decision = decide_window_reuse(
             previous=window.previous,
             cache=self._cache_view(channel_id),
@@ -160,9 +186,15 @@ class WindowRegistry:
         if window is not None and window.previous is not None:
             window.deliveries.append(ConfirmedDelivery(message_id=message_id, message=message))
 
-    def release(self, channel_id: int) -> None:
-        """The channel's busy stretch ended: an idle channel keeps no window."""
-        self._windows.pop(channel_id, None)
+    def reply_target(self, channel_id: int, message_id: int) -> HistoryMessage | None:
+        """A reply target fetched earlier for the channel (None: not known)."""
+        window = self._windows.get(channel_id)
+        return window.targets.get(message_id) if window is not None else None
+
+    def remember_reply_target(self, channel_id: int, message: HistoryMessage) -> None:
+        window = self._windows.get(channel_id)
+        if window is not None:
+            window.targets[message.id] = message
 
     def drop_all(self) -> None:
         """A shard disconnected or reconnected: no window survives it, and every channel's
@@ -187,6 +219,8 @@ class WindowRegistry:
         window = self._windows.get(channel_id)
         if window is None:
             return
+        for message_id in message_ids:
+            window.targets.pop(message_id, None)
         if window.reading:
             window.changed_during_read = True
         if window.previous is not None:

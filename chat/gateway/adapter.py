@@ -99,6 +99,16 @@ class DiscordAdapter:
         channel = await self._channel(channel_id)
         return [self.convert(m) async for m in channel.history(limit=limit)]
 
+    async def fetch_history_before(
+        self, channel_id: int, before_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        try:
+            channel = await self._channel(channel_id)
+            before = discord.Object(id=before_id)
+            return [self.convert(m) async for m in channel.history(before=before, limit=limit)]
+        except discord.HTTPException as error:
+            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+
     async def fetch_history_after(
         self, channel_id: int, after_id: int, limit: int
     ) -> list[HistoryMessage]:

@@ -2,8 +2,9 @@
 
 One consumer task moves ready events into unread pools and wakes the channels they touched.
 Each channel runs one loop at a time: a *busy stretch* lasts while the channel has unread
-messages, and within it turns share the history window. When the pool is empty the stretch ends
-and the channel's window is released.
+messages. Turns share the channel's history window within a stretch and across the idle gaps
+between stretches (`chat.windows`). At most ``max_loops`` channel loops run at once; channels
+woken beyond that wait their turn in arrival order.
 
 A pass first learns where the channel is — in which guild, or a DM — from Discord (the gateway's
 channel cache, else REST), else from the guild recorded with the channel's messages at ingest;
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 5.0
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0)
+MAX_LOOPS = 64
+"""Channel loops running at once; more woken channels wait (bounded memory and connections)."""
 
 
 class Scheduler:
@@ -50,11 +53,16 @@ class Scheduler:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         before_loop_exit: Callable[[int], Awaitable[None]] | None = None,
         shards: ShardSet = EVERY_SHARD,
+        max_loops: int = MAX_LOOPS,
     ) -> None:
         """``before_loop_exit`` is awaited as a channel loop ends, after its last pass and
         before it is deregistered (a seam for tests of that window)."""
         self._runtime = runtime
         self._shards = shards
+        self._loop_slots = asyncio.Semaphore(max_loops)
+        self.running_loops = 0
+        """Channel loops holding a slot now (never more than ``max_loops``)."""
+        self.most_running_loops = 0
         self._before_loop_exit = before_loop_exit
         self._stopping = False
         self._own = own
@@ -150,6 +158,15 @@ class Scheduler:
 
     async def _channel_loop(self, channel_id: int) -> None:
         """One busy stretch: run until no new work arrived during the last pass."""
+        async with self._loop_slots:
+            self.running_loops += 1
+            self.most_running_loops = max(self.most_running_loops, self.running_loops)
+            try:
+                await self._busy_stretch(channel_id)
+            finally:
+                self.running_loops -= 1
+
+    async def _busy_stretch(self, channel_id: int) -> None:
         group = channel_group(channel_id)
         await publish(group, LoopState(state=LoopStateName.BUSY))
         try:
@@ -164,7 +181,6 @@ class Scheduler:
                 if streak is not None:
                     streak.succeeded()
         finally:
-            self._runtime.release_channel(channel_id)
             await publish(group, LoopState(state=LoopStateName.IDLE))
             if self._before_loop_exit is not None:
                 await self._before_loop_exit(channel_id)

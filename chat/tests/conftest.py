@@ -64,6 +64,19 @@ class FakeDiscord:
         messages = sorted(self.cached.get(channel_id, []), key=lambda m: m.id)
         return GatewayCacheView(messages=tuple(messages))
 
+    async def fetch_history_before(
+        self, channel_id: int, before_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        self.history_reads.append((channel_id, limit))
+        older = [m for m in self.history.get(channel_id, []) if m.id < before_id]
+        return list(reversed(older[-limit:]))
+
+    async def fetch_history_after(
+        self, channel_id: int, after_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        newer = [m for m in self.history.get(channel_id, []) if m.id > after_id]
+        return newer[:limit]
+
     async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
         return next((m for m in self.history.get(channel_id, []) if m.id == message_id), None)
 

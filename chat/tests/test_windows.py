@@ -63,7 +63,7 @@ async def test_within_a_busy_stretch_new_messages_come_from_the_cache(registry, 
 
 async def test_a_change_during_a_rest_read_reads_again(registry, discord):
     await registry.read(CHANNEL, limit=20)
-    registry.release(CHANNEL)
+    registry.drop_all()  # the next read goes to REST
     discord.during_read = lambda: registry.record_change(CHANNEL, discord.messages[-1].id)
 
     await registry.read(CHANNEL, limit=20)
@@ -71,14 +71,68 @@ async def test_a_change_during_a_rest_read_reads_again(registry, discord):
     assert discord.reads == 3
 
 
-async def test_an_idle_channel_keeps_no_window(registry, discord):
+async def test_a_window_outlives_an_idle_gap_while_the_gateway_saw_everything(registry, discord):
     await registry.read(CHANNEL, limit=20)
-    registry.release(CHANNEL)
+    # Quiet for a while; then the conversation goes on, each message seen by the gateway.
+    later = [message(content=f"later {n}") for n in range(3)]
+    discord.cached = [discord.messages[-1], *later]
 
     read = await registry.read(CHANNEL, limit=20)
 
-    assert read.rest_reason is RestReason.NO_PREVIOUS_WINDOW
-    assert read.force_reanchor is False  # the anchor outlives the idle release
+    assert (read.rest_reason, discord.reads) == (None, 1)
+    assert read.messages[-3:] == tuple(later)
+
+
+@pytest.mark.parametrize(
+    ("while_idle", "reason"),
+    [
+        (lambda r, d: r.record_change(CHANNEL, d.messages[12].id), RestReason.UNCACHED_CHANGE),
+        (lambda r, d: r.record_delete(CHANNEL, [d.messages[12].id], bulk=False), "any"),
+        (lambda r, d: r.record_change(CHANNEL, d.messages[15].id), RestReason.UNCACHED_CHANGE),
+        (lambda r, d: d.cached.clear(), "any"),
+    ],
+    ids=["edit", "delete", "reaction", "cache-gap"],
+)
+async def test_what_happens_while_idle_forces_the_read_the_seed_prescribes(
+    registry, discord, while_idle, reason
+):
+    await registry.read(CHANNEL, limit=20)
+    discord.cached = [discord.messages[-1]]
+    while_idle(registry, discord)
+    discord.messages.append(message(content="after the gap"))
+    if reason == "any":
+        discord.cached = [discord.messages[-1]]  # the newest only: older ones were swept
+
+    read = await registry.read(CHANNEL, limit=20)
+
+    assert read.rest_reason is not None and discord.reads == 2
+    if reason != "any":
+        assert read.rest_reason is reason
+
+
+async def test_the_least_recently_read_channels_lose_their_windows_first(discord):
+    registry = WindowRegistry(
+        fetch_history=discord.fetch_history, cache_view=discord.cache_view, max_channels=2
+    )
+    for channel in (1, 2, 3):
+        await registry.read(channel, limit=20)
+
+    first = await registry.read(1, limit=20)
+    third = await registry.read(3, limit=20)
+
+    assert first.rest_reason is RestReason.NO_PREVIOUS_WINDOW  # evicted when 3 came in
+    assert third.rest_reason is not RestReason.NO_PREVIOUS_WINDOW
+
+
+async def test_reply_targets_are_kept_with_the_window_until_they_change(registry, discord):
+    await registry.read(CHANNEL, limit=20)
+    target = discord.messages[0]
+
+    registry.remember_reply_target(CHANNEL, target)
+    assert registry.reply_target(CHANNEL, target.id) == target
+
+    registry.record_change(CHANNEL, target.id)
+    assert registry.reply_target(CHANNEL, target.id) is None
 
 
 async def test_a_reconnect_drops_windows_and_forces_new_anchors(registry, discord):

@@ -51,3 +51,24 @@ async def test_every_prompt_of_a_long_conversation_holds_the_channels_window(wor
     sizes = await sync_to_async(history_sizes)()
     assert len(sizes) == TURNS
     assert all(LIMIT - STRIDE <= size <= LIMIT for size in sizes), sizes
+
+
+async def test_a_conversation_reads_its_history_over_rest_once(world):
+    await world.start_worker()
+    history_route = ("GET", "/channels/{channel_id}/messages")
+    before = world.sandbox.request_counts.get(history_route, 0)
+
+    for n in range(20):  # a trigger, its reply, the next trigger: the channel idles in between
+        trigger = world.say(f"tomori, question {n}")
+        await eventually(
+            lambda trigger=trigger: any(
+                (m.get("message_reference") or {}).get("message_id") == trigger["id"]
+                for m in world.bot_messages(GENERAL)
+            )
+        )
+    await world.drained()
+
+    reads = world.sandbox.request_counts.get(history_route, 0) - before
+    print(f"REST history reads for 20 conversational turns: {reads}")
+    assert reads <= 1
+    assert await sync_to_async(Turn.objects.filter(status="replied").count)() == 20

@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from asgiref.sync import sync_to_async
 
+from chat.llm.fake_server import Fault, FaultKind
 from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume, unread_pool_count
 from chat.loop.scheduler import Scheduler
 from chat.models import Turn
@@ -112,4 +113,27 @@ async def test_a_message_consumed_while_its_channels_loop_ends_is_answered(bench
     statuses = await sync_to_async(list)(Turn.objects.values_list("status", flat=True))
     assert statuses == ["replied", "replied"]
     assert await sync_to_async(unread_pool_count)(channel_id=CHANNEL) == 0
+    await scheduler.stop()
+
+
+async def test_channel_loops_never_exceed_the_cap_and_every_woken_channel_is_served(bench: Bench):
+    dms = [CHANNEL + 100 + n for n in range(6)]
+    bench.llm.enqueue(*[Fault(FaultKind.TIMEOUT, delay=0.2)] * len(dms))  # turns take a while
+    for channel_id in dms:
+        bench.discord.places[channel_id] = ChannelPlace(guild_id=None)
+        await sync_to_async(event_ingest)(
+            message=message(content="hello?", channel_id=channel_id), guild_id=None
+        )
+    await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
+    scheduler = Scheduler(
+        runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id), max_loops=2
+    )
+
+    for channel_id in dms:
+        scheduler.schedule(channel_id)
+    await scheduler.idle()
+
+    assert scheduler.most_running_loops == 2
+    replied = await sync_to_async(list)(Turn.objects.values_list("channel_id", "status"))
+    assert sorted(replied) == sorted((channel_id, "replied") for channel_id in dms)
     await scheduler.stop()

@@ -23,6 +23,7 @@ from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.e2e.conftest import eventually
 from chat.tests.factories import ALICE, BOB, message
 from chat.windows import WindowRegistry
+from personas.models import GuildConfig
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -283,3 +284,27 @@ async def test_a_worker_stopping_mid_send_leaves_the_turn_to_reconcile(bench: Be
 
     turn = await Turn.objects.aget(trigger_message_id=trigger.id)
     assert turn.status == Turn.Status.DELIVERING  # not aborted: the reply may be out there
+
+
+async def test_a_queued_trigger_older_than_the_newest_window_keeps_its_own_context(bench: Bench):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(message_fetch_limit=20)
+    seed(bench, count=30)
+    old_trigger = bench.discord.post(chat(31, "tomori, what about line 30?"))
+    for n in range(32, 62):  # more than a window's worth is said while it waits
+        bench.discord.post(chat(n, f"later {n}", author=BOB))
+
+    turn = await turn_run(
+        runtime=bench.runtime,
+        request=await bench.request(old_trigger, bench.tomori, is_queued_turn=True),
+    )
+
+    await turn.arefresh_from_db()
+    history_ids = {
+        int(source)
+        for item in turn.context_items
+        if item["tag"] == "dialogue_history"
+        for source in item["source_ids"]
+    }
+    assert old_trigger.id in history_ids
+    assert max(history_ids) == old_trigger.id  # its window ends at it
+    assert 14 <= len(history_ids) <= 20  # and holds what was said before it
