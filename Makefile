@@ -48,6 +48,7 @@ format: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.pipeline_build
 	$(BIN)/python -m benchmarks.model_calls
+	$(BIN)/python -m benchmarks.ingest
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis
