@@ -81,10 +81,27 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
 
+# channels_redis waits in BZPOPMIN for up to 5 s per receive (RedisChannelLayer.brpop_timeout)
+# and then waits again. redis-py 8 reads with a 5 s socket timeout by default, so every idle
+# receive ended in TimeoutError and a reconnect. The layer's connections therefore have no read
+# timeout (redis-py 7's default): a blocking receive ends by BZPOPMIN's own timeout, and a dead
+# connection is found by TCP keepalive, which redis-py 8 turns on for TCP connections (idle 30 s,
+# then 3 probes 5 s apart). A read timeout longer than 5 s would also stop the errors, but on
+# Python 3.11 redis-py then wraps every send in asyncio.wait_for, which can swallow the
+# cancellation of a waiting receive, so a listener or consumer could not be stopped.
+CHANNEL_LAYER_CONNECT_TIMEOUT = 5.0
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": None,
+                    "socket_connect_timeout": CHANNEL_LAYER_CONNECT_TIMEOUT,
+                }
+            ]
+        },
     },
 }
 
