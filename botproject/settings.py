@@ -11,7 +11,15 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from botproject.env import env_bool, env_database, env_list, env_str, env_url
+from botproject.env import (
+    env_bool,
+    env_database,
+    env_int,
+    env_list,
+    env_origin_list,
+    env_str,
+    env_url,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -28,6 +36,23 @@ if not SECRET_KEY:
         )
     SECRET_KEY = "insecure-development-key-do-not-use-in-production"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+# --- Deployment behind HTTPS ------------------------------------------------------------------
+# Cookies are Secure whenever DEBUG is off. HSTS, the HTTPS redirect and trusting the proxy's
+# X-Forwarded-Proto are opt-in: each is right only once HTTPS really reaches the site, and a
+# wrong HSTS header locks browsers out for its whole max-age. `manage.py check --deploy` says
+# which of them are still off.
+
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0, maximum=2 * 365 * 86400)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    # Only behind a proxy that sets X-Forwarded-Proto itself and strips it from clients.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = env_origin_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
