@@ -44,12 +44,31 @@ MAX_OUTPUT_TOKENS_MAX = 32_768
 CONTEXT_WINDOW_MIN = 2
 CONTEXT_WINDOW_MAX = 2_000_000
 # Row counts: checked by the import schema (and documented for the dashboard's forms); a check
-# constraint cannot count rows.
+# constraint cannot count rows. Item lengths inside JSON lists (one trigger word, one sample row)
+# are likewise the schema's; the number of items is also a check constraint.
 GUILDS_MAX = 100  # guilds per configuration file
 PERSONAS_PER_GUILD_MAX = 25
 CHANNELS_PER_GUILD_MAX = 500
 BLOCKS_PER_GUILD_MAX = 1_000
 USERS_PER_GUILD_MAX = 1_000
+
+
+class JSONArrayLength(models.Func):
+    """The number of items of a JSON array column (PostgreSQL ``jsonb_array_length``, SQLite
+    ``json_array_length``); PostgreSQL raises an error for a value that is not an array."""
+
+    function = "JSON_ARRAY_LENGTH"
+    output_field = models.IntegerField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, function="JSONB_ARRAY_LENGTH", **extra_context)
+
+
+def _items_at_most(field: str, limit: int, name: str) -> models.CheckConstraint:
+    """A check constraint: the JSON array in ``field`` has at most ``limit`` items."""
+    return models.CheckConstraint(
+        condition=LessThanOrEqual(JSONArrayLength(field), limit), name=name
+    )
 
 
 def _at_most(field: str, limit: int, name: str) -> models.CheckConstraint:
@@ -204,6 +223,9 @@ class Persona(models.Model):
             _at_most("prefill", PREFILL_MAX, "persona_prefill_length"),
             _at_most("context_note", NOTE_TEXT_MAX, "persona_note_length"),
             _at_most("llm_model", MODEL_NAME_MAX, "persona_model_name_length"),
+            _items_at_most("triggers", TRIGGERS_MAX, "persona_trigger_count"),
+            _items_at_most("sample_dialogue", SAMPLE_DIALOGUE_MAX, "persona_sample_dialogue_rows"),
+            _items_at_most("fallback_models", FALLBACK_MODELS_MAX, "persona_fallback_count"),
         ]
 
     def __str__(self) -> str:

@@ -564,7 +564,7 @@ def test_a_database_error_becomes_a_report_naming_the_path(document):
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     ("field", "value"),
-    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "",
+    ids=lambda v: v if isinstance(v, str) and len(v) < 30 else "past-the-limit",
     argvalues=[
         ("system_prompt", "s" * (limits.SYSTEM_PROMPT_MAX + 1)),
         ("prefill", "p" * (limits.PREFILL_MAX + 1)),
@@ -573,6 +573,9 @@ def test_a_database_error_becomes_a_report_naming_the_path(document):
         ("context_window", limits.CONTEXT_WINDOW_MAX + 1),
         ("llm_model", "m" * (limits.MODEL_NAME_MAX + 1)),
         ("name", "N" * (limits.PERSONA_NAME_MAX + 1)),
+        ("triggers", ["t"] * (limits.TRIGGERS_MAX + 1)),
+        ("sample_dialogue", [{"role": "user", "content": "hi"}] * (limits.SAMPLE_DIALOGUE_MAX + 1)),
+        ("fallback_models", ["m"] * (limits.FALLBACK_MODELS_MAX + 1)),
     ],
 )
 def test_the_database_refuses_a_persona_past_a_limit(field, value):
