@@ -702,3 +702,13 @@ def test_config_error_text_is_the_capped_list():
     error = ConfigError([(f"p[{i}]", "bad") for i in range(51)])
     assert str(error).splitlines()[-1] == "… and 1 more"
     assert io.StringIO(str(error)).read().count("\n") == PROBLEMS_SHOWN_MAX
+
+
+@pytest.mark.django_db
+def test_the_command_reads_standard_input(monkeypatch, document):
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(document)))
+    out = io.StringIO()
+
+    call_command("importconfig", "-", stdout=out)
+
+    assert "Persona: 2 created" in out.getvalue()

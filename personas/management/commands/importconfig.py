@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -28,7 +29,7 @@ class Command(BaseCommand):
         from_stdin = str(file) == "-"
         source = "standard input" if from_stdin else str(file)
         try:
-            raw = _read_bounded(sys.stdin.buffer) if from_stdin else _read_file(file)
+            raw = _read_stdin() if from_stdin else _read_file(file)
         except OSError as error:
             raise CommandError(f"cannot read {source}: {error.strerror or error}") from None
         try:
@@ -45,7 +46,15 @@ def _read_file(path: Path) -> bytes:
         return _read_bounded(stream)
 
 
-def _read_bounded(stream) -> bytes:
+def _read_stdin() -> bytes:
+    """Standard input as bytes (a replaced ``sys.stdin`` without ``buffer`` is text)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return _read_bounded(buffer)
+    return sys.stdin.read(CONFIG_FILE_MAX_BYTES + 1).encode("utf-8")
+
+
+def _read_bounded(stream: BinaryIO) -> bytes:
     """At most one byte more than the size limit: enough to tell that a file is too large
     without reading all of it."""
     return stream.read(CONFIG_FILE_MAX_BYTES + 1)
