@@ -94,9 +94,9 @@ class Harness:
         return [c for c in await self.redis.client_list() if c.get("name") == client_name]
 
     async def blocked_connection_id(self, client_name: str) -> str | None:
-        """The id of the listener's connection that waits in BZPOPMIN, if there is one."""
+        """The id of the listener's connection blocked in BZPOPMIN right now, if there is one."""
         for connection in await self.listener_connections(client_name):
-            if connection.get("cmd") == "bzpopmin":
+            if connection.get("cmd") == "bzpopmin" and "b" in connection.get("flags", ""):
                 return connection["id"]
         return None
 
