@@ -37,6 +37,8 @@ from channels.layers import BaseChannelLayer, get_channel_layer
 
 from chat.events import CONTROL_GROUP
 
+__all__ = ["CONTROL_GROUP", "Handler", "listen_for_control"]
+
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[Mapping[str, Any]], Awaitable[None]]

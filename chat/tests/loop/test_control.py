@@ -18,8 +18,7 @@ import redis.asyncio as aioredis
 from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 
-from chat.events import CONTROL_GROUP
-from chat.loop.control import listen_for_control
+from chat.loop.control import CONTROL_GROUP, listen_for_control
 
 CONTROL_LOGGER = "chat.loop.control"
 
