@@ -752,3 +752,22 @@ def test_the_command_reads_standard_input(monkeypatch, document):
     call_command("importconfig", "-", stdout=out)
 
     assert "Persona: 2 created" in out.getvalue()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        pytest.param(b"[" * 200_000 + b"]" * 200_000, "nested too deeply", id="deep"),
+        pytest.param(b'{"version": 1, "guilds": [' + b"9" * 5000 + b"]}", "too large", id="int"),
+    ],
+)
+def test_the_command_turns_hostile_files_into_a_report(tmp_path, raw, words):
+    bad = tmp_path / "hostile.json"
+    bad.write_bytes(raw)
+
+    with pytest.raises(CommandError) as caught:
+        call_command("importconfig", str(bad))
+
+    assert str(caught.value).startswith(f"{bad} was not imported (nothing was changed):")
+    assert words in str(caught.value)
