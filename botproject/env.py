@@ -106,3 +106,57 @@ def env_database(name: str, default: str, *, environ: Mapping[str, str] | None =
     if not config.get("ENGINE"):
         raise ImproperlyConfigured(f"{name} names no supported database engine: {value!r}")
     return config
+
+
+def env_int(
+    name: str,
+    default: int,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """A whole number within ``minimum``..``maximum`` (either may be open); ``default`` when
+    unset or blank.
+
+    Raises ImproperlyConfigured naming the variable when the value is not a whole number or is
+    out of range, e.g. ``DJANGO_SECURE_HSTS_SECONDS=1y``.
+    """
+    value = env_str(name, "", environ=environ)
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {value!r}") from None
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        bounds = f"{'' if minimum is None else minimum}..{'' if maximum is None else maximum}"
+        raise ImproperlyConfigured(f"{name} must be in {bounds}, got {number}")
+    return number
+
+
+def env_origin_list(
+    name: str, default: list[str], *, environ: Mapping[str, str] | None = None
+) -> list[str]:
+    """A comma-separated list of origins such as ``https://bot.example.com`` (scheme ``http`` or
+    ``https`` and a host, optionally a port; a ``*.`` wildcard host is allowed, no path);
+    ``default`` when unset.
+
+    Raises ImproperlyConfigured naming the variable and the first bad entry.
+    """
+    origins = env_list(name, default, environ=environ)
+    for origin in origins:
+        parsed = urlparse(origin)
+        if (
+            parsed.scheme not in ("http", "https")
+            or not parsed.netloc
+            or parsed.path not in ("", "/")
+            or parsed.query
+            or parsed.fragment
+            or parsed.username is not None
+        ):
+            raise ImproperlyConfigured(
+                f"{name} must list origins such as https://bot.example.com "
+                f"(scheme and host, no path), got {origin!r}"
+            )
+    return [origin.rstrip("/") for origin in origins]

@@ -14,7 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 from botproject.env import (
     env_bool,
     env_database,
+    env_int,
     env_list,
+    env_origin_list,
     env_positive_float,
     env_str,
     env_url,
@@ -35,6 +37,23 @@ if not SECRET_KEY:
         )
     SECRET_KEY = "insecure-development-key-do-not-use-in-production"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+# --- Deployment behind HTTPS ------------------------------------------------------------------
+# Cookies are Secure whenever DEBUG is off. HSTS, the HTTPS redirect and trusting the proxy's
+# X-Forwarded-Proto are opt-in: each is right only once HTTPS really reaches the site, and a
+# wrong HSTS header locks browsers out for its whole max-age. `manage.py check --deploy` says
+# which of them are still off.
+
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0, maximum=2 * 365 * 86400)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", False)
+if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    # Only behind a proxy that sets X-Forwarded-Proto itself and strips it from clients.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+CSRF_TRUSTED_ORIGINS = env_origin_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
@@ -90,10 +109,27 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
 
+# channels_redis waits in BZPOPMIN for up to 5 s per receive (RedisChannelLayer.brpop_timeout)
+# and then waits again. redis-py 8 reads with a 5 s socket timeout by default, so every idle
+# receive ended in TimeoutError and a reconnect. The layer's connections therefore have no read
+# timeout (redis-py 7's default): a blocking receive ends by BZPOPMIN's own timeout, and a dead
+# connection is found by TCP keepalive, which redis-py 8 turns on for TCP connections (idle 30 s,
+# then 3 probes 5 s apart). A read timeout longer than 5 s would also stop the errors, but on
+# Python 3.11 redis-py then wraps every send in asyncio.wait_for, which can swallow the
+# cancellation of a waiting receive, so a listener or consumer could not be stopped.
+CHANNEL_LAYER_CONNECT_TIMEOUT = 5.0
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": None,
+                    "socket_connect_timeout": CHANNEL_LAYER_CONNECT_TIMEOUT,
+                }
+            ]
+        },
     },
 }
 

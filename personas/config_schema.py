@@ -1,15 +1,19 @@
 """The guild configuration file (format version 1), validated with pydantic.
 
-``parse_config_document`` validates a whole document and either returns it or raises
-``ConfigError`` listing every problem with the JSON path it was found at, e.g.
-``guilds[0].personas[1].context_note.depth: must be at most 100``. Structural checks (types,
-ranges, enums, unknown keys) come from the models below; cross-references (unique names, one
-main persona, blocks naming known personas) are checked afterwards on the parsed document.
+``parse_config_bytes`` reads a file's bytes (size limit, UTF-8, JSON) and ``parse_config_document``
+validates a decoded document whole; both either return the document or raise ``ConfigError``
+listing every problem with the JSON path it was found at, e.g.
+``guilds[0].personas[1].context_note.depth: must be at most 100``. No input ends in a traceback:
+oversized files, deep nesting, huge numbers and NUL characters are problems like any other.
+Structural checks (types, ranges, lengths, counts, enums, unknown keys) come from the models
+below, whose bounds are the database's (``personas.models``); cross-references (unique names,
+one main persona, blocks naming known personas) are checked afterwards on the parsed document.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import zoneinfo
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Literal
@@ -24,10 +28,35 @@ from pydantic import (
 )
 
 from personas.models import (
+    AVATAR_URL_MAX,
+    BLOCK_REASON_MAX,
+    BLOCKS_PER_GUILD_MAX,
+    CHANNELS_PER_GUILD_MAX,
+    CONTEXT_WINDOW_MAX,
+    CONTEXT_WINDOW_MIN,
+    FALLBACK_MODELS_MAX,
     FETCH_LIMIT_DEFAULT,
     FETCH_LIMIT_MAX,
     FETCH_LIMIT_MIN,
+    GUILD_NAME_MAX,
+    GUILDS_MAX,
+    MAX_OUTPUT_TOKENS_MAX,
+    MODEL_NAME_MAX,
     NOTE_DEPTH_MAX,
+    NOTE_TEXT_MAX,
+    PERSONA_NAME_MAX,
+    PERSONAS_PER_GUILD_MAX,
+    PREFILL_MAX,
+    SAMPLE_CONTENT_MAX,
+    SAMPLE_DIALOGUE_MAX,
+    STM_REFRESH_EVERY_MAX,
+    SYSTEM_PROMPT_MAX,
+    TEMPERATURE_MAX,
+    TEMPERATURE_MIN,
+    TIMEZONE_NAME_MAX,
+    TRIGGER_LENGTH_MAX,
+    TRIGGERS_MAX,
+    USERS_PER_GUILD_MAX,
     BlockType,
     ChannelMode,
     PrivacyLevel,
@@ -35,14 +64,35 @@ from personas.models import (
 
 CONFIG_VERSION = 1
 SNOWFLAKE_MAX = 2**63 - 1
+CONFIG_FILE_MAX_BYTES = 4 * 1024 * 1024
+NESTING_MAX = 16  # the format itself nests 6 levels deep
+PROBLEMS_SHOWN_MAX = 50
+DOCUMENT = "(document)"
 
 
 class ConfigError(Exception):
-    """A configuration document that cannot be imported; ``problems`` are (path, message) pairs."""
+    """A configuration document that cannot be imported; ``problems`` are (path, message) pairs.
 
-    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+    ``source`` names the file (or upload) when known. ``report()`` is the text shown to people:
+    at most ``PROBLEMS_SHOWN_MAX`` problems, then how many more there are.
+    """
+
+    def __init__(self, problems: Sequence[tuple[str, str]], *, source: str | None = None) -> None:
         self.problems = list(problems)
-        super().__init__("\n".join(f"{path}: {message}" for path, message in self.problems))
+        self.source = source
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self, *, limit: int = PROBLEMS_SHOWN_MAX) -> list[str]:
+        """``path: message`` for the first ``limit`` problems, then ``… and N more``."""
+        lines = [f"{path}: {message}" for path, message in self.problems[:limit]]
+        if len(self.problems) > limit:
+            lines.append(f"… and {len(self.problems) - limit} more")
+        return lines
+
+    def report(self) -> str:
+        """The whole report: what was not imported, then one indented line per problem."""
+        lines = "\n".join(f"  {line}" for line in self.lines())
+        return f"{self.source or 'The file'} was not imported (nothing was changed):\n{lines}"
 
 
 def json_path(location: Iterable[str | int]) -> str:
@@ -50,7 +100,49 @@ def json_path(location: Iterable[str | int]) -> str:
     path = ""
     for part in location:
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-    return path or "(document)"
+    return path or DOCUMENT
+
+
+def parse_config_bytes(raw: bytes, *, source: str) -> ConfigDocument:
+    """Read and validate a configuration file's bytes (the command's file, an upload).
+
+    Checks, in order: at most ``CONFIG_FILE_MAX_BYTES`` bytes, UTF-8 (a byte-order mark is
+    allowed), JSON, then ``parse_config_document``. Returns the document; raises ConfigError
+    (with ``source`` set) naming every problem found, never any other exception for any input.
+    """
+    try:
+        return parse_config_document(_decode_json(raw))
+    except ConfigError as error:
+        error.source = source
+        raise
+
+
+def _decode_json(raw: bytes) -> object:
+    if len(raw) > CONFIG_FILE_MAX_BYTES:
+        raise ConfigError(
+            [(DOCUMENT, f"is larger than {CONFIG_FILE_MAX_BYTES:,} bytes; split it into files")]
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ConfigError([(DOCUMENT, f"is not UTF-8 text (byte {error.start})")]) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(
+            [
+                (
+                    DOCUMENT,
+                    f"is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}",
+                )
+            ]
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            [(DOCUMENT, f"is nested too deeply (at most {NESTING_MAX} levels)")]
+        ) from None
+    except ValueError as error:  # e.g. an integer literal of more than 4,300 digits
+        raise ConfigError([(DOCUMENT, f"holds a number too large to read ({error})")]) from None
 
 
 def _check_snowflake(value: str) -> str:
@@ -64,7 +156,7 @@ def _check_snowflake(value: str) -> str:
 def _check_timezone(value: str) -> str:
     try:
         zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise ValueError(
             f"{value!r} is not an IANA time zone name such as 'Europe/Paris'"
         ) from None
@@ -72,16 +164,35 @@ def _check_timezone(value: str) -> str:
 
 
 def _check_aware(value: dt.datetime | None) -> dt.datetime | None:
-    if value is not None and value.utcoffset() is None:
+    if value is None:
+        return value
+    if value.utcoffset() is None:
         raise ValueError("must include a time zone offset, e.g. 2026-12-01T00:00:00Z")
+    try:
+        value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC") from None
     return value
 
 
-Snowflake = Annotated[str, Field(strict=True), AfterValidator(_check_snowflake)]
-Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=80)]
+Snowflake = Annotated[
+    str, Field(strict=True), StringConstraints(max_length=20), AfterValidator(_check_snowflake)
+]
+Name = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=PERSONA_NAME_MAX)
+]
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=MODEL_NAME_MAX)]
+Trigger = Annotated[
+    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TRIGGER_LENGTH_MAX)
+]
 Depth = Annotated[int, Field(strict=True, ge=0, le=NOTE_DEPTH_MAX)]
-AvatarUrl = Annotated[str, StringConstraints(pattern=r"^https?://\S+$", max_length=500)]
+AvatarUrl = Annotated[str, StringConstraints(pattern=r"^https?://\S+$", max_length=AVATAR_URL_MAX)]
 FetchLimit = Annotated[int, Field(strict=True, ge=FETCH_LIMIT_MIN, le=FETCH_LIMIT_MAX)]
+NoteText = Annotated[str, StringConstraints(max_length=NOTE_TEXT_MAX)]
+SampleText = Annotated[str, StringConstraints(max_length=SAMPLE_CONTENT_MAX)]
+SystemPrompt = Annotated[str, StringConstraints(max_length=SYSTEM_PROMPT_MAX)]
+Prefill = Annotated[str, StringConstraints(max_length=PREFILL_MAX)]
+BlockReason = Annotated[str, StringConstraints(max_length=BLOCK_REASON_MAX)]
 
 
 class _Strict(BaseModel):
@@ -89,28 +200,32 @@ class _Strict(BaseModel):
 
 
 class ContextNoteSpec(_Strict):
-    text: str = ""
+    text: NoteText = ""
     depth: Depth = 4
 
 
 class SampleMessage(_Strict):
     role: Literal["user", "assistant"]
-    content: str
+    content: SampleText
 
 
 class LLMSpec(_Strict):
-    model: str | None = None
-    temperature: Annotated[float, Field(ge=0.0, le=2.0)] = 0.7
-    max_output_tokens: Annotated[int, Field(strict=True, ge=1)] = 512
-    context_window: Annotated[int, Field(strict=True, ge=2)] = 16000
-    fallback_models: list[Annotated[str, StringConstraints(min_length=1)]] = []
+    model: Annotated[str, StringConstraints(max_length=MODEL_NAME_MAX)] | None = None
+    temperature: Annotated[
+        float, Field(ge=TEMPERATURE_MIN, le=TEMPERATURE_MAX, allow_inf_nan=False)
+    ] = 0.7
+    max_output_tokens: Annotated[int, Field(strict=True, ge=1, le=MAX_OUTPUT_TOKENS_MAX)] = 512
+    context_window: Annotated[
+        int, Field(strict=True, ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)
+    ] = 16000
+    fallback_models: Annotated[list[ModelName], Field(max_length=FALLBACK_MODELS_MAX)] = []
 
 
 class ShortTermMemorySpec(_Strict):
     """How the persona keeps its short-term memory: refreshed after ``refresh_every`` of its
     replies; shown in the system prompt (``depth`` null) or at that depth in the dialogue."""
 
-    refresh_every: Annotated[int, Field(strict=True, ge=1, le=1000)] = 5
+    refresh_every: Annotated[int, Field(strict=True, ge=1, le=STM_REFRESH_EVERY_MAX)] = 5
     depth: Depth | None = None
 
 
@@ -118,19 +233,17 @@ class PersonaSpec(_Strict):
     name: Name
     main: bool = False
     enabled: bool = True
-    avatar_url: (
-        Annotated[str, StringConstraints(pattern=r"^https?://\S+$", max_length=500)] | None
-    ) = None
-    system_prompt: str = ""
-    triggers: list[Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]] = []
+    avatar_url: AvatarUrl | None = None
+    system_prompt: SystemPrompt = ""
+    triggers: Annotated[list[Trigger], Field(max_length=TRIGGERS_MAX)] = []
     context_note: ContextNoteSpec | None = None
-    prefill: str = ""
+    prefill: Prefill = ""
     deliberate_tool_mode: bool = True
     tools_enabled: bool = True
     short_term_memory: ShortTermMemorySpec = ShortTermMemorySpec()
     force_lowercase: bool = False
     punctuation_splits: bool = False
-    sample_dialogue: list[SampleMessage] = []
+    sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     llm: LLMSpec = LLMSpec()
 
 
@@ -146,7 +259,7 @@ class BlockSpec(_Strict):
     persona: Name | None = None
     user_id: Snowflake
     type: BlockType = BlockType.BLOCK
-    reason: Annotated[str, StringConstraints(max_length=500)] = ""
+    reason: BlockReason = ""
     expires_at: Annotated[dt.datetime | None, AfterValidator(_check_aware)] = None
 
 
@@ -158,37 +271,72 @@ class UserSpec(_Strict):
 
 class GuildSpec(_Strict):
     id: Snowflake
-    name: Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=100)]
-    timezone: Annotated[str, AfterValidator(_check_timezone)] = "UTC"
+    name: Annotated[
+        str, StringConstraints(strip_whitespace=True, min_length=1, max_length=GUILD_NAME_MAX)
+    ]
+    timezone: Annotated[
+        str, StringConstraints(max_length=TIMEZONE_NAME_MAX), AfterValidator(_check_timezone)
+    ] = "UTC"
     message_fetch_limit: FetchLimit = FETCH_LIMIT_DEFAULT
     context_note: ContextNoteSpec | None = None
-    personas: list[PersonaSpec] = []
-    channels: list[ChannelSpec] = []
-    blocks: list[BlockSpec] = []
-    users: list[UserSpec] = []
+    personas: Annotated[list[PersonaSpec], Field(max_length=PERSONAS_PER_GUILD_MAX)] = []
+    channels: Annotated[list[ChannelSpec], Field(max_length=CHANNELS_PER_GUILD_MAX)] = []
+    blocks: Annotated[list[BlockSpec], Field(max_length=BLOCKS_PER_GUILD_MAX)] = []
+    users: Annotated[list[UserSpec], Field(max_length=USERS_PER_GUILD_MAX)] = []
 
 
 class ConfigDocument(_Strict):
     version: Literal[1]
-    guilds: list[GuildSpec]
+    guilds: Annotated[list[GuildSpec], Field(max_length=GUILDS_MAX)]
 
 
 def parse_config_document(data: object) -> ConfigDocument:
     """Validate a decoded JSON document whole.
 
-    Returns the parsed document. Raises ConfigError with every structural problem (if any), or
-    else with every cross-reference problem; nothing is half-accepted.
+    Returns the parsed document. Raises ConfigError with every problem of the raw document
+    (nesting deeper than ``NESTING_MAX``, NUL characters in any string or key) and every
+    structural problem (if any), or else with every cross-reference problem; nothing is
+    half-accepted.
     """
-    try:
-        document = ConfigDocument.model_validate(data)
-    except ValidationError as error:
-        raise ConfigError(
-            [(json_path(item["loc"]), _describe(item)) for item in error.errors()]
-        ) from None
+    problems = _raw_problems(data)
+    if not any(message.startswith("is nested too deeply") for _, message in problems):
+        try:
+            document = ConfigDocument.model_validate(data)
+        except ValidationError as error:
+            problems.extend((json_path(item["loc"]), _describe(item)) for item in error.errors())
+        except RecursionError:  # not reachable below NESTING_MAX; kept as a last guard
+            problems.append((DOCUMENT, f"is nested too deeply (at most {NESTING_MAX} levels)"))
+    if problems:
+        raise ConfigError(problems)
     problems = list(_cross_reference_problems(document))
     if problems:
         raise ConfigError(problems)
     return document
+
+
+def _raw_problems(data: object) -> list[tuple[str, str]]:
+    """What is wrong with the decoded JSON before any schema applies, in document order:
+    containers nested deeper than ``NESTING_MAX`` (not looked into) and NUL characters, which
+    PostgreSQL cannot store, in any string or key. Iterative, so any depth is safe."""
+    problems: list[tuple[str, str]] = []
+    stack: list[tuple[tuple[str | int, ...], object, int]] = [((), data, 0)]
+    while stack:
+        location, value, depth = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                problems.append((json_path(location), "must not contain NUL characters"))
+        elif isinstance(value, dict | list):
+            if depth >= NESTING_MAX:
+                problems.append(
+                    (json_path(location), f"is nested too deeply (at most {NESTING_MAX} levels)")
+                )
+                continue
+            items = list(value.items() if isinstance(value, dict) else enumerate(value))
+            for key, item in reversed(items):
+                if isinstance(key, str) and "\x00" in key:
+                    problems.append((json_path(location), "has a key with a NUL character"))
+                stack.append(((*location, key), item, depth + 1))
+    return problems
 
 
 def _describe(item: dict) -> str:
@@ -198,8 +346,14 @@ def _describe(item: dict) -> str:
     if item["type"] == "missing":
         return "is required"
     if item["type"] == "enum":
-        return f"{message}, got {item['input']!r}"
+        return f"{message}, got {_short(item['input'])}"
     return message
+
+
+def _short(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters so a huge input cannot flood the report."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, str]]:

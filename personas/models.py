@@ -11,15 +11,70 @@ from __future__ import annotations
 import zoneinfo
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Lower
+from django.db.models.functions import Length, Lower
+from django.db.models.lookups import LessThanOrEqual
 
 FETCH_LIMIT_MIN = 20
 FETCH_LIMIT_MAX = 100
 FETCH_LIMIT_DEFAULT = 80
 NOTE_DEPTH_MAX = 100
+STM_REFRESH_EVERY_MAX = 1000  # replies between short-term memory refreshes
+
+# Bounds on what an admin can configure. The import schema, the forms (validators) and the
+# database (check constraints) all use these numbers, so no path can store more.
+GUILD_NAME_MAX = 100
+PERSONA_NAME_MAX = 80
+SYSTEM_PROMPT_MAX = 32_000  # characters
+NOTE_TEXT_MAX = 4_000  # characters, guild, channel and persona context notes
+PREFILL_MAX = 1_000  # characters
+TRIGGERS_MAX = 20  # trigger words per persona
+TRIGGER_LENGTH_MAX = 50  # characters per trigger word
+SAMPLE_DIALOGUE_MAX = 50  # sample dialogue rows per persona
+SAMPLE_CONTENT_MAX = 2_000  # characters per sample dialogue row
+MODEL_NAME_MAX = 200
+FALLBACK_MODELS_MAX = 5
+AVATAR_URL_MAX = 500
+BLOCK_REASON_MAX = 500
+TIMEZONE_NAME_MAX = 64
+TEMPERATURE_MIN = 0.0
+TEMPERATURE_MAX = 2.0
+MAX_OUTPUT_TOKENS_MAX = 32_768
+CONTEXT_WINDOW_MIN = 2
+CONTEXT_WINDOW_MAX = 2_000_000
+# Row counts: checked by the import schema (and documented for the dashboard's forms); a check
+# constraint cannot count rows. Item lengths inside JSON lists (one trigger word, one sample row)
+# are likewise the schema's; the number of items is also a check constraint.
+GUILDS_MAX = 100  # guilds per configuration file
+PERSONAS_PER_GUILD_MAX = 25
+CHANNELS_PER_GUILD_MAX = 500
+BLOCKS_PER_GUILD_MAX = 1_000
+USERS_PER_GUILD_MAX = 1_000
+
+
+class JSONArrayLength(models.Func):
+    """The number of items of a JSON array column (PostgreSQL ``jsonb_array_length``, SQLite
+    ``json_array_length``); PostgreSQL raises an error for a value that is not an array."""
+
+    function = "JSON_ARRAY_LENGTH"
+    output_field = models.IntegerField()
+
+    def as_postgresql(self, compiler, connection, **extra_context):
+        return self.as_sql(compiler, connection, function="JSONB_ARRAY_LENGTH", **extra_context)
+
+
+def _items_at_most(field: str, limit: int, name: str) -> models.CheckConstraint:
+    """A check constraint: the JSON array in ``field`` has at most ``limit`` items."""
+    return models.CheckConstraint(
+        condition=LessThanOrEqual(JSONArrayLength(field), limit), name=name
+    )
+
+
+def _at_most(field: str, limit: int, name: str) -> models.CheckConstraint:
+    """A check constraint: the text in ``field`` has at most ``limit`` characters."""
+    return models.CheckConstraint(condition=LessThanOrEqual(Length(field), limit), name=name)
 
 
 def validate_timezone(value: str) -> None:
@@ -58,12 +113,14 @@ class GuildConfig(models.Model):
     """One Discord server's settings and its fallback context note."""
 
     guild_id = models.PositiveBigIntegerField(unique=True)
-    name = models.CharField(max_length=100)
-    timezone = models.CharField(max_length=64, default="UTC", validators=[validate_timezone])
+    name = models.CharField(max_length=GUILD_NAME_MAX)
+    timezone = models.CharField(
+        max_length=TIMEZONE_NAME_MAX, default="UTC", validators=[validate_timezone]
+    )
     message_fetch_limit = models.PositiveSmallIntegerField(
         default=FETCH_LIMIT_DEFAULT, validators=_fetch_limit_validators()
     )
-    context_note = models.TextField(blank=True)
+    context_note = models.TextField(blank=True, validators=[MaxLengthValidator(NOTE_TEXT_MAX)])
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -80,6 +137,8 @@ class GuildConfig(models.Model):
             models.CheckConstraint(
                 condition=Q(context_note_depth__lte=NOTE_DEPTH_MAX), name="guild_note_depth_range"
             ),
+            _at_most("name", GUILD_NAME_MAX, "guild_name_length"),
+            _at_most("context_note", NOTE_TEXT_MAX, "guild_note_length"),
         ]
 
     def __str__(self) -> str:
@@ -95,17 +154,17 @@ class Persona(models.Model):
     """
 
     guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="personas")
-    name = models.CharField(max_length=80)
+    name = models.CharField(max_length=PERSONA_NAME_MAX)
     is_main = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)
-    avatar_url = models.URLField(max_length=500, blank=True)
-    system_prompt = models.TextField(blank=True)
+    avatar_url = models.URLField(max_length=AVATAR_URL_MAX, blank=True)
+    system_prompt = models.TextField(blank=True, validators=[MaxLengthValidator(SYSTEM_PROMPT_MAX)])
     triggers = models.JSONField(default=list, blank=True, help_text="Trigger words (list of str)")
     sample_dialogue = models.JSONField(
         default=list, blank=True, help_text='List of {"role": "user"|"assistant", "content": str}'
     )
-    prefill = models.TextField(blank=True)
-    context_note = models.TextField(blank=True)
+    prefill = models.TextField(blank=True, validators=[MaxLengthValidator(PREFILL_MAX)])
+    context_note = models.TextField(blank=True, validators=[MaxLengthValidator(NOTE_TEXT_MAX)])
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
     deliberate_tool_mode = models.BooleanField(default=True)
     tools_enabled = models.BooleanField(
@@ -113,7 +172,7 @@ class Persona(models.Model):
     )
     stm_refresh_every = models.PositiveSmallIntegerField(
         default=5,
-        validators=[MinValueValidator(1)],
+        validators=[MinValueValidator(1), MaxValueValidator(STM_REFRESH_EVERY_MAX)],
         help_text="Short-term memory is refreshed after this many of the persona's replies",
     )
     stm_depth = models.PositiveSmallIntegerField(
@@ -125,14 +184,20 @@ class Persona(models.Model):
     force_lowercase = models.BooleanField(default=False)
     punctuation_splits = models.BooleanField(default=False)
     llm_model = models.CharField(
-        max_length=200, blank=True, help_text="Empty: the deployment's LLM_MODEL"
+        max_length=MODEL_NAME_MAX, blank=True, help_text="Empty: the deployment's LLM_MODEL"
     )
     fallback_models = models.JSONField(default=list, blank=True, help_text="Tried in order")
     temperature = models.FloatField(
-        default=0.7, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
+        default=0.7,
+        validators=[MinValueValidator(TEMPERATURE_MIN), MaxValueValidator(TEMPERATURE_MAX)],
     )
-    max_output_tokens = models.PositiveIntegerField(default=512, validators=[MinValueValidator(1)])
-    context_window = models.PositiveIntegerField(default=16000)
+    max_output_tokens = models.PositiveIntegerField(
+        default=512, validators=[MinValueValidator(1), MaxValueValidator(MAX_OUTPUT_TOKENS_MAX)]
+    )
+    context_window = models.PositiveIntegerField(
+        default=16000,
+        validators=[MinValueValidator(CONTEXT_WINDOW_MIN), MaxValueValidator(CONTEXT_WINDOW_MAX)],
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -157,12 +222,36 @@ class Persona(models.Model):
                 condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"
             ),
             models.CheckConstraint(
+                condition=Q(stm_refresh_every__lte=STM_REFRESH_EVERY_MAX),
+                name="persona_stm_refresh_every_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(stm_depth__isnull=True) | Q(stm_depth__lte=NOTE_DEPTH_MAX),
+                name="persona_stm_depth_range",
+            ),
+            models.CheckConstraint(
                 condition=Q(max_output_tokens__gte=1), name="persona_max_output_tokens_positive"
             ),
             models.CheckConstraint(
                 condition=Q(context_window__gt=models.F("max_output_tokens")),
                 name="persona_context_window_exceeds_output",
             ),
+            models.CheckConstraint(
+                condition=Q(max_output_tokens__lte=MAX_OUTPUT_TOKENS_MAX),
+                name="persona_max_output_tokens_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(context_window__lte=CONTEXT_WINDOW_MAX),
+                name="persona_context_window_max",
+            ),
+            _at_most("name", PERSONA_NAME_MAX, "persona_name_length"),
+            _at_most("system_prompt", SYSTEM_PROMPT_MAX, "persona_system_prompt_length"),
+            _at_most("prefill", PREFILL_MAX, "persona_prefill_length"),
+            _at_most("context_note", NOTE_TEXT_MAX, "persona_note_length"),
+            _at_most("llm_model", MODEL_NAME_MAX, "persona_model_name_length"),
+            _items_at_most("triggers", TRIGGERS_MAX, "persona_trigger_count"),
+            _items_at_most("sample_dialogue", SAMPLE_DIALOGUE_MAX, "persona_sample_dialogue_rows"),
+            _items_at_most("fallback_models", FALLBACK_MODELS_MAX, "persona_fallback_count"),
         ]
 
     def __str__(self) -> str:
@@ -182,7 +271,7 @@ class ChannelConfig(models.Model):
         max_length=16, choices=ChannelMode.choices, default=ChannelMode.REACTIVE
     )
     enabled = models.BooleanField(default=True)
-    context_note = models.TextField(blank=True)
+    context_note = models.TextField(blank=True, validators=[MaxLengthValidator(NOTE_TEXT_MAX)])
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
     message_fetch_limit = models.PositiveSmallIntegerField(
         null=True,
@@ -210,6 +299,7 @@ class ChannelConfig(models.Model):
                 ),
                 name="channel_fetch_limit_range",
             ),
+            _at_most("context_note", NOTE_TEXT_MAX, "channel_note_length"),
         ]
 
     def __str__(self) -> str:
@@ -238,7 +328,7 @@ class Block(models.Model):
     )
     user_id = models.PositiveBigIntegerField()
     type = models.CharField(max_length=8, choices=BlockType.choices, default=BlockType.BLOCK)
-    reason = models.CharField(max_length=500, blank=True)
+    reason = models.CharField(max_length=BLOCK_REASON_MAX, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -256,6 +346,7 @@ class Block(models.Model):
                 name="block_unique_guild_wide",
             ),
             models.CheckConstraint(condition=Q(type__in=BlockType.values), name="block_type_valid"),
+            _at_most("reason", BLOCK_REASON_MAX, "block_reason_length"),
         ]
 
     def __str__(self) -> str:

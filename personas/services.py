@@ -16,17 +16,20 @@ differs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db import models, transaction
+from django.db import DatabaseError, connection, models, transaction
 
 from botproject.events import CONTROL_GROUP, ConfigChanged, publish_on_commit
 from personas.config_schema import (
+    DOCUMENT,
     BlockSpec,
     ChannelSpec,
     ConfigDocument,
@@ -100,14 +103,52 @@ def config_import(
     ``prune`` is set, which deletes the listed guilds' personas, channels, blocks and user rows
     that are not in the file. With an ``actor``, every written row is logged as that user's
     change.
+
+    ``data`` may also be a ``ConfigDocument`` already validated by ``parse_config_bytes``. A
+    database error while writing (a value the database refuses, the database going away)
+    becomes a ConfigError naming the guild being saved. Imports are serialised
+    (`_serialise_imports`), so two at once never collide.
     """
-    document = parse_config_document(data)
+    document = data if isinstance(data, ConfigDocument) else parse_config_document(data)
     report = ImportReport()
-    with transaction.atomic():
-        for guild_spec in document.guilds:
-            _import_guild(guild_spec, report=report, prune=prune)
+    with _saving(DOCUMENT), transaction.atomic():
+        _serialise_imports()
+        for g, guild_spec in enumerate(document.guilds):
+            with _saving(f"guilds[{g}]"):
+                _import_guild(guild_spec, report=report, prune=prune)
         _finish(report, actor=actor, guild_ids=[spec.id for spec in document.guilds])
     return report
+
+
+# The key of the PostgreSQL advisory lock every configuration import takes ("cfgi").
+CONFIG_IMPORT_LOCK_KEY = 0x63666769
+
+
+def _serialise_imports() -> None:
+    """Make concurrent imports run one after the other; call it first in the import's
+    transaction.
+
+    PostgreSQL: a transaction-level advisory lock (released at commit or rollback), so a second
+    import waits and then reads what the first wrote, instead of inserting the same guild again
+    and failing with IntegrityError. SQLite allows one writer at a time anyway; a no-op UPDATE
+    takes its write lock now rather than at the first write, so a second import waits for it
+    (the busy timeout) instead of failing when its read lock cannot be upgraded.
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CONFIG_IMPORT_LOCK_KEY])
+        elif connection.vendor == "sqlite":
+            cursor.execute(f"UPDATE {GuildConfig._meta.db_table} SET id = id WHERE 0 = 1")
+
+
+@contextlib.contextmanager
+def _saving(path: str) -> Iterator[None]:
+    """Turn a database error raised while saving the rows of ``path`` into a ConfigError."""
+    try:
+        yield
+    except DatabaseError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError([(path, f"could not be saved: {reason}")]) from None
 
 
 # --- One row at a time (the dashboard's forms) ---------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,15 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from botproject.env import env_bool, env_database, env_list, env_positive_float, env_url
+from botproject.env import (
+    env_bool,
+    env_database,
+    env_int,
+    env_list,
+    env_origin_list,
+    env_positive_float,
+    env_url,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,13 +78,152 @@ def test_env_database_names_the_variable_on_an_unknown_scheme():
         env_database("DATABASE_URL", "", environ={"DATABASE_URL": "mongo://x/y"})
 
 
-def _start(**overrides: str) -> subprocess.CompletedProcess:
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, 0), ("", 0), ("0", 0), ("31536000", 31536000)]
+)
+def test_env_int_reads_whole_numbers(raw, expected):
+    environ = {} if raw is None else {"DJANGO_SECURE_HSTS_SECONDS": raw}
+    assert env_int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0, environ=environ) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [("3.5", "whole number, got '3.5'"), ("-1", r"in 0\.\.100, got -1"), ("101", "got 101")],
+)
+def test_env_int_names_the_variable_on_a_bad_value(raw, message):
+    with pytest.raises(
+        ImproperlyConfigured, match=f"DJANGO_SECURE_HSTS_SECONDS must be .*{message}"
+    ):
+        env_int(
+            "DJANGO_SECURE_HSTS_SECONDS",
+            0,
+            minimum=0,
+            maximum=100,
+            environ={"DJANGO_SECURE_HSTS_SECONDS": raw},
+        )
+
+
+def test_env_origin_list_accepts_origins_with_ports_and_wildcards():
+    raw = "https://bot.example.com, http://127.0.0.1:8000/ ,https://*.example.org"
+    assert env_origin_list("CSRF_TRUSTED_ORIGINS", [], environ={"CSRF_TRUSTED_ORIGINS": raw}) == [
+        "https://bot.example.com",
+        "http://127.0.0.1:8000",
+        "https://*.example.org",
+    ]
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "bot.example.com",
+        "ftp://bot.example.com",
+        "https://",
+        "https://bot.example.com/admin",
+        "https://bot.example.com?x=1",
+        "https://user@bot.example.com",
+    ],
+)
+def test_env_origin_list_names_the_variable_and_the_bad_entry(origin):
+    with pytest.raises(
+        ImproperlyConfigured, match="CSRF_TRUSTED_ORIGINS must list origins"
+    ) as caught:
+        env_origin_list(
+            "CSRF_TRUSTED_ORIGINS",
+            [],
+            environ={"CSRF_TRUSTED_ORIGINS": f"https://ok.example.com,{origin}"},
+        )
+    assert repr(origin) in str(caught.value)
+
+
+def _manage(*args: str, **overrides: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update({"DJANGO_SETTINGS_MODULE": "botproject.settings", "DJANGO_DEBUG": "1"})
     env.update(overrides)
     return subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True
     )
+
+
+def _start(**overrides: str) -> subprocess.CompletedProcess:
+    return _manage("check", **overrides)
+
+
+PRODUCTION = {
+    "DJANGO_DEBUG": "0",
+    "ALLOWED_HOSTS": "bot.example.com",
+    "DJANGO_SECURE_HSTS_SECONDS": "31536000",
+    "DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS": "1",
+    "DJANGO_SECURE_HSTS_PRELOAD": "1",
+    "DJANGO_SECURE_SSL_REDIRECT": "1",
+    "DJANGO_SECURE_PROXY_SSL_HEADER": "1",
+    "CSRF_TRUSTED_ORIGINS": "https://bot.example.com",
+}
+
+
+def test_deploy_checks_are_clean_in_production_mode():
+    result = _manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(64),
+        **PRODUCTION,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def _settings(*names: str, **overrides: str) -> dict[str, str]:
+    """The repr of each named setting as a process started with ``overrides`` sees it."""
+    code = "from django.conf import settings\n" + "\n".join(
+        f"print(repr(getattr(settings, {name!r}, None)))" for name in names
+    )
+    result = _manage("shell", "-c", code, DJANGO_SECRET_KEY=secrets.token_urlsafe(64), **overrides)
+    assert result.returncode == 0, result.stderr
+    return dict(zip(names, result.stdout.splitlines()[-len(names) :], strict=True))
+
+
+def test_production_settings_come_from_the_environment():
+    assert _settings(
+        "SESSION_COOKIE_SECURE",
+        "CSRF_COOKIE_SECURE",
+        "SECURE_HSTS_SECONDS",
+        "SECURE_SSL_REDIRECT",
+        "SECURE_PROXY_SSL_HEADER",
+        "CSRF_TRUSTED_ORIGINS",
+        **PRODUCTION,
+    ) == {
+        "SESSION_COOKIE_SECURE": "True",
+        "CSRF_COOKIE_SECURE": "True",
+        "SECURE_HSTS_SECONDS": "31536000",
+        "SECURE_SSL_REDIRECT": "True",
+        "SECURE_PROXY_SSL_HEADER": "('HTTP_X_FORWARDED_PROTO', 'https')",
+        "CSRF_TRUSTED_ORIGINS": "['https://bot.example.com']",
+    }
+
+
+def test_https_options_are_off_unless_asked_for():
+    assert _settings(
+        "SECURE_HSTS_SECONDS", "SECURE_SSL_REDIRECT", "SECURE_PROXY_SSL_HEADER", DJANGO_DEBUG="0"
+    ) == {
+        "SECURE_HSTS_SECONDS": "0",
+        "SECURE_SSL_REDIRECT": "False",
+        "SECURE_PROXY_SSL_HEADER": "None",
+    }
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"DJANGO_DEBUG": "0"}, "True"),
+        ({"DJANGO_DEBUG": "1"}, "False"),
+        ({"DJANGO_DEBUG": "0", "DJANGO_SECURE_COOKIES": "0"}, "False"),
+        ({"DJANGO_DEBUG": "1", "DJANGO_SECURE_COOKIES": "1"}, "True"),
+    ],
+)
+def test_cookies_are_secure_outside_debug_unless_overridden(overrides, expected):
+    cookies = _settings("SESSION_COOKIE_SECURE", "CSRF_COOKIE_SECURE", **overrides)
+    assert cookies == {"SESSION_COOKIE_SECURE": expected, "CSRF_COOKIE_SECURE": expected}
 
 
 @pytest.mark.parametrize(
@@ -87,6 +235,15 @@ def _start(**overrides: str) -> subprocess.CompletedProcess:
         ("DISCORD_API_BASE", "discord.com/api"),
         ("DISCORD_GATEWAY_URL", "http://gateway.example"),
         ("LLM_BASE_URL", "ftp://models.example"),
+        ("DJANGO_SECURE_COOKIES", "sometimes"),
+        ("DJANGO_SECURE_HSTS_SECONDS", "1y"),
+        ("DJANGO_SECURE_HSTS_SECONDS", "-1"),
+        ("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", "all"),
+        ("DJANGO_SECURE_HSTS_PRELOAD", "please"),
+        ("DJANGO_SECURE_SSL_REDIRECT", "https"),
+        ("DJANGO_SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto"),
+        ("CSRF_TRUSTED_ORIGINS", "bot.example.com"),
+        ("CSRF_TRUSTED_ORIGINS", "https://ok.example.com,https://bot.example.com/admin"),
     ],
 )
 def test_start_up_fails_naming_the_bad_variable(variable, value):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
-from django.db import DataError
+from django.db import DatabaseError, connection
 
 from personas.config_schema import ConfigError, parse_config_row
 from personas.models import Block, GuildConfig, Persona
@@ -60,12 +60,22 @@ def test_saving_a_persona_unchanged_logs_and_announces_nothing(
 
 
 def test_a_failed_save_leaves_the_demoted_main_persona_as_it_was(guild, actor):
-    # The schema sets no upper bound on llm.context_window; the database column cannot hold
-    # 2**64 (PostgreSQL: out of range; SQLite: too large to bind), so the row is refused after
-    # the old main persona was already demoted, inside the same transaction.
-    too_big = spec(main=True, llm={"max_output_tokens": 1, "context_window": 2**64})
-    with pytest.raises((DataError, OverflowError)):
-        persona_save(guild=guild, spec=too_big, actor=actor)
+    # A database rule the schema does not know refuses the new persona after the old main
+    # persona was already demoted, inside the same transaction.
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the fixture's checks, done now
+            cursor.execute(
+                "ALTER TABLE personas_persona ADD CONSTRAINT test_forbidden_persona "
+                "CHECK (name <> 'Rikki')"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER test_forbidden_persona BEFORE INSERT ON personas_persona "
+                "WHEN NEW.name = 'Rikki' BEGIN SELECT RAISE(ABORT, 'forbidden name'); END"
+            )
+    with pytest.raises(DatabaseError):
+        persona_save(guild=guild, spec=spec(main=True), actor=actor)
     assert Persona.objects.get(guild=guild, name="Tomori").is_main
     assert not Persona.objects.filter(name="Rikki").exists()
     assert not LogEntry.objects.exists()

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from personas.config_schema import ConfigError
+from personas.config_schema import CONFIG_FILE_MAX_BYTES, ConfigError, parse_config_bytes
 from personas.services import config_import
 
 
@@ -26,25 +26,35 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, file: Path, prune: bool, **options) -> None:
-        source = "standard input" if str(file) == "-" else str(file)
+        from_stdin = str(file) == "-"
+        source = "standard input" if from_stdin else str(file)
         try:
-            text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+            raw = _read_stdin() if from_stdin else _read_file(file)
         except OSError as error:
-            raise CommandError(f"cannot read {source}: {error.strerror}") from None
-        except UnicodeDecodeError:
-            raise CommandError(f"{source} is not UTF-8 text") from None
+            raise CommandError(f"cannot read {source}: {error.strerror or error}") from None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise CommandError(
-                f"{source} is not valid JSON: {error.msg} at line {error.lineno}, "
-                f"column {error.colno}"
-            ) from None
-        try:
-            report = config_import(data=data, prune=prune)
+            document = parse_config_bytes(raw, source=source)
+            report = config_import(data=document, prune=prune)
         except ConfigError as error:
-            lines = "\n".join(f"  {path}: {message}" for path, message in error.problems)
-            raise CommandError(
-                f"{source} was not imported (nothing was changed):\n{lines}"
-            ) from None
+            error.source = error.source or source
+            raise CommandError(error.report()) from None
         self.stdout.write(report.summary())
+
+
+def _read_file(path: Path) -> bytes:
+    with path.open("rb") as stream:
+        return _read_bounded(stream)
+
+
+def _read_stdin() -> bytes:
+    """Standard input as bytes (a replaced ``sys.stdin`` without ``buffer`` is text)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return _read_bounded(buffer)
+    return sys.stdin.read(CONFIG_FILE_MAX_BYTES + 1).encode("utf-8")
+
+
+def _read_bounded(stream: BinaryIO) -> bytes:
+    """At most one byte more than the size limit: enough to tell that a file is too large
+    without reading all of it."""
+    return stream.read(CONFIG_FILE_MAX_BYTES + 1)
