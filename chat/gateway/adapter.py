@@ -102,23 +102,31 @@ class DiscordAdapter:
     async def fetch_history_before(
         self, channel_id: int, before_id: int, limit: int
     ) -> list[HistoryMessage]:
-        try:
-            channel = await self._channel(channel_id)
-            before = discord.Object(id=before_id)
-            return [self.convert(m) async for m in channel.history(before=before, limit=limit)]
-        except discord.HTTPException as error:
-            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+        return [self.convert(m) for m in await self._read(channel_id, limit, before=before_id)]
 
     async def fetch_history_after(
         self, channel_id: int, after_id: int, limit: int
     ) -> list[HistoryMessage]:
+        return [self.convert(m) for m in await self._read(channel_id, limit, after=after_id)]
+
+    async def _read(
+        self, channel_id: int, limit: int, *, before: int | None = None, after: int | None = None
+    ) -> list[discord.Message]:
+        """Up to ``limit`` messages before or after an id over REST, oldest first. Raises
+        DeliveryError when the channel cannot be read."""
         try:
             channel = await self._channel(channel_id)
-            after = discord.Object(id=after_id)
-            messages = [m async for m in channel.history(after=after, limit=limit)]
+            messages = [
+                m
+                async for m in channel.history(
+                    limit=limit,
+                    before=discord.Object(id=before) if before else None,
+                    after=discord.Object(id=after) if after else None,
+                )
+            ]
         except discord.HTTPException as error:
             raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
-        return [self.convert(m) for m in sorted(messages, key=lambda m: m.id)]
+        return sorted(messages, key=lambda m: m.id)
 
     def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
         """The cached messages of the channel. discord.py appends a message to its cache on
@@ -137,11 +145,10 @@ class DiscordAdapter:
     async def find_delivery(
         self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
     ) -> list[Delivered]:
+        messages = await self._read(channel_id, limit, after=reply_to)
+        own_webhooks = set()
         try:
             channel = await self._channel(channel_id)
-            after = discord.Object(id=reply_to)
-            messages = [m async for m in channel.history(after=after, limit=limit)]
-            own_webhooks = set()
             if not speaker.is_main and isinstance(channel, discord.TextChannel):
                 own_webhooks = {
                     w.id
@@ -150,7 +157,6 @@ class DiscordAdapter:
                 }
         except discord.HTTPException as error:
             raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
-        messages.sort(key=lambda m: m.id)
         if speaker.is_main:
             found = _native_reply_run(messages, self.bot_user_id, reply_to)
         else:

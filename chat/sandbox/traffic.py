@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Literal
+from typing import Literal, TypeVar
 
 from aiohttp import web
 
@@ -62,11 +62,7 @@ class Fault:
     scope: RateLimitScope
 
     def matches(self, method: str, route: str, path: str) -> bool:
-        """`method` equal (or the fault's is "*"), and the pattern equal to the route template
-        or matching the concrete path as a shell glob ("/channels/*/messages")."""
-        if self.method not in ("*", method):
-            return False
-        return self.path_pattern == route or fnmatch.fnmatchcase(path, self.path_pattern)
+        return _matches(self.method, self.path_pattern, method, route, path)
 
 
 @dataclass(slots=True)
@@ -81,9 +77,29 @@ class Hold:
     remaining: int
 
     def matches(self, method: str, route: str, path: str) -> bool:
-        if self.method not in ("*", method):
-            return False
-        return self.path_pattern == route or fnmatch.fnmatchcase(path, self.path_pattern)
+        return _matches(self.method, self.path_pattern, method, route, path)
+
+
+def _matches(method_pattern: str, path_pattern: str, method: str, route: str, path: str) -> bool:
+    """`method` equal (or the pattern's is "*"), and the pattern equal to the route template
+    or matching the concrete path as a shell glob ("/channels/*/messages")."""
+    if method_pattern not in ("*", method):
+        return False
+    return path_pattern == route or fnmatch.fnmatchcase(path, path_pattern)
+
+
+_Matchable = TypeVar("_Matchable", Fault, Hold)
+
+
+def _take(items: list[_Matchable], method: str, route: str, path: str) -> _Matchable | None:
+    """The first of ``items`` matching the request, used once (removed when used up)."""
+    for item in items:
+        if item.matches(method, route, path):
+            item.remaining -= 1
+            if item.remaining == 0:
+                items.remove(item)
+            return item
+    return None
 
 
 class _Bucket:
@@ -245,22 +261,10 @@ class Traffic:
         return bucket
 
     def _take_hold(self, method: str, route: str, path: str) -> Hold | None:
-        for hold in self._holds:
-            if hold.matches(method, route, path):
-                hold.remaining -= 1
-                if hold.remaining == 0:
-                    self._holds.remove(hold)
-                return hold
-        return None
+        return _take(self._holds, method, route, path)
 
     def _take_fault(self, method: str, route: str, path: str) -> Fault | None:
-        for fault in self._faults:
-            if fault.matches(method, route, path):
-                fault.remaining -= 1
-                if fault.remaining == 0:
-                    self._faults.remove(fault)
-                return fault
-        return None
+        return _take(self._faults, method, route, path)
 
     @staticmethod
     def _fault_response(fault: Fault) -> web.Response:
