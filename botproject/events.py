@@ -19,8 +19,10 @@ Publishing never raises: a dashboard or a Redis that is down must not stop the b
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import weakref
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -153,13 +155,26 @@ def parse_event(message: dict[str, Any]) -> Event:
         raise ValueError(f"{kind}: {error}") from None
 
 
+PUBLISH_CONCURRENCY = 32
+"""Publishes in flight at once per event loop: well under the Redis connection pool's 100, so
+hundreds of busy channels publishing together wait for a connection instead of failing."""
+_publish_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 async def publish(group: str, event: Event) -> None:
     """Send ``event`` to ``group``; a layer failure is logged, not raised."""
     layer = get_channel_layer()
     if layer is None:
         return
+    loop = asyncio.get_running_loop()
+    slots = _publish_slots.get(loop)
+    if slots is None:
+        slots = _publish_slots[loop] = asyncio.Semaphore(PUBLISH_CONCURRENCY)
     try:
-        await layer.group_send(group, event.as_message())
+        async with slots:
+            await layer.group_send(group, event.as_message())
     except Exception as error:  # any layer failure: the bot goes on
         _publishing.failed(error)
     else:

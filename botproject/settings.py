@@ -128,7 +128,10 @@ CHANNEL_LAYERS = {
                     "socket_timeout": None,
                     "socket_connect_timeout": CHANNEL_LAYER_CONNECT_TIMEOUT,
                 }
-            ]
+            ],
+            # One process's sockets share one Redis list: the default 100 waiting messages
+            # would drop events for a dashboard watching more than 100 busy channels.
+            "capacity": 1000,
         },
     },
 }
