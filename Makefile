@@ -49,6 +49,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python -m benchmarks.pipeline_build
 	$(BIN)/python -m benchmarks.model_calls
 	$(BIN)/python -m benchmarks.ingest
+	$(BIN)/python -m benchmarks.memory
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis
