@@ -72,3 +72,35 @@ async def test_a_conversation_reads_its_history_over_rest_once(world):
     print(f"REST history reads for 20 conversational turns: {reads}")
     assert reads <= 1
     assert await sync_to_async(Turn.objects.filter(status="replied").count)() == 20
+
+
+async def test_a_busy_stretch_fetches_each_reply_target_once(world):
+    await ChannelConfig.objects.filter(channel_id=GENERAL).aupdate(message_fetch_limit=LIMIT)
+    targets = [int(world.say(f"an old thought {n}", author=BOB)["id"]) for n in range(3)]
+    for n in range(30):  # the targets fall out of every window
+        world.say(f"chatter {n}", author=BOB)
+    await world.start_worker()
+    single_message = ("GET", "/channels/{channel_id}/messages/{message_id}")
+    before = world.sandbox.request_counts.get(single_message, 0)
+
+    triggers = [
+        world.say(f"tomori, about that ({n})", reply_to=targets[n % 3])["id"] for n in range(12)
+    ]
+    await eventually(
+        lambda: all(
+            any(
+                (m.get("message_reference") or {}).get("message_id") == trigger
+                for m in world.bot_messages(GENERAL)
+            )
+            for trigger in triggers
+        ),
+        within=60,
+    )
+    await world.drained()
+
+    fetches = world.sandbox.request_counts.get(single_message, 0) - before
+    print(f"single-message GETs for 12 replies to 3 targets: {fetches}")
+    # At most one GET per distinct reply target: the three old thoughts, and those triggers the
+    # moving window has left behind (the bot's replies reference them). Fetching per turn, as
+    # before, cost a GET per missing target per turn: dozens here.
+    assert 3 <= fetches <= len(targets) + len(triggers)
