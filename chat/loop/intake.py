@@ -22,9 +22,10 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, connections
 
 from botproject.failures import FailureStreak
 from chat.loop import ingress
@@ -62,6 +63,7 @@ class Intake:
         self._pending = asyncio.Event()
         self._sleep = sleep
         self._writing = False
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-db")
         self.marked: set[int] = set()
         """Channels with messages the buffer could not keep: caught up once writes succeed."""
         self.guilds: dict[int, int | None] = {}
@@ -99,8 +101,20 @@ class Intake:
         """Nothing buffered and no batch being written (every message taken in is queued)."""
         return not self._buffer and not self._writing
 
+    def _on_own_thread(self, func):
+        """``func`` run on the intake's own thread, with its own database connection, so the
+        writes of a burst never queue behind the turns' database work (and vice versa)."""
+        return sync_to_async(func, thread_sensitive=False, executor=self._executor)
+
     async def run(self) -> None:
-        """Store buffered messages until cancelled; retry forever while the database fails."""
+        """Store buffered messages until cancelled; retry forever while the database fails.
+        Its database connection is closed when it ends."""
+        try:
+            await self._write_forever()
+        finally:
+            await asyncio.shield(self._on_own_thread(connections.close_all)())
+
+    async def _write_forever(self) -> None:
         storing = FailureStreak(logger, "storing incoming messages")
         while True:
             await self._pending.wait()
@@ -111,7 +125,7 @@ class Intake:
                 continue
             self._writing = True
             try:
-                await sync_to_async(_store)(batch)
+                await self._on_own_thread(_store)(batch)
             except DatabaseError as error:
                 self._writing = False
                 self._buffer.extendleft(reversed(batch))
