@@ -46,10 +46,7 @@ format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
 
 bench: $(VENV)/.installed
-	$(BIN)/python -m benchmarks.pipeline_build
-	$(BIN)/python -m benchmarks.model_calls
-	$(BIN)/python -m benchmarks.ingest
-	$(BIN)/python -m benchmarks.memory
+	$(BIN)/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache .hypothesis

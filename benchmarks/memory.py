@@ -17,6 +17,8 @@ import datetime as dt
 import os
 import sys
 
+from benchmarks.table import Row, emit
+
 CHANNELS = 1000
 MESSAGES = 80
 
@@ -78,6 +80,23 @@ def main() -> None:
 
     asyncio.run(fill())
     active = rss_mb()
+    if "--rows" in sys.argv:
+        emit(
+            [
+                Row(
+                    "worker RSS, idle (tokenizer loaded)",
+                    f"{idle:.0f} MB",
+                    f"without the tokenizer: {bare:.0f} MB",
+                ),
+                Row(
+                    f"worker RSS, {CHANNELS} active channels",
+                    f"{active:.0f} MB",
+                    f"idle: {idle:.0f} MB",
+                    "≤ 250 MB",
+                ),
+            ]
+        )
+        return
     print(f"worker memory ({CHANNELS} channels of {MESSAGES} messages, windows and contexts):")
     print(f"  baseline, Django, discord.py and the pipeline loaded: {bare:.0f} MB")
     print(f"  idle, with the o200k tokenizer loaded: {idle:.0f} MB (+{idle - bare:.0f} MB)")

@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -34,8 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.table import Row, emit
+
 BURSTS = 5
-QUESTIONS = 5
+QUESTIONS = 100
+HISTORY_ROUTE = ("GET", "/channels/{channel_id}/messages")
 STEP_DELAY = 2.5
 WAIT = 30.0
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,6 +102,8 @@ class Figures:
     replies: int
     calls: int
     seconds: list[float]
+    history_reads: int = 0
+    """REST history reads (``GET /channels/{id}/messages``) during the run."""
 
     @property
     def calls_per_reply(self) -> float:
@@ -111,6 +117,7 @@ async def _measure(
     count model calls and replies between the first round and the last idle."""
     calls_before = len(world.llm.chat_bodies)
     replies_before = len(world.bot_messages(channel_id))
+    reads_before = world.sandbox.request_counts.get(HISTORY_ROUTE, 0)
     seconds = []
     for n in range(rounds):
         expected = len(world.bot_messages(channel_id)) + 1
@@ -124,6 +131,7 @@ async def _measure(
         replies=len(world.bot_messages(channel_id)) - replies_before,
         calls=len(world.llm.chat_bodies) - calls_before,
         seconds=seconds,
+        history_reads=world.sandbox.request_counts.get(HISTORY_ROUTE, 0) - reads_before,
     )
 
 
@@ -181,6 +189,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-model-calls-") as directory:
         _setup_django(directory)
         figures = asyncio.run(_run())
+    if "--rows" in sys.argv:
+        emit(
+            [
+                Row(
+                    "model calls per reply, reactive",
+                    f"{figures['reactive'].calls_per_reply:.2f}",
+                    goal="1",
+                ),
+                Row(
+                    f"REST history reads per 100 turns, conversation "
+                    f"({figures['reactive'].replies} turns)",
+                    f"{100 * figures['reactive'].history_reads / figures['reactive'].replies:.0f}",
+                    "reading every turn: 100",
+                    "≤ 2",
+                ),
+                Row(
+                    "model calls per reply, autonomous",
+                    f"{figures['autonomous'].calls_per_reply:.2f}",
+                    f"old three-step flow: {figures['baseline'].calls_per_reply:.2f}",
+                    "≤ 2",
+                ),
+            ]
+        )
+        return
     print(f"Model calls per delivered reply (step delay {STEP_DELAY} s between planner steps)")
     rows = [
         ("reactive: one trigger per reply", figures["reactive"], "1"),

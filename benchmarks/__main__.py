@@ -1,0 +1,43 @@
+"""``make bench``: every benchmark, each in its own process, printed as one table.
+
+Run: ``.venv/bin/python -m benchmarks``
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+MODULES = (
+    "benchmarks.pipeline_build",
+    "benchmarks.model_calls",
+    "benchmarks.ingest",
+    "benchmarks.memory",
+)
+
+
+def main() -> int:
+    rows = []
+    for module in MODULES:
+        print(f"running {module} …", file=sys.stderr, flush=True)
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--rows"], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            print(done.stdout + done.stderr, file=sys.stderr)
+            return done.returncode
+        rows += json.loads(done.stdout.strip().splitlines()[-1])
+    widths = [max(len(r[key]) for r in rows) for key in ("what", "measured", "baseline")]
+    print(f"Benchmarks, {dt.date.today():%Y-%m-%d} (each figure beside its baseline, same run)")
+    header = ("what", "measured", "baseline (same run)", "goal")
+    print(" | ".join(h.ljust(w) for h, w in zip(header, [*widths, 4], strict=True)))
+    for row in rows:
+        cells = (row["what"], row["measured"], row["baseline"])
+        print(" | ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)), "|", row["goal"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
