@@ -35,6 +35,7 @@ from chat.llm.tools import MessageMetadata, ToolBox, ToolError
 from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
@@ -640,6 +641,52 @@ def _stm_write(persona: Persona, channel: ChannelSettings, summary: str, turn_id
 
 # -- recording ------------------------------------------------------------------------------------
 
+LEFT_OUT_AFTER_TRIGGER = "newer than the trigger: answered in its own turn"
+LEFT_OUT_TRUNCATED = "removed by truncation to fit the token budget"
+LEFT_OUT_HIDDEN = "full privacy or blacklisted: never shown"
+LEFT_OUT_BLOCKED = "blocked for this persona: shown as a notice"
+LEFT_OUT_EMPTY = "nothing to show (no text, media or cards)"
+
+
+def window_report(prepared: PreparedTurn) -> dict[str, Any]:
+    """The window a turn read, as the dashboard shows it (JSON-ready; ids as strings).
+
+    Keys: ``anchor_message_id`` (the oldest message of the selected window, None when it is
+    empty), ``message_ids`` (the window, oldest first), ``rest_reason`` (why it was read over
+    REST; None: reused), ``refs`` (message id → its ``ref_N``/``media_N`` key) and ``left_out``
+    (``[{"reason", "count"}]``: how many of the window's messages did not reach the prompt as
+    themselves, and why). Counts only: the text of a hidden user is never part of it.
+    """
+    context, turn_input = prepared.context, prepared.turn_input
+    history = turn_input.history
+    entries = context.simplified_history.entries
+    shown = {i for e in entries if e.kind != EntryKind.BLOCKED for i in e.message_ids}
+    blocked = {i for e in entries if e.kind == EntryKind.BLOCKED for i in e.message_ids}
+    removed = set(context.truncation.removed_message_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    counts: dict[str, int] = {}
+    for message in history:
+        if message.id in shown and message.id not in removed:
+            continue
+        if message.id > turn_input.trigger_id:
+            reason = LEFT_OUT_AFTER_TRIGGER
+        elif message.id in removed:
+            reason = LEFT_OUT_TRUNCATED
+        elif message.accountable_user_id in hidden:
+            reason = LEFT_OUT_HIDDEN
+        elif message.id in blocked:
+            reason = LEFT_OUT_BLOCKED
+        else:
+            reason = LEFT_OUT_EMPTY
+        counts[reason] = counts.get(reason, 0) + 1
+    return {
+        "anchor_message_id": str(history[0].id) if history else None,
+        "message_ids": [str(m.id) for m in history],
+        "rest_reason": str(prepared.rest_reason) if prepared.rest_reason else None,
+        "refs": {str(snowflake): key for key, snowflake in context.message_ids.items()},
+        "left_out": [{"reason": reason, "count": n} for reason, n in counts.items()],
+    }
+
 
 def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
     """What the turn was built from: items, request, truncation, tools, timings."""
@@ -655,6 +702,7 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
         for item in context.items
     ]
     turn.request = prepared.body
+    turn.window = window_report(prepared)
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
