@@ -21,6 +21,17 @@ def dashboard_on_world(world, settings):  # noqa: F811
     return world
 
 
+@pytest.fixture
+def guild_async(transactional_db):
+    """The personas fixture's guilds, imported, for transactional (async) tests."""
+    import json
+
+    from dashboard.tests.conftest import FIXTURE
+    from personas.services import config_import
+
+    config_import(data=json.loads(FIXTURE.read_text()))
+
+
 def make_client(username: str, *, staff: bool = False, moderator: bool = False) -> Client:
     """A logged-in test client (a transactional test flushes the migration's group, so it is
     made again when missing)."""
