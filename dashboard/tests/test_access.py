@@ -9,8 +9,8 @@ from django.conf import settings
 from django.test import Client
 from django.urls import URLPattern, reverse
 
-from dashboard import urls as dashboard_urls
 from chat.models import Turn
+from dashboard import urls as dashboard_urls
 from personas.models import Block, GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db

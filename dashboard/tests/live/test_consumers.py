@@ -25,6 +25,7 @@ from botproject.events import (
     channel_group,
     publish,
 )
+from chat.heartbeats import worker_heartbeat_record
 from chat.models import UnreadEvent
 from chat.tests.e2e.conftest import ALICE, GENERAL
 from dashboard.access import MODERATORS_GROUP
@@ -117,8 +118,6 @@ async def test_an_admin_watches_the_overview_follow_worker_pulses(guild_async):
     connected, _ = await socket.connect()
     assert connected
     assert "no worker connected" in await socket.receive_from(timeout=RECEIVE)
-    from chat.heartbeats import worker_heartbeat_record
-
     await sync_to_async(worker_heartbeat_record)(
         holder="h:1:a",
         shard_ids=[0],
