@@ -32,7 +32,7 @@ from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
-from chat.models import ChannelWindowAnchor, MessageIndex, ShortTermMemory, Turn
+from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
@@ -229,6 +229,30 @@ async def turn_run(
         await sync_to_async(_turn_save)(turn)
     await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
     return turn
+
+
+def planner_step_record(
+    *,
+    channel_id: int,
+    guild_id: int | None,
+    loop_id: str,
+    iteration: int,
+    action: dict[str, Any],
+    success: bool,
+    result: str,
+    read_message_ids: list[int],
+) -> PlannerStep:
+    """Record one planner step (the dashboard's "why (not)?" reads them)."""
+    return PlannerStep.objects.create(
+        channel_id=channel_id,
+        guild_id=guild_id,
+        loop_id=loop_id,
+        iteration=iteration,
+        action=_jsonable(action),
+        success=success,
+        result=result,
+        read_message_ids=[str(i) for i in read_message_ids],
+    )
 
 
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -39,7 +40,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError
 from chat.selectors import ChannelConfiguration
-from chat.services import TurnRequest, TurnRuntime, turn_run
+from chat.services import TurnRequest, TurnRuntime, planner_step_record, turn_run
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class AutonomousLoop:
             await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
             return
         group = channel_group(channel_id)
+        loop_id = uuid.uuid4().hex
         for iteration in range(1, MAX_LOOP_ITERATIONS + 1):
             action = await self._plan(configuration, state, iteration)
             if action is None:
@@ -97,11 +99,39 @@ class AutonomousLoop:
                 iteration=iteration, action=name, success=result.success, result=result.result
             )
             await publish(group, step)
+            await self._record_step(configuration, state, action, step, loop_id)
             if not result.should_continue:
                 break
             await self._sleep(self._step_delay)
         else:
             logger.info("planner loop in %s stopped at %d steps", channel_id, iteration)
+
+    async def _record_step(
+        self,
+        configuration: ChannelConfiguration,
+        state: _PlannerState,
+        action: PlannerAction | PlannerOutputError,
+        step: LoopStep,
+        loop_id: str,
+    ) -> None:
+        """Keep the step for "why (not)?"; a failed write is logged, the loop goes on."""
+        if isinstance(action, PlannerOutputError):
+            data = {"action": "invalid", "error": str(action)}
+        else:
+            data = action.model_dump()
+        try:
+            await sync_to_async(planner_step_record)(
+                channel_id=configuration.channel_id,
+                guild_id=configuration.guild_id,
+                loop_id=loop_id,
+                iteration=step.iteration,
+                action=data,
+                success=step.success,
+                result=step.result,
+                read_message_ids=[m.id for m in state.read],
+            )
+        except Exception:
+            logger.warning("could not record planner step %s", step.iteration, exc_info=True)
 
     async def _plan(
         self, configuration: ChannelConfiguration, state: _PlannerState, iteration: int

@@ -113,10 +113,10 @@ class Scheduler:
             except Exception:
                 logger.exception("consuming the event queue failed; retrying")
                 continue
-            for channel_id in dict.fromkeys(channel_ids):
-                self.schedule(channel_id)
             for channel_id in dict.fromkeys(consumed.channel_ids):
                 await self._publish_unread_count(channel_id)
+            for channel_id in dict.fromkeys(channel_ids):
+                self.schedule(channel_id)
 
     async def _publish_unread_count(self, channel_id: int) -> None:
         """Tell the dashboard the channel's pool changed, as soon as new messages reach it
