@@ -17,7 +17,14 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from chat import selectors as chat_selectors
-from chat.models import EventQueue, MessageIndex, Turn, UnreadEvent, WorkerHeartbeat
+from chat.models import (
+    EventQueue,
+    MessageIndex,
+    PlannerStep,
+    Turn,
+    UnreadEvent,
+    WorkerHeartbeat,
+)
 from chat.pipeline.items import ItemTag
 from personas.models import ChannelConfig, GuildConfig
 
@@ -82,6 +89,7 @@ class ChannelWindow:
     hidden_unread: int
     loop_state: str
     latest_turns: tuple[Turn, ...] = field(default_factory=tuple)
+    planner_steps: tuple[PlannerStep, ...] = field(default_factory=tuple)
 
     @property
     def unread_count(self) -> int:
@@ -116,6 +124,9 @@ def channel_window(*, channel_id: int) -> ChannelWindow:
         hidden_unread=sum(1 for u in unread if u.hidden),
         loop_state="busy" if running or unread else "idle",
         latest_turns=tuple(turns[:10]),
+        planner_steps=tuple(
+            reversed(PlannerStep.objects.filter(channel_id=channel_id).order_by("-id")[:10])
+        ),
     )
 
 
@@ -352,6 +363,17 @@ def message_record(*, message_id: int) -> MessageRecord:
         if delivered and delivered.persona
         else ("the bot" if delivered else None),
     )
+
+
+def planner_loop_that_read(*, channel_id: int, message_id: int) -> tuple[PlannerStep, ...]:
+    """The steps of the first planner loop that read ``message_id`` in the channel, in order
+    (empty: no recorded step read it)."""
+    wanted = str(message_id)
+    steps = PlannerStep.objects.filter(channel_id=channel_id).order_by("id")
+    first = next((s for s in steps.iterator() if wanted in s.read_message_ids), None)
+    if first is None:
+        return ()
+    return tuple(steps.filter(loop_id=first.loop_id))
 
 
 def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from chat import selectors as chat_selectors
 from chat.models import Turn
 from chat.pipeline.triggers import reactive_triggers
 from chat.pipeline.types import BlockType, HistoryMessage, PrivacyLevel
-from dashboard.selectors import MessageRecord, message_record
+from dashboard.selectors import MessageRecord, message_record, planner_loop_that_read
 from personas.models import ChannelMode
 
 
@@ -138,10 +138,7 @@ def why_message(*, message_id: int, bot_user_id: int | None, now: dt.datetime) -
                 f" and {rule} will answer it." if trigger else "."
             )
         elif autonomous:
-            why = (
-                "The planner decided not to answer as this persona (autonomous channel; see "
-                "the planner turns of this channel)."
-            )
+            why = _planner_story(record, persona.name)
         elif trigger is None:
             why = (
                 "No trigger rule fired: no mention of the bot, no reply to a persona, "
@@ -157,6 +154,31 @@ def why_message(*, message_id: int, bot_user_id: int | None, now: dt.datetime) -
     replied_count = sum(a.replied for a in answers)
     summary = f"{replied_count} of {len(answers)} personas replied."
     return WhyAnswer(record=record, answers=tuple(answers), summary=summary)
+
+
+def _planner_story(record: MessageRecord, persona_name: str) -> str:
+    """What the recorded planner steps did with the message, for a persona that did not
+    reply in an autonomous channel."""
+    steps = planner_loop_that_read(channel_id=record.channel_id, message_id=record.message_id)
+    if not steps:
+        return "Autonomous channel: no recorded planner step read this message."
+    read_at = next(s for s in steps if str(record.message_id) in s.read_message_ids)
+    actions = "; ".join(
+        f"{s.iteration}. {s.action.get('action')}"
+        + (f" as {s.action['persona']}" if s.action.get("persona") else "")
+        + f" ({s.result})"
+        for s in steps
+    )
+    chose = [s for s in steps if s.action.get("persona", "").casefold() == persona_name.casefold()]
+    if chose:
+        return (
+            f"The planner chose {persona_name} (step {chose[0].iteration}), but it did not "
+            f"reply: {chose[0].result}. Steps: {actions}."
+        )
+    return (
+        f"The planner read it at step {read_at.iteration} and did not choose {persona_name}. "
+        f"Steps: {actions}."
+    )
 
 
 def _answer_from_turns(name: str, turns: tuple[Turn, ...], rule: str) -> PersonaAnswer:

@@ -1,0 +1,48 @@
+""" "Why (not)?" in an autonomous channel, from the planner steps the worker records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat.llm.fake_server import Reply
+from chat.models import PlannerStep, Turn
+from chat.tests.e2e.conftest import AUTONOMOUS, eventually
+from dashboard.tests.live.conftest import make_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _action(**fields) -> Reply:
+    return Reply(json.dumps(fields))
+
+
+async def test_each_persona_says_what_the_planner_did_with_the_message(world):
+    world.llm.enqueue(
+        _action(action="read_unread_messages"),
+        _action(action="send_message", persona="Anon"),
+        Reply("hi there!"),
+    )
+    await world.start_worker()
+    message = world.say("is anybody here?", channel_id=AUTONOMOUS)
+    await eventually(lambda: world.bot_messages(AUTONOMOUS))
+    await world.drained()
+
+    steps = await sync_to_async(list)(PlannerStep.objects.order_by("iteration"))
+    # A delivered send ends the loop (seed 003).
+    assert [s.action["action"] for s in steps] == ["read_unread_messages", "send_message"]
+    assert steps[0].read_message_ids == [message["id"]]
+    turn = await sync_to_async(Turn.objects.get)()
+
+    client = await sync_to_async(make_client)("mo", moderator=True)
+    html = (await sync_to_async(client.get)(f"/why/?message={message['id']}")).content.decode()
+    assert "1 of 2 personas replied." in html
+    assert "Replied (planner step 2: send_message)." in html
+    assert f'href="/turns/{turn.pk}/"' in html
+    assert "The planner read it at step 1 and did not choose Tomori." in html
+    assert "2. send_message as Anon (Anon: replied)" in html
+
+    page = (await sync_to_async(client.get)(f"/channels/{AUTONOMOUS}/")).content.decode()
+    assert "send_message</strong> as Anon" in page
