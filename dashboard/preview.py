@@ -333,7 +333,8 @@ async def turn_replay(
             base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1",
             api_key=settings.LLM_API_KEY,
         ) as client:
-            runner = AttemptRunner(client=client)
+            # Stream as the recorded request did, so the diff shows what the replay changed.
+            runner = AttemptRunner(client=client, stream=bool(turn.request.get("stream", True)))
             body = runner.first_request_body(
                 models=models, render=prepared.render, toolbox=prepared.toolbox
             )
@@ -356,9 +357,10 @@ async def turn_replay(
         then=run,
     )
     body, completion = result.then_result
+    # Keys sorted on both sides: the database stores JSON objects in its own key order.
     diff = difflib.unified_diff(
-        json.dumps(turn.request, indent=1, ensure_ascii=False).splitlines(),
-        json.dumps(body, indent=1, ensure_ascii=False).splitlines(),
+        json.dumps(turn.request, indent=1, ensure_ascii=False, sort_keys=True).splitlines(),
+        json.dumps(body, indent=1, ensure_ascii=False, sort_keys=True).splitlines(),
         fromfile=f"turn {turn.id} ({turn.persona_name})",
         tofile=f"replay ({result.prepared.request.persona.name})",
         lineterm="",

@@ -97,7 +97,12 @@ async def test_a_moderator_watches_a_channel_previews_a_message_and_replays_the_
     await page.select_option("#id_replay_persona", "Anon")
     await page.check("#id_ask_model")
     await page.click("#replay button[type=submit]")
-    await expect(page.locator("#replay-diff")).to_contain_text("Anon")
+    diff = page.locator("#replay-diff")
+    await expect(diff).to_contain_text("+++ replay (Anon)")
+    await expect(diff).to_contain_text("You are Anon")
+    # Streaming is the recorded request's own, so it is no change.
+    await expect(diff).not_to_contain_text('- "stream"')
+    await expect(diff).not_to_contain_text('+ "stream"')
     await expect(page.locator("#replay-reply")).to_contain_text("You said:")
     await page.screenshot(path=screenshots / "turn.png", full_page=True)
     # The replay delivered nothing and recorded nothing.
