@@ -117,9 +117,13 @@ def _preview_context(result) -> dict:
     budget = tokens["budget"] or 1
     items = data["items"]
     removed = set(data["truncation"]["removed_message_ids"])
+    first_dialogue = next(
+        (i for i, item in enumerate(items) if item["tag"] == "dialogue_history"), None
+    )
     return {
         "preview": data,
         "items": items,
+        "cut_before": first_dialogue if removed else None,
         "sections": sorted(tokens["by_tag"].items(), key=lambda kv: -kv[1]),
         "budget_percent": min(100, round(tokens["total"] * 100 / budget, 1)),
         "over_budget": tokens["total"] > tokens["budget"],
