@@ -18,6 +18,8 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.template.loader import render_to_string
 
 from botproject.events import (
@@ -36,7 +38,7 @@ logger = logging.getLogger(__name__)
 REFUSED = 4403
 
 
-def _may_view(user) -> bool:
+def _may_view(user: AbstractBaseUser | AnonymousUser) -> bool:
     return is_admin(user) or is_moderator(user)
 
 

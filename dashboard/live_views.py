@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -24,9 +25,15 @@ from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
-from dashboard.preview import DiscordUnavailable, PreviewError, preview_prepare, turn_replay
+from dashboard.preview import (
+    DiscordUnavailable,
+    PreviewError,
+    PreviewResult,
+    preview_prepare,
+    turn_replay,
+)
 from dashboard.why import why_message
-from personas.models import Persona
+from personas.models import GuildConfig, Persona
 
 PAGE_SIZE = 25
 
@@ -111,7 +118,8 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     return render(request, template, context)
 
 
-def _preview_context(result) -> dict:
+def _preview_context(result: PreviewResult) -> dict[str, Any]:
+    """The preview template's context: the JSON shape plus what the page draws from it."""
     data = result.as_json()
     tokens = data["tokens"]
     budget = tokens["budget"] or 1
@@ -185,7 +193,7 @@ def turn_replay_view(request: HttpRequest, turn_id: int) -> HttpResponse:
     persona = request.POST.get("persona", "").strip() or turn.persona_name
     model = request.POST.get("model", "").strip()
     ask_model = request.POST.get("ask_model") in ("on", "1", "true")
-    context: dict = {"turn": turn}
+    context: dict[str, Any] = {"turn": turn}
     try:
         context["replay"] = async_to_sync(turn_replay)(
             turn=turn, persona_name=persona, model=model, ask_model=ask_model, now=timezone.now()
@@ -197,7 +205,7 @@ def turn_replay_view(request: HttpRequest, turn_id: int) -> HttpResponse:
     return render(request, "dashboard/turn.html", {**_turn_context(turn), **context})
 
 
-def _turn_context(turn: Turn) -> dict:
+def _turn_context(turn: Turn) -> dict[str, Any]:
     detail = turn.reason_detail or {}
     guild_personas = Persona.objects.filter(guild__guild_id=turn.guild_id).order_by("name")
     return {
@@ -314,7 +322,7 @@ def playground(request: HttpRequest) -> HttpResponse:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def _personas_for(guild) -> list[Persona]:
+def _personas_for(guild: GuildConfig | None) -> list[Persona]:
     if guild is None:
         return []
     return list(guild.personas.filter(enabled=True).order_by("-is_main", "name"))

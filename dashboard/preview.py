@@ -36,6 +36,7 @@ from chat.pipeline.triggers import TurnReason, reactive_triggers
 from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DiscordPort
+from chat.selectors import ChannelConfiguration
 from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
 from chat.windows import WindowRegistry
 from personas.models import ChannelConfig
@@ -270,7 +271,12 @@ def _channel_guild_id(channel_id: int) -> int | None:
     return known.guild_id if known is not None else None
 
 
-def _reason_for(configuration, persona_name: str, trigger: HistoryMessage, port) -> str | None:
+def _reason_for(
+    configuration: ChannelConfiguration,
+    persona_name: str,
+    trigger: HistoryMessage,
+    port: DiscordPort,
+) -> str | None:
     """Why the trigger rules would have ``persona_name`` answer ``trigger`` (None: they would
     not)."""
     standing = selectors.user_standing(user_ids=[trigger.accountable_user_id])

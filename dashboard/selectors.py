@@ -414,6 +414,7 @@ def channel_people(*, channel_id: int, limit: int = 200) -> list[tuple[str, str]
 
 
 def guild_filter_choices() -> Iterable[tuple[int, str]]:
+    """(guild id, name) of every configured guild, for the turn filters."""
     return GuildConfig.objects.order_by("name").values_list("guild_id", "name")
 
 
