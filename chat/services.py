@@ -184,7 +184,8 @@ async def turn_run(
 
     Steps:
         1. Record the turn as running and publish ``turn.started``.
-        2. `turn_prepare` it; publish ``window.changed``.
+        2. `turn_prepare` it; record its context (window, items, request) and publish
+           ``window.changed``.
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
@@ -199,9 +200,10 @@ async def turn_run(
     await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
     try:
         prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+        _record_context(turn, prepared)
+        await sync_to_async(turn.save)()  # the window is on record while the model runs
         message_ids = [str(m.id) for m in prepared.turn_input.history]
         await publish(group, WindowChanged(message_ids=message_ids))
-        _record_context(turn, prepared)
 
         async with runtime.port.typing(channel.channel_id):
             completion = await runtime.llm.complete_turn(

@@ -109,7 +109,7 @@ class ChannelConsumer(_LiveConsumer):
                 "dashboard/_planner_step.html", {"step": event, "oob": "beforeend:#planner-steps"}
             )
         state = event.state if isinstance(event, LoopState) else None
-        full = event.type in ("turn.started", "turn.finished")
+        full = event.type in ("turn.started", "window.changed", "turn.finished")
         return await database_sync_to_async(_channel_fragments)(self.channel_id, state, full)
 
 

@@ -26,6 +26,7 @@ from botproject.events import (
     publish,
 )
 from chat.heartbeats import worker_heartbeat_record
+from chat.llm.fake_server import Fault, FaultKind
 from chat.models import UnreadEvent
 from chat.tests.e2e.conftest import ALICE, GENERAL
 from dashboard.access import MODERATORS_GROUP
@@ -51,6 +52,11 @@ def _socket(path: str, session: str | None) -> WebsocketCommunicator:
     if session:
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={session}".encode()))
     return WebsocketCommunicator(application, path, headers=headers)
+
+
+def _section(frame: str, element_id: str) -> str:
+    """The HTML of the element ``element_id`` in a pushed frame (up to its section's end)."""
+    return frame.split(f'id="{element_id}"', 1)[1].split("</section>", 1)[0]
 
 
 async def _receive_until(socket: WebsocketCommunicator, needle: str) -> str:
@@ -156,4 +162,24 @@ async def test_a_new_message_reaches_the_channel_page_within_200_ms(dashboard_on
         timings.append((time.perf_counter() - started) * 1000)
         await world.drained()
     assert max(timings) < 200, timings
+    await socket.disconnect()
+
+
+async def test_the_window_appears_while_the_model_is_still_answering(dashboard_on_world):
+    world = dashboard_on_world
+    world.llm.enqueue(Fault(FaultKind.TIMEOUT, delay=1.0))  # the first attempt hangs a second
+    await world.start_worker()
+    session = await sync_to_async(_session_cookie)("mo", moderator=True)
+    socket = _socket(f"/ws/channels/{GENERAL}/", session)
+    assert (await socket.connect())[0]
+    await socket.receive_from(timeout=RECEIVE)
+    world.say("tomori, take your time")
+    async with asyncio.timeout(RECEIVE):
+        while True:
+            frame = await socket.receive_from(timeout=RECEIVE)
+            if 'id="window"' in frame and "take your time" in _section(frame, "window"):
+                break
+    # The same frame, rendered as the window was recorded: the model has not answered yet.
+    assert '<span class="status running">running</span>' in _section(frame, "channel-turns")
+    await _receive_until(socket, '<span class="status replied">replied</span>')
     await socket.disconnect()
