@@ -316,24 +316,22 @@ class WorkerHeartbeat(models.Model):
 class PlannerStep(models.Model):
     """One step of an autonomous channel's planner loop (seed 003), for "why (not)?".
 
-    ``loop_id`` groups the steps of one loop; ``action`` is the planner's JSON action (or
-    ``{"action": "invalid", "error": …}``); ``read_message_ids`` the messages the loop had read
-    when the step ended (strings), so a message's fate can be traced to the steps that saw it.
+    ``loop_id`` groups the steps of one loop; ``action`` is the planner's validated JSON action
+    (empty when its answer was not a valid action) and ``result`` what came of it.
     """
 
-    channel_id = models.PositiveBigIntegerField()
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)
-    loop_id = models.CharField(max_length=32)
+    channel_id = models.PositiveBigIntegerField()
+    loop_id = models.CharField(max_length=32, db_index=True)
     iteration = models.PositiveSmallIntegerField()
-    action = models.JSONField(default=dict)
-    success = models.BooleanField()
+    action = models.JSONField(default=dict, blank=True)
+    success = models.BooleanField(default=False)
     result = models.TextField(blank=True)
-    read_message_ids = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:
-        ordering = ["channel_id", "created_at", "iteration"]
+        ordering = ["id"]
         indexes = [models.Index(fields=["channel_id", "-created_at"])]
 
     def __str__(self) -> str:
-        return f"step {self.iteration} in {self.channel_id}: {self.action.get('action')}"
+        return f"planner step {self.iteration} in {self.channel_id}: {self.action or 'invalid'}"

@@ -239,10 +239,9 @@ def planner_step_record(
     guild_id: int | None,
     loop_id: str,
     iteration: int,
-    action: dict[str, Any],
+    action: Mapping[str, object],
     success: bool,
     result: str,
-    read_message_ids: list[int],
 ) -> PlannerStep:
     """Record one planner step (the dashboard's "why (not)?" reads them)."""
     return PlannerStep.objects.create(
@@ -250,10 +249,9 @@ def planner_step_record(
         guild_id=guild_id,
         loop_id=loop_id,
         iteration=iteration,
-        action=_jsonable(action),
+        action=_jsonable(dict(action)),
         success=success,
         result=result,
-        read_message_ids=[str(i) for i in read_message_ids],
     )
 
 

@@ -1,7 +1,7 @@
 """The prompt preview: the exact request a persona turn would send now, without sending it.
 
 `preview_prepare` runs `chat.services.turn_prepare` with ``dry_run=True`` over a REST-only
-Discord port (`chat.gateway.rest.rest_port`: a logged-in, never-connected client), so it reads
+Discord port (`chat.gateway.rest_port.rest_port`: a logged-in, never-connected client), so it reads
 the channel the way the worker does and renders the same body, and changes nothing: no anchor,
 no row, no event, no model call.
 
@@ -26,7 +26,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chat import selectors
-from chat.gateway.rest import DiscordUnavailable, fetch_member_name, rest_port
+from chat.gateway.rest_port import DiscordUnavailable, fetch_member_name, rest_port
 from chat.llm.attempts import AttemptRunner, TurnCompletion
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.models import MessageIndex, Turn

@@ -106,7 +106,7 @@ def channel_window(*, channel_id: int) -> ChannelWindow:
         if known is not None and known.guild_id is not None:
             guild = GuildConfig.objects.filter(guild_id=known.guild_id).first()
     turns = Turn.objects.filter(channel_id=channel_id)
-    turn = turns.exclude(context_items=[]).first()
+    turn = next((t for t in turns[:20] if t.context_items), None)
     entries = window_entries(turn) if turn else ()
     window = turn.window if turn else {}
     unread = unread_entries(channel_id=channel_id)
@@ -336,6 +336,7 @@ class MessageRecord:
     consumed_status: str | None
     turns: tuple[Turn, ...]
     delivered_by: str | None
+    received_at: dt.datetime | None = None
 
 
 def message_record(*, message_id: int) -> MessageRecord:
@@ -362,18 +363,21 @@ def message_record(*, message_id: int) -> MessageRecord:
         delivered_by=delivered.persona.name
         if delivered and delivered.persona
         else ("the bot" if delivered else None),
+        received_at=min((r.created_at for r in (unread, queued) if r is not None), default=None),
     )
 
 
-def planner_loop_that_read(*, channel_id: int, message_id: int) -> tuple[PlannerStep, ...]:
-    """The steps of the first planner loop that read ``message_id`` in the channel, in order
-    (empty: no recorded step read it)."""
-    wanted = str(message_id)
-    steps = PlannerStep.objects.filter(channel_id=channel_id).order_by("id")
-    first = next((s for s in steps.iterator() if wanted in s.read_message_ids), None)
+def planner_loop_after(*, channel_id: int, since: dt.datetime) -> tuple[PlannerStep, ...]:
+    """The steps of the first planner loop of the channel that began at or after ``since`` (when
+    a message reached the bot), in order; empty when none has run since."""
+    first = (
+        PlannerStep.objects.filter(channel_id=channel_id, created_at__gte=since)
+        .order_by("id")
+        .first()
+    )
     if first is None:
         return ()
-    return tuple(steps.filter(loop_id=first.loop_id))
+    return tuple(PlannerStep.objects.filter(loop_id=first.loop_id).order_by("iteration", "id"))
 
 
 def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from chat import selectors as chat_selectors
 from chat.models import Turn
 from chat.pipeline.triggers import reactive_triggers
 from chat.pipeline.types import BlockType, HistoryMessage, PrivacyLevel
-from dashboard.selectors import MessageRecord, message_record, planner_loop_that_read
+from dashboard.selectors import MessageRecord, message_record, planner_loop_after
 from personas.models import ChannelMode
 
 
@@ -157,14 +157,15 @@ def why_message(*, message_id: int, bot_user_id: int | None, now: dt.datetime) -
 
 
 def _planner_story(record: MessageRecord, persona_name: str) -> str:
-    """What the recorded planner steps did with the message, for a persona that did not
-    reply in an autonomous channel."""
-    steps = planner_loop_that_read(channel_id=record.channel_id, message_id=record.message_id)
+    """What the planner did after the message arrived, for a persona that did not reply in an
+    autonomous channel: the first loop that ran since, step by step."""
+    steps = ()
+    if record.channel_id is not None and record.received_at is not None:
+        steps = planner_loop_after(channel_id=record.channel_id, since=record.received_at)
     if not steps:
-        return "Autonomous channel: no recorded planner step read this message."
-    read_at = next(s for s in steps if str(record.message_id) in s.read_message_ids)
+        return "Autonomous channel: the planner has not run since this message arrived."
     actions = "; ".join(
-        f"{s.iteration}. {s.action.get('action')}"
+        f"{s.iteration}. {s.action.get('action', 'invalid answer')}"
         + (f" as {s.action['persona']}" if s.action.get("persona") else "")
         + f" ({s.result})"
         for s in steps
@@ -175,10 +176,7 @@ def _planner_story(record: MessageRecord, persona_name: str) -> str:
             f"The planner chose {persona_name} (step {chose[0].iteration}), but it did not "
             f"reply: {chose[0].result}. Steps: {actions}."
         )
-    return (
-        f"The planner read it at step {read_at.iteration} and did not choose {persona_name}. "
-        f"Steps: {actions}."
-    )
+    return f"The planner did not choose {persona_name}. Steps: {actions}."
 
 
 def _answer_from_turns(name: str, turns: tuple[Turn, ...], rule: str) -> PersonaAnswer:

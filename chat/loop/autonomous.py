@@ -115,10 +115,7 @@ class AutonomousLoop:
         loop_id: str,
     ) -> None:
         """Keep the step for "why (not)?"; a failed write is logged, the loop goes on."""
-        if isinstance(action, PlannerOutputError):
-            data = {"action": "invalid", "error": str(action)}
-        else:
-            data = action.model_dump()
+        data = {} if isinstance(action, PlannerOutputError) else action.model_dump()
         try:
             await sync_to_async(planner_step_record)(
                 channel_id=configuration.channel_id,
@@ -128,7 +125,6 @@ class AutonomousLoop:
                 action=data,
                 success=step.success,
                 result=step.result,
-                read_message_ids=[m.id for m in state.read],
             )
         except Exception:
             logger.warning("could not record planner step %s", step.iteration, exc_info=True)

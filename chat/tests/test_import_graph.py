@@ -65,7 +65,7 @@ FORBIDDEN: list[tuple[str, str, str]] = [
 ALLOWED: list[tuple[str, str, str]] = [
     (
         "dashboard",
-        "chat.gateway.rest",
+        "chat.gateway.rest_port",
         "a REST-only port (a logged-in, never-connected client) for the prompt preview: it "
         "reads Discord as the worker does, but shares no state with the worker",
     ),
