@@ -22,6 +22,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
+from chat.pipeline.types import HistoryMessage
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
@@ -29,6 +30,7 @@ from dashboard.preview import (
     DiscordUnavailable,
     PreviewError,
     PreviewResult,
+    message_fetch,
     preview_prepare,
     turn_replay,
 )
@@ -245,7 +247,10 @@ def why_view(request: HttpRequest) -> HttpResponse:
     if raw:
         if raw.isdigit():
             answer = why_message(
-                message_id=int(raw), bot_user_id=_bot_user_id(), now=timezone.now()
+                message_id=int(raw),
+                bot_user_id=_bot_user_id(),
+                now=timezone.now(),
+                fetch=_fetch_over_rest,
             )
         else:
             error = "A message id is digits (in Discord: right-click → Copy Message ID)."
@@ -260,6 +265,10 @@ def why_view(request: HttpRequest) -> HttpResponse:
         },
         status=400 if error else 200,
     )
+
+
+def _fetch_over_rest(channel_id: int, message_id: int) -> HistoryMessage | None:
+    return async_to_sync(message_fetch)(channel_id=channel_id, message_id=message_id)
 
 
 def _bot_user_id() -> int | None:

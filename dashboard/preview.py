@@ -247,6 +247,25 @@ async def _recorded_window(
     return [found[i] for i in sorted(found)]
 
 
+async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage | None:
+    """One message read from Discord over the REST port, attributed as the worker attributes
+    it; None when there is no Discord to read (no token) or the message cannot be read."""
+    delivered = await sync_to_async(_delivered)(channel_id)
+    main_names = await sync_to_async(selectors.main_persona_names)()
+    try:
+        async with rest_port(
+            token=settings.DISCORD_TOKEN,
+            api_base=settings.DISCORD_API_BASE,
+            gateway_url=settings.DISCORD_GATEWAY_URL,
+            persona_names=delivered.persona_names,
+            webhook_ids=delivered.webhook_ids,
+            main_persona_names=main_names,
+        ) as port:
+            return await port.fetch_message(channel_id, message_id)
+    except DiscordUnavailable:
+        return None
+
+
 @dataclass(frozen=True)
 class _Delivered:
     persona_names: Mapping[int, str]

@@ -324,13 +324,15 @@ def turn_timings(turn: Turn) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class MessageRecord:
-    """What the worker recorded about one message: its stored event (queue or pool), whether
-    it is still waiting, and the turns it triggered."""
+    """What the worker recorded about one message: whether the queue or the pool holds its key
+    (``stored``) and its event (None once only the key is kept), whether it is still waiting,
+    and the turns it triggered."""
 
     message_id: int
     channel_id: int | None
     guild_id: int | None
     event: dict[str, Any] | None
+    stored: bool
     queued: bool
     unread: bool
     consumed_status: str | None
@@ -355,7 +357,8 @@ def message_record(*, message_id: int) -> MessageRecord:
         message_id=message_id,
         channel_id=channel_id,
         guild_id=guild_id,
-        event=row.event if row else None,
+        event=(row.event or None) if row else None,
+        stored=row is not None,
         queued=bool(queued and queued.status == EventQueue.Status.READY),
         unread=unread is not None,
         consumed_status=queued.status if queued else None,
@@ -384,19 +387,19 @@ def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:
     """The newest recorded messages (for the "why (not)?" picker), newest first."""
     rows = EventQueue.objects.order_by("-message_id")[:limit]
     people = chat_selectors.user_standing(
-        user_ids=[r.event.get("author", {}).get("id", 0) for r in rows]
+        user_ids=[(r.event or {}).get("author", {}).get("id", 0) for r in rows]
     )
     hidden = people.full_privacy | people.blacklisted
     result = []
     for row in rows:
-        author = row.event.get("author", {})
+        author = (row.event or {}).get("author", {})
         is_hidden = author.get("id") in hidden
         result.append(
             {
                 "message_id": str(row.message_id),
                 "channel_id": str(row.channel_id),
-                "author": "(hidden user)" if is_hidden else author.get("display_name", "?"),
-                "text": "" if is_hidden else row.event.get("content", "")[:80],
+                "author": "(hidden user)" if is_hidden else author.get("display_name", ""),
+                "text": "" if is_hidden else (row.event or {}).get("content", "")[:80],
             }
         )
     return result
@@ -408,7 +411,7 @@ def channel_people(*, channel_id: int, limit: int = 200) -> list[tuple[str, str]
     rows = EventQueue.objects.filter(channel_id=channel_id).order_by("-message_id")[:limit]
     seen: dict[int, str] = {}
     for row in rows:
-        author = row.event.get("author", {})
+        author = (row.event or {}).get("author", {})
         if author.get("is_bot") or not author.get("id"):
             continue
         seen.setdefault(int(author["id"]), author.get("display_name", ""))

@@ -9,6 +9,7 @@ here asks Discord or the model.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -46,14 +47,25 @@ def _message_adapter() -> TypeAdapter[HistoryMessage]:
     return TypeAdapter(HistoryMessage)
 
 
-def why_message(*, message_id: int, bot_user_id: int | None, now: dt.datetime) -> WhyAnswer:
+MessageFetch = Callable[[int, int], HistoryMessage | None]
+
+
+def why_message(
+    *,
+    message_id: int,
+    bot_user_id: int | None,
+    now: dt.datetime,
+    fetch: MessageFetch | None = None,
+) -> WhyAnswer:
     """Each persona's answer for ``message_id`` (see the module docstring).
 
     ``bot_user_id`` is the bot account's id (a mention of it triggers the main persona); None
-    when unknown, then mention triggers are judged from the recorded turns alone.
+    when unknown, then mention triggers are judged from the recorded turns alone. ``fetch``
+    reads a message from Discord by (channel id, message id) when its stored event is gone (the
+    queue keeps only the key of a consumed message); None: judge from the record alone.
     """
     record = message_record(message_id=message_id)
-    if record.event is None and not record.turns:
+    if not record.stored and not record.turns:
         summary = (
             "The bot delivered this message itself."
             if record.delivered_by
@@ -78,6 +90,8 @@ def why_message(*, message_id: int, bot_user_id: int | None, now: dt.datetime) -
     if not configuration.settings.enabled:
         return WhyAnswer(record, (), "The channel is disabled: its messages are dropped.")
     message = _message(record)
+    if message is None and fetch is not None and record.channel_id is not None:
+        message = fetch(record.channel_id, record.message_id)
     by_persona: dict[str, list[Turn]] = {}
     for turn in record.turns:
         by_persona.setdefault(turn.persona_name, []).append(turn)
@@ -85,7 +99,9 @@ def why_message(*, message_id: int, bot_user_id: int | None, now: dt.datetime) -
         answers = tuple(
             _answer_from_turns(name, tuple(turns), "") for name, turns in by_persona.items()
         )
-        return WhyAnswer(record, answers, "The message's event is no longer stored.")
+        return WhyAnswer(
+            record, answers, "The message is no longer stored and Discord did not return it."
+        )
     standing = chat_selectors.user_standing(user_ids=[message.accountable_user_id])
     user_id = message.accountable_user_id
     hidden = standing.privacy.get(user_id) is PrivacyLevel.FULL

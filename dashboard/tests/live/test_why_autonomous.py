@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Reply
-from chat.models import PlannerStep, Turn
-from chat.tests.e2e.conftest import AUTONOMOUS, eventually
+from chat.models import EventQueue, PlannerStep, Turn
+from chat.tests.e2e.conftest import AUTONOMOUS, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,3 +45,23 @@ async def test_each_persona_says_what_the_planner_did_with_the_message(world):
 
     page = (await sync_to_async(client.get)(f"/channels/{AUTONOMOUS}/")).content.decode()
     assert "send_message</strong> as Anon" in page
+
+
+def _forget_events() -> None:
+    """What the queue keeps of a consumed message: its key alone (its event is dropped)."""
+    EventQueue.objects.update(event={})
+
+
+async def test_once_only_the_key_is_kept_the_message_is_read_from_discord(dashboard_on_world):
+    world = dashboard_on_world
+    await world.start_worker()
+    message = world.say("anon, say something")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+    await sync_to_async(_forget_events)()
+
+    client = await sync_to_async(make_client)("mo", moderator=True)
+    html = (await sync_to_async(client.get)(f"/why/?message={message['id']}")).content.decode()
+    assert "1 of 2 personas replied." in html
+    assert "Replied (trigger_word (anon))." in html
+    assert "No trigger rule fired" in html  # Tomori, judged on the message read over REST
