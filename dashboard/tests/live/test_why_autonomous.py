@@ -19,7 +19,8 @@ def _action(**fields) -> Reply:
     return Reply(json.dumps(fields))
 
 
-async def test_each_persona_says_what_the_planner_did_with_the_message(world):
+async def test_each_persona_says_what_the_planner_did_with_the_message(dashboard_on_world):
+    world = dashboard_on_world
     world.llm.enqueue(
         _action(action="read_unread_messages"),
         _action(action="send_message", persona="Anon"),
