@@ -7,6 +7,7 @@ Groups:
     ``channel.<id>`` (`channel_group`): what happens in one Discord channel — loop state,
         unread count, window changes, turns started and finished, planner steps.
     ``bot.control`` (`CONTROL_GROUP`): messages to the bot workers (``config.changed``).
+    ``dashboard.overview`` (`OVERVIEW_GROUP`): worker heartbeats (``worker.pulse``).
 
 On the wire an event is a dict ``{"type": "<event type>", **payload}`` (Channels' convention: a
 consumer method named after the type with dots as underscores receives it, ``turn.finished`` →
@@ -37,6 +38,7 @@ logger = logging.getLogger(__name__)
 _publishing = FailureStreak(logger, "publishing live events")
 
 CONTROL_GROUP = "bot.control"
+OVERVIEW_GROUP = "dashboard.overview"
 
 
 def channel_group(channel_id: int) -> str:
@@ -52,6 +54,7 @@ class EventType(StrEnum):
     TURN_STARTED = "turn.started"
     TURN_FINISHED = "turn.finished"
     CONFIG_CHANGED = "config.changed"
+    WORKER_PULSE = "worker.pulse"
 
 
 class LoopStateName(StrEnum):
@@ -125,6 +128,15 @@ class ConfigChanged(Event):
     guild_ids: list[str]
 
 
+@dataclass(frozen=True)
+class WorkerPulse(Event):
+    """A worker recorded its heartbeat (``shard_ids`` empty: it stopped)."""
+
+    type: ClassVar[EventType] = EventType.WORKER_PULSE
+    holder: str
+    shard_ids: list[int]
+
+
 _BY_TYPE: dict[str, type[Event]] = {
     str(cls.type): cls
     for cls in (
@@ -135,6 +147,7 @@ _BY_TYPE: dict[str, type[Event]] = {
         TurnStarted,
         TurnFinished,
         ConfigChanged,
+        WorkerPulse,
     )
 }
 

@@ -153,6 +153,9 @@ class Turn(models.Model):
     reason_detail = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     prompt_record = CompressedJSONField(default=dict)
+    window = models.JSONField(
+        default=dict, blank=True, help_text="The history window read (`services.window_report`)"
+    )
     cache_prefix_end = models.PositiveIntegerField(null=True, blank=True)
     truncation = models.JSONField(default=dict, blank=True)
     tool_allowlist = models.JSONField(default=list, blank=True)
@@ -356,3 +359,29 @@ class ShardLease(models.Model):
 
     def __str__(self) -> str:
         return f"shard {self.shard_id}/{self.shard_count} held by {self.holder}"
+
+
+class WorkerHeartbeat(models.Model):
+    """A running bot worker's pulse, written every few seconds while it holds the gateway.
+
+    ``shard_ids`` are the shards this worker has connected now, ``latencies`` the gateway
+    heartbeat latency of each (shard id as a string → seconds), ``guild_ids`` the guilds those
+    shards serve (strings: JavaScript cannot hold snowflakes). A row not updated for
+    ``STALE_AFTER`` belongs to a worker that stopped.
+    """
+
+    STALE_AFTER_SECONDS = 30
+
+    holder = models.CharField(max_length=64, unique=True)
+    shard_ids = models.JSONField(default=list, blank=True)
+    shard_count = models.PositiveSmallIntegerField(null=True, blank=True)
+    latencies = models.JSONField(default=dict, blank=True)
+    guild_ids = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["holder"]
+
+    def __str__(self) -> str:
+        return f"worker {self.holder} (shards {self.shard_ids})"

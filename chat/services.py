@@ -53,6 +53,7 @@ from chat.pipeline.memory import (
     visible_memory_text,
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
@@ -204,7 +205,8 @@ async def turn_run(
 
     Steps:
         1. Record the turn as running and publish ``turn.started``.
-        2. `turn_prepare` it; publish ``window.changed``.
+        2. `turn_prepare` it; record its context (window, items, request) and publish
+           ``window.changed``.
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
@@ -219,9 +221,10 @@ async def turn_run(
     await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
     try:
         prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+        _record_context(turn, prepared)
+        await sync_to_async(turn.save)()  # the window is on record while the model runs
         message_ids = [str(m.id) for m in prepared.turn_input.history]
         await publish(group, WindowChanged(message_ids=message_ids))
-        _record_context(turn, prepared)
 
         async with runtime.port.typing(channel.channel_id):
             completion = await runtime.llm.complete_turn(
@@ -760,6 +763,52 @@ def _stm_write(
 
 # -- recording ------------------------------------------------------------------------------------
 
+LEFT_OUT_AFTER_TRIGGER = "newer than the trigger: answered in its own turn"
+LEFT_OUT_TRUNCATED = "removed by truncation to fit the token budget"
+LEFT_OUT_HIDDEN = "full privacy or blacklisted: never shown"
+LEFT_OUT_BLOCKED = "blocked for this persona: shown as a notice"
+LEFT_OUT_EMPTY = "nothing to show (no text, media or cards)"
+
+
+def window_report(prepared: PreparedTurn) -> dict[str, Any]:
+    """The window a turn read, as the dashboard shows it (JSON-ready; ids as strings).
+
+    Keys: ``anchor_message_id`` (the oldest message of the selected window, None when it is
+    empty), ``message_ids`` (the window, oldest first), ``rest_reason`` (why it was read over
+    REST; None: reused), ``refs`` (message id → its ``ref_N``/``media_N`` key) and ``left_out``
+    (``[{"reason", "count"}]``: how many of the window's messages did not reach the prompt as
+    themselves, and why). Counts only: the text of a hidden user is never part of it.
+    """
+    context, turn_input = prepared.context, prepared.turn_input
+    history = turn_input.history
+    entries = context.simplified_history.entries
+    shown = {i for e in entries if e.kind != EntryKind.BLOCKED for i in e.message_ids}
+    blocked = {i for e in entries if e.kind == EntryKind.BLOCKED for i in e.message_ids}
+    removed = set(context.truncation.removed_message_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    counts: dict[str, int] = {}
+    for message in history:
+        if message.id in shown and message.id not in removed:
+            continue
+        if message.id > turn_input.trigger_id:
+            reason = LEFT_OUT_AFTER_TRIGGER
+        elif message.id in removed:
+            reason = LEFT_OUT_TRUNCATED
+        elif message.accountable_user_id in hidden:
+            reason = LEFT_OUT_HIDDEN
+        elif message.id in blocked:
+            reason = LEFT_OUT_BLOCKED
+        else:
+            reason = LEFT_OUT_EMPTY
+        counts[reason] = counts.get(reason, 0) + 1
+    return {
+        "anchor_message_id": str(history[0].id) if history else None,
+        "message_ids": [str(m.id) for m in history],
+        "rest_reason": str(prepared.rest_reason) if prepared.rest_reason else None,
+        "refs": {str(snowflake): key for key, snowflake in context.message_ids.items()},
+        "left_out": [{"reason": reason, "count": n} for reason, n in counts.items()],
+    }
+
 
 def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
     """What the turn was built from: items, request, truncation, tools, timings."""
@@ -775,6 +824,7 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
         for item in context.items
     ]
     turn.request = prepared.body
+    turn.window = window_report(prepared)
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)

@@ -27,6 +27,7 @@ from botproject.events import EventType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
 from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
@@ -39,6 +40,8 @@ from chat.services import Reconciled, TurnRuntime, turns_reconcile_interrupted
 from chat.shards import EVERY_SHARD, ShardSet
 
 logger = logging.getLogger(__name__)
+
+HEARTBEAT_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,16 @@ def llm_client_from_settings() -> OpenAICompatibleClient:
     return OpenAICompatibleClient(base_url=settings.LLM_BASE_URL, api_key=settings.LLM_API_KEY)
 
 
-def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner | None = None):
-    """A client whose ``setup_hook`` wires the scheduler once the bot user is known."""
+def build_client(
+    config: WorkerConfig,
+    *,
+    llm: LLMClient,
+    runner: AttemptRunner | None = None,
+    holder: str | None = None,
+):
+    """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
+    records a heartbeat under ``holder`` (default: a fresh name) while it runs."""
+    holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     token_counter = default_token_counter()
 
@@ -113,11 +124,39 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
             logger.info("configuration changed; reloaded")
 
         client.background(listen_for_control({EventType.CONFIG_CHANGED: config_changed}))
+        client.background(_heartbeat(client, config, holder))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
     return PersonaBotClient(
         shard_ids=config.shard_ids, shard_count=config.shard_count, on_start=start
     )
+
+
+async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str) -> None:
+    """Every `HEARTBEAT_SECONDS`: record the connected shards, their gateway latency and their
+    guilds (`chat.heartbeats`); the row is removed when the client closes."""
+    try:
+        while True:
+            latencies = {
+                shard_id: latency
+                for shard_id, latency in client.latencies
+                if latency == latency  # NaN until the shard's first heartbeat is acknowledged
+            }
+            connected = [s.id for s in client.shards.values() if not s.is_closed()]
+            try:
+                await sync_to_async(worker_heartbeat_record)(
+                    holder=holder,
+                    shard_ids=connected,
+                    shard_count=client.shard_count,
+                    latencies=latencies,
+                    guild_ids=[g.id for g in client.guilds],
+                )
+            except DatabaseError:
+                logger.warning("could not record the worker heartbeat", exc_info=True)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+    finally:
+        with contextlib.suppress(DatabaseError):
+            await asyncio.shield(sync_to_async(worker_heartbeat_clear)(holder=holder))
 
 
 async def _load_main_personas(client: PersonaBotClient) -> None:
@@ -148,7 +187,7 @@ async def _run_client(
     config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event, keeper: LeaseKeeper
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost."""
-    client = build_client(config, llm=llm)
+    client = build_client(config, llm=llm, holder=keeper.holder)
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")

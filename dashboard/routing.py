@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-websocket_urlpatterns: list[URLPattern] = []
+from dashboard.consumers import ChannelConsumer, OverviewConsumer
+
+websocket_urlpatterns: list[URLPattern] = [
+    path("ws/overview/", OverviewConsumer.as_asgi()),
+    path("ws/channels/<int:channel_id>/", ChannelConsumer.as_asgi()),
+]

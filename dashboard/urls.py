@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard import views
+from dashboard import live_views, views
 
 app_name = "dashboard"
 
@@ -36,4 +36,12 @@ urlpatterns = [
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),
     path("config/export/", views.config_export_view, name="config_export"),
     path("config/import/", views.config_import_view, name="config_import"),
+    path("overview/", live_views.overview_partial, name="overview"),
+    path("channels/<int:channel_id>/", live_views.channel_live, name="channel_live"),
+    path("channels/<int:channel_id>/preview/", live_views.channel_preview, name="preview"),
+    path("turns/", live_views.turn_list, name="turn_list"),
+    path("turns/<int:turn_id>/", live_views.turn_detail, name="turn"),
+    path("turns/<int:turn_id>/replay/", live_views.turn_replay_view, name="turn_replay"),
+    path("why/", live_views.why_view, name="why"),
+    path("playground/", live_views.playground, name="playground"),
 ]

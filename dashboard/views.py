@@ -32,6 +32,7 @@ from django_htmx.middleware import HtmxDetails
 from pydantic import ValidationError
 
 from chat.pipeline.tokens import TokenCounter, default_token_counter
+from dashboard import selectors as live_selectors
 from dashboard.access import admin_required, is_admin, viewer_required
 from dashboard.forms import (
     BlockForm,
@@ -78,8 +79,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 @viewer_required
 def index(request: HttpRequest) -> HttpResponse:
-    guilds = GuildConfig.objects.prefetch_related("personas", "channels")
-    return render(request, "dashboard/index.html", {"guilds": guilds})
+    """The overview: per guild, the worker's shards and latency, each channel's queue, unread
+    pool and loop state, the latest turns and errors; live over ``/ws/overview/``."""
+    return render(request, "dashboard/index.html", {"overview": live_selectors.overview()})
 
 
 @require_http_methods(["GET", "POST"])

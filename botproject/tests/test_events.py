@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from channels.layers import get_channel_layer
+from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
 
 from botproject.events import (
     LoopState,
@@ -19,7 +19,9 @@ CHANNELS = 250
 
 
 async def test_250_channels_publishing_at_once_lose_no_event():
-    layer = get_channel_layer()
+    # Its own layer instance to receive on: the shared one's receive lock may belong to another
+    # test's event loop. Publishing goes through the shared layer, as the worker's does.
+    layer = channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
     inboxes = {}
     for n in range(CHANNELS):
         inboxes[n] = await layer.new_channel()

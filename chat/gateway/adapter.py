@@ -72,6 +72,11 @@ class DiscordAdapter:
         self.main_persona_name: dict[int | None, str] = {}
 
     @property
+    def client(self) -> discord.Client:
+        """The discord.py client behind the port (REST lookups the port does not offer)."""
+        return self._client
+
+    @property
     def bot_user_id(self) -> int:
         assert self._client.user is not None, "the client has not logged in"
         return self._client.user.id

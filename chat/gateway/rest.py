@@ -1,10 +1,15 @@
-"""A `DiscordPort` over REST alone, for processes that hold no gateway (the Celery worker).
+"""A `DiscordPort` over REST alone, for processes that hold no gateway: the Celery worker's
+memory maintenance and the dashboard's prompt preview, replay and "why (not)?".
 
 discord.py works without a gateway once logged in: `Client.login` sets up its HTTP client and
 the bot user, and channels, messages and history are fetched over REST with the library's own
 rate-limit handling. `rest_discord` logs in, hands out a `RestDiscordAdapter` (the gateway
-adapter with an empty cache, so every history read is a REST read) and closes the HTTP session
-afterwards.
+adapter with an empty cache, so every history read is a REST read, converted by the same code
+the worker uses) and closes the HTTP session afterwards. `rest_port` is the same for callers
+that know only the settings and want one clear error when there is no Discord to read.
+
+This is the one module of ``chat/gateway/`` the dashboard may import (see
+``chat/tests/test_import_graph.py``): it shares no state with the worker.
 
 What differs from the gateway adapter: there is no gateway cache (`cache_view` is empty) and no
 member cache, so `names` knows only what `load_directory` fetched (the guild's channel and role
@@ -62,6 +67,8 @@ async def rest_discord(
     api_base: str,
     main_persona_name: Mapping[int | None, str] | None = None,
     persona_names: Mapping[int, str] | None = None,
+    webhook_ids: frozenset[int] = frozenset(),
+    gateway_url: str | None = None,
 ) -> AsyncIterator[RestDiscordAdapter]:
     """Log in over REST at ``api_base`` and yield the adapter; the HTTP session closes on exit.
 
@@ -70,13 +77,71 @@ async def rest_discord(
     `discord.LoginFailure` for a bad token and `discord.HTTPException` when Discord cannot be
     reached.
     """
-    configure_discord_endpoints(api_base=api_base, gateway_url=None)
+    configure_discord_endpoints(api_base=api_base, gateway_url=gateway_url)
     client = discord.Client(intents=discord.Intents.default())
     try:
         await client.login(token)
         adapter = RestDiscordAdapter(client)
         adapter.main_persona_name.update(main_persona_name or {})
         adapter.persona_names.update(persona_names or {})
+        adapter.webhook_ids.update(webhook_ids)
         yield adapter
     finally:
         await client.close()
+
+
+class DiscordUnavailable(Exception):
+    """No Discord to read: no token is configured, or logging in failed."""
+
+
+@contextlib.asynccontextmanager
+async def rest_port(
+    *,
+    token: str,
+    api_base: str,
+    gateway_url: str | None,
+    persona_names: Mapping[int, str] = {},
+    webhook_ids: frozenset[int] = frozenset(),
+    main_persona_names: Mapping[int | None, str] = {},
+) -> AsyncIterator[RestDiscordAdapter]:
+    """`rest_discord` for callers holding the settings: ``persona_names`` (delivered message id
+    → persona), ``webhook_ids`` (this bot's persona webhooks) and ``main_persona_names`` (guild
+    id → the persona behind the bot account) are what the worker learned by delivering, read
+    from the database so history is attributed the way the worker attributes it.
+
+    Raises `DiscordUnavailable` when ``token`` is empty or Discord refuses the login.
+    """
+    if not token:
+        raise DiscordUnavailable("DISCORD_TOKEN is not set: there is no Discord to read")
+    try:
+        opened = rest_discord(
+            token=token,
+            api_base=api_base,
+            gateway_url=gateway_url or None,
+            main_persona_name=main_persona_names,
+            persona_names=persona_names,
+            webhook_ids=webhook_ids,
+        )
+        adapter = await opened.__aenter__()
+    except (discord.HTTPException, OSError) as error:
+        raise DiscordUnavailable(f"could not log in to Discord: {error}") from None
+    try:
+        yield adapter
+    finally:
+        await opened.__aexit__(None, None, None)
+
+
+async def fetch_member_name(adapter: DiscordAdapter, *, guild_id: int, user_id: int) -> str | None:
+    """The name Discord shows for ``user_id`` in the guild (nick, else global name, else user
+    name) over REST; None when the user cannot be read."""
+    client = adapter.client
+    try:
+        guild = await client.fetch_guild(guild_id, with_counts=False)
+        member = await guild.fetch_member(user_id)
+    except (discord.HTTPException, discord.ClientException):
+        try:
+            user = await client.fetch_user(user_id)
+        except discord.HTTPException:
+            return None
+        return user.display_name
+    return member.display_name

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from botproject.events import LoopState, LoopStateName, channel_group, publish
+from botproject.events import LoopState, LoopStateName, UnreadCount, channel_group, publish
 from botproject.failures import FailureStreak
 from chat import selectors
 from chat.loop import ingress
@@ -128,8 +128,20 @@ class Scheduler:
             consuming.succeeded()
             if consumed.full:  # drain: more rows are ready, no need to wait for a wake-up
                 self._wakeup.set()
+            for channel_id in dict.fromkeys(consumed.channel_ids):
+                await self._publish_unread_count(channel_id)
             for channel_id in dict.fromkeys(channel_ids):
                 self.schedule(channel_id)
+
+    async def _publish_unread_count(self, channel_id: int) -> None:
+        """Tell the dashboard the channel's pool changed, as soon as new messages reach it
+        (a channel whose loop is busy with a turn would otherwise say so only after it)."""
+        try:
+            count = await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id)
+        except Exception:
+            logger.warning("could not count the unread pool of %s", channel_id, exc_info=True)
+            return
+        await publish(channel_group(channel_id), UnreadCount(count=count))
 
     def schedule(self, channel_id: int) -> None:
         """Make sure the channel's loop runs another pass (start it if it is not running)."""

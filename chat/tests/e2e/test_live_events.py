@@ -34,7 +34,10 @@ async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):
         await layer.group_discard(channel_group(GENERAL), inbox)
 
     types = [event["type"] for event in received]
+    # The scheduler announces the pool as soon as the message reaches it (before the channel's
+    # loop starts), and the loop again when it reads that batch.
     assert types == [
+        "unread.count",
         "loop.state",
         "unread.count",
         "turn.started",
@@ -45,4 +48,5 @@ async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):
     finished = received[types.index("turn.finished")]
     turn = await Turn.objects.aget(id=finished["turn_id"])
     assert (finished["status"], turn.status) == ("replied", "replied")
-    assert [received[0]["state"], received[-1]["state"]] == ["busy", "idle"]
+    assert [received[1]["state"], received[-1]["state"]] == ["busy", "idle"]
+    assert [received[0]["count"], received[2]["count"]] == [1, 1]

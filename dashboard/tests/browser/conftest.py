@@ -4,6 +4,7 @@ Debian's Chromium driven by Playwright (never a downloaded browser build)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import sys
@@ -40,12 +41,35 @@ async def live_dashboard(transactional_db) -> AsyncIterator[str]:
     test commits are visible to it and back) and channel-layer prefix (its ``config.changed``
     reaches a worker started by the test).
     """
+    async with running_daphne({}) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+async def live_site(transactional_db, world) -> AsyncIterator[str]:  # noqa: F811
+    """`live_dashboard` pointed at the world's sandbox (``DISCORD_*``: the preview reads it,
+    the playground posts to it) and fake model (``LLM_BASE_URL``: the replay asks it)."""
+    env = {
+        "DISCORD_TOKEN": world.sandbox.token,
+        "DISCORD_API_BASE": world.sandbox.api_base,
+        "DISCORD_GATEWAY_URL": world.sandbox.gateway_url,
+        "LLM_BASE_URL": world.llm.base_url,
+    }
+    async with running_daphne(env) as base_url:
+        yield base_url
+
+
+@contextlib.asynccontextmanager
+async def running_daphne(extra_env: dict[str, str]) -> AsyncIterator[str]:
+    """A daphne process on a free port with the test's database and channel-layer prefix (and
+    ``extra_env``); yields its base URL, stops it on exit."""
     port = _free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "dashboard.tests.browser.live_settings",
         "LIVE_TEST_DATABASE_NAME": str(connection.settings_dict["NAME"]),
         "LIVE_TEST_CHANNEL_PREFIX": settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"],
+        **extra_env,
     }
     var = Path(settings.BASE_DIR) / "var"
     var.mkdir(exist_ok=True)

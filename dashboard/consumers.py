@@ -1,0 +1,145 @@
+"""Websocket consumers: live events from the bot worker, pushed to pages as HTML fragments.
+
+Each consumer joins the channel-layer groups of what its page shows, and on every event sends
+the partials that event changes, rendered through `dashboard.selectors` with the same templates
+the page uses; each fragment carries its element ``id`` and ``hx-swap-oob`` so the htmx
+websocket extension swaps it in place. No domain logic lives here: an event says *that*
+something changed, the selectors say *what it is now*.
+
+Only admins and moderators get a socket; anyone else is refused before the handshake completes.
+On every (re)connection the consumer first sends the current state, so a page that lost its
+socket (a Redis or web-process restart) catches up as soon as it is back.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.template.loader import render_to_string
+
+from botproject.events import (
+    OVERVIEW_GROUP,
+    Event,
+    LoopState,
+    LoopStep,
+    channel_group,
+    parse_event,
+)
+from dashboard import selectors
+from dashboard.access import is_admin, is_moderator
+
+logger = logging.getLogger(__name__)
+
+REFUSED = 4403
+
+
+def _may_view(user: AbstractBaseUser | AnonymousUser) -> bool:
+    return is_admin(user) or is_moderator(user)
+
+
+class _LiveConsumer(AsyncWebsocketConsumer):
+    """Refuses anonymous and role-less users; joins `groups_to_join`; renders on events."""
+
+    joined: list[str]
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not await database_sync_to_async(_may_view)(user):
+            await self.close(code=REFUSED)
+            return
+        self.joined = await self.groups_to_join()
+        for group in self.joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.accept()
+        await self.send(text_data=await self.render_all())
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "joined", []):
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # the layer is down: the group entry expires on its own
+                logger.info("could not leave %s", group, exc_info=True)
+
+    async def groups_to_join(self) -> list[str]:
+        raise NotImplementedError
+
+    async def render_all(self) -> str:
+        raise NotImplementedError
+
+    async def render_event(self, event: Event) -> str:
+        raise NotImplementedError
+
+    async def _on_event(self, message: dict[str, Any]) -> None:
+        try:
+            event = parse_event(message)
+        except ValueError:
+            logger.warning("ignored a malformed live event: %r", message)
+            return
+        html = await self.render_event(event)
+        if html:
+            await self.send(text_data=html)
+
+    # Channels calls the method named after the event type (dots → underscores).
+    loop_state = loop_step = unread_count = window_changed = _on_event
+    turn_started = turn_finished = worker_pulse = _on_event
+
+
+class ChannelConsumer(_LiveConsumer):
+    """``/ws/channels/<id>/``: the channel page's window, unread pool, loop state, turns and
+    planner steps."""
+
+    @property
+    def channel_id(self) -> int:
+        return int(self.scope["url_route"]["kwargs"]["channel_id"])
+
+    async def groups_to_join(self) -> list[str]:
+        return [channel_group(self.channel_id)]
+
+    async def render_all(self) -> str:
+        return await database_sync_to_async(_channel_fragments)(self.channel_id, None, True)
+
+    async def render_event(self, event: Event) -> str:
+        if isinstance(event, LoopStep):
+            return render_to_string(
+                "dashboard/_planner_step.html", {"step": event, "oob": "beforeend:#planner-steps"}
+            )
+        state = event.state if isinstance(event, LoopState) else None
+        full = event.type in ("turn.started", "window.changed", "turn.finished")
+        return await database_sync_to_async(_channel_fragments)(self.channel_id, state, full)
+
+
+def _channel_fragments(channel_id: int, loop_state: str | None, full: bool) -> str:
+    """The channel page's live partials, each marked for an out-of-band swap: the unread pool
+    and loop state always; with ``full`` the window and the turns too."""
+    window = selectors.channel_window(channel_id=channel_id)
+    context = {"window": window, "oob": True, "loop_state": loop_state or window.loop_state}
+    parts = ["dashboard/_unread_pool.html", "dashboard/_loop_state.html"]
+    if full:
+        parts += ["dashboard/_window.html", "dashboard/_channel_turns.html"]
+    return "".join(render_to_string(name, context) for name in parts)
+
+
+class OverviewConsumer(_LiveConsumer):
+    """``/ws/overview/``: per guild, shards and latency, channels' queues and loop states,
+    latest turns and errors; re-rendered on worker pulses and on any channel's events."""
+
+    async def groups_to_join(self) -> list[str]:
+        channel_ids = await database_sync_to_async(selectors.overview_channel_ids)()
+        return [OVERVIEW_GROUP, *(channel_group(c) for c in channel_ids)]
+
+    async def render_all(self) -> str:
+        return await database_sync_to_async(_overview_fragment)()
+
+    async def render_event(self, event: Event) -> str:
+        return await database_sync_to_async(_overview_fragment)()
+
+
+def _overview_fragment() -> str:
+    return render_to_string(
+        "dashboard/_overview.html", {"overview": selectors.overview(), "oob": True}
+    )

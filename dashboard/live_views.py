@@ -1,0 +1,349 @@
+"""The live screens: overview, channel window, prompt preview, turn inspector, "why (not)?"
+and the sandbox playground.
+
+Function views, one template per screen; every piece that changes live is a partial that the
+page, htmx responses and the websocket consumers (`dashboard.consumers`) render alike. Every
+screen is for admins and moderators (`viewer_required`), the playground for admins only. None
+of them changes what the bot does: the preview and the replay are dry runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
+from chat.pipeline.types import HistoryMessage
+from dashboard import playground as sandbox_playground
+from dashboard import selectors
+from dashboard.access import admin_required, viewer_required
+from dashboard.preview import (
+    DiscordUnavailable,
+    PreviewError,
+    PreviewResult,
+    message_fetch,
+    preview_prepare,
+    turn_replay,
+)
+from dashboard.why import why_message
+from personas.models import GuildConfig, Persona
+
+PAGE_SIZE = 25
+
+
+# --- Overview ------------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def overview_partial(request: HttpRequest) -> HttpResponse:
+    """The overview's live part alone (what the socket pushes; also polled without one)."""
+    return render(request, "dashboard/_overview.html", {"overview": selectors.overview()})
+
+
+# --- The live channel window ---------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def channel_live(request: HttpRequest, channel_id: int) -> HttpResponse:
+    """The channel's window as the bot sees it, the unread pool, loop state and planner steps;
+    updated over ``/ws/channels/<id>/``."""
+    window = selectors.channel_window(channel_id=channel_id)
+    personas = _personas_for(window.guild)
+    return render(
+        request,
+        "dashboard/channel_live.html",
+        {"window": window, "personas": personas, "channel_id": channel_id},
+    )
+
+
+# --- The prompt preview --------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
+    """``?persona=<name>[&as=<user id>&text=<text>][&format=json]``: the exact request the
+    persona would send now (or if that user said that text now), as a dry run."""
+    window = selectors.channel_window(channel_id=channel_id)
+    personas = _personas_for(window.guild)
+    persona = request.GET.get("persona", "").strip() or (personas[0].name if personas else "")
+    as_raw = request.GET.get("as", "").strip()
+    text = request.GET.get("text", "")
+    wants_json = request.GET.get("format") == "json"
+    context = {
+        "channel_id": channel_id,
+        "window": window,
+        "personas": personas,
+        "persona": persona,
+        "as_user": as_raw,
+        "text": text,
+        "people": selectors.channel_people(channel_id=channel_id),
+    }
+    error = None
+    result = None
+    if as_raw and not as_raw.isdigit():
+        error = "“as” must be a user id (digits)."
+    elif bool(as_raw) != bool(text):
+        error = "Give both a user (“as”) and a text, or neither."
+    elif persona:
+        try:
+            result = async_to_sync(preview_prepare)(
+                channel_id=channel_id,
+                persona_name=persona,
+                as_user_id=int(as_raw) if as_raw else None,
+                text=text or None,
+                now=timezone.now(),
+            )
+        except (PreviewError, DiscordUnavailable) as problem:
+            error = str(problem)
+    else:
+        error = "No persona can speak in this channel."
+    if wants_json:
+        if error:
+            return JsonResponse({"error": error}, status=400)
+        return JsonResponse(result.as_json(), json_dumps_params={"ensure_ascii": False})
+    if result is not None:
+        context.update(_preview_context(result))
+    context["error"] = error
+    template = "dashboard/_preview_result.html" if request.htmx else "dashboard/preview.html"
+    return render(request, template, context)
+
+
+def _preview_context(result: PreviewResult) -> dict[str, Any]:
+    """The preview template's context: the JSON shape plus what the page draws from it."""
+    data = result.as_json()
+    tokens = data["tokens"]
+    budget = tokens["budget"] or 1
+    items = data["items"]
+    removed = set(data["truncation"]["removed_message_ids"])
+    first_dialogue = next(
+        (i for i, item in enumerate(items) if item["tag"] == "dialogue_history"), None
+    )
+    return {
+        "preview": data,
+        "items": items,
+        "cut_before": first_dialogue if removed else None,
+        "sections": sorted(tokens["by_tag"].items(), key=lambda kv: -kv[1]),
+        "budget_percent": min(100, round(tokens["total"] * 100 / budget, 1)),
+        "over_budget": tokens["total"] > tokens["budget"],
+        "request_json": json.dumps(data["request"], indent=2, ensure_ascii=False),
+        "removed_count": len(removed),
+        "triggered_by": result.triggered_by,
+    }
+
+
+# --- The turn inspector --------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def turn_list(request: HttpRequest) -> HttpResponse:
+    """Turns, newest first, filtered by guild, channel, persona, status, reason and date."""
+    filters = selectors.TurnFilters(
+        guild=_int(request.GET.get("guild")),
+        channel=_int(request.GET.get("channel")),
+        persona=request.GET.get("persona", "").strip(),
+        status=request.GET.get("status", ""),
+        reason=request.GET.get("reason", ""),
+        since=_date(request.GET.get("since")),
+        until=_date(request.GET.get("until")),
+    )
+    page = Paginator(selectors.turns_filtered(filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "dashboard/turn_list.html",
+        {
+            "page": page,
+            "filters": filters,
+            "query": query.urlencode(),
+            "guilds": selectors.guild_filter_choices(),
+            "statuses": Turn.Status.choices,
+            "reasons": TURN_REASON_CHOICES,
+            "personas": sorted(set(Persona.objects.values_list("name", flat=True))),
+        },
+    )
+
+
+@require_GET
+@viewer_required
+def turn_detail(request: HttpRequest, turn_id: int) -> HttpResponse:
+    """One turn as a trace: why it ran, its window and context items, the exact request,
+    each attempt, the reply and its messages, timings and tokens; and the replay form."""
+    turn = get_object_or_404(Turn, pk=turn_id)
+    return render(request, "dashboard/turn.html", _turn_context(turn))
+
+
+@require_POST
+@viewer_required
+def turn_replay_view(request: HttpRequest, turn_id: int) -> HttpResponse:
+    """Replay the turn as another persona and/or model, as a dry run (never delivered; the
+    model is asked only when ``ask_model`` is checked). Answers the replay partial."""
+    turn = get_object_or_404(Turn, pk=turn_id)
+    persona = request.POST.get("persona", "").strip() or turn.persona_name
+    model = request.POST.get("model", "").strip()
+    ask_model = request.POST.get("ask_model") in ("on", "1", "true")
+    context: dict[str, Any] = {"turn": turn}
+    try:
+        context["replay"] = async_to_sync(turn_replay)(
+            turn=turn, persona_name=persona, model=model, ask_model=ask_model, now=timezone.now()
+        )
+    except (PreviewError, DiscordUnavailable) as problem:
+        context["replay_error"] = str(problem)
+    if request.htmx:
+        return render(request, "dashboard/_replay_result.html", context)
+    return render(request, "dashboard/turn.html", {**_turn_context(turn), **context})
+
+
+def _turn_context(turn: Turn) -> dict[str, Any]:
+    detail = turn.reason_detail or {}
+    guild_personas = Persona.objects.filter(guild__guild_id=turn.guild_id).order_by("name")
+    return {
+        "turn": turn,
+        "reason_json": json.dumps(detail, indent=2, ensure_ascii=False),
+        "request_json": json.dumps(turn.request, indent=2, ensure_ascii=False),
+        "attempts": turn.attempts,
+        "timings": selectors.turn_timings(turn),
+        "entries": selectors.window_entries(turn),
+        "left_out": (turn.window or {}).get("left_out", []),
+        "items": turn.context_items,
+        "cache_prefix_end": turn.cache_prefix_end,
+        "personas": guild_personas,
+        "delivered": [
+            {"id": i, "url": _message_url(turn.guild_id, turn.channel_id, i)}
+            for i in turn.delivered_message_ids
+        ],
+        "trigger_url": _message_url(turn.guild_id, turn.channel_id, turn.trigger_message_id),
+    }
+
+
+def _message_url(guild_id: int | None, channel_id: int, message_id) -> str:
+    if message_id is None:
+        return ""
+    return f"https://discord.com/channels/{guild_id or '@me'}/{channel_id}/{message_id}"
+
+
+# --- Why (not)? ----------------------------------------------------------------------------------
+
+
+@require_GET
+@viewer_required
+def why_view(request: HttpRequest) -> HttpResponse:
+    """``?message=<id>``: each persona's answer to "did you reply, and why (not)?"."""
+    raw = request.GET.get("message", "").strip()
+    answer = error = None
+    if raw:
+        if raw.isdigit():
+            answer = why_message(
+                message_id=int(raw),
+                bot_user_id=_bot_user_id(),
+                now=timezone.now(),
+                fetch=_fetch_over_rest,
+            )
+        else:
+            error = "A message id is digits (in Discord: right-click → Copy Message ID)."
+    return render(
+        request,
+        "dashboard/why.html",
+        {
+            "message_id": raw,
+            "answer": answer,
+            "error": error,
+            "recent": selectors.recent_messages(),
+        },
+        status=400 if error else 200,
+    )
+
+
+def _fetch_over_rest(channel_id: int, message_id: int) -> HistoryMessage | None:
+    return async_to_sync(message_fetch)(channel_id=channel_id, message_id=message_id)
+
+
+def _bot_user_id() -> int | None:
+    """The bot account's id, as recorded by the main persona's deliveries."""
+    row = MessageIndex.objects.filter(webhook_id__isnull=True, author_id__isnull=False).first()
+    return row.author_id if row else None
+
+
+# --- Playground ----------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@admin_required
+def playground(request: HttpRequest) -> HttpResponse:
+    """Type as a demo user into a sandbox channel and watch the window, reply and turn live.
+    Only while the sandbox runs (it answers at ``DISCORD_API_BASE``'s host); otherwise the page
+    says so and a POST answers 404."""
+    world = async_to_sync(sandbox_playground.sandbox_world)(settings.DISCORD_API_BASE)
+    if world is None:
+        if request.method == "POST":
+            raise Http404("the sandbox is not running")
+        return render(request, "dashboard/playground.html", {"world": None})
+    channels = sandbox_playground.channels(world)
+    users = sandbox_playground.users(world)
+    channel_id = _int(request.POST.get("channel") or request.GET.get("channel"))
+    channel_id = channel_id or (channels[0][0] if channels else None)
+    sent = error = None
+    if request.method == "POST":
+        author = _int(request.POST.get("author"))
+        content = request.POST.get("content", "").strip()
+        if author is None or channel_id is None or not content:
+            error = "Choose a channel and a user, and type something."
+        else:
+            try:
+                sent = async_to_sync(sandbox_playground.say)(
+                    settings.DISCORD_API_BASE, channel_id, author, content
+                )
+            except sandbox_playground.SandboxUnavailable as problem:
+                error = str(problem)
+        if request.htmx:
+            return render(
+                request, "dashboard/_playground_sent.html", {"sent": sent, "error": error}
+            )
+    window = selectors.channel_window(channel_id=channel_id) if channel_id else None
+    return render(
+        request,
+        "dashboard/playground.html",
+        {
+            "world": world,
+            "channels": channels,
+            "users": users,
+            "channel_id": channel_id,
+            "window": window,
+            "sent": sent,
+            "error": error,
+        },
+    )
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _personas_for(guild: GuildConfig | None) -> list[Persona]:
+    if guild is None:
+        return []
+    return list(guild.personas.filter(enabled=True).order_by("-is_main", "name"))
+
+
+def _int(value: str | None) -> int | None:
+    value = (value or "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def _date(value: str | None) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(value) if value else None
+    except ValueError:
+        return None
