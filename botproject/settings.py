@@ -130,6 +130,10 @@ if LLM_BASE_URL:
     LLM_BASE_URL = env_url("LLM_BASE_URL", "", schemes=("http", "https"))
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_MODEL = env_str("LLM_MODEL", "gpt-4o-mini")
+LLM_VISION_MODEL = env_str("LLM_VISION_MODEL")
+LLM_VISION_BASE_URL = env_str("LLM_VISION_BASE_URL")
+if LLM_VISION_BASE_URL:
+    LLM_VISION_BASE_URL = env_url("LLM_VISION_BASE_URL", "", schemes=("http", "https"))
 
 # --- Auth, i18n, static -----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db.models import F
 
 from chat.llm.base import ModelSpec
+from chat.llm.capabilities import model_capabilities
 from chat.models import ChannelWindowAnchor, EventQueue, MessageIndex, ShortTermMemory, UnreadEvent
 from chat.pipeline.triggers import TriggerPersona
 from chat.pipeline.types import (
@@ -159,7 +160,9 @@ def persona_spec(persona: Persona) -> PersonaSpec:
         punctuation_splits=persona.punctuation_splits,
         deliberate_tool_mode=persona.deliberate_tool_mode,
         model=ModelSettings(
-            context_window=persona.context_window, max_output_tokens=persona.max_output_tokens
+            context_window=persona.context_window,
+            max_output_tokens=persona.max_output_tokens,
+            reasoning_in_think_tags=persona.reasoning_in_think_tags,
         ),
     )
 
@@ -241,20 +244,38 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     """The models to try for ``persona``, in order: its model (``LLM_MODEL`` when it names none),
     then its fallback models; blanks and repeats dropped.
 
-    Every spec carries the persona's temperature and output limit. Vision and prefill support
-    stay off (notices and instructions) because no setting records them yet.
+    Every spec carries the persona's temperature and output limit. Whether a model takes
+    images, a prefill, or needs one role's messages merged is decided by its name
+    (`chat.llm.capabilities`); the persona's own settings (``llm_vision``, ``llm_prefill``,
+    ``llm_merge_same_role``, None = by name) override that for its first model only (the
+    fallbacks are other models, judged by their names).
     """
     names = [persona.llm_model or settings.LLM_MODEL, *persona.fallback_models]
     unique = dict.fromkeys(name.strip() for name in names if name.strip())
-    return tuple(
-        ModelSpec(
-            name,
-            temperature=persona.temperature,
-            max_output_tokens=persona.max_output_tokens,
-            stop=stop,
+    specs = []
+    for index, name in enumerate(unique):
+        overrides = (
+            {
+                "vision": persona.llm_vision,
+                "prefill": persona.llm_prefill,
+                "merge_same_role": persona.llm_merge_same_role,
+            }
+            if index == 0
+            else {}
         )
-        for name in unique
-    )
+        capabilities = model_capabilities(name, **overrides)
+        specs.append(
+            ModelSpec(
+                name,
+                supports_vision=capabilities.vision,
+                supports_prefill=capabilities.prefill,
+                merge_same_role=capabilities.merge_same_role,
+                temperature=persona.temperature,
+                max_output_tokens=persona.max_output_tokens,
+                stop=stop,
+            )
+        )
+    return tuple(specs)
 
 
 def short_term_memory(

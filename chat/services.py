@@ -31,7 +31,7 @@ from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
-from chat.llm.tools import MessageMetadata, ToolBox, ToolError
+from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.items import ItemTag
@@ -47,6 +47,7 @@ from chat.pipeline.memory import (
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.tokens import TokenCounter
+from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel
@@ -77,6 +78,9 @@ class TurnRuntime:
     """Per (channel, persona): the last built context, whose token counts and simplified
     history make the next build warm."""
     failure_notices: dict[int, dt.datetime] = field(default_factory=dict)
+    vision: VisionModel | None = None
+    """The model behind ``analyze_image`` (``LLM_VISION_MODEL``); None: the tool is never
+    offered."""
 
     def release_channel(self, channel_id: int) -> None:
         """The channel's busy stretch ended: drop its window and warm contexts (an idle
@@ -466,12 +470,19 @@ async def _turn_input(
         global_note=channel.global_note,
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
-        configured_tools=frozenset(),
+        configured_tools=_configured_tools(runtime),
         tools_enabled=persona.tools_enabled,
+        verbatim_tool_nudge=persona.verbatim_tool_nudge,
         stm_maintenance_due=people.stm_due,
         token_cache=previous.token_cache if previous else {},
         previous_history=previous.simplified_history if previous else None,
     )
+
+
+def _configured_tools(runtime: TurnRuntime) -> frozenset[str]:
+    """The tools whose outside service this worker has: ``analyze_image`` with a vision
+    model."""
+    return frozenset({ToolName.ANALYZE_IMAGE}) if runtime.vision is not None else frozenset()
 
 
 @dataclass(frozen=True)
@@ -559,6 +570,7 @@ def _renderer(context: TurnContext, *, limit: int) -> Render:
             supports_vision=plan.model.supports_vision,
             supports_prefill=plan.model.supports_prefill,
             tools=frozenset(plan.tools),
+            merge_same_role=plan.model.merge_same_role,
         )
         return to_openai_messages(shortened, profile)
 
@@ -618,6 +630,7 @@ def _toolbox(
         short_term_memory=_MemoryWriter(
             persona, channel, turn_id, user_id=_scope_of(channel, turn_input), clock=runtime.clock
         ),
+        vision=runtime.vision,
     )
 
 

@@ -29,8 +29,9 @@ from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
 from chat.llm.attempts import AttemptRunner
-from chat.llm.base import LLMClient
+from chat.llm.base import LLMClient, ModelSpec
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.tools import VisionModel
 from chat.loop import ingress
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
@@ -76,8 +77,36 @@ def llm_client_from_settings() -> OpenAICompatibleClient:
     return OpenAICompatibleClient(base_url=settings.LLM_BASE_URL, api_key=settings.LLM_API_KEY)
 
 
-def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner | None = None):
-    """A client whose ``setup_hook`` wires the scheduler once the bot user is known."""
+def vision_client_from_settings() -> OpenAICompatibleClient | None:
+    """A client of its own for ``LLM_VISION_BASE_URL`` (with ``LLM_API_KEY``) when that is set
+    and a vision model is configured; None when the vision model shares ``LLM_BASE_URL``."""
+    if not settings.LLM_VISION_MODEL or not settings.LLM_VISION_BASE_URL:
+        return None
+    return OpenAICompatibleClient(
+        base_url=settings.LLM_VISION_BASE_URL, api_key=settings.LLM_API_KEY
+    )
+
+
+def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
+    """The model ``analyze_image`` asks (``LLM_VISION_MODEL`` through ``client``); None when
+    no vision model is configured (the tool is then never offered)."""
+    if not settings.LLM_VISION_MODEL:
+        return None
+    return VisionModel(
+        client=client,
+        model=ModelSpec(settings.LLM_VISION_MODEL, supports_vision=True, max_output_tokens=600),
+    )
+
+
+def build_client(
+    config: WorkerConfig,
+    *,
+    llm: LLMClient,
+    runner: AttemptRunner | None = None,
+    vision: VisionModel | None = None,
+):
+    """A client whose ``setup_hook`` wires the scheduler once the bot user is known;
+    ``vision`` is the model behind ``analyze_image`` (None: the tool is not offered)."""
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     token_counter = default_token_counter()
 
@@ -98,6 +127,7 @@ def build_client(config: WorkerConfig, *, llm: LLMClient, runner: AttemptRunner 
             windows=client.windows,
             llm=runner or AttemptRunner(client=llm),
             token_counter=token_counter,
+            vision=vision,
         )
         client.scheduler = Scheduler(
             runtime=runtime,
@@ -126,7 +156,13 @@ async def _load_main_personas(client: PersonaBotClient) -> None:
     client.adapter.main_persona_name.update(names)
 
 
-async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event) -> None:
+async def run_worker(
+    config: WorkerConfig,
+    *,
+    llm: LLMClient,
+    stop: asyncio.Event,
+    vision: VisionModel | None = None,
+) -> None:
     """Run until ``stop`` is set, then close the gateway and cancel every loop.
 
     The worker first takes the lease of its shards (`chat.leases`), waiting as a standby while
@@ -137,7 +173,7 @@ async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Even
     keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
     try:
         while await keeper.acquire(stop):
-            if not await _run_client(config, llm=llm, stop=stop, keeper=keeper):
+            if not await _run_client(config, llm=llm, stop=stop, keeper=keeper, vision=vision):
                 return
             logger.warning("lost the lease of shards %s; waiting as a standby", config.shard_ids)
     finally:
@@ -145,10 +181,15 @@ async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Even
 
 
 async def _run_client(
-    config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event, keeper: LeaseKeeper
+    config: WorkerConfig,
+    *,
+    llm: LLMClient,
+    stop: asyncio.Event,
+    keeper: LeaseKeeper,
+    vision: VisionModel | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost."""
-    client = build_client(config, llm=llm)
+    client = build_client(config, llm=llm, vision=vision)
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")

@@ -16,8 +16,10 @@ from django.db import connections
 
 from chat.gateway.client import PersonaBotClient
 from chat.llm.attempts import AttemptRunner, RetryPolicy
+from chat.llm.base import ModelSpec
 from chat.llm.fake_server import FakeLLMServer
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.tools import VisionModel
 from chat.sandbox import GatewaySettings, SandboxServer
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
 from chat.worker import WorkerConfig, build_client
@@ -68,7 +70,10 @@ class World:
         step_delay: float = 0.01,
         shard_ids: list[int] | None = None,
         shard_count: int | None = None,
+        vision_model: str | None = None,
     ) -> PersonaBotClient:
+        """Start the worker in this process; with ``vision_model`` it has a vision model (on
+        the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -83,7 +88,10 @@ class World:
             policy=RetryPolicy(backoff_base=0.01, backoff_cap=0.05),
             stream=False,
         )
-        self.client = build_client(config, llm=llm_client, runner=runner)
+        vision = None
+        if vision_model is not None:
+            vision = VisionModel(llm_client, ModelSpec(vision_model, supports_vision=True))
+        self.client = build_client(config, llm=llm_client, runner=runner, vision=vision)
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())
         return self.client
