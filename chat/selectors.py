@@ -222,6 +222,12 @@ def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     return dict(rows.values_list("message_id", "persona__name"))
 
 
+def delivered_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
+    """Who spoke each of ``message_ids`` that the bot delivered, from the message index (what
+    history read over REST is attributed by); a message whose persona was deleted is left out."""
+    return replied_persona_names(message_ids=message_ids)
+
+
 def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     """Those of ``message_ids`` already in the message index (recorded deliveries)."""
     rows = MessageIndex.objects.filter(message_id__in=set(message_ids))
@@ -325,11 +331,3 @@ def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
-
-
-def channel_persona_messages(*, channel_id: int, limit: int = 500) -> dict[int, str]:
-    """The persona behind each of the bot's newest ``limit`` deliveries in the channel (a
-    process without the gateway attributes history with it)."""
-    rows = MessageIndex.objects.filter(channel_id=channel_id, persona__isnull=False)
-    rows = rows.order_by("-message_id").values_list("message_id", "persona__name")[:limit]
-    return dict(rows)

@@ -13,11 +13,14 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 
 import discord
 import httpx
+from asgiref.sync import sync_to_async
 
+from chat import selectors
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
 from chat.pipeline.types import HistoryMessage, NameDirectory
@@ -30,6 +33,9 @@ WEBHOOK_NAME = "Persona bot"
 UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
+RECENT_DELIVERIES = 5000
+"""How many of its own deliveries the adapter remembers for attributing cached messages (the
+size of the gateway's message cache: an older delivery is no longer cached)."""
 
 
 def message_nonce(seed: str, index: int) -> str:
@@ -56,19 +62,45 @@ def _native_reply_run(
     return run
 
 
+class RecentDeliveries:
+    """The persona behind each of this process's newest ``capacity`` deliveries, by message id
+    (least recently recorded forgotten first): what the gateway cache's copies of them are
+    attributed by, since converting a cached message reads no database."""
+
+    def __init__(self, capacity: int = RECENT_DELIVERIES) -> None:
+        self._capacity = capacity
+        self._names: OrderedDict[int, str] = OrderedDict()
+
+    def record(self, message_id: int, persona_name: str) -> None:
+        self._names[message_id] = persona_name
+        self._names.move_to_end(message_id)
+        while len(self._names) > self._capacity:
+            self._names.popitem(last=False)
+
+    def get(self, message_id: int) -> str | None:
+        return self._names.get(message_id)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class DiscordAdapter:
     """The loop's view of Discord through ``client``.
 
-    ``persona_names`` maps message ids the bot delivered to the persona that spoke, so history
-    read back from Discord is attributed correctly; ``main_persona_name`` names the persona
-    behind the bot account's other messages.
+    Who spoke a message the bot delivered: history read over REST is attributed from the
+    message index (`selectors.delivered_persona_names`: the persona recorded with each
+    delivery), so it stays right after a restart and across processes; messages converted
+    from the gateway cache use ``recent`` (this process's newest deliveries, bounded). Then,
+    for messages neither knows, a message of one of the bot's webhooks is the persona its
+    username names, and the bot account's other messages are ``main_persona_name``'s (per
+    guild).
     """
 
     def __init__(self, client: discord.Client) -> None:
         self._client = client
         self._webhooks: dict[int, discord.Webhook] = {}
         self.webhook_ids: set[int] = set()
-        self.persona_names: dict[int, str] = {}
+        self.recent = RecentDeliveries()
         self.main_persona_name: dict[int | None, str] = {}
 
     @property
@@ -78,16 +110,31 @@ class DiscordAdapter:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def convert(self, message: discord.Message) -> HistoryMessage:
+    def convert(
+        self, message: discord.Message, *, persona_name: str | None = None
+    ) -> HistoryMessage:
+        """``message`` for the pipeline; ``persona_name`` is who spoke it when the caller
+        knows (from the message index), else it is worked out as the class says."""
         return convert_message(
             message,
             bot_user_id=self.bot_user_id,
-            persona_name=self._persona_name(message),
+            persona_name=persona_name or self._persona_name(message),
         )
 
+    async def convert_read(self, messages: Sequence[discord.Message]) -> list[HistoryMessage]:
+        """Messages read over REST, converted and attributed from the message index."""
+        delivered = await self._delivered_persona_names([m.id for m in messages])
+        return [self.convert(m, persona_name=delivered.get(m.id)) for m in messages]
+
+    async def _delivered_persona_names(self, message_ids: Sequence[int]) -> dict[int, str]:
+        if not message_ids:
+            return {}
+        return await sync_to_async(selectors.delivered_persona_names)(message_ids=message_ids)
+
     def _persona_name(self, message: discord.Message) -> str | None:
-        if message.id in self.persona_names:
-            return self.persona_names[message.id]
+        recorded = self.recent.get(message.id)
+        if recorded is not None:
+            return recorded
         if message.webhook_id is not None and message.webhook_id in self.webhook_ids:
             return message.author.name
         if message.author.id == self.bot_user_id:
@@ -97,7 +144,7 @@ class DiscordAdapter:
 
     async def fetch_history(self, channel_id: int, limit: int) -> list[HistoryMessage]:
         channel = await self._channel(channel_id)
-        return [self.convert(m) async for m in channel.history(limit=limit)]
+        return await self.convert_read([m async for m in channel.history(limit=limit)])
 
     async def fetch_history_after(
         self, channel_id: int, after_id: int, limit: int
@@ -108,7 +155,7 @@ class DiscordAdapter:
             messages = [m async for m in channel.history(after=after, limit=limit)]
         except discord.HTTPException as error:
             raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
-        return [self.convert(m) for m in sorted(messages, key=lambda m: m.id)]
+        return await self.convert_read(sorted(messages, key=lambda m: m.id))
 
     def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
         """The cached messages of the channel. discord.py appends a message to its cache on
@@ -120,9 +167,11 @@ class DiscordAdapter:
     async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
         try:
             channel = await self._channel(channel_id)
-            return self.convert(await channel.fetch_message(message_id))
+            message = await channel.fetch_message(message_id)
         except (discord.HTTPException, DeliveryError):
             return None
+        [converted] = await self.convert_read([message])
+        return converted
 
     async def find_delivery(
         self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
@@ -148,7 +197,7 @@ class DiscordAdapter:
             found = [m for m in messages if m.webhook_id in own_webhooks and m.author.name == name]
         self.webhook_ids.update(own_webhooks)
         for message in found:
-            self.persona_names[message.id] = speaker.name
+            self.recent.record(message.id, speaker.name)
         return [
             Delivered(m.id, self.convert(m), author_id=m.author.id, webhook_id=m.webhook_id)
             for m in found
@@ -249,7 +298,7 @@ class DiscordAdapter:
                 allowed_mentions=NO_MENTIONS_BUT_USERS,
                 nonce=message_nonce(nonce_seed, index) if nonce_seed else None,
             )
-            self.persona_names[sent.id] = speaker.name
+            self.recent.record(sent.id, speaker.name)
             delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))
         return delivered
 
@@ -259,7 +308,7 @@ class DiscordAdapter:
         delivered = []
         for piece in ([notice] if notice else []) + list(pieces):
             sent = await self._webhook_send(channel_id, speaker, piece)
-            self.persona_names[sent.id] = speaker.name
+            self.recent.record(sent.id, speaker.name)
             delivered.append(
                 Delivered(
                     sent.id,

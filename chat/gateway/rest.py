@@ -9,8 +9,7 @@ afterwards.
 What differs from the gateway adapter: there is no gateway cache (`cache_view` is empty) and no
 member cache, so `names` knows only what `load_directory` fetched (the guild's channel and role
 names); members are named by their messages' own author payloads. Who spoke which persona
-message is passed in (`persona_names`, from the message index) because this process never
-delivered them.
+message comes from the message index, as for the gateway adapter's REST reads.
 """
 
 from __future__ import annotations
@@ -61,12 +60,11 @@ async def rest_discord(
     token: str,
     api_base: str,
     main_persona_name: Mapping[int | None, str] | None = None,
-    persona_names: Mapping[int, str] | None = None,
 ) -> AsyncIterator[RestDiscordAdapter]:
     """Log in over REST at ``api_base`` and yield the adapter; the HTTP session closes on exit.
 
-    ``main_persona_name`` (per guild id) names the persona behind the bot account's messages,
-    ``persona_names`` (per message id) the persona behind each delivered message. Raises
+    ``main_persona_name`` (per guild id) names the persona behind the bot account's messages
+    that the message index does not know. Raises
     `discord.LoginFailure` for a bad token and `discord.HTTPException` when Discord cannot be
     reached.
     """
@@ -76,7 +74,6 @@ async def rest_discord(
         await client.login(token)
         adapter = RestDiscordAdapter(client)
         adapter.main_persona_name.update(main_persona_name or {})
-        adapter.persona_names.update(persona_names or {})
         yield adapter
     finally:
         await client.close()
