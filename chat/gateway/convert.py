@@ -95,7 +95,9 @@ def _embeds(embeds: Iterable[discord.Embed], *, own: bool) -> tuple[Embed, ...]:
             description=embed.description or "",
             footer=(embed.footer.text or "") if embed.footer else "",
             fields=tuple(EmbedField(name=f.name or "", value=f.value or "") for f in embed.fields),
-            kind=CardKind.SYSTEM_NOTICE if own else CardKind.ORDINARY,
+            # Only this bot's own cards are notices: Discord's automatic link previews on its
+            # replies (type link, article, image, video …) are previews like anyone's.
+            kind=CardKind.SYSTEM_NOTICE if own and embed.type == "rich" else CardKind.ORDINARY,
         )
         for embed in embeds
     )

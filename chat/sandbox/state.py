@@ -128,7 +128,21 @@ class Sandbox:
         self._attachments: dict[int, Attachment] = {}
         self._listeners: list[EventListener] = []
         self._nonces: dict[tuple[int, str], tuple[int, float]] = {}
+        self._link_previews: dict[str, dict[str, Any]] = {}
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
+
+    def add_link_preview(
+        self, url: str, *, title: str, description: str = "", kind: str = "article"
+    ) -> None:
+        """Unfurl ``url`` like Discord does for a page with OpenGraph tags: a message (anyone's,
+        the bot's included) whose content holds it gets a preview embed of type ``kind`` right
+        after it is posted, dispatched as a MESSAGE_UPDATE."""
+        self._link_previews[url] = {
+            "type": kind,
+            "url": url,
+            "title": title,
+            "description": description,
+        }
 
     # ----------------------------------------------------------------- building the world
 
@@ -460,7 +474,21 @@ class Sandbox:
         if nonce is not None:
             self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
         self._publish("MESSAGE_CREATE", self.message_payload(message, gateway=True), guild.id)
+        self._unfurl_links(message)
         return self.message_payload(message)
+
+    def _unfurl_links(self, message: Message) -> None:
+        """Add the preview embeds of the known links in ``message`` (Discord's unfurler, which
+        runs after the message is posted and announces the embeds with a MESSAGE_UPDATE)."""
+        previews = [
+            dict(preview) for url, preview in self._link_previews.items() if url in message.content
+        ]
+        if not previews or message.embeds:
+            return
+        message.embeds = previews
+        self._publish(
+            "MESSAGE_UPDATE", self.message_payload(message, gateway=True), message.guild_id
+        )
 
     def edit_message(
         self,
