@@ -151,6 +151,13 @@ class Turn(models.Model):
     request = models.JSONField(default=dict, blank=True)
     cache_prefix_end = models.PositiveIntegerField(null=True, blank=True)
     truncation = models.JSONField(default=dict, blank=True)
+    window = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="How the history window was read: rest_reason (null: reused), "
+        "reanchor_reason (null: the stored anchor was kept), anchor_message_id, advanced_by, "
+        "message_count",
+    )
     tool_allowlist = models.JSONField(default=list, blank=True)
     prefill = models.TextField(blank=True)
     attempts = models.JSONField(default=list, blank=True)

@@ -34,6 +34,7 @@ from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.models import ChannelWindowAnchor, MessageIndex, PlannerStep, ShortTermMemory, Turn
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
+from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
     MAX_CATEGORIES,
@@ -51,7 +52,11 @@ from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel
-from chat.pipeline.window import history_window_stride, select_anchored_history
+from chat.pipeline.window import (
+    ReanchorReason,
+    history_window_stride,
+    select_anchored_history,
+)
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import Delivered, DeliveryError, DiscordPort, Speaker
 from chat.selectors import ChannelConfiguration, ChannelSettings
@@ -114,7 +119,8 @@ class PreparedTurn:
 
     ``body`` is the exact Chat Completions body the first model attempt sends; ``render`` and
     ``toolbox`` let the attempt runner re-render it per attempt (fallback model, shorter
-    history). ``rest_reason`` is why the window was read from Discord (None: reused).
+    history). ``rest_reason`` is why the window was read from Discord (None: reused);
+    ``window`` is what the turn record keeps of how the window was read and anchored.
     """
 
     request: TurnRequest
@@ -125,6 +131,7 @@ class PreparedTurn:
     toolbox: ToolBox
     body: dict[str, Any]
     rest_reason: RestReason | None
+    window: Mapping[str, object]
     history_ms: float
     participant_ms: float
     build_ms: float
@@ -157,7 +164,7 @@ async def turn_prepare(
     now = runtime.clock()
 
     started = time.perf_counter()
-    history, rest_reason = await _history(runtime, channel, trigger, now=now, dry_run=dry_run)
+    history, window = await _history(runtime, channel, trigger, now=now, dry_run=dry_run)
     history_ms = _ms_since(started)
 
     started = time.perf_counter()
@@ -181,7 +188,8 @@ async def turn_prepare(
         render=render,
         toolbox=toolbox,
         body=runtime.llm.first_request_body(models=models, render=render, toolbox=toolbox),
-        rest_reason=rest_reason,
+        rest_reason=window.rest_reason,
+        window=window.as_record(),
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
@@ -364,7 +372,13 @@ async def _finish(
         delivered = await runtime.port.deliver(
             channel_id=channel_id,
             speaker=speaker,
-            text=completion.reply_text,
+            # The same deterministic humanizer the persona's past lines get in history, so the
+            # model later sees exactly what it sent.
+            text=humanize_stably(
+                completion.reply_text,
+                force_lowercase=persona.force_lowercase,
+                punctuation_splits=persona.punctuation_splits,
+            ),
             reply_to=request.trigger.id,
             notice=notice,
             nonce_seed=f"{request.trigger.id}:{persona.id}",
@@ -404,6 +418,28 @@ async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
 # -- reading --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _WindowReasons:
+    """How a turn's window was obtained: why it was read over REST (None: reused), why it
+    was re-anchored (None: the stored anchor kept), where it starts and how far the stride
+    rule moved it."""
+
+    rest_reason: RestReason | None
+    reanchor_reason: ReanchorReason | None
+    anchor_id: int | None
+    advanced_by: int
+    message_count: int
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "rest_reason": str(self.rest_reason) if self.rest_reason else None,
+            "reanchor_reason": str(self.reanchor_reason) if self.reanchor_reason else None,
+            "anchor_message_id": str(self.anchor_id) if self.anchor_id is not None else None,
+            "advanced_by": self.advanced_by,
+            "message_count": self.message_count,
+        }
+
+
 async def _history(
     runtime: TurnRuntime,
     channel: ChannelSettings,
@@ -411,9 +447,9 @@ async def _history(
     *,
     now: dt.datetime,
     dry_run: bool,
-) -> tuple[tuple[HistoryMessage, ...], RestReason | None]:
-    """The anchored window for this turn and why it was read over REST (None: reused); the
-    anchor is stored for the channel unless ``dry_run``."""
+) -> tuple[tuple[HistoryMessage, ...], _WindowReasons]:
+    """The anchored window for this turn and how it was read (REST or reused, re-anchored or
+    not); the anchor is stored for the channel unless ``dry_run``."""
     read = await runtime.windows.read(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
@@ -434,7 +470,14 @@ async def _history(
         await sync_to_async(_anchor_store)(
             channel.channel_id, selection.anchor_id, channel.fetch_limit
         )
-    return selection.messages, read.rest_reason
+    reasons = _WindowReasons(
+        rest_reason=read.rest_reason,
+        reanchor_reason=selection.reanchor_reason,
+        anchor_id=selection.anchor_id,
+        advanced_by=selection.advanced_by,
+        message_count=len(selection.messages),
+    )
+    return selection.messages, reasons
 
 
 async def _turn_input(
@@ -653,18 +696,25 @@ class _AttachmentReader:
 
 
 class _MetadataLookup:
+    """``reveal_message_metadata``'s answers, in the prompt's keys (``ref_N``, ``media_N``):
+    the model never sees a raw snowflake."""
+
     def __init__(self, keys: Mapping[str, int], messages: Mapping[int, HistoryMessage]) -> None:
         self._keys, self._messages = keys, messages
+        self._refs = {snowflake: key for key, snowflake in keys.items()}
 
     async def metadata(self, ref: str) -> MessageMetadata | None:
         message = self._messages.get(self._keys.get(ref, -1))
         if message is None:
             return None
+        reference = message.reference
+        reply_to = self._refs.get(reference.message_id) if reference is not None else None
+        media = tuple(self._refs[a.id] for a in message.attachments if a.id in self._refs)
         return MessageMetadata(
             author_name=message.shown_name,
-            author_id=message.author.id,
             sent_at=message.created_at,
-            message_id=message.id,
+            reply_to_ref=reply_to if reply_to and reply_to.startswith("ref_") else None,
+            media_ids=media,
         )
 
 
@@ -748,6 +798,7 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
     turn.request = prepared.body
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
+    turn.window = dict(prepared.window)
     turn.tool_allowlist = list(context.tools)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)

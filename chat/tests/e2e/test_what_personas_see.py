@@ -3,11 +3,14 @@ capabilities, their own past after a restart, threads, privacy, co-responders.""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Reply
 from chat.models import Turn
+from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from personas.models import Persona
@@ -116,3 +119,118 @@ async def test_the_persona_setting_overrides_the_capability_by_name(world):
 
     [body] = world.llm.chat_bodies
     assert len(_image_parts(body)) == 1
+
+
+def _role_of(body: dict, needle: str) -> str:
+    [role] = [m["role"] for m in body["messages"] if needle in str(m["content"])]
+    return role
+
+
+def _make_main(name: str) -> None:
+    Persona.objects.update(is_main=False)
+    Persona.objects.filter(name=name).update(is_main=True)
+
+
+async def test_after_a_restart_history_read_over_rest_keeps_each_persona_its_own_lines(world):
+    world.llm.enqueue(Reply("Anon: la la la, the band rules"), Reply("Tomori: welcome back, bob"))
+    await world.start_worker()
+    world.say("anon, sing something")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 1)
+    world.say("tomori, hi", author=BOB)
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    await world.settle()
+    await world.stop_worker()
+
+    # A new process, nothing of the old one's memory; meanwhile the admin made Anon the main
+    # persona, so the bot account's old lines are not Anon's just because Anon is main now.
+    await sync_to_async(_make_main)("Anon")
+    await world.start_worker()
+    world.say("anon, and tomori, again please")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) >= 4)
+    await world.drained()
+    await world.settle()
+
+    bodies = world.llm.chat_bodies[2:]
+    anon = next(b for b in bodies if "You are Anon" in b["messages"][0]["content"])
+    tomori = next(b for b in bodies if "You are Tomori" in b["messages"][0]["content"])
+    assert _role_of(anon, "la la la, the band rules") == "assistant"
+    assert _role_of(anon, "welcome back, bob") == "user"
+    assert _role_of(tomori, "welcome back, bob") == "assistant"
+    assert _role_of(tomori, "la la la, the band rules") == "user"
+    # The turn record keeps how the window was read: over REST after the restart, anchored
+    # anew; the co-responder reused that read.
+    first, second = (await sync_to_async(_turns)())[2:]
+    assert first.window["rest_reason"] == "no_previous_window"
+    assert first.window["reanchor_reason"] is not None
+    assert first.window["message_count"] == 5
+    assert second.window["rest_reason"] is None
+    # Co-responders: the second persona answering the same message is not a queued turn.
+    assert len(world.bot_messages(GENERAL)) == 4
+    assert not any("Replying to" in m["content"] for m in world.bot_messages(GENERAL))
+    assert not any("earlier message" in _prompt_text(body).lower() for body in bodies)
+
+
+async def test_a_link_preview_on_the_bots_own_reply_is_a_preview_not_a_notice(world):
+    url = "https://example.com/songs/haruhikage"
+    world.sandbox.sandbox.add_link_preview(url, title="Haruhikage", description="A song")
+    world.llm.enqueue(Reply(f"Tomori: listen to this {url}"))
+    await world.start_worker()
+    world.say("tomori, any song for me?")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await eventually(lambda: world.bot_messages(GENERAL)[0]["embeds"])
+    await world.drained()
+    world.say("tomori, thanks!")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    await world.settle()
+
+    second = world.llm.chat_bodies[1]
+    text = _prompt_text(second)
+    assert "[Embed: Haruhikage — A song]" in text
+    assert "[System: Haruhikage" not in text
+
+
+async def test_the_humanizer_shapes_the_delivered_reply_as_history_shows_it(world):
+    await sync_to_async(_set_persona)("Tomori", force_lowercase=True, punctuation_splits=True)
+    world.llm.enqueue(Reply("Tomori: Hello THERE; how are you"))
+    await world.start_worker()
+    world.say("tomori, hi")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+    world.say("tomori, fine thanks")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    await world.settle()
+
+    assert world.bot_messages(GENERAL)[0]["content"] == "hello there. how are you"
+    second = world.llm.chat_bodies[1]
+    own = [m["content"] for m in second["messages"] if m["role"] == "assistant"]
+    assert any(line.endswith("hello there. how are you") for line in own)
+
+
+async def test_message_metadata_comes_back_in_prompt_keys_not_snowflakes(world):
+    world.llm.enqueue(
+        Reply.calling("reveal_message_metadata", {"ref": "ref_2"}), Reply("Just now.")
+    )
+    await world.start_worker()
+    first = world.say("a picture", attachments=[Upload("p.png", PNG, "image/png")])
+    world.say("tomori, when did I send that?", reply_to=int(first["id"]))
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    _, second = world.llm.chat_bodies
+    [result] = [m["content"] for m in second["messages"] if m["role"] == "tool"]
+    assert '"ref": "ref_2"' in result and '"reply_to": "ref_1"' in result
+    assert re.search(r"\d{15,}", result) is None
+
+
+async def test_the_nudge_and_the_reasoning_directive_come_from_persona_settings(world):
+    await sync_to_async(_set_persona)(
+        "Tomori", verbatim_tool_nudge=True, reasoning_in_think_tags=True
+    )
+    await world.start_worker()
+    world.say("tomori, think about it")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    text = _prompt_text(world.llm.chat_bodies[0])
+    assert VERBATIM_TOOL_CALLING_NUDGE in text
+    assert "<think>" in text
