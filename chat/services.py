@@ -51,7 +51,7 @@ from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
-from chat.pipeline.types import HistoryMessage, PrivacyLevel
+from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
 from chat.pipeline.window import (
     ReanchorReason,
     history_window_stride,
@@ -580,25 +580,30 @@ def memory_scope_user_id(request: TurnRequest) -> int | None:
 async def _reply_targets(
     port: DiscordPort, channel_id: int, history: tuple[HistoryMessage, ...]
 ) -> dict[int, HistoryMessage]:
-    """Same-channel reply targets missing from the window, fetched at most four at a time;
-    a target that cannot be fetched is left out (its annotation is omitted)."""
+    """Messages the window points at but does not hold, fetched at most four at a time:
+    same-channel reply targets, and a thread's starter message, fetched from the parent
+    channel with its id (seed 000, "Thread starter media"). One that cannot be fetched is
+    left out (its annotation is omitted)."""
     present = {m.id for m in history}
     missing = sorted(
         {
-            m.reference.message_id
+            (m.reference.channel_id, m.reference.message_id)
             for m in history
             if m.reference is not None
-            and m.reference.channel_id == channel_id
             and m.reference.message_id not in present
+            and (
+                m.reference.channel_id == channel_id
+                or m.reference.kind is ReferenceKind.THREAD_STARTER
+            )
         }
     )
     gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
 
-    async def fetch(message_id: int) -> HistoryMessage | None:
+    async def fetch(where: int, message_id: int) -> HistoryMessage | None:
         async with gate:
-            return await port.fetch_message(channel_id, message_id)
+            return await port.fetch_message(where, message_id)
 
-    fetched = await asyncio.gather(*(fetch(i) for i in missing))
+    fetched = await asyncio.gather(*(fetch(where, i) for where, i in missing))
     return {m.id: m for m in fetched if m is not None}
 
 

@@ -31,6 +31,7 @@ from chat.sandbox.payloads import (
     guild_create_payload,
     guild_payload,
     member_payload,
+    thread_payload,
     user_payload,
     webhook_payload,
 )
@@ -71,6 +72,7 @@ MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
 MESSAGE_TYPE_DEFAULT = 0
 MESSAGE_TYPE_REPLY = 19
+MESSAGE_TYPE_THREAD_STARTER = 21
 
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
@@ -184,6 +186,40 @@ class Sandbox:
         guild.channels[channel_id] = self._channels[channel_id] = channel
         self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
+
+    def start_thread(self, channel_id: int, message_id: int, *, name: str, creator_id: int) -> int:
+        """``creator_id`` starts a public thread from message ``message_id`` of text channel
+        ``channel_id``, as Discord does: the thread's id is the message's, THREAD_CREATE is
+        dispatched, and the thread opens with a starter message (type 21) that references the
+        parent channel's message (its author is the creator; it has no content of its own).
+        Returns the thread's id."""
+        parent = self._channel(channel_id)
+        starter = self._message(channel_id, message_id)
+        guild = self._guild(parent.guild_id)
+        self._member(guild, creator_id)
+        thread = Channel(
+            message_id, guild.id, name, position=0, parent_id=channel_id, owner_id=creator_id
+        )
+        guild.threads[thread.id] = self._channels[thread.id] = thread
+        self._publish("THREAD_CREATE", {**thread_payload(thread), "newly_created": True}, guild.id)
+        first = Message(
+            id=self._snowflakes.next_id(),
+            channel_id=thread.id,
+            guild_id=guild.id,
+            author_id=creator_id,
+            content="",
+            embeds=[],
+            attachments=[],
+            mention_ids=[],
+            mention_role_ids=[],
+            mention_everyone=False,
+            reference=(channel_id, starter.id),
+            type=MESSAGE_TYPE_THREAD_STARTER,
+        )
+        thread.messages[first.id] = first
+        thread.last_message_id = first.id
+        self._publish("MESSAGE_CREATE", self.message_payload(first, gateway=True), guild.id)
+        return thread.id
 
     def add_member(
         self,
@@ -689,7 +725,9 @@ class Sandbox:
         guild = self._guilds[message.guild_id]
         payload: dict[str, Any] = {
             "id": str(message.id),
-            "type": MESSAGE_TYPE_REPLY if message.reference else MESSAGE_TYPE_DEFAULT,
+            "type": message.type
+            if message.type is not None
+            else (MESSAGE_TYPE_REPLY if message.reference else MESSAGE_TYPE_DEFAULT),
             "channel_id": str(message.channel_id),
             "author": self._author_payload(message),
             "content": message.content,

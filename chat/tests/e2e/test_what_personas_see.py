@@ -12,8 +12,8 @@ from chat.llm.fake_server import Reply
 from chat.models import Turn
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.records import Upload
-from chat.tests.e2e.conftest import BOB, GENERAL, eventually
-from personas.models import Persona
+from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from personas.models import Persona, UserPrivacy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -234,3 +234,32 @@ async def test_the_nudge_and_the_reasoning_directive_come_from_persona_settings(
     text = _prompt_text(world.llm.chat_bodies[0])
     assert VERBATIM_TOOL_CALLING_NUDGE in text
     assert "<think>" in text
+
+
+async def test_a_threads_starter_message_and_its_image_reach_the_threads_prompt(world):
+    await world.start_worker()
+    starter = world.say("look at my drawing", attachments=[Upload("d.png", PNG, "image/png")])
+    sandbox = world.sandbox.sandbox
+    thread_id = sandbox.start_thread(GENERAL, int(starter["id"]), name="drawing", creator_id=ALICE)
+    world.say("tomori, do you like it?", channel_id=thread_id)
+    await eventually(lambda: world.bot_messages(thread_id))
+    await world.settle()
+
+    [body] = world.llm.chat_bodies
+    text = _prompt_text(body)
+    assert '[ref_1, thread started from ref_2 Alice: "look at my drawing"]' in text
+    assert [p["image_url"]["url"] for p in _image_parts(body)] == [starter["attachments"][0]["url"]]
+    [reply] = world.bot_messages(thread_id)
+    assert reply["channel_id"] == str(thread_id)
+    assert world.bot_messages(GENERAL) == []
+
+
+async def test_a_user_with_full_privacy_triggers_nothing(world):
+    await sync_to_async(UserPrivacy.objects.create)(user_id=BOB, level="full")
+    await world.start_worker()
+    world.say("tomori, are you there?", author=BOB)
+    await world.drained()
+
+    assert world.bot_messages(GENERAL) == []
+    assert await sync_to_async(_turns)() == []
+    assert world.llm.chat_bodies == []
