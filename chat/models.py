@@ -29,12 +29,16 @@ TURN_REASON_CHOICES = [(str(reason), TURN_REASON_LABELS[reason]) for reason in T
 
 
 class MessageIndex(models.Model):
-    """A message the bot delivered, and which persona spoke it.
+    """A message the bot delivered, and which persona spoke it; or a proxied member's message.
 
     Written when a delivery succeeds (one row per Discord message sent, the "Replying to"
     notice included); ``author_id`` is the account Discord shows (the bot user, or the webhook's
     id for webhook personas) and ``webhook_id`` the webhook that sent it. The reactive trigger
     rules read it to know which persona a reply answers.
+
+    A proxied message (a proxy system's webhook speaking for a member, PluralKit-style) has no
+    persona and the ``proxy_*`` fields: the member, the sender behind it, and the original the
+    proxy deleted (superseded: never answered, never in history).
     """
 
     message_id = models.PositiveBigIntegerField(unique=True)
@@ -45,12 +49,25 @@ class MessageIndex(models.Model):
         Persona, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )
     webhook_id = models.PositiveBigIntegerField(null=True, blank=True)
+    proxy_member_id = models.CharField(
+        max_length=64, blank=True, help_text="A proxied message: the proxy system's member id"
+    )
+    proxy_member_name = models.CharField(max_length=100, blank=True)
+    proxy_sender_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The account behind the member (blocks, privacy)"
+    )
+    proxy_original_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The user's message the proxy replaced (deleted)"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = "message index entry"
         verbose_name_plural = "message index"
-        indexes = [models.Index(fields=["channel_id", "message_id"])]
+        indexes = [
+            models.Index(fields=["channel_id", "message_id"]),
+            models.Index(fields=["proxy_original_id"], name="message_index_proxy_original"),
+        ]
 
     def __str__(self) -> str:
         return f"message {self.message_id} in {self.channel_id}"

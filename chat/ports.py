@@ -91,6 +91,11 @@ class DiscordPort(Protocol):
         cannot be read."""
         ...
 
+    async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
+        """Those of ``messages`` that a proxy system (PluralKit-style) replaced with a proxied
+        member's message and deleted: they are never answered. Empty without a proxy system."""
+        ...
+
     async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
         """Which guild the channel belongs to, or that it is a DM, as Discord says (gateway
         cache first, then REST); None when Discord cannot tell (unknown or unreadable)."""

@@ -20,6 +20,7 @@ from chat.pipeline.types import (
     ModelSettings,
     PersonaSpec,
     PrivacyLevel,
+    ProxyIdentity,
     Role,
     SampleMessage,
     UserBlock,
@@ -222,6 +223,40 @@ def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     return dict(rows.values_list("message_id", "persona__name"))
 
 
+@dataclass(frozen=True)
+class Attribution:
+    """Who spoke a message, as the message index recorded it: one of the bot's personas
+    (``persona_name``), or a proxy system's member (``proxy``)."""
+
+    persona_name: str | None = None
+    proxy: ProxyIdentity | None = None
+
+
+def message_attributions(*, message_ids: Iterable[int]) -> dict[int, Attribution]:
+    """For those of ``message_ids`` in the message index: the persona that spoke each (the
+    bot's deliveries) or the proxied member (proxy systems' messages)."""
+    rows = MessageIndex.objects.filter(message_id__in=set(message_ids)).values_list(
+        "message_id", "persona__name", "proxy_member_id", "proxy_member_name", "proxy_sender_id"
+    )
+    found = {}
+    for message_id, persona_name, member_id, member_name, sender_id in rows:
+        proxy = None
+        if member_id and sender_id is not None:
+            proxy = ProxyIdentity(
+                member_id=member_id, member_name=member_name, host_user_id=sender_id
+            )
+        if persona_name or proxy:
+            found[message_id] = Attribution(persona_name=persona_name, proxy=proxy)
+    return found
+
+
+def superseded_original_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
+    """Those of ``message_ids`` that a proxy system replaced with a proxied message (and
+    deleted): they are never answered and never shown."""
+    rows = MessageIndex.objects.filter(proxy_original_id__in=set(message_ids))
+    return frozenset(rows.values_list("proxy_original_id", flat=True))
+
+
 def delivered_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     """Who spoke each of ``message_ids`` that the bot delivered, from the message index (what
     history read over REST is attributed by); a message whose persona was deleted is left out."""
@@ -235,8 +270,9 @@ def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
 
 
 def own_webhook_ids() -> set[int]:
-    """The webhooks the bot has delivered through (so their echoes are known as its own)."""
-    rows = MessageIndex.objects.filter(webhook_id__isnull=False)
+    """The webhooks the bot has delivered through (so their echoes are known as its own); a
+    proxy system's webhooks are not the bot's."""
+    rows = MessageIndex.objects.filter(webhook_id__isnull=False, proxy_member_id="")
     return set(rows.values_list("webhook_id", flat=True).distinct())
 
 

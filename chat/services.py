@@ -255,6 +255,35 @@ async def turn_run(
     return turn
 
 
+def proxied_message_record(
+    *,
+    message_id: int,
+    channel_id: int,
+    guild_id: int | None,
+    webhook_id: int | None,
+    member_id: str,
+    member_name: str,
+    sender_id: int,
+    original_id: int | None,
+) -> None:
+    """Index a proxy system's message: the member it speaks as, the sender behind it (whose
+    blocks and privacy apply), and the original it superseded (never answered, never in
+    history). Recording it again changes nothing."""
+    MessageIndex.objects.update_or_create(
+        message_id=message_id,
+        defaults={
+            "channel_id": channel_id,
+            "guild_id": guild_id,
+            "author_id": webhook_id,
+            "webhook_id": webhook_id,
+            "proxy_member_id": member_id,
+            "proxy_member_name": member_name[:100],
+            "proxy_sender_id": sender_id,
+            "proxy_original_id": original_id,
+        },
+    )
+
+
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
     """True when a turn for this trigger and persona replied or is delivering its reply
     (exactly-once replies across restarts and overlapping workers)."""
@@ -449,11 +478,15 @@ async def _history(
     dry_run: bool,
 ) -> tuple[tuple[HistoryMessage, ...], _WindowReasons]:
     """The anchored window for this turn and how it was read (REST or reused, re-anchored or
-    not); the anchor is stored for the channel unless ``dry_run``."""
+    not); the anchor is stored for the channel unless ``dry_run``. Originals a proxy system
+    replaced (seed 002: "Superseded originals are excluded") are left out."""
     read = await runtime.windows.read(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
-    messages = read.messages
+    superseded = await sync_to_async(selectors.superseded_original_ids)(
+        message_ids=[m.id for m in read.messages]
+    )
+    messages = tuple(m for m in read.messages if m.id not in superseded)
     if trigger.id not in {m.id for m in messages}:
         messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
     anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)

@@ -27,6 +27,7 @@ from botproject.events import EventType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.gateway.proxies import ProxyResolver
 from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient, ModelSpec
@@ -98,15 +99,24 @@ def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
     )
 
 
+def proxy_resolver_from_settings() -> ProxyResolver | None:
+    """The proxy system's API (``PLURALKIT_API_BASE``); None when unset. Close it when done."""
+    if not settings.PLURALKIT_API_BASE:
+        return None
+    return ProxyResolver(api_base=settings.PLURALKIT_API_BASE)
+
+
 def build_client(
     config: WorkerConfig,
     *,
     llm: LLMClient,
     runner: AttemptRunner | None = None,
     vision: VisionModel | None = None,
+    proxies: ProxyResolver | None = None,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known;
-    ``vision`` is the model behind ``analyze_image`` (None: the tool is not offered)."""
+    ``vision`` is the model behind ``analyze_image`` (None: the tool is not offered);
+    ``proxies`` the proxy system's API (None: proxied members are not recognised)."""
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     token_counter = default_token_counter()
 
@@ -146,7 +156,10 @@ def build_client(
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
     return PersonaBotClient(
-        shard_ids=config.shard_ids, shard_count=config.shard_count, on_start=start
+        shard_ids=config.shard_ids,
+        shard_count=config.shard_count,
+        on_start=start,
+        proxies=proxies,
     )
 
 
@@ -162,6 +175,7 @@ async def run_worker(
     llm: LLMClient,
     stop: asyncio.Event,
     vision: VisionModel | None = None,
+    proxies: ProxyResolver | None = None,
 ) -> None:
     """Run until ``stop`` is set, then close the gateway and cancel every loop.
 
@@ -173,7 +187,10 @@ async def run_worker(
     keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
     try:
         while await keeper.acquire(stop):
-            if not await _run_client(config, llm=llm, stop=stop, keeper=keeper, vision=vision):
+            running = _run_client(
+                config, llm=llm, stop=stop, keeper=keeper, vision=vision, proxies=proxies
+            )
+            if not await running:
                 return
             logger.warning("lost the lease of shards %s; waiting as a standby", config.shard_ids)
     finally:
@@ -187,9 +204,10 @@ async def _run_client(
     stop: asyncio.Event,
     keeper: LeaseKeeper,
     vision: VisionModel | None = None,
+    proxies: ProxyResolver | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost."""
-    client = build_client(config, llm=llm, vision=vision)
+    client = build_client(config, llm=llm, vision=vision, proxies=proxies)
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")

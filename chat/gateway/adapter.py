@@ -10,11 +10,13 @@ is recognised as ours even if it arrives before the send returns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
+from typing import Generic, TypeVar
 
 import discord
 import httpx
@@ -23,9 +25,12 @@ from asgiref.sync import sync_to_async
 from chat import selectors
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
-from chat.pipeline.types import HistoryMessage, NameDirectory
+from chat.gateway.proxies import ProxyRecord, ProxyResolver
+from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
 from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
+from chat.selectors import Attribution
+from chat.services import proxied_message_record
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +39,9 @@ UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
 RECENT_DELIVERIES = 5000
-"""How many of its own deliveries the adapter remembers for attributing cached messages (the
-size of the gateway's message cache: an older delivery is no longer cached)."""
+"""How many of its own deliveries (and proxied messages) the adapter remembers for attributing
+cached messages (the size of the gateway's message cache: an older one is no longer cached)."""
+V = TypeVar("V")
 
 
 def message_nonce(seed: str, index: int) -> str:
@@ -62,26 +68,26 @@ def _native_reply_run(
     return run
 
 
-class RecentDeliveries:
-    """The persona behind each of this process's newest ``capacity`` deliveries, by message id
-    (least recently recorded forgotten first): what the gateway cache's copies of them are
-    attributed by, since converting a cached message reads no database."""
+class Recent(Generic[V]):
+    """A value per message id for this process's newest ``capacity`` messages (least recently
+    recorded forgotten first): what gateway-cache copies are attributed by, since converting a
+    cached message reads no database."""
 
     def __init__(self, capacity: int = RECENT_DELIVERIES) -> None:
         self._capacity = capacity
-        self._names: OrderedDict[int, str] = OrderedDict()
+        self._values: OrderedDict[int, V] = OrderedDict()
 
-    def record(self, message_id: int, persona_name: str) -> None:
-        self._names[message_id] = persona_name
-        self._names.move_to_end(message_id)
-        while len(self._names) > self._capacity:
-            self._names.popitem(last=False)
+    def record(self, message_id: int, value: V) -> None:
+        self._values[message_id] = value
+        self._values.move_to_end(message_id)
+        while len(self._values) > self._capacity:
+            self._values.popitem(last=False)
 
-    def get(self, message_id: int) -> str | None:
-        return self._names.get(message_id)
+    def get(self, message_id: int) -> V | None:
+        return self._values.get(message_id)
 
     def __len__(self) -> int:
-        return len(self._names)
+        return len(self._values)
 
 
 class DiscordAdapter:
@@ -96,12 +102,15 @@ class DiscordAdapter:
     guild).
     """
 
-    def __init__(self, client: discord.Client) -> None:
+    def __init__(self, client: discord.Client, *, proxies: ProxyResolver | None = None) -> None:
         self._client = client
         self._webhooks: dict[int, discord.Webhook] = {}
         self.webhook_ids: set[int] = set()
-        self.recent = RecentDeliveries()
+        self.recent: Recent[str] = Recent()
         self.main_persona_name: dict[int | None, str] = {}
+        self.proxies = proxies
+        """The proxy system's API (``PLURALKIT_API_BASE``); None: proxies are not recognised."""
+        self.recent_proxies: Recent[ProxyIdentity] = Recent()
 
     @property
     def bot_user_id(self) -> int:
@@ -111,25 +120,104 @@ class DiscordAdapter:
     # -- reading -----------------------------------------------------------------------------
 
     def convert(
-        self, message: discord.Message, *, persona_name: str | None = None
+        self,
+        message: discord.Message,
+        *,
+        persona_name: str | None = None,
+        proxy: ProxyIdentity | None = None,
     ) -> HistoryMessage:
-        """``message`` for the pipeline; ``persona_name`` is who spoke it when the caller
-        knows (from the message index), else it is worked out as the class says."""
+        """``message`` for the pipeline; ``persona_name`` (or the proxied member, ``proxy``)
+        is who spoke it when the caller knows (from the message index or the proxy system),
+        else it is worked out as the class says."""
         return convert_message(
             message,
             bot_user_id=self.bot_user_id,
             persona_name=persona_name or self._persona_name(message),
+            proxy=proxy or self.recent_proxies.get(message.id),
         )
 
-    async def convert_read(self, messages: Sequence[discord.Message]) -> list[HistoryMessage]:
-        """Messages read over REST, converted and attributed from the message index."""
-        delivered = await self._delivered_persona_names([m.id for m in messages])
-        return [self.convert(m, persona_name=delivered.get(m.id)) for m in messages]
+    async def convert_live(self, message: discord.Message) -> HistoryMessage:
+        """A message from the gateway; a proxy system's webhook message is looked up first, so
+        it arrives as its member's, accountable to its sender."""
+        proxy = await self._proxy_identity(message) if self._may_be_proxied(message) else None
+        return self.convert(message, proxy=proxy)
 
-    async def _delivered_persona_names(self, message_ids: Sequence[int]) -> dict[int, str]:
+    async def convert_read(self, messages: Sequence[discord.Message]) -> list[HistoryMessage]:
+        """Messages read over REST, converted and attributed from the message index (and, for
+        a proxy system's messages not indexed yet, the proxy system)."""
+        known = await self._attributions([m.id for m in messages])
+        converted = []
+        for message in messages:
+            found = known.get(message.id)
+            proxy = found.proxy if found else None
+            if proxy is None and found is None and self._may_be_proxied(message):
+                proxy = await self._proxy_identity(message)
+            persona_name = found.persona_name if found else None
+            converted.append(self.convert(message, persona_name=persona_name, proxy=proxy))
+        return converted
+
+    async def _attributions(self, message_ids: Sequence[int]) -> dict[int, Attribution]:
         if not message_ids:
             return {}
-        return await sync_to_async(selectors.delivered_persona_names)(message_ids=message_ids)
+        return await sync_to_async(selectors.message_attributions)(message_ids=message_ids)
+
+    def _may_be_proxied(self, message: discord.Message) -> bool:
+        return (
+            self.proxies is not None
+            and message.webhook_id is not None
+            and message.webhook_id not in self.webhook_ids
+        )
+
+    async def _proxy_identity(self, message: discord.Message) -> ProxyIdentity | None:
+        """The member a proxy system's webhook message speaks as (indexed once known)."""
+        assert self.proxies is not None
+        record = await self.proxies.lookup(message.id)
+        if record is None or record.proxied_id != message.id:
+            return None
+        await self._index_proxied(record, message.channel.id, message.guild, message.webhook_id)
+        return record.identity
+
+    async def _index_proxied(
+        self,
+        record: ProxyRecord,
+        channel_id: int,
+        guild: discord.Guild | None,
+        webhook_id: int | None,
+    ) -> None:
+        self.recent_proxies.record(record.proxied_id, record.identity)
+        await sync_to_async(proxied_message_record)(
+            message_id=record.proxied_id,
+            channel_id=channel_id,
+            guild_id=guild.id if guild is not None else None,
+            webhook_id=webhook_id,
+            member_id=record.identity.member_id,
+            member_name=record.identity.member_name,
+            sender_id=record.identity.host_user_id,
+            original_id=record.original_id,
+        )
+
+    async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
+        """Those of ``messages`` (people's messages) that a proxy system replaced: asked of the
+        proxy system once each message is ``grace_seconds`` old (the proxy needs a moment to
+        repost and delete), and indexed. Empty when no proxy system is configured."""
+        if self.proxies is None:
+            return frozenset()
+        candidates = [m for m in messages if m.author.webhook_id is None and not m.author.is_bot]
+        if not candidates:
+            return frozenset()
+        newest = max(m.created_at for m in candidates)
+        age = (discord.utils.utcnow() - newest).total_seconds()
+        if age < self.proxies.grace_seconds:
+            await asyncio.sleep(self.proxies.grace_seconds - age)
+        superseded = set()
+        for message in candidates:
+            record = await self.proxies.lookup(message.id)
+            if record is not None and record.original_id == message.id:
+                superseded.add(message.id)
+                channel = self._client.get_channel(message.channel_id)
+                guild = getattr(channel, "guild", None)
+                await self._index_proxied(record, message.channel_id, guild, None)
+        return frozenset(superseded)
 
     def _persona_name(self, message: discord.Message) -> str | None:
         recorded = self.recent.get(message.id)

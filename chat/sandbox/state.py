@@ -74,6 +74,17 @@ MESSAGE_TYPE_DEFAULT = 0
 MESSAGE_TYPE_REPLY = 19
 MESSAGE_TYPE_THREAD_STARTER = 21
 
+
+@dataclass(frozen=True, slots=True)
+class ProxyMember:
+    """A member of a proxy system (PluralKit-style): who they belong to and how they speak."""
+
+    sender_id: int
+    member_id: str
+    name: str
+    prefix: str
+
+
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
 _EVERYONE_MENTION = re.compile(r"@(everyone|here)\b")
@@ -131,6 +142,10 @@ class Sandbox:
         self._listeners: list[EventListener] = []
         self._nonces: dict[tuple[int, str], tuple[int, float]] = {}
         self._link_previews: dict[str, dict[str, Any]] = {}
+        self._proxy_members: list[ProxyMember] = []
+        self._proxy_webhooks: dict[int, Webhook] = {}
+        self._proxy_records: dict[int, dict[str, Any]] = {}
+        self.proxy_bot_id: int | None = None
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
 
     def add_link_preview(
@@ -145,6 +160,21 @@ class Sandbox:
             "title": title,
             "description": description,
         }
+
+    def add_proxy_member(self, sender_id: int, *, member_id: str, name: str, prefix: str) -> None:
+        """A PluralKit-style proxy bot speaks for ``sender_id``'s member ``name``: a message of
+        theirs that starts with ``prefix`` is reposted without it through the proxy bot's
+        webhook in that channel, shown as the member, then the original is deleted (both
+        dispatched, as Discord does). The proxy system's API (`proxy_record`) then knows both
+        ids. The proxy bot joins the world on first use."""
+        if self.proxy_bot_id is None:
+            self.proxy_bot_id = self.add_user("PluralKit", bot=True)
+        self._proxy_members.append(ProxyMember(sender_id, member_id, name, prefix))
+
+    def proxy_record(self, message_id: int) -> dict[str, Any] | None:
+        """What PluralKit's ``GET /v2/messages/{id}`` answers for a proxied message or its
+        original: the ids, the sender, and the member; None (a 404) for any other message."""
+        return self._proxy_records.get(message_id)
 
     # ----------------------------------------------------------------- building the world
 
@@ -511,7 +541,54 @@ class Sandbox:
             self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
         self._publish("MESSAGE_CREATE", self.message_payload(message, gateway=True), guild.id)
         self._unfurl_links(message)
-        return self.message_payload(message)
+        payload = self.message_payload(message)
+        if webhook is None:
+            self._proxy(message)
+        return payload
+
+    def _proxy(self, original: Message) -> None:
+        """The proxy bot's work on a user's message (see `add_proxy_member`)."""
+        member = next(
+            (
+                m
+                for m in self._proxy_members
+                if m.sender_id == original.author_id
+                and original.content.lower().startswith(m.prefix.lower())
+            ),
+            None,
+        )
+        if member is None or self.proxy_bot_id is None:
+            return
+        webhook = self._proxy_webhooks.get(original.channel_id)
+        if webhook is None:
+            webhook = Webhook(
+                id=self._snowflakes.next_id(),
+                guild_id=original.guild_id,
+                channel_id=original.channel_id,
+                name="PluralKit",
+                avatar=None,
+                token=secrets.token_urlsafe(51),
+                creator_id=self.proxy_bot_id,
+            )
+            self._webhooks[webhook.id] = self._proxy_webhooks[original.channel_id] = webhook
+        proxied = self.create_message(
+            original.channel_id,
+            author_id=webhook.id,
+            content=original.content[len(member.prefix) :].strip(),
+            webhook=WebhookAuthor(webhook_id=webhook.id, username=member.name, avatar=None),
+        )
+        record = {
+            "timestamp": proxied["timestamp"],
+            "id": proxied["id"],
+            "original": str(original.id),
+            "sender": str(original.author_id),
+            "channel": str(original.channel_id),
+            "guild": str(original.guild_id),
+            "system": {"id": f"s{original.author_id % 100000:05d}", "name": None},
+            "member": {"id": member.member_id, "name": member.name, "display_name": None},
+        }
+        self._proxy_records[int(proxied["id"])] = self._proxy_records[original.id] = record
+        self.delete_message(original.channel_id, original.id)
 
     def _unfurl_links(self, message: Message) -> None:
         """Add the preview embeds of the known links in ``message`` (Discord's unfurler, which

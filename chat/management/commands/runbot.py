@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from chat.worker import (
     WorkerConfig,
     llm_client_from_settings,
+    proxy_resolver_from_settings,
     run_worker,
     vision_client_from_settings,
     vision_model_from_settings,
@@ -86,10 +87,13 @@ class Command(BaseCommand):
         llm = llm_client_from_settings()
         vision_client = vision_client_from_settings()
         vision = vision_model_from_settings(vision_client or llm)
+        proxies = proxy_resolver_from_settings()
         try:
-            await run_worker(config, llm=llm, stop=stop, vision=vision)
+            await run_worker(config, llm=llm, stop=stop, vision=vision, proxies=proxies)
         finally:
             await llm.aclose()
+            if proxies is not None:
+                await proxies.aclose()
             if vision_client is not None:
                 await vision_client.aclose()
         self.stdout.write("worker stopped")

@@ -15,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from chat.gateway.client import PersonaBotClient
+from chat.gateway.proxies import ProxyResolver
 from chat.llm.attempts import AttemptRunner, RetryPolicy
 from chat.llm.base import ModelSpec
 from chat.llm.fake_server import FakeLLMServer
@@ -53,6 +54,7 @@ class World:
     llm: FakeLLMServer
     client: PersonaBotClient | None = None
     task: asyncio.Task | None = None
+    proxies: ProxyResolver | None = None
 
     def bot_messages(self, channel_id: int) -> list[dict]:
         return [
@@ -71,9 +73,12 @@ class World:
         shard_ids: list[int] | None = None,
         shard_count: int | None = None,
         vision_model: str | None = None,
+        proxies: bool = False,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
-        the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one."""
+        the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
+        with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
+        makes it."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -91,7 +96,15 @@ class World:
         vision = None
         if vision_model is not None:
             vision = VisionModel(llm_client, ModelSpec(vision_model, supports_vision=True))
-        self.client = build_client(config, llm=llm_client, runner=runner, vision=vision)
+        if proxies:
+            self.proxies = ProxyResolver(
+                api_base=self.sandbox.pluralkit_api_base,
+                requests_per_second=50,
+                grace_seconds=0.2,
+            )
+        self.client = build_client(
+            config, llm=llm_client, runner=runner, vision=vision, proxies=self.proxies
+        )
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())
         return self.client
@@ -111,6 +124,9 @@ class World:
             raise AssertionError(f"the worker did not stop:\n{stacks.getvalue()}") from None
         finally:
             self.client = self.task = None
+            if self.proxies is not None:
+                await self.proxies.aclose()
+                self.proxies = None
 
     async def settle(self) -> None:
         """Wait until the worker has stored every message it took in, has nothing queued and

@@ -9,11 +9,11 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Reply
-from chat.models import Turn
+from chat.models import MessageIndex, Turn
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.records import Upload
-from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
-from personas.models import Persona, UserPrivacy
+from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
+from personas.models import Block, Persona, UserPrivacy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -263,3 +263,72 @@ async def test_a_user_with_full_privacy_triggers_nothing(world):
     assert world.bot_messages(GENERAL) == []
     assert await sync_to_async(_turns)() == []
     assert world.llm.chat_bodies == []
+
+
+def _persona_replies(world, channel_id: int = GENERAL) -> list[dict]:
+    """Messages of the bot account and of its own webhooks (not the proxy system's)."""
+    return [
+        m
+        for m in world.sandbox.sandbox.channel_messages(channel_id)
+        if int(m["author"]["id"]) == DEMO_BOT_ID
+        or (m.get("webhook_id") and m["author"]["username"] in ("Tomori", "Anon"))
+    ]
+
+
+async def test_a_proxied_member_is_answered_as_the_member_and_the_original_never(world):
+    sandbox = world.sandbox.sandbox
+    sandbox.add_proxy_member(ALICE, member_id="lilya", name="Lilya", prefix="l:")
+    await world.start_worker(proxies=True)
+    original = world.say("l: tomori, hello from lilya")
+    await eventually(lambda: _persona_replies(world))
+    await world.drained()
+
+    proxied = next(m for m in sandbox.channel_messages(GENERAL) if m.get("webhook_id"))
+    [reply] = _persona_replies(world)
+    assert reply["message_reference"]["message_id"] == proxied["id"]
+    [body] = world.llm.chat_bodies
+    text = _prompt_text(body)
+    assert "Lilya: [ref_1] tomori, hello from lilya" in text
+    assert "l: tomori" not in text
+    row = await sync_to_async(MessageIndex.objects.get)(message_id=int(proxied["id"]))
+    assert (row.proxy_member_id, row.proxy_member_name, row.proxy_sender_id) == (
+        "lilya",
+        "Lilya",
+        ALICE,
+    )
+    assert row.proxy_original_id == int(original["id"])
+    [turn] = await sync_to_async(_turns)()
+    assert turn.trigger_message_id == int(proxied["id"])
+
+    # The next turn reads history over REST: the member stays the member, the superseded
+    # original never appears.
+    await world.stop_worker()
+    await world.start_worker(proxies=True)
+    world.say("tomori, who was that?", author=BOB)
+    await eventually(lambda: len(_persona_replies(world)) == 2)
+    await world.settle()
+    text = _prompt_text(world.llm.chat_bodies[1])
+    assert "Lilya: [ref_1] tomori, hello from lilya" in text
+    assert "l: tomori" not in text
+
+
+async def test_a_block_on_the_sender_applies_to_their_proxied_member(world):
+    def block_alice() -> None:
+        tomori = Persona.objects.get(name="Tomori")
+        Block.objects.create(guild=tomori.guild, persona=tomori, user_id=ALICE, type="block")
+
+    await sync_to_async(block_alice)()
+    world.sandbox.sandbox.add_proxy_member(ALICE, member_id="lilya", name="Lilya", prefix="l:")
+    await world.start_worker(proxies=True)
+    world.say("l: tomori and anon, it's me, lilya")
+    await eventually(lambda: _persona_replies(world))
+    await world.drained()
+
+    # Tomori blocked Alice, so not her member either; Anon answers the member, once.
+    [reply] = _persona_replies(world)
+    assert reply["author"]["username"] == "Anon"
+    [turn] = await sync_to_async(_turns)()
+    assert turn.persona_name == "Anon"
+    assert "Lilya: [ref_1] tomori and anon, it's me, lilya" in _prompt_text(
+        world.llm.chat_bodies[0]
+    )
