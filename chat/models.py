@@ -161,6 +161,12 @@ class Turn(models.Model):
     )
     persona_name = models.CharField(max_length=80)
     trigger_message_id = models.PositiveBigIntegerField(null=True, blank=True)
+    trigger_author_id = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Who addressed the persona (a proxy's sender); the presence reunion notes "
+        "read. Empty for maintenance turns and turns answering another persona.",
+    )
     reason = models.CharField(max_length=16, choices=TURN_REASON_CHOICES)
     reason_detail = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)

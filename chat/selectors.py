@@ -12,7 +12,14 @@ from django.db.models import F
 
 from chat.llm.base import ModelSpec
 from chat.llm.capabilities import model_capabilities
-from chat.models import ChannelWindowAnchor, EventQueue, MessageIndex, ShortTermMemory, UnreadEvent
+from chat.models import (
+    ChannelWindowAnchor,
+    EventQueue,
+    MessageIndex,
+    ShortTermMemory,
+    Turn,
+    UnreadEvent,
+)
 from chat.pipeline.triggers import TriggerPersona
 from chat.pipeline.types import (
     BlockType,
@@ -359,6 +366,17 @@ def short_term_memories_due(
         .order_by("last_turn_at")
     )
     return list(rows.values_list("id", flat=True))
+
+
+def last_presence(*, persona_id: int, user_id: int) -> dt.datetime | None:
+    """When ``user_id`` last addressed the persona and was answered (their recorded presence),
+    or None."""
+    rows = Turn.objects.filter(
+        persona_id=persona_id,
+        trigger_author_id=user_id,
+        status__in=[Turn.Status.DELIVERING, Turn.Status.REPLIED],
+    )
+    return rows.order_by("-created_at").values_list("created_at", flat=True).first()
 
 
 def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:

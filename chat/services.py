@@ -523,7 +523,7 @@ async def _turn_input(
     channel, persona = request.channel, request.persona
     reply_targets = await _reply_targets(runtime.port, channel.channel_id, history)
     people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
-    user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
+    user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
         persona=selectors.persona_spec(persona),
@@ -549,6 +549,7 @@ async def _turn_input(
         configured_tools=_configured_tools(runtime),
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
+        reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
         token_cache=previous.token_cache if previous else {},
         previous_history=previous.simplified_history if previous else None,
@@ -569,6 +570,7 @@ class _People:
     blacklisted: frozenset[int]
     stm_text: str | None
     stm_due: bool
+    last_seen: dt.datetime | None
 
 
 def _gather_people(
@@ -591,7 +593,14 @@ def _gather_people(
         user_id=memory_scope_user_id(request),
     )
     state = memory.state if memory is not None else None
+    trigger = request.trigger
+    last_seen = None
+    if trigger.author.persona_name is None and request.reason != TurnReason.MAINTENANCE:
+        last_seen = selectors.last_presence(
+            persona_id=persona.id, user_id=trigger.accountable_user_id
+        )
     return _People(
+        last_seen=last_seen,
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
         stm_text=visible_memory_text(state, now=now),
@@ -884,6 +893,9 @@ def _turn_create(request: TurnRequest) -> Turn:
         persona=request.persona,
         persona_name=request.persona.name,
         trigger_message_id=None if maintenance else request.trigger.id,
+        trigger_author_id=None
+        if maintenance or request.trigger.author.persona_name is not None
+        else request.trigger.accountable_user_id,
         reason=str(request.reason),
         reason_detail=detail,
     )

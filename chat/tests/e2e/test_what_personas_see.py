@@ -3,13 +3,16 @@ capabilities, their own past after a restart, threads, privacy, co-responders.""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from chat.llm.fake_server import Reply
 from chat.models import MessageIndex, Turn
+from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
@@ -290,6 +293,7 @@ async def test_a_proxied_member_is_answered_as_the_member_and_the_original_never
     text = _prompt_text(body)
     assert "Lilya: [ref_1] tomori, hello from lilya" in text
     assert "l: tomori" not in text
+    assert "[System: Lilya is a proxied member: Alice's account speaks for them.]" in text
     row = await sync_to_async(MessageIndex.objects.get)(message_id=int(proxied["id"]))
     assert (row.proxy_member_id, row.proxy_member_name, row.proxy_sender_id) == (
         "lilya",
@@ -332,3 +336,48 @@ async def test_a_block_on_the_sender_applies_to_their_proxied_member(world):
     assert "Lilya: [ref_1] tomori and anon, it's me, lilya" in _prompt_text(
         world.llm.chat_bodies[0]
     )
+
+
+async def test_people_mentioned_but_not_speaking_are_named_for_the_persona(world):
+    await world.start_worker()
+    world.say(f"tomori, say hi to <@{BOB}> for me")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.settle()
+
+    text = _prompt_text(world.llm.chat_bodies[0])
+    assert "[System: Mentioned here but not speaking: Bob.]" in text
+    assert str(BOB) not in text
+
+
+async def test_a_person_back_after_days_away_gets_a_reunion_note_once(world):
+    def seen_ten_days_ago() -> None:
+        tomori = Persona.objects.get(name="Tomori")
+        turn = Turn.objects.create(
+            channel_id=GENERAL,
+            guild_id=tomori.guild.guild_id,
+            persona=tomori,
+            persona_name="Tomori",
+            trigger_message_id=1,
+            trigger_author_id=ALICE,
+            reason="trigger_word",
+            status=Turn.Status.REPLIED,
+        )
+        long_ago = timezone.now() - dt.timedelta(days=10)
+        Turn.objects.filter(id=turn.id).update(created_at=long_ago)
+
+    await sync_to_async(seen_ten_days_ago)()
+    await world.start_worker()
+    world.say("tomori, I'm back!")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+    world.say("tomori, did you miss me?")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    await world.settle()
+
+    first, second = (_prompt_text(body) for body in world.llm.chat_bodies)
+    day = (timezone.now() - dt.timedelta(days=10)).date()
+    note = f"Alice is back; the last time they talked with you was {date_label(day)}."
+    assert f"[System: {note}]" in first
+    assert "is back;" not in second  # the first reply recorded her presence
+    turns = await sync_to_async(_turns)()
+    assert [t.trigger_author_id for t in turns[1:]] == [ALICE, ALICE]
