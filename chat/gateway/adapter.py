@@ -269,10 +269,11 @@ class DiscordAdapter:
             after = discord.Object(id=reply_to)
             messages = [m async for m in channel.history(after=after, limit=limit)]
             own_webhooks = set()
-            if not speaker.is_main and isinstance(channel, discord.TextChannel):
+            hooked = channel.parent if isinstance(channel, discord.Thread) else channel
+            if not speaker.is_main and isinstance(hooked, discord.TextChannel):
                 own_webhooks = {
                     w.id
-                    for w in await channel.webhooks()
+                    for w in await hooked.webhooks()
                     if w.user and w.user.id == self.bot_user_id
                 }
         except discord.HTTPException as error:
@@ -393,9 +394,13 @@ class DiscordAdapter:
     async def _deliver_by_webhook(
         self, channel_id: int, speaker: Speaker, pieces: Sequence[str], notice: str | None
     ) -> list[Delivered]:
+        # In a thread, the parent channel's webhook posts into the thread.
+        channel = await self._channel(channel_id)
+        thread = channel if isinstance(channel, discord.Thread) else None
+        hooked_id = thread.parent_id if thread is not None else channel_id
         delivered = []
         for piece in ([notice] if notice else []) + list(pieces):
-            sent = await self._webhook_send(channel_id, speaker, piece)
+            sent = await self._webhook_send(hooked_id, speaker, piece, thread=thread)
             self.recent.record(sent.id, speaker.name)
             delivered.append(
                 Delivered(
@@ -407,7 +412,9 @@ class DiscordAdapter:
             )
         return delivered
 
-    async def _webhook_send(self, channel_id: int, speaker: Speaker, text: str):
+    async def _webhook_send(
+        self, channel_id: int, speaker: Speaker, text: str, *, thread: discord.Thread | None
+    ):
         for attempt in range(2):
             webhook = await self._webhook(channel_id)
             try:
@@ -416,6 +423,7 @@ class DiscordAdapter:
                     username=sanitize_webhook_name(speaker.name),
                     avatar_url=speaker.avatar_url or discord.utils.MISSING,
                     allowed_mentions=NO_MENTIONS_BUT_USERS,
+                    thread=thread or discord.utils.MISSING,
                     wait=True,
                 )
             except discord.NotFound as error:

@@ -765,18 +765,26 @@ class Sandbox:
         uploads: Sequence[Upload] = (),
         allowed_mentions: AllowedMentions | None = None,
         tts: bool = False,
+        thread_id: int | None = None,
     ) -> dict[str, Any]:
         """Post through a webhook, shown as `username`/`avatar_url` when given (else the
-        webhook's own name and avatar). Raises 404 10015 / 401 50027 for an unknown webhook or
-        a wrong token."""
+        webhook's own name and avatar); with `thread_id`, into that thread of the webhook's
+        channel. Raises 404 10015 / 401 50027 for an unknown webhook or a wrong token, 404
+        10003 for a thread that is not one of the webhook's channel."""
         webhook = self._webhook(webhook_id, token)
+        target = webhook.channel_id
+        if thread_id is not None:
+            thread = self._channel(thread_id)
+            if thread.parent_id != webhook.channel_id:
+                raise unknown(ErrorCode.UNKNOWN_CHANNEL)
+            target = thread.id
         author = WebhookAuthor(
             webhook_id=webhook.id,
             username=username or webhook.name,
             avatar=avatar_hash(avatar_url) if avatar_url else webhook.avatar,
         )
         return self.create_message(
-            webhook.channel_id,
+            target,
             author_id=webhook.id,
             content=content,
             embeds=embeds,

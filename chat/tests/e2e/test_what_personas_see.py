@@ -381,3 +381,22 @@ async def test_a_person_back_after_days_away_gets_a_reunion_note_once(world):
     assert "is back;" not in second  # the first reply recorded her presence
     turns = await sync_to_async(_turns)()
     assert [t.trigger_author_id for t in turns[1:]] == [ALICE, ALICE]
+
+
+async def test_an_alter_persona_answers_in_a_thread_through_the_parents_webhook(world):
+    await world.start_worker()
+    starter = world.say("a new song idea")
+    sandbox = world.sandbox.sandbox
+    thread_id = sandbox.start_thread(GENERAL, int(starter["id"]), name="song", creator_id=ALICE)
+    world.say("anon, what do you think?", channel_id=thread_id)
+    await eventually(lambda: world.bot_messages(thread_id))
+    await world.drained()
+
+    [reply] = world.bot_messages(thread_id)
+    assert reply["author"]["username"] == "Anon" and reply["webhook_id"]
+    assert world.bot_messages(GENERAL) == []
+    [turn] = await sync_to_async(_turns)()
+    assert turn.status == "replied"
+    assert '[ref_1, thread started from ref_2 Alice: "a new song idea"]' in _prompt_text(
+        world.llm.chat_bodies[0]
+    )
