@@ -48,13 +48,15 @@ class ReactiveLoop:
         is read anew for each batch of messages, so a change applies from the next batch."""
         channel_id = configuration.channel_id
         answered_earlier = False  # a turn for an earlier message ran in this busy stretch
-        while pending := await sync_to_async(ingress.unread_pool_messages)(channel_id=channel_id):
-            # A message a proxy system replaced (and deleted) is never answered: its proxied
-            # copy, the member's message, is.
-            superseded = await self._runtime.port.superseded_originals(pending)
+        # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
+        # the member's message, is.
+        port = self._runtime.port
+        while pending := await ingress.unread_pool_without_superseded(
+            port=port, channel_id=channel_id
+        ):
             plans = await sync_to_async(trigger_plans)(
                 configuration=configuration,
-                pending=[m for m in pending if m.id not in superseded],
+                pending=pending,
                 bot_user_id=self._own().bot_user_id,
             )
             await publish(channel_group(channel_id), UnreadCount(count=len(pending)))
@@ -87,10 +89,6 @@ class ReactiveLoop:
                 answered_earlier = answered_earlier or ran_for_this_message
                 await sync_to_async(ingress.unread_pool_take)(
                     channel_id=channel_id, up_to_message_id=plan.message.id
-                )
-            if superseded:  # every pending message was planned: none is left behind
-                await sync_to_async(ingress.unread_pool_take)(
-                    channel_id=channel_id, up_to_message_id=max(m.id for m in pending)
                 )
             reread = await sync_to_async(selectors.channel_configuration)(
                 channel_id=channel_id,
