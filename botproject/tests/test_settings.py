@@ -87,6 +87,8 @@ def _start(**overrides: str) -> subprocess.CompletedProcess:
         ("DISCORD_API_BASE", "discord.com/api"),
         ("DISCORD_GATEWAY_URL", "http://gateway.example"),
         ("LLM_BASE_URL", "ftp://models.example"),
+        ("LLM_VISION_BASE_URL", "models.example/v1"),
+        ("PLURALKIT_API_BASE", "ftp://api.pluralkit.me/v2"),
     ],
 )
 def test_start_up_fails_naming_the_bad_variable(variable, value):
