@@ -111,6 +111,7 @@ class DiscordAdapter:
         self.proxies = proxies
         """The proxy system's API (``PLURALKIT_API_BASE``); None: proxies are not recognised."""
         self.recent_proxies: Recent[ProxyIdentity] = Recent()
+        self._lookups: set[asyncio.Future[ProxyIdentity | None]] = set()
 
     @property
     def bot_user_id(self) -> int:
@@ -170,6 +171,17 @@ class DiscordAdapter:
 
     async def _proxy_identity(self, message: discord.Message) -> ProxyIdentity | None:
         """The member a proxy system's webhook message speaks as (indexed once known)."""
+        lookup = asyncio.ensure_future(self._proxy_lookup(message))
+        self._lookups.add(lookup)
+        try:
+            return await asyncio.shield(lookup)
+        finally:
+            if lookup.done():
+                self._lookups.discard(lookup)
+            else:
+                lookup.add_done_callback(self._lookups.discard)
+
+    async def _proxy_lookup(self, message: discord.Message) -> ProxyIdentity | None:
         assert self.proxies is not None
         record = await self.proxies.lookup(message.id)
         if record is None or record.proxied_id != message.id:
@@ -197,27 +209,23 @@ class DiscordAdapter:
         )
 
     async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
-        """Those of ``messages`` (people's messages) that a proxy system replaced: asked of the
-        proxy system once each message is ``grace_seconds`` old (the proxy needs a moment to
-        repost and delete), and indexed. Empty when no proxy system is configured."""
+        """Those of ``messages`` (people's messages) that a proxy system replaced. The proxy
+        reposts within a moment, and its webhook message is looked up as it arrives (which
+        indexes the original it replaced); so once the newest of them is ``grace_seconds``
+        old and the lookups under way have finished, the message index knows. No request per
+        message. Empty when no proxy system is configured."""
         if self.proxies is None:
             return frozenset()
-        candidates = [m for m in messages if m.author.webhook_id is None and not m.author.is_bot]
+        candidates = [m.id for m in messages if m.author.webhook_id is None]
         if not candidates:
             return frozenset()
-        newest = max(m.created_at for m in candidates)
+        newest = max(m.created_at for m in messages if m.author.webhook_id is None)
         age = (discord.utils.utcnow() - newest).total_seconds()
         if age < self.proxies.grace_seconds:
             await asyncio.sleep(self.proxies.grace_seconds - age)
-        superseded = set()
-        for message in candidates:
-            record = await self.proxies.lookup(message.id)
-            if record is not None and record.original_id == message.id:
-                superseded.add(message.id)
-                channel = self._client.get_channel(message.channel_id)
-                guild = getattr(channel, "guild", None)
-                await self._index_proxied(record, message.channel_id, guild, None)
-        return frozenset(superseded)
+        if self._lookups:
+            await asyncio.gather(*list(self._lookups), return_exceptions=True)
+        return await sync_to_async(selectors.superseded_original_ids)(message_ids=candidates)
 
     def _persona_name(self, message: discord.Message) -> str | None:
         recorded = self.recent.get(message.id)
