@@ -81,6 +81,12 @@ class DiscordPort(Protocol):
         """One message over REST; None when it is gone or cannot be read."""
         ...
 
+    async def thread_starter(self, channel_id: int) -> HistoryMessage | None:
+        """When the channel is a thread: the message it was started from (fetched from the
+        parent channel with the thread's id; a forum post's own first message); None for any
+        other channel, or when that message is gone."""
+        ...
+
     async def find_delivery(
         self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
     ) -> list[Delivered]:

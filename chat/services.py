@@ -510,7 +510,23 @@ async def _history(
         advanced_by=selection.advanced_by,
         message_count=len(selection.messages),
     )
-    return selection.messages, reasons
+    return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+
+
+async def _with_thread_starter(
+    port: DiscordPort, channel: ChannelSettings, window: tuple[HistoryMessage, ...]
+) -> tuple[HistoryMessage, ...]:
+    """A thread's window with the message the thread was started from first, when the
+    thread's own start (Discord's starter message pointing at it, or a forum post's first
+    message) has left the window: the thread's prompts always show what it is about."""
+    if channel.guild is None or any(
+        m.id == channel.channel_id
+        or (m.reference is not None and m.reference.kind is ReferenceKind.THREAD_STARTER)
+        for m in window
+    ):
+        return window
+    starter = await port.thread_starter(channel.channel_id)
+    return window if starter is None else (starter, *window)
 
 
 async def _turn_input(

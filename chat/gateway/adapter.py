@@ -41,6 +41,8 @@ NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, use
 RECENT_DELIVERIES = 5000
 """How many of its own deliveries (and proxied messages) the adapter remembers for attributing
 cached messages (the size of the gateway's message cache: an older one is no longer cached)."""
+THREAD_STARTERS = 256
+"""How many threads' starter messages the adapter keeps (read once per thread)."""
 V = TypeVar("V")
 
 
@@ -112,6 +114,7 @@ class DiscordAdapter:
         """The proxy system's API (``PLURALKIT_API_BASE``); None: proxies are not recognised."""
         self.recent_proxies: Recent[ProxyIdentity] = Recent()
         self._lookups: set[asyncio.Future[ProxyIdentity | None]] = set()
+        self._starters: Recent[HistoryMessage] = Recent(capacity=THREAD_STARTERS)
 
     @property
     def bot_user_id(self) -> int:
@@ -268,6 +271,24 @@ class DiscordAdapter:
             return None
         [converted] = await self.convert_read([message])
         return converted
+
+    async def thread_starter(self, channel_id: int) -> HistoryMessage | None:
+        try:
+            channel = await self._channel(channel_id)
+        except DeliveryError:
+            return None
+        if not isinstance(channel, discord.Thread) or channel.parent_id is None:
+            return None
+        # A thread started from a message has that message's id, in the parent channel; a
+        # forum post's starter is the thread's own first message, with the same id.
+        known = self._starters.get(channel.id)
+        if known is not None:
+            return known
+        starter = await self.fetch_message(channel.parent_id, channel.id)
+        starter = starter or await self.fetch_message(channel.id, channel.id)
+        if starter is not None:
+            self._starters.record(channel.id, starter)
+        return starter
 
     async def find_delivery(
         self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50

@@ -16,7 +16,7 @@ from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
-from personas.models import Block, Persona, UserPrivacy
+from personas.models import Block, GuildConfig, Persona, UserPrivacy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -400,3 +400,27 @@ async def test_an_alter_persona_answers_in_a_thread_through_the_parents_webhook(
     assert '[ref_1, thread started from ref_2 Alice: "a new song idea"]' in _prompt_text(
         world.llm.chat_bodies[0]
     )
+
+
+async def test_a_long_threads_prompt_still_starts_from_the_message_it_was_started_from(world):
+    await sync_to_async(lambda: GuildConfig.objects.update(message_fetch_limit=20))()
+    await world.start_worker()
+    starter = world.say("my comic, page one", attachments=[Upload("p1.png", PNG, "image/png")])
+    sandbox = world.sandbox.sandbox
+    thread_id = sandbox.start_thread(GENERAL, int(starter["id"]), name="comic", creator_id=ALICE)
+    for n in range(30):  # the thread's own start leaves the window
+        world.say(f"panel {n}", channel_id=thread_id, author=BOB if n % 2 else ALICE)
+    world.say("tomori, what was this thread about?", channel_id=thread_id)
+    await eventually(lambda: world.bot_messages(thread_id))
+    await world.settle()
+
+    [body] = world.llm.chat_bodies
+    text = _prompt_text(body)
+    assert "thread started from" not in text  # Discord's starter message is out of the window
+    assert "panel 0" not in text
+    first_line = next(m for m in body["messages"] if "my comic, page one" in str(m["content"]))
+    assert body["messages"].index(first_line) < min(
+        i for i, m in enumerate(body["messages"]) if "panel" in str(m["content"])
+    )
+    # Its image comes along (within the media window: the window holds at most 20 messages).
+    assert [p["image_url"]["url"] for p in _image_parts(body)] == [starter["attachments"][0]["url"]]
