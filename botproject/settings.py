@@ -173,6 +173,13 @@ if LLM_BASE_URL:
     LLM_BASE_URL = env_url("LLM_BASE_URL", "", schemes=("http", "https"))
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_MODEL = env_str("LLM_MODEL", "gpt-4o-mini")
+LLM_VISION_MODEL = env_str("LLM_VISION_MODEL")
+LLM_VISION_BASE_URL = env_str("LLM_VISION_BASE_URL")
+if LLM_VISION_BASE_URL:
+    LLM_VISION_BASE_URL = env_url("LLM_VISION_BASE_URL", "", schemes=("http", "https"))
+PLURALKIT_API_BASE = env_str("PLURALKIT_API_BASE")
+if PLURALKIT_API_BASE:
+    PLURALKIT_API_BASE = env_url("PLURALKIT_API_BASE", "", schemes=("http", "https"))
 
 # --- Auth, i18n, static -----------------------------------------------------------------------
 

@@ -30,12 +30,16 @@ TURN_REASON_CHOICES = [(str(reason), TURN_REASON_LABELS[reason]) for reason in T
 
 
 class MessageIndex(models.Model):
-    """A message the bot delivered, and which persona spoke it.
+    """A message the bot delivered, and which persona spoke it; or a proxied member's message.
 
     Written when a delivery succeeds (one row per Discord message sent, the "Replying to"
     notice included); ``author_id`` is the account Discord shows (the bot user, or the webhook's
     id for webhook personas) and ``webhook_id`` the webhook that sent it. The reactive trigger
     rules read it to know which persona a reply answers.
+
+    A proxied message (a proxy system's webhook speaking for a member, PluralKit-style) has no
+    persona and the ``proxy_*`` fields: the member, the sender behind it, and the original the
+    proxy deleted (superseded: never answered, never in history).
     """
 
     message_id = models.PositiveBigIntegerField(unique=True)
@@ -46,12 +50,25 @@ class MessageIndex(models.Model):
         Persona, on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )
     webhook_id = models.PositiveBigIntegerField(null=True, blank=True)
+    proxy_member_id = models.CharField(
+        max_length=64, blank=True, help_text="A proxied message: the proxy system's member id"
+    )
+    proxy_member_name = models.CharField(max_length=100, blank=True)
+    proxy_sender_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The account behind the member (blocks, privacy)"
+    )
+    proxy_original_id = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The user's message the proxy replaced (deleted)"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name = "message index entry"
         verbose_name_plural = "message index"
-        indexes = [models.Index(fields=["channel_id", "message_id"])]
+        indexes = [
+            models.Index(fields=["channel_id", "message_id"]),
+            models.Index(fields=["proxy_original_id"], name="message_index_proxy_original"),
+        ]
 
     def __str__(self) -> str:
         return f"message {self.message_id} in {self.channel_id}"
@@ -149,15 +166,25 @@ class Turn(models.Model):
     )
     persona_name = models.CharField(max_length=80)
     trigger_message_id = models.PositiveBigIntegerField(null=True, blank=True)
+    trigger_author_id = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Who addressed the persona (a proxy's sender); the presence reunion notes "
+        "read. Empty for maintenance turns and turns answering another persona.",
+    )
     reason = models.CharField(max_length=16, choices=TURN_REASON_CHOICES)
     reason_detail = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     prompt_record = CompressedJSONField(default=dict)
-    window = models.JSONField(
-        default=dict, blank=True, help_text="The history window read (`services.window_report`)"
-    )
     cache_prefix_end = models.PositiveIntegerField(null=True, blank=True)
     truncation = models.JSONField(default=dict, blank=True)
+    window = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The history window read (`services.window_report`): its messages, refs and "
+        "what was left out; rest_reason (null: reused), reanchor_reason (null: the stored anchor "
+        "was kept), advanced_by, message_count",
+    )
     tool_allowlist = models.JSONField(default=list, blank=True)
     prefill = models.TextField(blank=True)
     attempts = models.JSONField(default=list, blank=True)

@@ -89,6 +89,12 @@ class DiscordPort(Protocol):
         """One message over REST; None when it is gone or cannot be read."""
         ...
 
+    async def thread_starter(self, channel_id: int) -> HistoryMessage | None:
+        """When the channel is a thread: the message it was started from (fetched from the
+        parent channel with the thread's id; a forum post's own first message); None for any
+        other channel, or when that message is gone."""
+        ...
+
     async def find_delivery(
         self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
     ) -> list[Delivered]:
@@ -97,6 +103,11 @@ class DiscordPort(Protocol):
         and the pieces that follow it; for a webhook persona, this bot's webhook messages under
         the persona's name. Empty when nothing was sent. Raises DeliveryError when Discord
         cannot be read."""
+        ...
+
+    async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
+        """Those of ``messages`` that a proxy system (PluralKit-style) replaced with a proxied
+        member's message and deleted: they are never answered. Empty without a proxy system."""
         ...
 
     async def locate_channel(self, channel_id: int) -> ChannelPlace | None:

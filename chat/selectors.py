@@ -11,7 +11,15 @@ from django.conf import settings
 from django.db.models import F
 
 from chat.llm.base import ModelSpec
-from chat.models import ChannelWindowAnchor, EventQueue, MessageIndex, ShortTermMemory, UnreadEvent
+from chat.llm.capabilities import model_capabilities
+from chat.models import (
+    ChannelWindowAnchor,
+    EventQueue,
+    MessageIndex,
+    ShortTermMemory,
+    Turn,
+    UnreadEvent,
+)
 from chat.pipeline.triggers import TriggerPersona
 from chat.pipeline.types import (
     BlockType,
@@ -19,6 +27,7 @@ from chat.pipeline.types import (
     ModelSettings,
     PersonaSpec,
     PrivacyLevel,
+    ProxyIdentity,
     Role,
     SampleMessage,
     UserBlock,
@@ -159,7 +168,9 @@ def persona_spec(persona: Persona) -> PersonaSpec:
         punctuation_splits=persona.punctuation_splits,
         deliberate_tool_mode=persona.deliberate_tool_mode,
         model=ModelSettings(
-            context_window=persona.context_window, max_output_tokens=persona.max_output_tokens
+            context_window=persona.context_window,
+            max_output_tokens=persona.max_output_tokens,
+            reasoning_in_think_tags=persona.reasoning_in_think_tags,
         ),
     )
 
@@ -219,6 +230,46 @@ def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     return dict(rows.values_list("message_id", "persona__name"))
 
 
+@dataclass(frozen=True)
+class Attribution:
+    """Who spoke a message, as the message index recorded it: one of the bot's personas
+    (``persona_name``), or a proxy system's member (``proxy``)."""
+
+    persona_name: str | None = None
+    proxy: ProxyIdentity | None = None
+
+
+def message_attributions(*, message_ids: Iterable[int]) -> dict[int, Attribution]:
+    """For those of ``message_ids`` in the message index: the persona that spoke each (the
+    bot's deliveries) or the proxied member (proxy systems' messages)."""
+    rows = MessageIndex.objects.filter(message_id__in=set(message_ids)).values_list(
+        "message_id", "persona__name", "proxy_member_id", "proxy_member_name", "proxy_sender_id"
+    )
+    found = {}
+    for message_id, persona_name, member_id, member_name, sender_id in rows:
+        proxy = None
+        if member_id and sender_id is not None:
+            proxy = ProxyIdentity(
+                member_id=member_id, member_name=member_name, host_user_id=sender_id
+            )
+        if persona_name or proxy:
+            found[message_id] = Attribution(persona_name=persona_name, proxy=proxy)
+    return found
+
+
+def superseded_original_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
+    """Those of ``message_ids`` that a proxy system replaced with a proxied message (and
+    deleted): they are never answered and never shown."""
+    rows = MessageIndex.objects.filter(proxy_original_id__in=set(message_ids))
+    return frozenset(rows.values_list("proxy_original_id", flat=True))
+
+
+def delivered_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
+    """Who spoke each of ``message_ids`` that the bot delivered, from the message index (what
+    history read over REST is attributed by); a message whose persona was deleted is left out."""
+    return replied_persona_names(message_ids=message_ids)
+
+
 def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     """Those of ``message_ids`` already in the message index (recorded deliveries)."""
     rows = MessageIndex.objects.filter(message_id__in=set(message_ids))
@@ -226,8 +277,9 @@ def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
 
 
 def own_webhook_ids() -> set[int]:
-    """The webhooks the bot has delivered through (so their echoes are known as its own)."""
-    rows = MessageIndex.objects.filter(webhook_id__isnull=False)
+    """The webhooks the bot has delivered through (so their echoes are known as its own); a
+    proxy system's webhooks are not the bot's."""
+    rows = MessageIndex.objects.filter(webhook_id__isnull=False, proxy_member_id="")
     return set(rows.values_list("webhook_id", flat=True).distinct())
 
 
@@ -241,20 +293,38 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     """The models to try for ``persona``, in order: its model (``LLM_MODEL`` when it names none),
     then its fallback models; blanks and repeats dropped.
 
-    Every spec carries the persona's temperature and output limit. Vision and prefill support
-    stay off (notices and instructions) because no setting records them yet.
+    Every spec carries the persona's temperature and output limit. Whether a model takes
+    images, a prefill, or needs one role's messages merged is decided by its name
+    (`chat.llm.capabilities`); the persona's own settings (``llm_vision``, ``llm_prefill``,
+    ``llm_merge_same_role``, None = by name) override that for its first model only (the
+    fallbacks are other models, judged by their names).
     """
     names = [persona.llm_model or settings.LLM_MODEL, *persona.fallback_models]
     unique = dict.fromkeys(name.strip() for name in names if name.strip())
-    return tuple(
-        ModelSpec(
-            name,
-            temperature=persona.temperature,
-            max_output_tokens=persona.max_output_tokens,
-            stop=stop,
+    specs = []
+    for index, name in enumerate(unique):
+        overrides = (
+            {
+                "vision": persona.llm_vision,
+                "prefill": persona.llm_prefill,
+                "merge_same_role": persona.llm_merge_same_role,
+            }
+            if index == 0
+            else {}
         )
-        for name in unique
-    )
+        capabilities = model_capabilities(name, **overrides)
+        specs.append(
+            ModelSpec(
+                name,
+                supports_vision=capabilities.vision,
+                supports_prefill=capabilities.prefill,
+                merge_same_role=capabilities.merge_same_role,
+                temperature=persona.temperature,
+                max_output_tokens=persona.max_output_tokens,
+                stop=stop,
+            )
+        )
+    return tuple(specs)
 
 
 def short_term_memory(
@@ -300,17 +370,20 @@ def short_term_memories_due(
     return list(rows.values_list("id", flat=True))
 
 
+def last_presence(*, persona_id: int, user_id: int) -> dt.datetime | None:
+    """When ``user_id`` last addressed the persona and was answered (their recorded presence),
+    or None."""
+    rows = Turn.objects.filter(
+        persona_id=persona_id,
+        trigger_author_id=user_id,
+        status__in=[Turn.Status.DELIVERING, Turn.Status.REPLIED],
+    )
+    return rows.order_by("-created_at").values_list("created_at", flat=True).first()
+
+
 def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
     return ChannelWindowAnchor.objects.filter(channel_id=channel_id).first()
 
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
-
-
-def channel_persona_messages(*, channel_id: int, limit: int = 500) -> dict[int, str]:
-    """The persona behind each of the bot's newest ``limit`` deliveries in the channel (a
-    process without the gateway attributes history with it)."""
-    rows = MessageIndex.objects.filter(channel_id=channel_id, persona__isnull=False)
-    rows = rows.order_by("-message_id").values_list("message_id", "persona__name")[:limit]
-    return dict(rows)

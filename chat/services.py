@@ -31,7 +31,7 @@ from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.tools import Attachment as ToolAttachment
-from chat.llm.tools import MessageMetadata, ToolBox, ToolError
+from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
@@ -41,6 +41,7 @@ from chat.models import (
     Turn,
 )
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
+from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
     MAX_CATEGORIES,
@@ -55,10 +56,15 @@ from chat.pipeline.memory import (
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
+from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import truncate_dialogue_history
-from chat.pipeline.types import HistoryMessage, PrivacyLevel
-from chat.pipeline.window import history_window_stride, select_anchored_history
+from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
+from chat.pipeline.window import (
+    ReanchorReason,
+    history_window_stride,
+    select_anchored_history,
+)
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import Delivered, DeliveryError, DiscordPort, Speaker
 from chat.selectors import ChannelConfiguration, ChannelSettings
@@ -86,6 +92,9 @@ class TurnRuntime:
     """Per (channel, persona): the last built context, whose token counts and simplified
     history make the next build warm."""
     failure_notices: dict[int, dt.datetime] = field(default_factory=dict)
+    vision: VisionModel | None = None
+    """The model behind ``analyze_image`` (``LLM_VISION_MODEL``); None: the tool is never
+    offered."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
@@ -121,7 +130,8 @@ class PreparedTurn:
 
     ``body`` is the exact Chat Completions body the first model attempt sends; ``render`` and
     ``toolbox`` let the attempt runner re-render it per attempt (fallback model, shorter
-    history). ``rest_reason`` is why the window was read from Discord (None: reused).
+    history). ``rest_reason`` is why the window was read from Discord (None: reused);
+    ``window`` is what the turn record keeps of how the window was read and anchored.
     """
 
     request: TurnRequest
@@ -132,6 +142,7 @@ class PreparedTurn:
     toolbox: ToolBox
     body: dict[str, Any]
     rest_reason: RestReason | None
+    window: Mapping[str, object]
     history_ms: float
     participant_ms: float
     build_ms: float
@@ -164,7 +175,7 @@ async def turn_prepare(
     now = runtime.clock()
 
     started = time.perf_counter()
-    history, rest_reason = await _history(runtime, channel, trigger, now=now, dry_run=dry_run)
+    history, window = await _history(runtime, channel, trigger, now=now, dry_run=dry_run)
     history_ms = _ms_since(started)
 
     started = time.perf_counter()
@@ -188,7 +199,8 @@ async def turn_prepare(
         render=render,
         toolbox=toolbox,
         body=runtime.llm.first_request_body(models=models, render=render, toolbox=toolbox),
-        rest_reason=rest_reason,
+        rest_reason=window.rest_reason,
+        window=window.as_record(),
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
@@ -260,6 +272,35 @@ async def turn_run(
         await sync_to_async(_turn_save)(turn)
     await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
     return turn
+
+
+def proxied_message_record(
+    *,
+    message_id: int,
+    channel_id: int,
+    guild_id: int | None,
+    webhook_id: int | None,
+    member_id: str,
+    member_name: str,
+    sender_id: int,
+    original_id: int | None,
+) -> None:
+    """Index a proxy system's message: the member it speaks as, the sender behind it (whose
+    blocks and privacy apply), and the original it superseded (never answered, never in
+    history). Recording it again changes nothing."""
+    MessageIndex.objects.update_or_create(
+        message_id=message_id,
+        defaults={
+            "channel_id": channel_id,
+            "guild_id": guild_id,
+            "author_id": webhook_id,
+            "webhook_id": webhook_id,
+            "proxy_member_id": member_id,
+            "proxy_member_name": member_name[:100],
+            "proxy_sender_id": sender_id,
+            "proxy_original_id": original_id,
+        },
+    )
 
 
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
@@ -379,7 +420,13 @@ async def _finish(
         delivered = await runtime.port.deliver(
             channel_id=channel_id,
             speaker=speaker,
-            text=completion.reply_text,
+            # The same deterministic humanizer the persona's past lines get in history, so the
+            # model later sees exactly what it sent.
+            text=humanize_stably(
+                completion.reply_text,
+                force_lowercase=persona.force_lowercase,
+                punctuation_splits=persona.punctuation_splits,
+            ),
             reply_to=request.trigger.id,
             notice=notice,
             nonce_seed=f"{request.trigger.id}:{persona.id}",
@@ -419,6 +466,28 @@ async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
 # -- reading --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _WindowReasons:
+    """How a turn's window was obtained: why it was read over REST (None: reused), why it
+    was re-anchored (None: the stored anchor kept), where it starts and how far the stride
+    rule moved it."""
+
+    rest_reason: RestReason | None
+    reanchor_reason: ReanchorReason | None
+    anchor_id: int | None
+    advanced_by: int
+    message_count: int
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "rest_reason": str(self.rest_reason) if self.rest_reason else None,
+            "reanchor_reason": str(self.reanchor_reason) if self.reanchor_reason else None,
+            "anchor_message_id": str(self.anchor_id) if self.anchor_id is not None else None,
+            "advanced_by": self.advanced_by,
+            "message_count": self.message_count,
+        }
+
+
 async def _history(
     runtime: TurnRuntime,
     channel: ChannelSettings,
@@ -426,9 +495,10 @@ async def _history(
     *,
     now: dt.datetime,
     dry_run: bool,
-) -> tuple[tuple[HistoryMessage, ...], RestReason | None]:
-    """The anchored window for this turn and why it was read over REST (None: reused); the
-    anchor is stored for the channel unless ``dry_run``.
+) -> tuple[tuple[HistoryMessage, ...], _WindowReasons]:
+    """The anchored window for this turn and how it was read (REST or reused, re-anchored or
+    not); the anchor is stored for the channel unless ``dry_run``. Originals a proxy system
+    replaced (seed 002: "Superseded originals are excluded") are left out.
 
     A queued trigger older than everything in the channel's newest window (it waited while
     more than a window's worth was said) gets its own window: the ``limit`` messages up to it,
@@ -438,12 +508,12 @@ async def _history(
     read = await runtime.windows.read(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
-    messages = read.messages
+    messages = await _without_superseded(read.messages)
     if messages and trigger.id < messages[0].id:
         earlier = await runtime.port.fetch_history_before(
             channel.channel_id, trigger.id, channel.fetch_limit - 1
         )
-        around = tuple(sorted((*earlier, trigger), key=lambda m: m.id))
+        around = await _without_superseded(tuple(sorted((*earlier, trigger), key=lambda m: m.id)))
         selection = select_anchored_history(
             around,
             limit=channel.fetch_limit,
@@ -451,7 +521,14 @@ async def _history(
             anchor_limit=None,
             required_ids=frozenset({trigger.id}),
         )
-        return selection.messages, read.rest_reason
+        reasons = _WindowReasons(
+            rest_reason=read.rest_reason,
+            reanchor_reason=selection.reanchor_reason,
+            anchor_id=None,
+            advanced_by=selection.advanced_by,
+            message_count=len(selection.messages),
+        )
+        return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
     if trigger.id not in {m.id for m in messages}:
         messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
     anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
@@ -468,7 +545,40 @@ async def _history(
         await sync_to_async(_anchor_store)(
             channel.channel_id, selection.anchor_id, channel.fetch_limit
         )
-    return selection.messages, read.rest_reason
+    reasons = _WindowReasons(
+        rest_reason=read.rest_reason,
+        reanchor_reason=selection.reanchor_reason,
+        anchor_id=selection.anchor_id,
+        advanced_by=selection.advanced_by,
+        message_count=len(selection.messages),
+    )
+    return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+
+
+async def _without_superseded(
+    messages: tuple[HistoryMessage, ...],
+) -> tuple[HistoryMessage, ...]:
+    """``messages`` less the originals a proxy system replaced with a member's message."""
+    superseded = await sync_to_async(selectors.superseded_original_ids)(
+        message_ids=[m.id for m in messages]
+    )
+    return tuple(m for m in messages if m.id not in superseded)
+
+
+async def _with_thread_starter(
+    port: DiscordPort, channel: ChannelSettings, window: tuple[HistoryMessage, ...]
+) -> tuple[HistoryMessage, ...]:
+    """A thread's window with the message the thread was started from first, when the
+    thread's own start (Discord's starter message pointing at it, or a forum post's first
+    message) has left the window: the thread's prompts always show what it is about."""
+    if channel.guild is None or any(
+        m.id == channel.channel_id
+        or (m.reference is not None and m.reference.kind is ReferenceKind.THREAD_STARTER)
+        for m in window
+    ):
+        return window
+    starter = await port.thread_starter(channel.channel_id)
+    return window if starter is None else (starter, *window)
 
 
 async def _turn_input(
@@ -481,7 +591,7 @@ async def _turn_input(
     channel, persona = request.channel, request.persona
     reply_targets = await _reply_targets(runtime, channel.channel_id, history)
     people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
-    user_ids = [m.author.id for m in history] + [i for m in history for i in m.mention_ids]
+    user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
         persona=selectors.persona_spec(persona),
@@ -504,12 +614,20 @@ async def _turn_input(
         global_note=channel.global_note,
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
-        configured_tools=frozenset(),
+        configured_tools=_configured_tools(runtime),
         tools_enabled=persona.tools_enabled,
+        verbatim_tool_nudge=persona.verbatim_tool_nudge,
+        reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
         token_cache=previous.token_cache if previous else {},
         previous_history=previous.simplified_history if previous else None,
     )
+
+
+def _configured_tools(runtime: TurnRuntime) -> frozenset[str]:
+    """The tools whose outside service this worker has: ``analyze_image`` with a vision
+    model."""
+    return frozenset({ToolName.ANALYZE_IMAGE}) if runtime.vision is not None else frozenset()
 
 
 @dataclass(frozen=True)
@@ -520,6 +638,7 @@ class _People:
     blacklisted: frozenset[int]
     stm_text: str | None
     stm_due: bool
+    last_seen: dt.datetime | None
 
 
 def _gather_people(
@@ -542,7 +661,14 @@ def _gather_people(
         user_id=memory_scope_user_id(request),
     )
     state = memory.state if memory is not None else None
+    trigger = request.trigger
+    last_seen = None
+    if trigger.author.persona_name is None and request.reason != TurnReason.MAINTENANCE:
+        last_seen = selectors.last_presence(
+            persona_id=persona.id, user_id=trigger.accountable_user_id
+        )
     return _People(
+        last_seen=last_seen,
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
         stm_text=visible_memory_text(state, now=now),
@@ -564,33 +690,39 @@ def memory_scope_user_id(request: TurnRequest) -> int | None:
 async def _reply_targets(
     runtime: TurnRuntime, channel_id: int, history: tuple[HistoryMessage, ...]
 ) -> dict[int, HistoryMessage]:
-    """Same-channel reply targets of the turn's own window that the window does not hold:
-    those fetched for an earlier turn come from the window registry, the rest are fetched
-    (at most four at a time) and kept there. A target that cannot be fetched is left out (its
-    annotation is omitted)."""
+    """Messages the turn's own window points at but does not hold: same-channel reply
+    targets, and a thread's starter message, fetched from the parent channel with its id
+    (seed 000, "Thread starter media"). Those fetched for an earlier turn come from the window
+    registry; the rest are fetched at most four at a time and kept there. One that cannot be
+    fetched is left out (its annotation is omitted)."""
     present = {m.id for m in history}
     wanted = sorted(
         {
-            m.reference.message_id
+            (m.reference.channel_id, m.reference.message_id)
             for m in history
             if m.reference is not None
-            and m.reference.channel_id == channel_id
             and m.reference.message_id not in present
+            and (
+                m.reference.channel_id == channel_id
+                or m.reference.kind is ReferenceKind.THREAD_STARTER
+            )
         }
     )
-    known = {i: runtime.windows.reply_target(channel_id, i) for i in wanted}
+    known = {(where, i): runtime.windows.reply_target(channel_id, i) for where, i in wanted}
     gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
 
-    async def fetch(message_id: int) -> HistoryMessage | None:
+    async def fetch(where: int, message_id: int) -> HistoryMessage | None:
         async with gate:
-            return await runtime.port.fetch_message(channel_id, message_id)
+            return await runtime.port.fetch_message(where, message_id)
 
-    missing = [i for i, target in known.items() if target is None]
-    for target in await asyncio.gather(*(fetch(i) for i in missing)):
+    missing = [key for key, target in known.items() if target is None]
+    for key, target in zip(
+        missing, await asyncio.gather(*(fetch(where, i) for where, i in missing)), strict=True
+    ):
+        known[key] = target
         if target is not None:
-            known[target.id] = target
             runtime.windows.remember_reply_target(channel_id, target)
-    return {i: target for i, target in known.items() if target is not None}
+    return {target.id: target for target in known.values() if target is not None}
 
 
 def _renderer(context: TurnContext, *, limit: int) -> Render:
@@ -604,6 +736,7 @@ def _renderer(context: TurnContext, *, limit: int) -> Render:
             supports_vision=plan.model.supports_vision,
             supports_prefill=plan.model.supports_prefill,
             tools=frozenset(plan.tools),
+            merge_same_role=plan.model.merge_same_role,
         )
         return to_openai_messages(shortened, profile)
 
@@ -663,6 +796,7 @@ def _toolbox(
         short_term_memory=_MemoryWriter(
             persona, channel, turn_id, user_id=_scope_of(channel, turn_input), clock=runtime.clock
         ),
+        vision=runtime.vision,
     )
 
 
@@ -685,18 +819,25 @@ class _AttachmentReader:
 
 
 class _MetadataLookup:
+    """``reveal_message_metadata``'s answers, in the prompt's keys (``ref_N``, ``media_N``):
+    the model never sees a raw snowflake."""
+
     def __init__(self, keys: Mapping[str, int], messages: Mapping[int, HistoryMessage]) -> None:
         self._keys, self._messages = keys, messages
+        self._refs = {snowflake: key for key, snowflake in keys.items()}
 
     async def metadata(self, ref: str) -> MessageMetadata | None:
         message = self._messages.get(self._keys.get(ref, -1))
         if message is None:
             return None
+        reference = message.reference
+        reply_to = self._refs.get(reference.message_id) if reference is not None else None
+        media = tuple(self._refs[a.id] for a in message.attachments if a.id in self._refs)
         return MessageMetadata(
             author_name=message.shown_name,
-            author_id=message.author.id,
             sent_at=message.created_at,
-            message_id=message.id,
+            reply_to_ref=reply_to if reply_to and reply_to.startswith("ref_") else None,
+            media_ids=media,
         )
 
 
@@ -824,7 +965,7 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
         for item in context.items
     ]
     turn.request = prepared.body
-    turn.window = window_report(prepared)
+    turn.window = {**prepared.window, **window_report(prepared)}
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
@@ -874,6 +1015,9 @@ def _turn_create(request: TurnRequest) -> Turn:
         persona=request.persona,
         persona_name=request.persona.name,
         trigger_message_id=None if maintenance else request.trigger.id,
+        trigger_author_id=None
+        if maintenance or request.trigger.author.persona_name is not None
+        else request.trigger.accountable_user_id,
         reason=str(request.reason),
         reason_detail=detail,
     )

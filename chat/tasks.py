@@ -114,15 +114,11 @@ async def _refresh_with_rest_discord(memory_id: int) -> MemoryRefresh:
     if memory is None:
         return MemoryRefresh("skipped", "the memory is gone")
     main_names = await sync_to_async(selectors.main_persona_names)()
-    persona_names = await sync_to_async(selectors.channel_persona_messages)(
-        channel_id=memory.channel_id
-    )
     async with (
         rest_discord(
             token=settings.DISCORD_TOKEN,
             api_base=settings.DISCORD_API_BASE,
             main_persona_name=main_names,
-            persona_names=persona_names,
         ) as port,
         llm_client_from_settings() as client,
     ):

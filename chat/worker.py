@@ -27,11 +27,13 @@ from botproject.events import EventType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.gateway.proxies import ProxyResolver
 from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
 from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
 from chat.llm.attempts import AttemptRunner
-from chat.llm.base import LLMClient
+from chat.llm.base import LLMClient, ModelSpec
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.tools import VisionModel
 from chat.loop import ingress
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
@@ -79,15 +81,47 @@ def llm_client_from_settings() -> OpenAICompatibleClient:
     return OpenAICompatibleClient(base_url=settings.LLM_BASE_URL, api_key=settings.LLM_API_KEY)
 
 
+def vision_client_from_settings() -> OpenAICompatibleClient | None:
+    """A client of its own for ``LLM_VISION_BASE_URL`` (with ``LLM_API_KEY``) when that is set
+    and a vision model is configured; None when the vision model shares ``LLM_BASE_URL``."""
+    if not settings.LLM_VISION_MODEL or not settings.LLM_VISION_BASE_URL:
+        return None
+    return OpenAICompatibleClient(
+        base_url=settings.LLM_VISION_BASE_URL, api_key=settings.LLM_API_KEY
+    )
+
+
+def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
+    """The model ``analyze_image`` asks (``LLM_VISION_MODEL`` through ``client``); None when
+    no vision model is configured (the tool is then never offered)."""
+    if not settings.LLM_VISION_MODEL:
+        return None
+    return VisionModel(
+        client=client,
+        model=ModelSpec(settings.LLM_VISION_MODEL, supports_vision=True, max_output_tokens=600),
+    )
+
+
+def proxy_resolver_from_settings() -> ProxyResolver | None:
+    """The proxy system's API (``PLURALKIT_API_BASE``); None when unset. Close it when done."""
+    if not settings.PLURALKIT_API_BASE:
+        return None
+    return ProxyResolver(api_base=settings.PLURALKIT_API_BASE)
+
+
 def build_client(
     config: WorkerConfig,
     *,
     llm: LLMClient,
     runner: AttemptRunner | None = None,
     holder: str | None = None,
+    vision: VisionModel | None = None,
+    proxies: ProxyResolver | None = None,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
-    records a heartbeat under ``holder`` (default: a fresh name) while it runs."""
+    records a heartbeat under ``holder`` (default: a fresh name) while it runs; ``vision`` is
+    the model behind ``analyze_image`` (None: the tool is not offered); ``proxies`` the proxy
+    system's API (None: proxied members are not recognised)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     token_counter = default_token_counter()
@@ -109,6 +143,7 @@ def build_client(
             windows=client.windows,
             llm=runner or AttemptRunner(client=llm),
             token_counter=token_counter,
+            vision=vision,
         )
         client.scheduler = Scheduler(
             runtime=runtime,
@@ -128,7 +163,10 @@ def build_client(
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
     return PersonaBotClient(
-        shard_ids=config.shard_ids, shard_count=config.shard_count, on_start=start
+        shard_ids=config.shard_ids,
+        shard_count=config.shard_count,
+        on_start=start,
+        proxies=proxies,
     )
 
 
@@ -165,7 +203,14 @@ async def _load_main_personas(client: PersonaBotClient) -> None:
     client.adapter.main_persona_name.update(names)
 
 
-async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event) -> None:
+async def run_worker(
+    config: WorkerConfig,
+    *,
+    llm: LLMClient,
+    stop: asyncio.Event,
+    vision: VisionModel | None = None,
+    proxies: ProxyResolver | None = None,
+) -> None:
     """Run until ``stop`` is set, then close the gateway and cancel every loop.
 
     The worker first takes the lease of its shards (`chat.leases`), waiting as a standby while
@@ -176,7 +221,10 @@ async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Even
     keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
     try:
         while await keeper.acquire(stop):
-            if not await _run_client(config, llm=llm, stop=stop, keeper=keeper):
+            running = _run_client(
+                config, llm=llm, stop=stop, keeper=keeper, vision=vision, proxies=proxies
+            )
+            if not await running:
                 return
             logger.warning("lost the lease of shards %s; waiting as a standby", config.shard_ids)
     finally:
@@ -184,10 +232,16 @@ async def run_worker(config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Even
 
 
 async def _run_client(
-    config: WorkerConfig, *, llm: LLMClient, stop: asyncio.Event, keeper: LeaseKeeper
+    config: WorkerConfig,
+    *,
+    llm: LLMClient,
+    stop: asyncio.Event,
+    keeper: LeaseKeeper,
+    vision: VisionModel | None = None,
+    proxies: ProxyResolver | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost."""
-    client = build_client(config, llm=llm, holder=keeper.holder)
+    client = build_client(config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies)
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")

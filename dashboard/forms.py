@@ -150,6 +150,11 @@ class PersonaForm(SpecForm):
         "llm.max_output_tokens": "max_output_tokens",
         "llm.context_window": "context_window",
         "llm.fallback_models": "fallback_models",
+        "llm.vision": "llm_vision",
+        "llm.prefill": "llm_prefill",
+        "llm.merge_same_role": "llm_merge_same_role",
+        "llm.reasoning_in_think_tags": "reasoning_in_think_tags",
+        "llm.verbatim_tool_nudge": "verbatim_tool_nudge",
         "sample_dialogue": "sample_dialogue",
     }
 
@@ -195,6 +200,30 @@ class PersonaForm(SpecForm):
     fallback_models = forms.CharField(
         label="Fallback models", required=False, help_text="Comma-separated, tried in order"
     )
+    llm_vision = forms.NullBooleanField(
+        label="Model takes images",
+        required=False,
+        widget=forms.NullBooleanSelect,
+        help_text="Unknown: decided by the model's name",
+    )
+    llm_prefill = forms.NullBooleanField(
+        label="Model continues a prefill",
+        required=False,
+        widget=forms.NullBooleanSelect,
+        help_text="Unknown: decided by the model's name",
+    )
+    llm_merge_same_role = forms.NullBooleanField(
+        label="Merge messages of one role",
+        required=False,
+        widget=forms.NullBooleanSelect,
+        help_text="Unknown: decided by the model's name",
+    )
+    reasoning_in_think_tags = forms.BooleanField(
+        label="Ask for reasoning in <think> tags", required=False
+    )
+    verbatim_tool_nudge = forms.BooleanField(
+        label="Remind the model to call tools verbatim", required=False
+    )
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -230,6 +259,11 @@ class PersonaForm(SpecForm):
             "max_output_tokens": persona.max_output_tokens,
             "context_window": persona.context_window,
             "fallback_models": ", ".join(persona.fallback_models),
+            "llm_vision": persona.llm_vision,
+            "llm_prefill": persona.llm_prefill,
+            "llm_merge_same_role": persona.llm_merge_same_role,
+            "reasoning_in_think_tags": persona.reasoning_in_think_tags,
+            "verbatim_tool_nudge": persona.verbatim_tool_nudge,
             "sample_dialogue": list(persona.sample_dialogue),
         }
 
@@ -265,6 +299,11 @@ class PersonaForm(SpecForm):
                 "max_output_tokens": cleaned["max_output_tokens"],
                 "context_window": cleaned["context_window"],
                 "fallback_models": _comma_list(cleaned["fallback_models"]),
+                "vision": cleaned["llm_vision"],
+                "prefill": cleaned["llm_prefill"],
+                "merge_same_role": cleaned["llm_merge_same_role"],
+                "reasoning_in_think_tags": cleaned["reasoning_in_think_tags"],
+                "verbatim_tool_nudge": cleaned["verbatim_tool_nudge"],
             },
         }
 

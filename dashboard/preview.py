@@ -18,7 +18,7 @@ import datetime as dt
 import difflib
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,7 +29,7 @@ from chat import selectors
 from chat.gateway.rest import DiscordUnavailable, fetch_member_name, rest_port
 from chat.llm.attempts import AttemptRunner, TurnCompletion
 from chat.llm.openai_compat import OpenAICompatibleClient
-from chat.models import MessageIndex, Turn
+from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.tokens import default_token_counter
 from chat.pipeline.triggers import TurnReason, reactive_triggers
@@ -156,14 +156,13 @@ async def preview_prepare(
     if persona is None:
         names = ", ".join(p.name for p in configuration.personas) or "none"
         raise PreviewError(f"no enabled persona {persona_name!r} here (personas: {names})")
-    delivered = await sync_to_async(_delivered)(channel_id)
+    webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
     main_names = await sync_to_async(selectors.main_persona_names)()
     async with rest_port(
         token=settings.DISCORD_TOKEN,
         api_base=settings.DISCORD_API_BASE,
         gateway_url=settings.DISCORD_GATEWAY_URL,
-        persona_names=delivered.persona_names,
-        webhook_ids=delivered.webhook_ids,
+        webhook_ids=webhook_ids,
         main_persona_names=main_names,
     ) as port:
         hypothetical = None
@@ -250,34 +249,19 @@ async def _recorded_window(
 async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage | None:
     """One message read from Discord over the REST port, attributed as the worker attributes
     it; None when there is no Discord to read (no token) or the message cannot be read."""
-    delivered = await sync_to_async(_delivered)(channel_id)
+    webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
     main_names = await sync_to_async(selectors.main_persona_names)()
     try:
         async with rest_port(
             token=settings.DISCORD_TOKEN,
             api_base=settings.DISCORD_API_BASE,
             gateway_url=settings.DISCORD_GATEWAY_URL,
-            persona_names=delivered.persona_names,
-            webhook_ids=delivered.webhook_ids,
+            webhook_ids=webhook_ids,
             main_persona_names=main_names,
         ) as port:
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None
-
-
-@dataclass(frozen=True)
-class _Delivered:
-    persona_names: Mapping[int, str]
-    webhook_ids: frozenset[int]
-
-
-def _delivered(channel_id: int) -> _Delivered:
-    """What the worker's adapter knows from delivering in the channel, from the message index."""
-    rows = MessageIndex.objects.filter(channel_id=channel_id, persona__isnull=False)
-    names = dict(rows.values_list("message_id", "persona__name"))
-    hooks = MessageIndex.objects.filter(webhook_id__isnull=False).values_list("webhook_id")
-    return _Delivered(persona_names=names, webhook_ids=frozenset(h for (h,) in hooks))
 
 
 def _channel_guild_id(channel_id: int) -> int | None:

@@ -219,6 +219,17 @@ class LLMSpec(_Strict):
         int, Field(strict=True, ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)
     ] = 16000
     fallback_models: Annotated[list[ModelName], Field(max_length=FALLBACK_MODELS_MAX)] = []
+    vision: bool | None = None
+    """The model takes images (``image_url`` parts); null: decided by the model's name
+    (`chat.llm.capabilities`)."""
+    prefill: bool | None = None
+    """The model continues a final ``assistant`` message; null: decided by its name."""
+    merge_same_role: bool | None = None
+    """Adjacent messages of one role are merged; null: decided by the model's name."""
+    reasoning_in_think_tags: bool = False
+    """Ask the model to wrap any reasoning in ``<think>`` tags (delivery strips them)."""
+    verbatim_tool_nudge: bool = False
+    """Remind the model at depth 3 to call tools verbatim (custom endpoints that need it)."""
 
 
 class ShortTermMemorySpec(_Strict):

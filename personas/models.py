@@ -198,6 +198,24 @@ class Persona(models.Model):
         default=16000,
         validators=[MinValueValidator(CONTEXT_WINDOW_MIN), MaxValueValidator(CONTEXT_WINDOW_MAX)],
     )
+    llm_vision = models.BooleanField(
+        null=True, blank=True, help_text="The model takes images; empty: decided by its name"
+    )
+    llm_prefill = models.BooleanField(
+        null=True, blank=True, help_text="The model continues a prefill; empty: by its name"
+    )
+    llm_merge_same_role = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Merge adjacent messages of one role; empty: decided by the model's name",
+    )
+    reasoning_in_think_tags = models.BooleanField(
+        default=False, help_text="Ask the model to wrap its reasoning in <think> tags"
+    )
+    verbatim_tool_nudge = models.BooleanField(
+        default=False,
+        help_text="Remind the model (custom endpoints) to call tools verbatim",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

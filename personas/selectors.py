@@ -98,6 +98,11 @@ def _persona(persona: Persona) -> dict:
             "max_output_tokens": persona.max_output_tokens,
             "context_window": persona.context_window,
             "fallback_models": list(persona.fallback_models),
+            "vision": persona.llm_vision,
+            "prefill": persona.llm_prefill,
+            "merge_same_role": persona.llm_merge_same_role,
+            "reasoning_in_think_tags": persona.reasoning_in_think_tags,
+            "verbatim_tool_nudge": persona.verbatim_tool_nudge,
         },
     }
 

@@ -364,6 +364,11 @@ def _persona_values(spec: PersonaSpec) -> dict:
         "temperature": spec.llm.temperature,
         "max_output_tokens": spec.llm.max_output_tokens,
         "context_window": spec.llm.context_window,
+        "llm_vision": spec.llm.vision,
+        "llm_prefill": spec.llm.prefill,
+        "llm_merge_same_role": spec.llm.merge_same_role,
+        "reasoning_in_think_tags": spec.llm.reasoning_in_think_tags,
+        "verbatim_tool_nudge": spec.llm.verbatim_tool_nudge,
     }
 
 

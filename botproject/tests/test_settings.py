@@ -244,6 +244,8 @@ def test_cookies_are_secure_outside_debug_unless_overridden(overrides, expected)
         ("DJANGO_SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto"),
         ("CSRF_TRUSTED_ORIGINS", "bot.example.com"),
         ("CSRF_TRUSTED_ORIGINS", "https://ok.example.com,https://bot.example.com/admin"),
+        ("LLM_VISION_BASE_URL", "models.example/v1"),
+        ("PLURALKIT_API_BASE", "ftp://api.pluralkit.me/v2"),
     ],
 )
 def test_start_up_fails_naming_the_bad_variable(variable, value):

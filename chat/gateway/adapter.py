@@ -10,19 +10,27 @@ is recognised as ours even if it arrives before the send returns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
+from typing import Generic, TypeVar
 
 import discord
 import httpx
+from asgiref.sync import sync_to_async
 
+from chat import selectors
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
-from chat.pipeline.types import HistoryMessage, NameDirectory
+from chat.gateway.proxies import ProxyRecord, ProxyResolver
+from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
 from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
+from chat.selectors import Attribution
+from chat.services import proxied_message_record
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +38,12 @@ WEBHOOK_NAME = "Persona bot"
 UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
+RECENT_DELIVERIES = 5000
+"""How many of its own deliveries (and proxied messages) the adapter remembers for attributing
+cached messages (the size of the gateway's message cache: an older one is no longer cached)."""
+THREAD_STARTERS = 256
+"""How many threads' starter messages the adapter keeps (read once per thread)."""
+V = TypeVar("V")
 
 
 def message_nonce(seed: str, index: int) -> str:
@@ -56,20 +70,51 @@ def _native_reply_run(
     return run
 
 
+class Recent(Generic[V]):
+    """A value per message id for this process's newest ``capacity`` messages (least recently
+    recorded forgotten first): what gateway-cache copies are attributed by, since converting a
+    cached message reads no database."""
+
+    def __init__(self, capacity: int = RECENT_DELIVERIES) -> None:
+        self._capacity = capacity
+        self._values: OrderedDict[int, V] = OrderedDict()
+
+    def record(self, message_id: int, value: V) -> None:
+        self._values[message_id] = value
+        self._values.move_to_end(message_id)
+        while len(self._values) > self._capacity:
+            self._values.popitem(last=False)
+
+    def get(self, message_id: int) -> V | None:
+        return self._values.get(message_id)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 class DiscordAdapter:
     """The loop's view of Discord through ``client``.
 
-    ``persona_names`` maps message ids the bot delivered to the persona that spoke, so history
-    read back from Discord is attributed correctly; ``main_persona_name`` names the persona
-    behind the bot account's other messages.
+    Who spoke a message the bot delivered: history read over REST is attributed from the
+    message index (`selectors.delivered_persona_names`: the persona recorded with each
+    delivery), so it stays right after a restart and across processes; messages converted
+    from the gateway cache use ``recent`` (this process's newest deliveries, bounded). Then,
+    for messages neither knows, a message of one of the bot's webhooks is the persona its
+    username names, and the bot account's other messages are ``main_persona_name``'s (per
+    guild).
     """
 
-    def __init__(self, client: discord.Client) -> None:
+    def __init__(self, client: discord.Client, *, proxies: ProxyResolver | None = None) -> None:
         self._client = client
         self._webhooks: dict[int, discord.Webhook] = {}
         self.webhook_ids: set[int] = set()
-        self.persona_names: dict[int, str] = {}
+        self.recent: Recent[str] = Recent()
         self.main_persona_name: dict[int | None, str] = {}
+        self.proxies = proxies
+        """The proxy system's API (``PLURALKIT_API_BASE``); None: proxies are not recognised."""
+        self.recent_proxies: Recent[ProxyIdentity] = Recent()
+        self._lookups: set[asyncio.Future[ProxyIdentity | None]] = set()
+        self._starters: Recent[HistoryMessage] = Recent(capacity=THREAD_STARTERS)
 
     @property
     def client(self) -> discord.Client:
@@ -83,16 +128,117 @@ class DiscordAdapter:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def convert(self, message: discord.Message) -> HistoryMessage:
+    def convert(
+        self,
+        message: discord.Message,
+        *,
+        persona_name: str | None = None,
+        proxy: ProxyIdentity | None = None,
+    ) -> HistoryMessage:
+        """``message`` for the pipeline; ``persona_name`` (or the proxied member, ``proxy``)
+        is who spoke it when the caller knows (from the message index or the proxy system),
+        else it is worked out as the class says."""
         return convert_message(
             message,
             bot_user_id=self.bot_user_id,
-            persona_name=self._persona_name(message),
+            persona_name=persona_name or self._persona_name(message),
+            proxy=proxy or self.recent_proxies.get(message.id),
         )
 
+    async def convert_live(self, message: discord.Message) -> HistoryMessage:
+        """A message from the gateway; a proxy system's webhook message is looked up first, so
+        it arrives as its member's, accountable to its sender."""
+        proxy = await self._proxy_identity(message) if self._may_be_proxied(message) else None
+        return self.convert(message, proxy=proxy)
+
+    async def convert_read(self, messages: Sequence[discord.Message]) -> list[HistoryMessage]:
+        """Messages read over REST, converted and attributed from the message index (and, for
+        a proxy system's messages not indexed yet, the proxy system)."""
+        known = await self._attributions([m.id for m in messages])
+        converted = []
+        for message in messages:
+            found = known.get(message.id)
+            proxy = found.proxy if found else None
+            if proxy is None and found is None and self._may_be_proxied(message):
+                proxy = await self._proxy_identity(message)
+            persona_name = found.persona_name if found else None
+            converted.append(self.convert(message, persona_name=persona_name, proxy=proxy))
+        return converted
+
+    async def _attributions(self, message_ids: Sequence[int]) -> dict[int, Attribution]:
+        if not message_ids:
+            return {}
+        return await sync_to_async(selectors.message_attributions)(message_ids=message_ids)
+
+    def _may_be_proxied(self, message: discord.Message) -> bool:
+        return (
+            self.proxies is not None
+            and message.webhook_id is not None
+            and message.webhook_id not in self.webhook_ids
+        )
+
+    async def _proxy_identity(self, message: discord.Message) -> ProxyIdentity | None:
+        """The member a proxy system's webhook message speaks as (indexed once known)."""
+        lookup = asyncio.ensure_future(self._proxy_lookup(message))
+        self._lookups.add(lookup)
+        try:
+            return await asyncio.shield(lookup)
+        finally:
+            if lookup.done():
+                self._lookups.discard(lookup)
+            else:
+                lookup.add_done_callback(self._lookups.discard)
+
+    async def _proxy_lookup(self, message: discord.Message) -> ProxyIdentity | None:
+        assert self.proxies is not None
+        record = await self.proxies.lookup(message.id)
+        if record is None or record.proxied_id != message.id:
+            return None
+        await self._index_proxied(record, message.channel.id, message.guild, message.webhook_id)
+        return record.identity
+
+    async def _index_proxied(
+        self,
+        record: ProxyRecord,
+        channel_id: int,
+        guild: discord.Guild | None,
+        webhook_id: int | None,
+    ) -> None:
+        self.recent_proxies.record(record.proxied_id, record.identity)
+        await sync_to_async(proxied_message_record)(
+            message_id=record.proxied_id,
+            channel_id=channel_id,
+            guild_id=guild.id if guild is not None else None,
+            webhook_id=webhook_id,
+            member_id=record.identity.member_id,
+            member_name=record.identity.member_name,
+            sender_id=record.identity.host_user_id,
+            original_id=record.original_id,
+        )
+
+    async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
+        """Those of ``messages`` (people's messages) that a proxy system replaced. The proxy
+        reposts within a moment, and its webhook message is looked up as it arrives (which
+        indexes the original it replaced); so once the newest of them is ``grace_seconds``
+        old and the lookups under way have finished, the message index knows. No request per
+        message. Empty when no proxy system is configured."""
+        if self.proxies is None:
+            return frozenset()
+        candidates = [m.id for m in messages if m.author.webhook_id is None]
+        if not candidates:
+            return frozenset()
+        newest = max(m.created_at for m in messages if m.author.webhook_id is None)
+        age = (discord.utils.utcnow() - newest).total_seconds()
+        if age < self.proxies.grace_seconds:
+            await asyncio.sleep(self.proxies.grace_seconds - age)
+        if self._lookups:
+            await asyncio.gather(*list(self._lookups), return_exceptions=True)
+        return await sync_to_async(selectors.superseded_original_ids)(message_ids=candidates)
+
     def _persona_name(self, message: discord.Message) -> str | None:
-        if message.id in self.persona_names:
-            return self.persona_names[message.id]
+        recorded = self.recent.get(message.id)
+        if recorded is not None:
+            return recorded
         if message.webhook_id is not None and message.webhook_id in self.webhook_ids:
             return message.author.name
         if message.author.id == self.bot_user_id:
@@ -102,17 +248,17 @@ class DiscordAdapter:
 
     async def fetch_history(self, channel_id: int, limit: int) -> list[HistoryMessage]:
         channel = await self._channel(channel_id)
-        return [self.convert(m) async for m in channel.history(limit=limit)]
+        return await self.convert_read([m async for m in channel.history(limit=limit)])
 
     async def fetch_history_before(
         self, channel_id: int, before_id: int, limit: int
     ) -> list[HistoryMessage]:
-        return [self.convert(m) for m in await self._read(channel_id, limit, before=before_id)]
+        return await self.convert_read(await self._read(channel_id, limit, before=before_id))
 
     async def fetch_history_after(
         self, channel_id: int, after_id: int, limit: int
     ) -> list[HistoryMessage]:
-        return [self.convert(m) for m in await self._read(channel_id, limit, after=after_id)]
+        return await self.convert_read(await self._read(channel_id, limit, after=after_id))
 
     async def _read(
         self, channel_id: int, limit: int, *, before: int | None = None, after: int | None = None
@@ -143,9 +289,29 @@ class DiscordAdapter:
     async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
         try:
             channel = await self._channel(channel_id)
-            return self.convert(await channel.fetch_message(message_id))
+            message = await channel.fetch_message(message_id)
         except (discord.HTTPException, DeliveryError):
             return None
+        [converted] = await self.convert_read([message])
+        return converted
+
+    async def thread_starter(self, channel_id: int) -> HistoryMessage | None:
+        try:
+            channel = await self._channel(channel_id)
+        except DeliveryError:
+            return None
+        if not isinstance(channel, discord.Thread) or channel.parent_id is None:
+            return None
+        # A thread started from a message has that message's id, in the parent channel; a
+        # forum post's starter is the thread's own first message, with the same id.
+        known = self._starters.get(channel.id)
+        if known is not None:
+            return known
+        starter = await self.fetch_message(channel.parent_id, channel.id)
+        starter = starter or await self.fetch_message(channel.id, channel.id)
+        if starter is not None:
+            self._starters.record(channel.id, starter)
+        return starter
 
     async def find_delivery(
         self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
@@ -154,10 +320,11 @@ class DiscordAdapter:
         own_webhooks = set()
         try:
             channel = await self._channel(channel_id)
-            if not speaker.is_main and isinstance(channel, discord.TextChannel):
+            hooked = channel.parent if isinstance(channel, discord.Thread) else channel
+            if not speaker.is_main and isinstance(hooked, discord.TextChannel):
                 own_webhooks = {
                     w.id
-                    for w in await channel.webhooks()
+                    for w in await hooked.webhooks()
                     if w.user and w.user.id == self.bot_user_id
                 }
         except discord.HTTPException as error:
@@ -169,7 +336,7 @@ class DiscordAdapter:
             found = [m for m in messages if m.webhook_id in own_webhooks and m.author.name == name]
         self.webhook_ids.update(own_webhooks)
         for message in found:
-            self.persona_names[message.id] = speaker.name
+            self.recent.record(message.id, speaker.name)
         return [
             Delivered(m.id, self.convert(m), author_id=m.author.id, webhook_id=m.webhook_id)
             for m in found
@@ -270,17 +437,21 @@ class DiscordAdapter:
                 allowed_mentions=NO_MENTIONS_BUT_USERS,
                 nonce=message_nonce(nonce_seed, index) if nonce_seed else None,
             )
-            self.persona_names[sent.id] = speaker.name
+            self.recent.record(sent.id, speaker.name)
             delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))
         return delivered
 
     async def _deliver_by_webhook(
         self, channel_id: int, speaker: Speaker, pieces: Sequence[str], notice: str | None
     ) -> list[Delivered]:
+        # In a thread, the parent channel's webhook posts into the thread.
+        channel = await self._channel(channel_id)
+        thread = channel if isinstance(channel, discord.Thread) else None
+        hooked_id = thread.parent_id if thread is not None else channel_id
         delivered = []
         for piece in ([notice] if notice else []) + list(pieces):
-            sent = await self._webhook_send(channel_id, speaker, piece)
-            self.persona_names[sent.id] = speaker.name
+            sent = await self._webhook_send(hooked_id, speaker, piece, thread=thread)
+            self.recent.record(sent.id, speaker.name)
             delivered.append(
                 Delivered(
                     sent.id,
@@ -291,7 +462,9 @@ class DiscordAdapter:
             )
         return delivered
 
-    async def _webhook_send(self, channel_id: int, speaker: Speaker, text: str):
+    async def _webhook_send(
+        self, channel_id: int, speaker: Speaker, text: str, *, thread: discord.Thread | None
+    ):
         for attempt in range(2):
             webhook = await self._webhook(channel_id)
             try:
@@ -300,6 +473,7 @@ class DiscordAdapter:
                     username=sanitize_webhook_name(speaker.name),
                     avatar_url=speaker.avatar_url or discord.utils.MISSING,
                     allowed_mentions=NO_MENTIONS_BUT_USERS,
+                    thread=thread or discord.utils.MISSING,
                     wait=True,
                 )
             except discord.NotFound as error:

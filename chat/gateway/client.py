@@ -15,6 +15,7 @@ from typing import Any
 import discord
 
 from chat.gateway.adapter import DiscordAdapter
+from chat.gateway.proxies import ProxyResolver
 from chat.loop.ingress import OwnIdentity
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
@@ -48,6 +49,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         shard_ids: list[int] | None = None,
         shard_count: int | None = None,
         on_start: Callable[[PersonaBotClient], Awaitable[None]] | None = None,
+        proxies: ProxyResolver | None = None,
     ) -> None:
         super().__init__(
             intents=bot_intents(),
@@ -57,7 +59,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
         )
         _guard_parsers(self._connection.parsers)
-        self.adapter = DiscordAdapter(self)
+        self.adapter = DiscordAdapter(self, proxies=proxies)
         self.windows = WindowRegistry(
             fetch_history=self.adapter.fetch_history, cache_view=self.adapter.cache_view
         )
@@ -125,7 +127,7 @@ class PersonaBotClient(discord.AutoShardedClient):
     async def on_message(self, message: discord.Message) -> None:
         guild_id = message.guild.id if message.guild else None
         try:
-            converted = self.adapter.convert(message)
+            converted = await self.adapter.convert_live(message)
         except Exception:
             logger.exception("could not read message %s in %s", message.id, message.channel.id)
             return

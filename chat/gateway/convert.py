@@ -59,7 +59,7 @@ def convert_message(
         stickers=tuple(Sticker(id=s.id, name=s.name) for s in message.stickers),
         embeds=_embeds(message.embeds, own=own),
         containers=_containers(message.components, own=own),
-        reference=_reference(message.reference),
+        reference=_reference(message.reference, message.type),
         snapshots=tuple(
             ForwardedSnapshot(
                 content=snapshot.content,
@@ -95,7 +95,9 @@ def _embeds(embeds: Iterable[discord.Embed], *, own: bool) -> tuple[Embed, ...]:
             description=embed.description or "",
             footer=(embed.footer.text or "") if embed.footer else "",
             fields=tuple(EmbedField(name=f.name or "", value=f.value or "") for f in embed.fields),
-            kind=CardKind.SYSTEM_NOTICE if own else CardKind.ORDINARY,
+            # Only this bot's own cards are notices: Discord's automatic link previews on its
+            # replies (type link, article, image, video …) are previews like anyone's.
+            kind=CardKind.SYSTEM_NOTICE if own and embed.type == "rich" else CardKind.ORDINARY,
         )
         for embed in embeds
     )
@@ -119,15 +121,20 @@ def _text_displays(components: Iterable[object]) -> Iterable[str]:
         yield from _text_displays(getattr(component, "children", ()))
 
 
-def _reference(reference: discord.MessageReference | None) -> MessageReference | None:
+def _reference(
+    reference: discord.MessageReference | None, message_type: discord.MessageType
+) -> MessageReference | None:
+    """What the message points at: a reply target, a forwarded message, or — for a thread's
+    starter message (type 21) — the parent channel's message the thread was started from."""
     if reference is None or reference.message_id is None:
         return None
     forward = getattr(discord.MessageReferenceType, "forward", None)
-    kind = (
-        ReferenceKind.FORWARD
-        if forward is not None and reference.type == forward
-        else ReferenceKind.REPLY
-    )
+    if message_type == discord.MessageType.thread_starter_message:
+        kind = ReferenceKind.THREAD_STARTER
+    elif forward is not None and reference.type == forward:
+        kind = ReferenceKind.FORWARD
+    else:
+        kind = ReferenceKind.REPLY
     return MessageReference(
         message_id=reference.message_id, channel_id=reference.channel_id, kind=kind
     )

@@ -14,8 +14,7 @@ This is the one module of ``chat/gateway/`` the dashboard may import (see
 What differs from the gateway adapter: there is no gateway cache (`cache_view` is empty) and no
 member cache, so `names` knows only what `load_directory` fetched (the guild's channel and role
 names); members are named by their messages' own author payloads. Who spoke which persona
-message is passed in (`persona_names`, from the message index) because this process never
-delivered them.
+message comes from the message index, as for the gateway adapter's REST reads.
 """
 
 from __future__ import annotations
@@ -66,14 +65,13 @@ async def rest_discord(
     token: str,
     api_base: str,
     main_persona_name: Mapping[int | None, str] | None = None,
-    persona_names: Mapping[int, str] | None = None,
     webhook_ids: frozenset[int] = frozenset(),
     gateway_url: str | None = None,
 ) -> AsyncIterator[RestDiscordAdapter]:
     """Log in over REST at ``api_base`` and yield the adapter; the HTTP session closes on exit.
 
-    ``main_persona_name`` (per guild id) names the persona behind the bot account's messages,
-    ``persona_names`` (per message id) the persona behind each delivered message. Raises
+    ``main_persona_name`` (per guild id) names the persona behind the bot account's messages
+    that the message index does not know. Raises
     `discord.LoginFailure` for a bad token and `discord.HTTPException` when Discord cannot be
     reached.
     """
@@ -83,7 +81,6 @@ async def rest_discord(
         await client.login(token)
         adapter = RestDiscordAdapter(client)
         adapter.main_persona_name.update(main_persona_name or {})
-        adapter.persona_names.update(persona_names or {})
         adapter.webhook_ids.update(webhook_ids)
         yield adapter
     finally:
@@ -100,14 +97,13 @@ async def rest_port(
     token: str,
     api_base: str,
     gateway_url: str | None,
-    persona_names: Mapping[int, str] = {},
     webhook_ids: frozenset[int] = frozenset(),
     main_persona_names: Mapping[int | None, str] = {},
 ) -> AsyncIterator[RestDiscordAdapter]:
-    """`rest_discord` for callers holding the settings: ``persona_names`` (delivered message id
-    → persona), ``webhook_ids`` (this bot's persona webhooks) and ``main_persona_names`` (guild
-    id → the persona behind the bot account) are what the worker learned by delivering, read
-    from the database so history is attributed the way the worker attributes it.
+    """`rest_discord` for callers holding the settings. ``webhook_ids`` (this bot's persona
+    webhooks) and ``main_persona_names`` (guild id → the persona behind the bot account) are
+    what the worker knows, read from the database; history read here is attributed from the
+    message index, as the worker's REST reads are.
 
     Raises `DiscordUnavailable` when ``token`` is empty or Discord refuses the login.
     """
@@ -119,7 +115,6 @@ async def rest_port(
             api_base=api_base,
             gateway_url=gateway_url or None,
             main_persona_name=main_persona_names,
-            persona_names=persona_names,
             webhook_ids=webhook_ids,
         )
         adapter = await opened.__aenter__()

@@ -21,13 +21,16 @@ class ModelSpec:
     """One model to try, with the persona's sampling settings.
 
     ``supports_vision`` and ``supports_prefill`` tell the per-attempt render whether media may go
-    in as image parts and whether a prefill may end the request as an ``assistant`` message.
-    Both default to the safe choice (a notice, an instruction).
+    in as image parts and whether a prefill may end the request as an ``assistant`` message;
+    ``merge_same_role`` whether adjacent messages of one role are merged (providers that need
+    alternating roles). All default to the safe choice (a notice, an instruction, roles as they
+    come); `chat.llm.capabilities` decides them from the model's name and the persona's settings.
     """
 
     name: str
     supports_vision: bool = False
     supports_prefill: bool = False
+    merge_same_role: bool = False
     temperature: float = 0.7
     max_output_tokens: int = 512
     stop: tuple[str, ...] = ()

@@ -10,7 +10,7 @@ tool's dependency was given (an unconfigured tool is never offered, DESIGN §5):
 tool                        dependency
 ==========================  =================================================================
 read_file                   ``attachments`` lookup and an ``AttachmentReader``
-reveal_message_metadata     a ``MessageMetadataLookup`` (``ref_N`` → author, time, id)
+reveal_message_metadata     a ``MessageMetadataLookup`` (``ref_N`` → author, time, refs)
 update_short_term_memory    a ``ShortTermMemoryWriter`` (at most one write per turn)
 analyze_image               ``attachments`` lookup and a ``VisionModel`` (a vision model call)
 ==========================  =================================================================
@@ -188,10 +188,14 @@ class AttachmentReader(Protocol):
 
 @dataclass(frozen=True)
 class MessageMetadata:
+    """What ``reveal_message_metadata`` tells about one message, in the prompt's own terms:
+    names and ``ref_N``/``media_N`` keys, never a raw snowflake."""
+
     author_name: str
-    author_id: int
     sent_at: datetime
-    message_id: int
+    edited_at: datetime | None = None
+    reply_to_ref: str | None = None
+    media_ids: tuple[str, ...] = ()
 
 
 class MessageMetadataLookup(Protocol):
@@ -315,13 +319,18 @@ class ToolBox:
         found = await self._metadata.metadata(arguments.ref)
         if found is None:
             raise ToolError(f"{arguments.ref} is not a message in this conversation")
-        return _result(
-            ref=arguments.ref,
-            author=found.author_name,
-            author_id=str(found.author_id),
-            sent_at=found.sent_at.isoformat(),
-            message_id=str(found.message_id),
-        )
+        fields: dict[str, Any] = {
+            "ref": arguments.ref,
+            "author": found.author_name,
+            "sent_at": found.sent_at.isoformat(),
+        }
+        if found.edited_at is not None:
+            fields["edited_at"] = found.edited_at.isoformat()
+        if found.reply_to_ref is not None:
+            fields["reply_to"] = found.reply_to_ref
+        if found.media_ids:
+            fields["media"] = list(found.media_ids)
+        return _result(**fields)
 
     async def _update_memory(self, arguments: UpdateShortTermMemoryArguments) -> ToolResult:
         if self._memory_written:

@@ -213,7 +213,9 @@ class AutonomousLoop:
         """Ask the planner for one action and record the step; None when the model could not
         be reached (the loop ends; the unread messages stay for the next loop)."""
         channel = configuration.settings
-        unread = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel.channel_id)
+        unread = await ingress.unread_pool_without_superseded(
+            port=self._runtime.port, channel_id=channel.channel_id
+        )
         unread_ids = {m.id for m in unread}
         seen = [m for m in state.ordered() if m.id not in unread_ids] + unread
         standing = await sync_to_async(selectors.user_standing)(

@@ -11,15 +11,17 @@ in the unread pool; the move is one transaction.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from chat.loop.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage, PrivacyLevel
+from chat.ports import DiscordPort
 from chat.shards import EVERY_SHARD, ShardSet
 from personas.models import UserPrivacy
 
@@ -229,6 +231,27 @@ def unread_pool_take(
         taken = list(rows.order_by("message_id"))
         UnreadEvent.objects.filter(id__in=[row.id for row in taken]).delete()
     return [message_from_json(row.event) for row in taken]
+
+
+def unread_pool_discard(*, channel_id: int, message_ids: Iterable[int]) -> int:
+    """Drop these messages from the channel's unread pool (a proxy system replaced them: their
+    proxied copies are answered instead); returns how many were there."""
+    rows = UnreadEvent.objects.filter(channel_id=channel_id, message_id__in=set(message_ids))
+    deleted, _ = rows.delete()
+    return deleted
+
+
+async def unread_pool_without_superseded(
+    *, port: DiscordPort, channel_id: int
+) -> list[HistoryMessage]:
+    """The channel's unread messages, oldest first, once originals a proxy system replaced
+    are discarded from the pool (`DiscordPort.superseded_originals`)."""
+    pending = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+    superseded = await port.superseded_originals(pending) if pending else frozenset()
+    if not superseded:
+        return pending
+    await sync_to_async(unread_pool_discard)(channel_id=channel_id, message_ids=superseded)
+    return [m for m in pending if m.id not in superseded]
 
 
 def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:

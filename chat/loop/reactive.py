@@ -47,8 +47,13 @@ class ReactiveLoop:
         (messages that arrive meanwhile are answered in the same stretch). The configuration
         is read anew for each batch of messages, so a change applies from the next batch."""
         channel_id = configuration.channel_id
-        ran_a_turn = False
-        while pending := await sync_to_async(ingress.unread_pool_messages)(channel_id=channel_id):
+        answered_earlier = False  # a turn for an earlier message ran in this busy stretch
+        # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
+        # the member's message, is.
+        port = self._runtime.port
+        while pending := await ingress.unread_pool_without_superseded(
+            port=port, channel_id=channel_id
+        ):
             plans = await sync_to_async(trigger_plans)(
                 configuration=configuration,
                 pending=pending,
@@ -58,6 +63,7 @@ class ReactiveLoop:
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
             for plan in plans:
                 later = frozenset(i for i in trigger_ids if i > plan.message.id)
+                ran_for_this_message = False
                 for persona, trigger in plan.answers:
                     answered = await sync_to_async(turn_already_answered)(
                         trigger_id=plan.message.id, persona_id=persona.id
@@ -72,11 +78,15 @@ class ReactiveLoop:
                             trigger=plan.message,
                             reason=trigger.reason,
                             reason_detail={"rule": str(trigger.reason), "detail": trigger.detail},
-                            is_queued_turn=ran_a_turn,
+                            # Queued: the message waited behind another message's turns.
+                            # Personas answering the same message are co-responders, not
+                            # queued behind each other.
+                            is_queued_turn=answered_earlier,
                             later_queued_trigger_ids=later,
                         ),
                     )
-                    ran_a_turn = True
+                    ran_for_this_message = True
+                answered_earlier = answered_earlier or ran_for_this_message
                 await sync_to_async(ingress.unread_pool_take)(
                     channel_id=channel_id, up_to_message_id=plan.message.id
                 )
@@ -97,8 +107,9 @@ def trigger_plans(
 ) -> list[TriggerPlan]:
     """Each pending message with the personas that answer it (none: nobody answers).
 
-    The personas and blocks come from ``configuration``; the authors' blacklist standing and
-    which persona wrote each replied-to message are read here.
+    The personas and blocks come from ``configuration``; the authors' standing (blacklisted or
+    full privacy: they trigger nothing) and which persona wrote each replied-to message are
+    read here.
     """
     personas = configuration.personas
     by_name = {p.name: p for p in personas}
@@ -123,7 +134,9 @@ def trigger_plans(
                 for block in configuration.blocks
                 if block.user_id == user_id and block.type in (BlockType.MUTE, BlockType.BLOCK)
             },
-            author_blacklisted=user_id in standing.blacklisted,
+            # A user with full privacy never appears in a prompt, so never triggers one: the
+            # model would answer a message it cannot see.
+            author_blacklisted=user_id in standing.blacklisted or user_id in standing.full_privacy,
         )
         answers = tuple((by_name[t.persona_name], t) for t in triggers)
         plans.append(TriggerPlan(message=message, answers=answers))

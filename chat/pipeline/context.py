@@ -10,18 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta, tzinfo
 from types import MappingProxyType
 from zoneinfo import ZoneInfo
 
-from chat.pipeline.dialogue import append_dialogue_history, dialogue_role
+from chat.pipeline.dialogue import append_dialogue_history, date_label, dialogue_role
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
 from chat.pipeline.memory import STM_HEADER
 from chat.pipeline.notes import active_context_notes
-from chat.pipeline.participants import ParticipantContext, prepare_participant_context
+from chat.pipeline.participants import (
+    ParticipantContext,
+    participant_note,
+    prepare_participant_context,
+)
 from chat.pipeline.simplify import (
     SimplifiedEntry,
     SimplifiedHistory,
@@ -43,7 +47,11 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import history_window_stride, normalize_fetch_limit
 
-TURN_VARYING_TAGS = frozenset({ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE})
+TURN_VARYING_TAGS = frozenset(
+    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS}
+)
+REUNION_MIN_GAP = timedelta(days=3)
+"""How long a person must have been away from a persona for the reunion note."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +87,11 @@ class TurnInput:
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
         stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
         verbatim_tool_nudge: Inject the verbatim tool-calling nudge (custom endpoints).
-        reunion_note: A precomputed note for a returning user; None for none.
+        reunion_note: A precomputed note for a returning user; None for none (then
+            ``reunion_last_seen`` decides).
+        reunion_last_seen: When the trigger's author last addressed this persona (its recorded
+            presence, before this turn); at least `REUNION_MIN_GAP` before ``now``, the turn
+            gets a reunion note naming that day. None: no presence recorded.
         impersonated_user_id: A user the persona speaks as this turn; None when not.
         token_cache: The previous turn's `TurnContext.token_cache` (empty when cold).
         previous_history: The previous turn's `TurnContext.simplified_history`; simplification
@@ -113,6 +125,7 @@ class TurnInput:
     stm_maintenance_due: bool = False
     verbatim_tool_nudge: bool = False
     reunion_note: str | None = None
+    reunion_last_seen: datetime | None = None
     impersonated_user_id: int | None = None
     token_cache: Mapping[TokenCacheKey, int] = field(default_factory=dict)
     previous_history: SimplifiedHistory | None = None
@@ -233,10 +246,20 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             channel_note=turn.channel_note,
             global_note=turn.global_note,
             verbatim_tool_nudge=turn.verbatim_tool_nudge,
-            reunion_note=turn.reunion_note,
+            reunion_note=turn.reunion_note or _reunion_note(turn, trigger, timezone),
         ),
         placed=_stm_at_depth(turn),
     )
+    participants_text = participant_note(participants)
+    if participants_text:
+        items += (
+            ContextItem(
+                tag=ItemTag.PARTICIPANTS,
+                role=Role.USER,
+                text=f"[System: {participants_text}]",
+                completion_text="",
+            ),
+        )
     items += tail_directives(
         [entry.prose for entry in entries if _is_own(entry, turn)],
         macros=macros,
@@ -366,6 +389,19 @@ def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) ->
 
 def _is_own(entry: SimplifiedEntry, turn: TurnInput) -> bool:
     return dialogue_role(entry, turn.persona.name, turn.impersonated_user_id) is Role.ASSISTANT
+
+
+def _reunion_note(turn: TurnInput, trigger: SimplifiedEntry | None, timezone: tzinfo) -> str | None:
+    """The reunion note for a person back after `REUNION_MIN_GAP` or more (seed 002): it
+    names the day they last talked with the persona (an absolute date keeps the prompt cache).
+    A turn answering another persona's message gets none."""
+    last_seen = turn.reunion_last_seen
+    if trigger is None or trigger.persona_name is not None or last_seen is None:
+        return None
+    if turn.now - last_seen < REUNION_MIN_GAP:
+        return None
+    day = date_label(last_seen.astimezone(timezone).date())
+    return f"{trigger.author_name} is back; the last time they talked with you was {day}."
 
 
 def _queued_reply(

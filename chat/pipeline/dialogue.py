@@ -108,9 +108,14 @@ def append_dialogue_history(
     return (*items, *place_notes(dialogue, (*placed, *context_note_items(notes, macros))))
 
 
+def date_label(day: date) -> str:
+    """``Saturday, July 11, 2026``: absolute, English, locale-independent."""
+    return f"{WEEKDAYS[day.weekday()]}, {MONTHS[day.month - 1]} {day.day}, {day.year}"
+
+
 def date_spacer(day: date) -> ContextItem:
     """``[System: New day: Saturday, July 11, 2026]``: absolute, English, locale-independent."""
-    label = f"{WEEKDAYS[day.weekday()]}, {MONTHS[day.month - 1]} {day.day}, {day.year}"
+    label = date_label(day)
     return ContextItem(
         tag=ItemTag.DATE_SPACER,
         role=Role.USER,

@@ -25,6 +25,7 @@ class ItemTag(StrEnum):
     CONTEXT_NOTE_INJECTION = "context_note_injection"
     DATE_SPACER = "date_spacer"
     TAIL_DIRECTIVE = "tail_directive"
+    PARTICIPANTS = "participants"
 
 
 @dataclass(frozen=True, slots=True)

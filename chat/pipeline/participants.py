@@ -34,6 +34,9 @@ class Participant:
     role: ParticipantRole
     user_id: int
     persona_name: str | None = None
+    proxy_host_name: str | None = None
+    """For a proxied member: the display name of the account that speaks for them."""
+    is_proxied: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +75,14 @@ def prepare_participant_context(
             continue
         author = (entry.author_id, entry.author_name)
         if author not in authors:
+            host = entry.proxy_host_id
             authors[author] = Participant(
                 name=entry.author_name,
                 role=ParticipantRole.AUTHOR,
                 user_id=entry.author_id,
                 persona_name=entry.persona_name,
+                proxy_host_name=member_names.get(host) if host is not None else None,
+                is_proxied=host is not None,
             )
         for user_id in entry.mention_ids:
             name = member_names.get(user_id)
@@ -93,6 +99,27 @@ def prepare_participant_context(
             persona.name for persona in personas if _is_addressed(persona, prose)
         ),
     )
+
+
+def participant_note(context: ParticipantContext) -> str | None:
+    """What the prompt says about the people in the conversation, beyond their lines: which
+    speakers are proxied members and whose account speaks for them (the proxy namespace), and
+    who is mentioned without speaking. None when there is nothing to say."""
+    sentences = []
+    for participant in context.participants:
+        if not participant.is_proxied:
+            continue
+        if participant.proxy_host_name:
+            sentences.append(
+                f"{participant.name} is a proxied member: {participant.proxy_host_name}'s "
+                "account speaks for them."
+            )
+        else:
+            sentences.append(f"{participant.name} is a proxied member of someone's system.")
+    mentioned = [p.name for p in context.participants if p.role is ParticipantRole.MENTIONED]
+    if mentioned:
+        sentences.append(f"Mentioned here but not speaking: {', '.join(mentioned)}.")
+    return " ".join(sentences) or None
 
 
 def _is_addressed(persona: PersonaSpec, prose: str) -> bool:

@@ -9,8 +9,9 @@ tool is offered only when the turn gives a reason:
   process_gif, a YouTube link → process_youtube_video;
 - short-term memory maintenance being due → update_short_term_memory.
 
-Either way a tool needing an outside service is never offered until that service is configured,
-and a queued turn never offers reply_to_message (its streamed reply is already the answer).
+Either way a tool needing an outside service is never offered until that service is configured.
+The catalogue names only tools the model access layer implements (`chat.llm.tools.TOOL_SPECS`)
+or that need a service this product does not configure yet (never offered).
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ class ToolName(StrEnum):
 
     READ_FILE = "read_file"
     REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
-    REPLY_TO_MESSAGE = "reply_to_message"
     UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
     ANALYZE_IMAGE = "analyze_image"
     PROCESS_GIF = "process_gif"
@@ -61,7 +61,6 @@ TOOL_CATALOGUE: tuple[ToolSpec, ...] = (
         False,
         ("when did", "what time", "timestamp", "metadata", "who sent", "message id"),
     ),
-    ToolSpec(ToolName.REPLY_TO_MESSAGE, False, ("reply to", "respond to", "answer them")),
     ToolSpec(
         ToolName.UPDATE_SHORT_TERM_MEMORY, False, ("remember", "don't forget", "keep in mind")
     ),
@@ -102,7 +101,7 @@ def admit_tools(
         0. Tools off for the persona (``tools_enabled`` False): nothing is offered.
         1. Available: tools needing no configuration, plus configured ones.
         2. Wanted: everything (mode off), else the reasons the module docstring lists.
-        3. Offered: available ∩ wanted, minus reply_to_message on a queued turn.
+        3. Offered: available ∩ wanted.
 
     Args:
         tools_enabled: The persona's tools switch.
@@ -110,7 +109,8 @@ def admit_tools(
         trigger: The triggering message's history entry; None when it is not visible.
         configured_tools: Names of tools whose outside service is configured.
         stm_maintenance_due: Short-term memory maintenance is due for this channel.
-        is_queued_turn: The turn answers a queued trigger.
+        is_queued_turn: The turn answers a queued trigger (no tool depends on it today: the
+            queued turn's reply is its answer, and no tool sends replies).
 
     Returns:
         A `ToolAdmission`.
@@ -126,11 +126,7 @@ def admit_tools(
         wanted = _deliberate_reasons(trigger, stm_maintenance_due)
     else:
         wanted = dict.fromkeys(available, "Deliberate Tool Mode is off")
-    reasons = {
-        name: wanted[name]
-        for name in available
-        if name in wanted and not (is_queued_turn and name == ToolName.REPLY_TO_MESSAGE)
-    }
+    reasons = {name: wanted[name] for name in available if name in wanted}
     return ToolAdmission(tools=tuple(reasons), reasons=MappingProxyType(reasons))
 
 

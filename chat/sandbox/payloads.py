@@ -13,6 +13,7 @@ from chat.sandbox.records import Attachment, Channel, Guild, Member, Role, User,
 from chat.sandbox.snowflake import iso_timestamp, snowflake_time
 
 GUILD_TEXT = 0
+PUBLIC_THREAD = 11
 """Discord's channel type for a text channel (the only kind the sandbox has)."""
 
 
@@ -69,6 +70,8 @@ def role_payload(role: Role) -> dict[str, Any]:
 
 
 def channel_payload(channel: Channel) -> dict[str, Any]:
+    if channel.parent_id is not None:
+        return thread_payload(channel)
     return {
         "id": str(channel.id),
         "type": GUILD_TEXT,
@@ -81,6 +84,31 @@ def channel_payload(channel: Channel) -> dict[str, Any]:
         "rate_limit_per_user": 0,
         "last_message_id": str(channel.last_message_id) if channel.last_message_id else None,
         "permission_overwrites": [],
+    }
+
+
+def thread_payload(thread: Channel) -> dict[str, Any]:
+    """A public thread started from a message (its id is the starter message's id)."""
+    created = iso_timestamp(snowflake_time(thread.id))
+    return {
+        "id": str(thread.id),
+        "type": PUBLIC_THREAD,
+        "guild_id": str(thread.guild_id),
+        "parent_id": str(thread.parent_id),
+        "owner_id": str(thread.owner_id),
+        "name": thread.name,
+        "last_message_id": str(thread.last_message_id) if thread.last_message_id else None,
+        "rate_limit_per_user": 0,
+        "message_count": len(thread.messages),
+        "member_count": 1,
+        "flags": 0,
+        "thread_metadata": {
+            "archived": False,
+            "auto_archive_duration": 1440,
+            "archive_timestamp": created,
+            "locked": False,
+            "create_timestamp": created,
+        },
     }
 
 
@@ -135,7 +163,7 @@ def guild_create_payload(guild: Guild, *, members: list[dict[str, Any]]) -> dict
         members=members,
         presences=[],
         voice_states=[],
-        threads=[],
+        threads=[thread_payload(thread) for thread in guild.threads.values()],
         stage_instances=[],
         guild_scheduled_events=[],
         soundboard_sounds=[],

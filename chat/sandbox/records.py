@@ -88,6 +88,8 @@ class Message:
     edited_at: datetime | None = None
     reactions: dict[str, list[int]] = field(default_factory=dict)
     """Unicode emoji -> ids of the users who reacted with it, in reaction order."""
+    type: int | None = None
+    """Discord's message type when it is not implied (21: a thread's starter message)."""
 
 
 @dataclass(slots=True)
@@ -100,6 +102,10 @@ class Channel:
     last_message_id: int | None = None
     messages: dict[int, Message] = field(default_factory=dict)
     """By id; ids only ever increase, so insertion order is chronological order."""
+    parent_id: int | None = None
+    """Set for a thread: the text channel it was started in."""
+    owner_id: int | None = None
+    """Set for a thread: who started it."""
 
 
 @dataclass(slots=True)
@@ -110,6 +116,8 @@ class Guild:
     roles: dict[int, Role] = field(default_factory=dict)
     channels: dict[int, Channel] = field(default_factory=dict)
     members: dict[int, Member] = field(default_factory=dict)
+    threads: dict[int, Channel] = field(default_factory=dict)
+    """Active threads (public, started from a message), by id."""
 
 
 @dataclass(slots=True)

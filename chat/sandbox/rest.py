@@ -344,6 +344,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             uploads=uploads,
             allowed_mentions=body.allowed_mentions,
             tts=body.tts,
+            thread_id=int(request.query["thread_id"]) if "thread_id" in request.query else None,
         )
         wait = request.query.get("wait", "false").lower() in ("1", "true")
         return json_response(message) if wait else no_content()

@@ -31,6 +31,7 @@ from chat.sandbox.traffic import RateLimitPolicy, RateLimitScope, RouteKey, Traf
 
 API_PREFIX = "/api/v10"
 GATEWAY_PATH = "/gateway"
+PLURALKIT_PREFIX = "/pluralkit/v2"
 
 
 class SandboxServer:
@@ -58,6 +59,8 @@ class SandboxServer:
         self._traffic = Traffic(api_prefix=API_PREFIX, policy=rate_limit or RateLimitPolicy())
         self._gateway: Gateway | None = None
         self._runner: web.AppRunner | None = None
+        self.pluralkit_lookups: list[str] = []
+        """The message ids asked of the proxy system's API, in order."""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -91,6 +94,7 @@ class SandboxServer:
             "/attachments/{channel_id}/{attachment_id}/{filename:.+}",
             self._serve_attachment,
         )
+        app.router.add_get(PLURALKIT_PREFIX + "/messages/{message_id}", self._pluralkit_message)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         try:
@@ -126,6 +130,11 @@ class SandboxServer:
     def api_base(self) -> str:
         """The REST base for `DISCORD_API_BASE`, e.g. http://127.0.0.1:8765/api/v10."""
         return self.base_url + API_PREFIX
+
+    @property
+    def pluralkit_api_base(self) -> str:
+        """The proxy system's API for `PLURALKIT_API_BASE`, e.g. http://127.0.0.1:8765/pluralkit/v2."""
+        return self.base_url + PLURALKIT_PREFIX
 
     @property
     def gateway_url(self) -> str:
@@ -190,6 +199,15 @@ class SandboxServer:
         return self._gateway.sessions() if self._gateway else []
 
     # ------------------------------------------------------------------------------ private
+
+    async def _pluralkit_message(self, request: web.Request) -> web.Response:
+        """PluralKit's ``GET /v2/messages/{id}``, for the sandbox's proxy bot."""
+        raw = request.match_info["message_id"]
+        self.pluralkit_lookups.append(raw)
+        record = self.sandbox.proxy_record(int(raw)) if raw.isdigit() else None
+        if record is None:
+            return web.json_response({"message": "Message not found.", "code": 20006}, status=404)
+        return web.json_response(record)
 
     async def _serve_attachment(self, request: web.Request) -> web.Response:
         attachment = self.sandbox.attachment(snowflake_param(request, "attachment_id"))

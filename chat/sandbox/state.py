@@ -31,6 +31,7 @@ from chat.sandbox.payloads import (
     guild_create_payload,
     guild_payload,
     member_payload,
+    thread_payload,
     user_payload,
     webhook_payload,
 )
@@ -71,6 +72,18 @@ MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
 MESSAGE_TYPE_DEFAULT = 0
 MESSAGE_TYPE_REPLY = 19
+MESSAGE_TYPE_THREAD_STARTER = 21
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyMember:
+    """A member of a proxy system (PluralKit-style): who they belong to and how they speak."""
+
+    sender_id: int
+    member_id: str
+    name: str
+    prefix: str
+
 
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
@@ -128,7 +141,40 @@ class Sandbox:
         self._attachments: dict[int, Attachment] = {}
         self._listeners: list[EventListener] = []
         self._nonces: dict[tuple[int, str], tuple[int, float]] = {}
+        self._link_previews: dict[str, dict[str, Any]] = {}
+        self._proxy_members: list[ProxyMember] = []
+        self._proxy_webhooks: dict[int, Webhook] = {}
+        self._proxy_records: dict[int, dict[str, Any]] = {}
+        self.proxy_bot_id: int | None = None
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
+
+    def add_link_preview(
+        self, url: str, *, title: str, description: str = "", kind: str = "article"
+    ) -> None:
+        """Unfurl ``url`` like Discord does for a page with OpenGraph tags: a message (anyone's,
+        the bot's included) whose content holds it gets a preview embed of type ``kind`` right
+        after it is posted, dispatched as a MESSAGE_UPDATE."""
+        self._link_previews[url] = {
+            "type": kind,
+            "url": url,
+            "title": title,
+            "description": description,
+        }
+
+    def add_proxy_member(self, sender_id: int, *, member_id: str, name: str, prefix: str) -> None:
+        """A PluralKit-style proxy bot speaks for ``sender_id``'s member ``name``: a message of
+        theirs that starts with ``prefix`` is reposted without it through the proxy bot's
+        webhook in that channel, shown as the member, then the original is deleted (both
+        dispatched, as Discord does). The proxy system's API (`proxy_record`) then knows both
+        ids. The proxy bot joins the world on first use."""
+        if self.proxy_bot_id is None:
+            self.proxy_bot_id = self.add_user("PluralKit", bot=True)
+        self._proxy_members.append(ProxyMember(sender_id, member_id, name, prefix))
+
+    def proxy_record(self, message_id: int) -> dict[str, Any] | None:
+        """What PluralKit's ``GET /v2/messages/{id}`` answers for a proxied message or its
+        original: the ids, the sender, and the member; None (a 404) for any other message."""
+        return self._proxy_records.get(message_id)
 
     # ----------------------------------------------------------------- building the world
 
@@ -170,6 +216,40 @@ class Sandbox:
         guild.channels[channel_id] = self._channels[channel_id] = channel
         self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
+
+    def start_thread(self, channel_id: int, message_id: int, *, name: str, creator_id: int) -> int:
+        """``creator_id`` starts a public thread from message ``message_id`` of text channel
+        ``channel_id``, as Discord does: the thread's id is the message's, THREAD_CREATE is
+        dispatched, and the thread opens with a starter message (type 21) that references the
+        parent channel's message (its author is the creator; it has no content of its own).
+        Returns the thread's id."""
+        parent = self._channel(channel_id)
+        starter = self._message(channel_id, message_id)
+        guild = self._guild(parent.guild_id)
+        self._member(guild, creator_id)
+        thread = Channel(
+            message_id, guild.id, name, position=0, parent_id=channel_id, owner_id=creator_id
+        )
+        guild.threads[thread.id] = self._channels[thread.id] = thread
+        self._publish("THREAD_CREATE", {**thread_payload(thread), "newly_created": True}, guild.id)
+        first = Message(
+            id=self._snowflakes.next_id(),
+            channel_id=thread.id,
+            guild_id=guild.id,
+            author_id=creator_id,
+            content="",
+            embeds=[],
+            attachments=[],
+            mention_ids=[],
+            mention_role_ids=[],
+            mention_everyone=False,
+            reference=(channel_id, starter.id),
+            type=MESSAGE_TYPE_THREAD_STARTER,
+        )
+        thread.messages[first.id] = first
+        thread.last_message_id = first.id
+        self._publish("MESSAGE_CREATE", self.message_payload(first, gateway=True), guild.id)
+        return thread.id
 
     def add_member(
         self,
@@ -460,7 +540,68 @@ class Sandbox:
         if nonce is not None:
             self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
         self._publish("MESSAGE_CREATE", self.message_payload(message, gateway=True), guild.id)
-        return self.message_payload(message)
+        self._unfurl_links(message)
+        payload = self.message_payload(message)
+        if webhook is None:
+            self._proxy(message)
+        return payload
+
+    def _proxy(self, original: Message) -> None:
+        """The proxy bot's work on a user's message (see `add_proxy_member`)."""
+        member = next(
+            (
+                m
+                for m in self._proxy_members
+                if m.sender_id == original.author_id
+                and original.content.lower().startswith(m.prefix.lower())
+            ),
+            None,
+        )
+        if member is None or self.proxy_bot_id is None:
+            return
+        webhook = self._proxy_webhooks.get(original.channel_id)
+        if webhook is None:
+            webhook = Webhook(
+                id=self._snowflakes.next_id(),
+                guild_id=original.guild_id,
+                channel_id=original.channel_id,
+                name="PluralKit",
+                avatar=None,
+                token=secrets.token_urlsafe(51),
+                creator_id=self.proxy_bot_id,
+            )
+            self._webhooks[webhook.id] = self._proxy_webhooks[original.channel_id] = webhook
+        proxied = self.create_message(
+            original.channel_id,
+            author_id=webhook.id,
+            content=original.content[len(member.prefix) :].strip(),
+            webhook=WebhookAuthor(webhook_id=webhook.id, username=member.name, avatar=None),
+        )
+        record = {
+            "timestamp": proxied["timestamp"],
+            "id": proxied["id"],
+            "original": str(original.id),
+            "sender": str(original.author_id),
+            "channel": str(original.channel_id),
+            "guild": str(original.guild_id),
+            "system": {"id": f"s{original.author_id % 100000:05d}", "name": None},
+            "member": {"id": member.member_id, "name": member.name, "display_name": None},
+        }
+        self._proxy_records[int(proxied["id"])] = self._proxy_records[original.id] = record
+        self.delete_message(original.channel_id, original.id)
+
+    def _unfurl_links(self, message: Message) -> None:
+        """Add the preview embeds of the known links in ``message`` (Discord's unfurler, which
+        runs after the message is posted and announces the embeds with a MESSAGE_UPDATE)."""
+        previews = [
+            dict(preview) for url, preview in self._link_previews.items() if url in message.content
+        ]
+        if not previews or message.embeds:
+            return
+        message.embeds = previews
+        self._publish(
+            "MESSAGE_UPDATE", self.message_payload(message, gateway=True), message.guild_id
+        )
 
     def edit_message(
         self,
@@ -624,18 +765,26 @@ class Sandbox:
         uploads: Sequence[Upload] = (),
         allowed_mentions: AllowedMentions | None = None,
         tts: bool = False,
+        thread_id: int | None = None,
     ) -> dict[str, Any]:
         """Post through a webhook, shown as `username`/`avatar_url` when given (else the
-        webhook's own name and avatar). Raises 404 10015 / 401 50027 for an unknown webhook or
-        a wrong token."""
+        webhook's own name and avatar); with `thread_id`, into that thread of the webhook's
+        channel. Raises 404 10015 / 401 50027 for an unknown webhook or a wrong token, 404
+        10003 for a thread that is not one of the webhook's channel."""
         webhook = self._webhook(webhook_id, token)
+        target = webhook.channel_id
+        if thread_id is not None:
+            thread = self._channel(thread_id)
+            if thread.parent_id != webhook.channel_id:
+                raise unknown(ErrorCode.UNKNOWN_CHANNEL)
+            target = thread.id
         author = WebhookAuthor(
             webhook_id=webhook.id,
             username=username or webhook.name,
             avatar=avatar_hash(avatar_url) if avatar_url else webhook.avatar,
         )
         return self.create_message(
-            webhook.channel_id,
+            target,
             author_id=webhook.id,
             content=content,
             embeds=embeds,
@@ -661,7 +810,9 @@ class Sandbox:
         guild = self._guilds[message.guild_id]
         payload: dict[str, Any] = {
             "id": str(message.id),
-            "type": MESSAGE_TYPE_REPLY if message.reference else MESSAGE_TYPE_DEFAULT,
+            "type": message.type
+            if message.type is not None
+            else (MESSAGE_TYPE_REPLY if message.reference else MESSAGE_TYPE_DEFAULT),
             "channel_id": str(message.channel_id),
             "author": self._author_payload(message),
             "content": message.content,

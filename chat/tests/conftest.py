@@ -80,6 +80,12 @@ class FakeDiscord:
     async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
         return next((m for m in self.history.get(channel_id, []) if m.id == message_id), None)
 
+    async def thread_starter(self, channel_id: int) -> HistoryMessage | None:
+        return None  # no threads here
+
+    async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
+        return frozenset()  # no proxy system here
+
     async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
         for hook in self.on_locate:
             await hook()

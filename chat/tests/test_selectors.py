@@ -117,3 +117,21 @@ def test_replied_persona_names_come_from_the_message_index():
     MessageIndex.objects.create(message_id=101, channel_id=20)
 
     assert replied_persona_names(message_ids=[100, 101, 102]) == {100: "Anon"}
+
+
+def test_model_capabilities_come_from_the_name_and_the_persona_overrides_its_first_model(
+    settings: Settings,
+) -> None:
+    settings.LLM_MODEL = "deployment-model"
+    persona = Persona(
+        name="Tomori", llm_model="llama3:8b", fallback_models=["gpt-4o"], llm_prefill=True
+    )
+
+    first, fallback = persona_model_specs(persona)
+
+    assert (first.supports_vision, first.supports_prefill, first.merge_same_role) == (
+        False,
+        True,
+        False,
+    )
+    assert (fallback.supports_vision, fallback.supports_prefill) == (True, False)

@@ -8,7 +8,13 @@ from pytest_django.fixtures import Settings
 
 from chat.llm.base import ChatRequest, ModelSpec
 from chat.llm.fake_server import FakeLLMServer
-from chat.worker import WorkerConfig, llm_client_from_settings
+from chat.worker import (
+    WorkerConfig,
+    llm_client_from_settings,
+    proxy_resolver_from_settings,
+    vision_client_from_settings,
+    vision_model_from_settings,
+)
 
 
 async def test_client_uses_the_base_url_and_key_configured_at_call_time(settings: Settings) -> None:
@@ -40,3 +46,38 @@ def test_a_worker_owns_the_guilds_of_its_shards(guild_id, expected) -> None:
         token="t", api_base="http://x", gateway_url=None, shard_ids=[0, 2], shard_count=4
     )
     assert config.on_my_shards(guild_id) is expected
+
+
+async def test_no_vision_model_and_no_proxy_system_unless_configured(settings: Settings) -> None:
+    settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.LLM_VISION_MODEL = ""
+    settings.LLM_VISION_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.PLURALKIT_API_BASE = ""
+
+    assert vision_client_from_settings() is None
+    async with llm_client_from_settings() as shared:
+        assert vision_model_from_settings(shared) is None
+    assert proxy_resolver_from_settings() is None
+
+
+async def test_the_vision_model_shares_the_endpoint_unless_it_has_its_own(
+    settings: Settings,
+) -> None:
+    settings.LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.LLM_VISION_MODEL = "llava:13b"
+    settings.LLM_VISION_BASE_URL = ""
+    assert vision_client_from_settings() is None
+    async with llm_client_from_settings() as shared:
+        vision = vision_model_from_settings(shared)
+        assert vision is not None and vision.client is shared
+        assert (vision.model.name, vision.model.supports_vision) == ("llava:13b", True)
+
+    async with FakeLLMServer() as vision_server:
+        settings.LLM_VISION_BASE_URL = vision_server.base_url
+        own = vision_client_from_settings()
+        assert own is not None
+        async with own:
+            vision = vision_model_from_settings(own)
+            request = ChatRequest(model=vision.model, messages=[{"role": "user", "content": "?"}])
+            await vision.client.complete(request)
+        assert [body["model"] for body in vision_server.chat_bodies] == ["llava:13b"]

@@ -8,7 +8,14 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.worker import WorkerConfig, llm_client_from_settings, run_worker
+from chat.worker import (
+    WorkerConfig,
+    llm_client_from_settings,
+    proxy_resolver_from_settings,
+    run_worker,
+    vision_client_from_settings,
+    vision_model_from_settings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +85,15 @@ class Command(BaseCommand):
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         llm = llm_client_from_settings()
+        vision_client = vision_client_from_settings()
+        vision = vision_model_from_settings(vision_client or llm)
+        proxies = proxy_resolver_from_settings()
         try:
-            await run_worker(config, llm=llm, stop=stop)
+            await run_worker(config, llm=llm, stop=stop, vision=vision, proxies=proxies)
         finally:
             await llm.aclose()
+            if proxies is not None:
+                await proxies.aclose()
+            if vision_client is not None:
+                await vision_client.aclose()
         self.stdout.write("worker stopped")

@@ -56,9 +56,14 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         async with contextlib.AsyncExitStack() as stack:
+            sandbox = demo_sandbox(token=token)
+            # A proxied member to try by hand: alice's "l: …" is reposted as Lilya.
+            sandbox.add_proxy_member(
+                DEMO_USER_IDS["alice"], member_id="lilya", name="Lilya", prefix="l:"
+            )
             try:
                 server = await stack.enter_async_context(
-                    SandboxServer(demo_sandbox(token=token), host=host, port=port)
+                    SandboxServer(sandbox, host=host, port=port)
                 )
             except OSError as error:
                 raise CommandError(f"cannot serve the sandbox on {host}:{port}: {error}") from error
@@ -88,9 +93,11 @@ class Command(BaseCommand):
             f"  export DISCORD_API_BASE={server.api_base}\n"
             f"  export DISCORD_GATEWAY_URL={server.gateway_url}\n"
             f"  export DISCORD_TOKEN={server.token}\n"
+            f"  export PLURALKIT_API_BASE={server.pluralkit_api_base}\n"
             "Speak as a demo user:\n"
             f"  python manage.py sandboxsay --url {server.base_url} --channel general "
             '--as alice "hello"\n'
+            "  (alice's messages starting with l: are proxied as her member Lilya)\n"
             "Ctrl-C stops the sandbox."
         )
         self.stdout.flush()

@@ -15,9 +15,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from chat.gateway.client import PersonaBotClient
+from chat.gateway.proxies import ProxyResolver
 from chat.llm.attempts import AttemptRunner, RetryPolicy
+from chat.llm.base import ModelSpec
 from chat.llm.fake_server import FakeLLMServer
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.tools import VisionModel
 from chat.sandbox import GatewaySettings, SandboxServer
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
 from chat.worker import WorkerConfig, build_client
@@ -51,6 +54,7 @@ class World:
     llm: FakeLLMServer
     client: PersonaBotClient | None = None
     task: asyncio.Task | None = None
+    proxies: ProxyResolver | None = None
 
     def bot_messages(self, channel_id: int) -> list[dict]:
         return [
@@ -68,7 +72,13 @@ class World:
         step_delay: float = 0.01,
         shard_ids: list[int] | None = None,
         shard_count: int | None = None,
+        vision_model: str | None = None,
+        proxies: bool = False,
     ) -> PersonaBotClient:
+        """Start the worker in this process; with ``vision_model`` it has a vision model (on
+        the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
+        with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
+        makes it."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -83,7 +93,18 @@ class World:
             policy=RetryPolicy(backoff_base=0.01, backoff_cap=0.05),
             stream=False,
         )
-        self.client = build_client(config, llm=llm_client, runner=runner)
+        vision = None
+        if vision_model is not None:
+            vision = VisionModel(llm_client, ModelSpec(vision_model, supports_vision=True))
+        if proxies:
+            self.proxies = ProxyResolver(
+                api_base=self.sandbox.pluralkit_api_base,
+                requests_per_second=50,
+                grace_seconds=0.2,
+            )
+        self.client = build_client(
+            config, llm=llm_client, runner=runner, vision=vision, proxies=self.proxies
+        )
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())
         return self.client
@@ -103,6 +124,9 @@ class World:
             raise AssertionError(f"the worker did not stop:\n{stacks.getvalue()}") from None
         finally:
             self.client = self.task = None
+            if self.proxies is not None:
+                await self.proxies.aclose()
+                self.proxies = None
 
     async def settle(self) -> None:
         """Wait until the worker has stored every message it took in, has nothing queued and

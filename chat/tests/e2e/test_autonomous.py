@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.loop.autonomous import MAX_LOOP_ITERATIONS
 from chat.models import Turn
-from chat.tests.e2e.conftest import AUTONOMOUS, BOB, eventually
+from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -100,3 +100,26 @@ async def test_the_planner_can_react_to_a_message_it_read(world):
     assert [(r["emoji"]["name"], r["count"]) for r in stored["reactions"]] == [("👍", 1)]
     third = state_of(planner_requests(world)[2])
     assert "2. react: ok: reacted 👍 to ref_1" in third
+
+
+async def test_the_planner_sees_a_proxied_member_and_never_the_replaced_original(world):
+    world.sandbox.sandbox.add_proxy_member(ALICE, member_id="lilya", name="Lilya", prefix="l:")
+    world.llm.enqueue(
+        action(action="send_message", persona="Anon"),
+        Reply("hi Lilya!"),
+        action(action="continue"),
+    )
+    await world.start_worker(proxies=True)
+
+    world.say("l: hello everyone", channel_id=AUTONOMOUS)
+    await eventually(
+        lambda: [m for m in world.bot_messages(AUTONOMOUS) if "hi Lilya" in m["content"]]
+    )
+    await world.settle()
+
+    first = state_of(planner_requests(world)[0])
+    assert "You have 1 unread message." in first
+    assert "Lilya" in first and "hello everyone" in first
+    assert "l: hello" not in first
+    [turn] = await sync_to_async(lambda: list(Turn.objects.filter(persona_name="Anon")))()
+    assert turn.status == "replied"

@@ -6,7 +6,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from chat.llm.fake_server import Reply
+from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import MessageIndex, Turn
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import BOB, DEMO_BOT_ID, GENERAL, eventually
@@ -157,14 +157,30 @@ async def test_a_deleted_persona_webhook_is_recreated(world):
     assert await sync_to_async(turn_statuses)() == ["replied", "replied"]
 
 
-async def test_delivered_messages_are_indexed_as_the_personas(world):
+async def test_co_responders_answer_the_same_message_without_a_replying_to_notice(world):
     await world.start_worker()
     world.say("tomori and anon, hello")
     await eventually(lambda: len(world.bot_messages(GENERAL)) >= 2)
+    await world.drained()
+
+    authors = [m["author"]["username"] for m in world.bot_messages(GENERAL)]
+    assert authors == ["Tomori", "Anon"]  # both answer the same message: no queue, no notice
+    anon_request = world.llm.chat_bodies[1]
+    assert "earlier message" not in str(anon_request["messages"])
+
+
+async def test_delivered_messages_are_indexed_as_the_personas(world):
+    world.llm.enqueue(Fault(FaultKind.TIMEOUT, delay=0.5))  # Tomori answers slowly
+    await world.start_worker()
+    world.say("tomori, hello")
+    await eventually(lambda: world.client.scheduler is not None and world.llm.chat_bodies)
+    world.say("anon, and you?")  # arrives while Tomori's turn runs: a queued turn
+    await eventually(lambda: len(world.bot_messages(GENERAL)) >= 3)
     await world.settle()
 
     authors = [m["author"]["username"] for m in world.bot_messages(GENERAL)]
     assert authors == ["Tomori", "Anon", "Anon"]  # Anon waited: a "Replying to" notice first
+    assert world.bot_messages(GENERAL)[1]["content"] == "Replying to Alice…"
 
     rows = await sync_to_async(
         lambda: sorted(

@@ -14,10 +14,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from chat.llm.fake_server import Fault, FaultKind
+from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import Turn
-from chat.tests.e2e.conftest import GENERAL, eventually
+from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from chat.tests.e2e.tcp_proxy import CuttableProxy
+from personas.models import Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -306,3 +307,50 @@ async def test_a_redis_restart_under_load_loses_and_repeats_nothing_and_logs_lit
     publishing = [line for line in log.read_text().splitlines() if "publishing live events" in line]
     # 10 turns publish about 60 events, most of them into the outage: a handful of lines.
     assert 1 <= len(publishing) <= 8, publishing
+
+
+async def test_a_restarted_worker_reads_each_personas_own_lines_back_from_discord(world):
+    world.llm.enqueue(Reply("Anon: la la la, the band rules"), Reply("Tomori: welcome back, bob"))
+    worker = start_runbot(world, "--lease-seconds", "2")
+    try:
+        await eventually(lambda: world.sandbox.sessions(), within=30)
+        world.say("anon, sing something")
+        await eventually(lambda: len(world.bot_messages(GENERAL)) == 1, within=30)
+        world.say("tomori, hi", author=BOB)
+        await eventually(lambda: len(world.bot_messages(GENERAL)) == 2, within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0
+
+    # A new process knows nothing of the old one's deliveries; its first turn reads the
+    # channel over REST. Meanwhile Anon became the main persona, so the bot account's old
+    # lines are not Anon's just because Anon is main now.
+    def make_anon_main() -> None:
+        Persona.objects.update(is_main=False)
+        Persona.objects.filter(name="Anon").update(is_main=True)
+
+    await sync_to_async(make_anon_main)()
+    worker = start_runbot(world, "--lease-seconds", "2")
+    try:
+        world.say("anon, and tomori, again please")
+        await eventually(lambda: len(world.bot_messages(GENERAL)) == 4, within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=20) == 0
+
+    bodies = world.llm.chat_bodies[2:]
+    anon = next(b for b in bodies if "You are Anon" in b["messages"][0]["content"])
+    tomori = next(b for b in bodies if "You are Tomori" in b["messages"][0]["content"])
+
+    def role_of(body: dict, needle: str) -> str:
+        [role] = [m["role"] for m in body["messages"] if needle in str(m["content"])]
+        return role
+
+    assert role_of(anon, "la la la, the band rules") == "assistant"
+    assert role_of(anon, "welcome back, bob") == "user"
+    assert role_of(tomori, "welcome back, bob") == "assistant"
+    assert role_of(tomori, "la la la, the band rules") == "user"
+    windows = await sync_to_async(
+        lambda: list(Turn.objects.order_by("id").values_list("window", flat=True))
+    )()
+    assert windows[2]["rest_reason"] == "no_previous_window"

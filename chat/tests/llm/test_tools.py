@@ -22,6 +22,7 @@ from chat.llm.tools import (
     ToolName,
     VisionModel,
 )
+from chat.pipeline.tools import TOOL_CATALOGUE
 from chat.tests.llm.conftest import FakeShortTermMemory, RecordingRender
 
 MODEL = ModelSpec("fake-model")
@@ -29,7 +30,9 @@ NOTES = Attachment("media_1", "notes.txt", "https://cdn.example/notes.txt", "tex
 PHOTO = Attachment("media_2", "cat.png", "https://cdn.example/cat.png", "image/png", 4096)
 BLOB = Attachment("media_3", "data.bin", "https://cdn.example/data.bin", "", 8)
 ATTACHMENTS = {a.media_id: a for a in (NOTES, PHOTO, BLOB)}
-FIRST_MESSAGE = MessageMetadata("Ann", 4242, datetime(2026, 7, 11, 9, 30, tzinfo=UTC), 1234567890)
+FIRST_MESSAGE = MessageMetadata(
+    "Ann", datetime(2026, 7, 11, 9, 30, tzinfo=UTC), reply_to_ref="ref_0", media_ids=("media_2",)
+)
 
 
 @dataclass
@@ -351,16 +354,16 @@ async def test_read_file_reports_a_file_the_reader_cannot_fetch() -> None:
     assert result == {"error": "notes.txt is no longer available"}
 
 
-async def test_reveal_message_metadata_names_author_time_and_id() -> None:
+async def test_reveal_message_metadata_speaks_in_prompt_keys_never_snowflakes() -> None:
     found = await run(full_toolbox(), "reveal_message_metadata", {"ref": "ref_1"})
     missing = await run(full_toolbox(), "reveal_message_metadata", {"ref": "ref_7"})
 
     assert found == {
         "ref": "ref_1",
         "author": "Ann",
-        "author_id": "4242",
         "sent_at": "2026-07-11T09:30:00+00:00",
-        "message_id": "1234567890",
+        "reply_to": "ref_0",
+        "media": ["media_2"],
     }
     assert missing == {"error": "ref_7 is not a message in this conversation"}
 
@@ -410,3 +413,9 @@ async def test_the_memory_tool_takes_categories_and_refuses_an_empty_update(
     empty, too_many = (tool_results(body)[-1] for body in fake_server.chat_bodies[1:3])
     assert "give a summary or at least one category" in empty["error"]
     assert "categories" in too_many["error"]
+
+
+def test_every_tool_the_pipeline_can_offer_without_configuration_exists() -> None:
+    unconfigured = {tool.name for tool in TOOL_CATALOGUE if not tool.needs_configuration}
+    assert unconfigured <= set(TOOL_SPECS)
+    assert ToolName.ANALYZE_IMAGE in TOOL_SPECS

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chat.pipeline.context import build_turn_context, cacheable_prefix_end
+from chat.pipeline.dialogue import date_label
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.tokens import O200kTokenCounter
 from chat.pipeline.types import (
@@ -332,3 +333,22 @@ def test_no_raw_snowflake_and_every_key_resolves(turn):
         assert not RAW_SNOWFLAKE.search(built.completion_text)
         for key in KEY.findall(built.text):
             assert key in context.message_ids
+
+
+@pytest.mark.parametrize(("days_away", "noted"), [(None, False), (1, False), (3, True), (30, True)])
+def test_a_reunion_note_after_days_away_names_the_absolute_day(days_away, noted):
+    now = T0 + timedelta(days=40)
+    last_seen = None if days_away is None else now - timedelta(days=days_away)
+    turn = turn_input([message(1, "tomori, hi", at=now)], now=now, reunion_last_seen=last_seen)
+
+    notes = [
+        item.text
+        for item in build_turn_context(turn).items
+        if item.tag is ItemTag.CONTEXT_NOTE_INJECTION and "is back" in item.text
+    ]
+
+    if noted:
+        day = date_label(last_seen.date())
+        assert notes == [f"[System: Alice is back; the last time they talked with you was {day}.]"]
+    else:
+        assert notes == []

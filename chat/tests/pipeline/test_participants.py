@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from chat.pipeline.participants import ParticipantRole, prepare_participant_context
-from chat.pipeline.types import PersonaSpec
+from chat.pipeline.participants import (
+    ParticipantRole,
+    participant_note,
+    prepare_participant_context,
+)
+from chat.pipeline.types import Author, PersonaSpec, ProxyIdentity
 from chat.tests.factories import (
     ALICE,
     BOB,
@@ -79,3 +83,25 @@ def test_a_mention_of_a_user_who_also_wrote_lists_them_once():
     )
 
     assert [p.name for p in context.participants] == ["Bob", "Alice"]
+
+
+def test_the_note_names_proxied_members_hosts_and_people_mentioned_without_speaking():
+    lilya_hook = Author(id=sf(7777), display_name="Lilya", is_bot=True, webhook_id=sf(7777))
+    context = participants_of(
+        [
+            message(1, "hi", author=BOB),
+            message(2, "it's me", author=lilya_hook, proxy=ProxyIdentity("l1", "Lilya", ALICE.id)),
+            message(3, f"ask <@{CAROL.id}>", author=BOB, mention_ids=(CAROL.id,)),
+        ]
+    )
+
+    assert participant_note(context) == (
+        "Lilya is a proxied member: Alice's account speaks for them. "
+        "Mentioned here but not speaking: Carol."
+    )
+
+
+def test_no_note_when_everyone_simply_speaks():
+    assert (
+        participant_note(participants_of([message(1, "hi"), message(2, "yo", author=BOB)])) is None
+    )

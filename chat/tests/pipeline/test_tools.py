@@ -85,11 +85,11 @@ def test_stm_maintenance_admits_the_memory_tool_without_keywords():
 
 
 @pytest.mark.parametrize("deliberate", [True, False])
-def test_queued_turns_never_offer_the_reply_tool(deliberate):
+@pytest.mark.parametrize("queued", [True, False])
+def test_no_reply_tool_is_admitted_because_none_exists(deliberate, queued):
     trigger = trigger_entry(message(1, "please reply to Bob"))
 
-    assert "reply_to_message" in admitted(trigger, deliberate=deliberate)
-    assert "reply_to_message" not in admitted(trigger, deliberate=deliberate, queued=True)
+    assert "reply_to_message" not in admitted(trigger, deliberate=deliberate, queued=queued)
 
 
 def test_each_offered_tool_says_why():
