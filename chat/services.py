@@ -619,8 +619,7 @@ async def _turn_input(
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
-        token_cache=previous.token_cache if previous else {},
-        previous_history=previous.simplified_history if previous else None,
+        previous=previous,
     )
 
 

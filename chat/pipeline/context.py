@@ -14,13 +14,13 @@ from datetime import datetime, timedelta, tzinfo
 from types import MappingProxyType
 from zoneinfo import ZoneInfo
 
-from chat.pipeline.dialogue import append_dialogue_history, date_label, dialogue_role
+from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
 from chat.pipeline.memory import STM_HEADER
-from chat.pipeline.notes import active_context_notes
+from chat.pipeline.notes import active_context_notes, context_note_items, place_notes
 from chat.pipeline.participants import (
     ParticipantContext,
     participant_note,
@@ -33,7 +33,7 @@ from chat.pipeline.simplify import (
     build_simplified_history,
     hidden_user_ids,
 )
-from chat.pipeline.tokens import TokenCacheKey, TokenCounter, count_item_tokens
+from chat.pipeline.tokens import TokenCounter, count_item_tokens
 from chat.pipeline.tools import admit_tools
 from chat.pipeline.truncation import TruncationReport, context_budget, truncate_dialogue_history
 from chat.pipeline.types import (
@@ -93,10 +93,10 @@ class TurnInput:
             presence, before this turn); at least `REUNION_MIN_GAP` before ``now``, the turn
             gets a reunion note naming that day. None: no presence recorded.
         impersonated_user_id: A user the persona speaks as this turn; None when not.
-        token_cache: The previous turn's `TurnContext.token_cache` (empty when cold).
-        previous_history: The previous turn's `TurnContext.simplified_history`; simplification
-            resumes from it when it still fits (same settings, its messages a prefix of this
-            window), else starts over. None when cold.
+        previous: The channel's previous context for this persona (None when cold). A warm
+            build reuses what still fits: simplification resumes from its history (same
+            settings, its messages a prefix of this window), unchanged entries keep their
+            rendered items, and known texts keep their token counts.
     """
 
     persona: PersonaSpec
@@ -127,8 +127,7 @@ class TurnInput:
     reunion_note: str | None = None
     reunion_last_seen: datetime | None = None
     impersonated_user_id: int | None = None
-    token_cache: Mapping[TokenCacheKey, int] = field(default_factory=dict)
-    previous_history: SimplifiedHistory | None = None
+    previous: TurnContext | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +148,9 @@ class TurnContext:
         participants: Who takes part in the visible conversation.
         warnings: Problems worth recording on the turn (e.g. the budget could not be met).
         token_counter: Which tokenizer counted ``items``.
-        token_cache: Pass to the next turn's `TurnInput.token_cache`.
-        simplified_history: Pass to the next turn's `TurnInput.previous_history`.
+        token_cache: Token counts by item text, for the next turn.
+        simplified_history: The simplified history, for the next turn to resume from.
+        dialogue: The rendered dialogue entries, for the next turn to reuse.
     """
 
     persona_name: str
@@ -164,8 +164,9 @@ class TurnContext:
     participants: ParticipantContext
     warnings: tuple[str, ...]
     token_counter: str
-    token_cache: Mapping[TokenCacheKey, int]
+    token_cache: Mapping[str, int]
     simplified_history: SimplifiedHistory
+    dialogue: RenderedDialogue
 
     @property
     def total_tokens(self) -> int:
@@ -187,7 +188,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         5. Admit tools from the triggering entry (`tools.admit_tools`).
         6. Assemble items: system prompt, memories, STM, samples, dialogue history with its
            spacers and notes, tail directives.
-        7. Count tokens, warm from ``turn.token_cache``.
+        7. Count tokens (a warm build counts only new texts).
         8. Truncate to the persona's budget in stride batches.
         9. Mark the cacheable prefix on what survives.
         10. Resolve the prefill.
@@ -199,7 +200,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     timezone = ZoneInfo(turn.timezone) if isinstance(turn.timezone, str) else turn.timezone
     hidden = hidden_user_ids(turn.privacy, turn.blacklisted_user_ids)
     turn = _with_configured_markup_rendered(turn, hidden)
-    persona = turn.persona
+    persona, previous = turn.persona, turn.previous
     simplified = build_simplified_history(
         [message for message in turn.history if message.id <= turn.trigger_id],
         reply_targets=turn.reply_targets,
@@ -207,7 +208,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         hidden_user_ids=hidden,
         blocked_user_ids=blocked_user_ids(turn.blocks, persona.name, turn.now),
         timezone=timezone,
-        resume_from=turn.previous_history,
+        resume_from=previous.simplified_history if previous else None,
     )
     entries = simplified.entries
     participants = prepare_participant_context(
@@ -232,8 +233,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         tools=frozenset(admission.tools),
     )
 
-    items = append_dialogue_history(
-        _configuration_items(turn, macros),
+    dialogue = render_dialogue(
         entries,
         persona=persona,
         impersonated_user_id=turn.impersonated_user_id,
@@ -241,14 +241,18 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         timezone=timezone,
         media_window=turn.media_window,
         fetch_limit=limit,
-        notes=active_context_notes(
-            persona_note=persona.context_note,
-            channel_note=turn.channel_note,
-            global_note=turn.global_note,
-            verbatim_tool_nudge=turn.verbatim_tool_nudge,
-            reunion_note=turn.reunion_note or _reunion_note(turn, trigger, timezone),
-        ),
-        placed=_stm_at_depth(turn),
+        previous=previous.dialogue if previous else None,
+    )
+    notes = active_context_notes(
+        persona_note=persona.context_note,
+        channel_note=turn.channel_note,
+        global_note=turn.global_note,
+        verbatim_tool_nudge=turn.verbatim_tool_nudge,
+        reunion_note=turn.reunion_note or _reunion_note(turn, trigger, timezone),
+    )
+    items = (
+        *_configuration_items(turn, macros),
+        *place_notes(dialogue.items, (*_stm_at_depth(turn), *context_note_items(notes, macros))),
     )
     participants_text = participant_note(participants)
     if participants_text:
@@ -261,12 +265,14 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             ),
         )
     items += tail_directives(
-        [entry.prose for entry in entries if _is_own(entry, turn)],
+        [rendered.entry.prose for rendered in dialogue.entries if rendered.role is Role.ASSISTANT],
         macros=macros,
         reasoning_in_think_tags=persona.model.reasoning_in_think_tags,
         queued=_queued_reply(turn, trigger, simplified),
     )
-    counted, token_cache = count_item_tokens(items, turn.token_counter, turn.token_cache)
+    counted, token_cache = count_item_tokens(
+        items, turn.token_counter, previous.token_cache if previous else {}
+    )
     kept, truncation = truncate_dialogue_history(
         counted,
         budget=context_budget(persona.model.context_window, persona.model.max_output_tokens),
@@ -289,6 +295,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         token_counter=turn.token_counter.name,
         token_cache=MappingProxyType(token_cache),
         simplified_history=simplified,
+        dialogue=dialogue.with_counted(counted),
     )
 
 
@@ -385,10 +392,6 @@ def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) ->
         stm_text=None if turn.stm_text is None else render(turn.stm_text),
         reunion_note=None if turn.reunion_note is None else render(turn.reunion_note),
     )
-
-
-def _is_own(entry: SimplifiedEntry, turn: TurnInput) -> bool:
-    return dialogue_role(entry, turn.persona.name, turn.impersonated_user_id) is Role.ASSISTANT
 
 
 def _reunion_note(turn: TurnInput, trigger: SimplifiedEntry | None, timezone: tzinfo) -> str | None:

@@ -1,7 +1,9 @@
 """The dialogue history contributor (seed 002): simplified history to tagged prompt items.
 
-Each entry becomes one DIALOGUE_HISTORY item ``Name: content``; date spacers and context notes
-are injected between them. What this stage leaves out, and why:
+Each entry becomes one DIALOGUE_HISTORY item ``Name: content``, with a date spacer before it
+when the day changes (context notes are placed among them afterwards, `notes.place_notes`).
+A warm turn re-renders only what is new or changed (`render_dialogue`'s ``previous``). What
+this stage leaves out, and why:
 
 - media bytes: items carry capability-neutral `MediaDescriptor`s and name them ``media_N``;
   each model attempt decides later whether they become image parts or a notice;
@@ -16,15 +18,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import date, tzinfo
 from functools import partial
 
 from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.media import EntryMedia, plan_media
-from chat.pipeline.notes import context_note_items, place_notes
 from chat.pipeline.simplify import EntryKind, SimplifiedEntry
-from chat.pipeline.types import ContextNote, PersonaSpec, Role
+from chat.pipeline.types import PersonaSpec, Role
 
 DOCUMENT_HINT_TEMPLATE = (
     "[System: {filename} is attached as {media_id}."
@@ -41,8 +43,80 @@ _DOCUMENT_FIELD = re.compile(r"\{(filename|media_id)\}")
 _SEMICOLON_BETWEEN_WORDS = re.compile(r";(?=\s)")
 
 
-def append_dialogue_history(
-    items: Sequence[ContextItem],
+@dataclass(frozen=True, slots=True)
+class RenderedEntry:
+    """One simplified entry as a turn rendered it.
+
+    ``label`` is the author label with macros resolved; ``first_day`` and ``last_day`` are the
+    local calendar days of its first and last message; ``spacer`` is the date spacer rendered
+    before it (None when the day did not change).
+    """
+
+    entry: SimplifiedEntry
+    media: EntryMedia
+    label: str
+    role: Role
+    first_day: date
+    last_day: date
+    item: ContextItem
+    spacer: ContextItem | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedDialogue:
+    """A turn's dialogue, one `RenderedEntry` per simplified entry, oldest first.
+
+    ``inputs`` is everything turn-wide that every entry's rendering depended on (persona,
+    impersonation, timezone); ``document_hint`` is the hint template expanded for the turn's
+    tools, which only entries with documents depend on. The channel's next turn passes this
+    as ``previous`` to `render_dialogue`, which re-renders only the entries that are new,
+    changed or show different media; everything else keeps its item objects, so their token
+    counts and string hashes carry over too.
+    """
+
+    entries: tuple[RenderedEntry, ...] = ()
+    inputs: tuple[object, ...] = ()
+    document_hint: str = ""
+
+    @property
+    def items(self) -> tuple[ContextItem, ...]:
+        """The dialogue's items in order: each entry's item, after its date spacer if any."""
+        items: list[ContextItem] = []
+        for rendered in self.entries:
+            if rendered.spacer is not None:
+                items.append(rendered.spacer)
+            items.append(rendered.item)
+        return tuple(items)
+
+    def with_counted(self, items: Sequence[ContextItem]) -> RenderedDialogue:
+        """This dialogue holding the counted versions of its items.
+
+        Args:
+            items: A prompt containing exactly this dialogue's items in order, counted, with
+                other items (configuration, notes, directives) anywhere around them.
+        """
+        entry_items = iter([item for item in items if item.tag is ItemTag.DIALOGUE_HISTORY])
+        spacers = iter([item for item in items if item.tag is ItemTag.DATE_SPACER])
+        entries = []
+        for rendered in self.entries:
+            item = next(entry_items)
+            spacer = None if rendered.spacer is None else next(spacers)
+            if item is not rendered.item or spacer is not rendered.spacer:
+                rendered = RenderedEntry(
+                    rendered.entry,
+                    rendered.media,
+                    rendered.label,
+                    rendered.role,
+                    rendered.first_day,
+                    rendered.last_day,
+                    item,
+                    spacer,
+                )
+            entries.append(rendered)
+        return RenderedDialogue(tuple(entries), self.inputs, self.document_hint)
+
+
+def render_dialogue(
     history: Sequence[SimplifiedEntry],
     *,
     persona: PersonaSpec,
@@ -51,10 +125,9 @@ def append_dialogue_history(
     timezone: tzinfo,
     media_window: int,
     fetch_limit: int,
-    notes: Sequence[ContextNote],
-    placed: Sequence[ContextItem] = (),
-) -> tuple[ContextItem, ...]:
-    """Return ``items`` followed by the rendered dialogue history.
+    previous: RenderedDialogue | None = None,
+) -> RenderedDialogue:
+    """Render the simplified history as dialogue items (notes are placed later, `place_notes`).
 
     Steps:
         1. Plan media over the newest ``min(media_window, fetch_limit)`` messages.
@@ -62,11 +135,13 @@ def append_dialogue_history(
         3. For each entry: a date spacer when its calendar day in ``timezone`` differs from the
            previous entry's (the first entry gets none: the window's start is not a day change),
            then the entry item with its role, label, media markers and document hints.
-        4. Place ``placed`` items (the short-term memory at its saved depth), then ``notes``,
-           at their depths (`notes.place_notes`).
+
+    An entry is taken from ``previous`` instead of being rendered when it is the same entry
+    object at the same position (simplification resumed from the previous turn), its media
+    plan and label are equal, the turn-wide inputs are equal, and (for an entry with
+    documents) so is the expanded document hint: the result is the same either way.
 
     Args:
-        items: The items so far (system prompt, memories, samples …); returned unchanged first.
         history: Simplified history, oldest first.
         persona: The persona speaking this turn: its own messages are ``assistant`` and pass
             through its deterministic humanizer toggles.
@@ -76,36 +151,55 @@ def append_dialogue_history(
         timezone: The guild's timezone, for date spacers.
         media_window: How many of the newest messages may show media.
         fetch_limit: The turn's normalized fetch limit; it caps the media window.
-        notes: The turn's active notes in same-position order (`notes.active_context_notes`).
-        placed: Ready items with ``depth`` set, placed like notes ahead of them.
-
-    Returns:
-        A new tuple; DIALOGUE_HISTORY, DATE_SPACER and CONTEXT_NOTE_INJECTION items follow
-        ``items``.
+        previous: The channel's previous turn's result for this persona, or None.
     """
     media = plan_media(history, media_window=min(media_window, fetch_limit))
     document_hint = expand_macros(DOCUMENT_HINT_TEMPLATE, macros)
+    inputs = (
+        persona.name,
+        persona.force_lowercase,
+        persona.punctuation_splits,
+        impersonated_user_id,
+        timezone,
+    )
+    reusable = previous.entries if previous is not None and previous.inputs == inputs else ()
+    hint_changed = previous is None or previous.document_hint != document_hint
     humanizer = _stable_humanizer(persona)
-    dialogue: list[ContextItem] = []
+    rendered: list[RenderedEntry] = []
     previous_day: date | None = None
-    for entry, entry_media in zip(history, media, strict=True):
-        first, last = entry.parts[0].created_at, entry.parts[-1].created_at
-        day = first.astimezone(timezone).date()
-        if previous_day is not None and day != previous_day:
-            dialogue.append(date_spacer(day))
-        previous_day = day if last is first else last.astimezone(timezone).date()
-        role = dialogue_role(entry, persona.name, impersonated_user_id)
-        dialogue.append(
-            _entry_item(
+    for position, (entry, entry_media) in enumerate(zip(history, media, strict=True)):
+        label = expand_macros(entry.author_name, macros)
+        cached = reusable[position] if position < len(reusable) else None
+        if (
+            cached is None
+            or cached.entry is not entry
+            or cached.media != entry_media
+            or cached.label != label
+            or (hint_changed and entry.documents)
+        ):
+            cached = None
+            first, last = entry.parts[0].created_at, entry.parts[-1].created_at
+            day = first.astimezone(timezone).date()
+            last_day = day if last is first else last.astimezone(timezone).date()
+            role = dialogue_role(entry, persona.name, impersonated_user_id)
+            item = _entry_item(
                 entry,
                 entry_media,
                 role=role,
-                label=expand_macros(entry.author_name, macros),
+                label=label,
                 humanizer=humanizer if role is Role.ASSISTANT else None,
                 document_hint=document_hint,
             )
-        )
-    return (*items, *place_notes(dialogue, (*placed, *context_note_items(notes, macros))))
+        else:
+            day, last_day, role, item = cached.first_day, cached.last_day, cached.role, cached.item
+        spacer = None
+        if previous_day is not None and day != previous_day:
+            spacer = (cached.spacer if cached is not None else None) or date_spacer(day)
+        if cached is None or spacer is not cached.spacer:
+            cached = RenderedEntry(entry, entry_media, label, role, day, last_day, item, spacer)
+        rendered.append(cached)
+        previous_day = last_day
+    return RenderedDialogue(tuple(rendered), inputs, document_hint)
 
 
 def date_label(day: date) -> str:

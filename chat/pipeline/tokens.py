@@ -5,9 +5,10 @@ uses the o200k_base encoding from ``bpe_openai``, which ships its data (no downl
 and is loaded on first use, once per process. `CharEstimateCounter` (characters / 4) exists only
 as a clearly labelled fallback for when that library is missing.
 
-Counting is the one costly step of a build, so counts are cached per item: `count_item_tokens`
-takes the previous turn's cache and returns this turn's, keyed by the item's source message ids
-and a digest of its rendered text. A warm turn counts only what is new or re-rendered.
+Counting is the one costly step of a build, so counts are cached by text: `count_item_tokens`
+takes the previous turn's cache and returns this turn's. A warm turn counts only what is new or
+re-rendered; an item it reuses keeps its text object, whose hash Python has already computed,
+so looking it up costs no hashing either.
 """
 
 from __future__ import annotations
@@ -15,16 +16,12 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Mapping, Sequence
-from hashlib import blake2b
 from typing import TYPE_CHECKING, Protocol
 
 from chat.pipeline.items import ContextItem
 
 if TYPE_CHECKING:
     from bpe_openai import Encoding
-
-TokenCacheKey = tuple[tuple[int, ...], str]
-"""(source message ids, 16-hex-digit BLAKE2b digest of the rendered text)."""
 
 
 class TokenCounter(Protocol):
@@ -76,37 +73,33 @@ def _o200k_encoding() -> Encoding:
         return bpe_openai.get_encoding("o200k_base")
 
 
-def token_cache_key(item: ContextItem) -> TokenCacheKey:
-    digest = blake2b(item.text.encode(), digest_size=8).hexdigest()
-    return (item.source_ids, digest)
-
-
 def count_item_tokens(
     items: Sequence[ContextItem],
     counter: TokenCounter,
-    cache: Mapping[TokenCacheKey, int],
-) -> tuple[tuple[ContextItem, ...], dict[TokenCacheKey, int]]:
+    cache: Mapping[str, int],
+) -> tuple[tuple[ContextItem, ...], dict[str, int]]:
     """Fill in every item's ``tokens``.
 
     Args:
-        items: Items to count; their current ``tokens`` are ignored.
+        items: Items to count; their current ``tokens`` are replaced by the count.
         counter: The tokenizer. A cache must only ever be used with one counter.
-        cache: Counts from the previous turn (may be empty).
+        cache: Counts from the previous turn by text (may be empty).
 
     Returns:
-        The items with counts, and the cache for the next turn: exactly this turn's keys, so
-        it never outgrows one prompt. Counts cover item text only; per-message framing and
-        images are left to the budget's 10 % margin.
+        The items with counts (an item already carrying its count is returned as is), and
+        the cache for the next turn: exactly this turn's texts, so it never outgrows one
+        prompt. Counts cover item text only; per-message framing and images are left to the
+        budget's 10 % margin.
     """
     counted: list[ContextItem] = []
-    next_cache: dict[TokenCacheKey, int] = {}
+    next_cache: dict[str, int] = {}
     for item in items:
-        key = token_cache_key(item)
-        tokens = cache.get(key)
+        text = item.text
+        tokens = cache.get(text)
         if tokens is None:
-            tokens = next_cache.get(key)
+            tokens = next_cache.get(text)
         if tokens is None:
-            tokens = counter.count(item.text)
-        next_cache[key] = tokens
-        counted.append(item.with_tokens(tokens))
+            tokens = counter.count(text)
+        next_cache[text] = tokens
+        counted.append(item if item.tokens == tokens else item.with_tokens(tokens))
     return tuple(counted), next_cache

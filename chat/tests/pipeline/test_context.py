@@ -244,9 +244,7 @@ def test_the_budget_removes_the_oldest_stride_batches():
 
 def warmed(turn, previous):
     """``turn`` with the caches ``previous`` left for the channel's next turn."""
-    return replace(
-        turn, token_cache=previous.token_cache, previous_history=previous.simplified_history
-    )
+    return replace(turn, previous=previous)
 
 
 def test_a_warm_build_counts_nothing_and_matches_the_cold_one():
@@ -273,6 +271,20 @@ def test_the_next_turn_counts_only_what_changed_and_matches_a_cold_build():
     warm = build_turn_context(warmed(next_turn, first))
 
     assert counter.calls == ["Carol: [ref_30] new"]
+    assert warm == build_turn_context(next_turn)
+
+
+def test_the_next_turn_keeps_the_previous_turns_items_for_unchanged_entries():
+    history = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 30)]
+    first = build_turn_context(turn_input(history))
+    next_turn = turn_input([*history, message(30, "new", author=CAROL)])
+
+    warm = build_turn_context(warmed(next_turn, first))
+
+    def dialogue(context):
+        return [item for item in context.items if item.tag is ItemTag.DIALOGUE_HISTORY]
+
+    assert all(a is b for a, b in zip(dialogue(first), dialogue(warm)[:-1], strict=True))
     assert warm == build_turn_context(next_turn)
 
 

@@ -1,4 +1,5 @@
-"""The dialogue history contributor: roles, labels, macros, humanizer, media, spacers, notes."""
+"""The dialogue history contributor: roles, labels, macros, humanizer, media, spacers, notes,
+and a warm turn's reuse of the previous turn's rendered entries."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
-from chat.pipeline.dialogue import append_dialogue_history, humanize_stably
+from chat.pipeline.dialogue import RenderedDialogue, humanize_stably, render_dialogue
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext
+from chat.pipeline.notes import context_note_items, place_notes
 from chat.pipeline.types import Author, CardKind, ContextNote, Embed, PersonaSpec, Role
 from chat.tests.factories import (
     ALICE,
@@ -34,6 +37,28 @@ RAW_SNOWFLAKE = re.compile(r"\b\d{17,20}\b")
 DAY = timedelta(days=1)
 
 
+def render_entries(
+    history,
+    *,
+    persona: PersonaSpec = TOMORI_PERSONA,
+    tools: frozenset[str] = frozenset(),
+    timezone=UTC,
+    impersonated_user_id=None,
+    media_window=80,
+    previous: RenderedDialogue | None = None,
+) -> RenderedDialogue:
+    return render_dialogue(
+        history.entries,
+        persona=persona,
+        impersonated_user_id=impersonated_user_id,
+        macros=MacroContext(bot="Tomori", char=persona.name, user="Alice", tools=tools),
+        timezone=timezone,
+        media_window=media_window,
+        fetch_limit=80,
+        previous=previous,
+    )
+
+
 def render(
     messages,
     *,
@@ -45,18 +70,17 @@ def render(
     media_window=80,
     **simplify_overrides,
 ) -> tuple[ContextItem, ...]:
-    history = simplify(messages, timezone=timezone, **simplify_overrides)
-    return append_dialogue_history(
-        (),
-        history.entries,
+    """The dialogue with its notes placed, as a turn's prompt holds it."""
+    dialogue = render_entries(
+        simplify(messages, timezone=timezone, **simplify_overrides),
         persona=persona,
-        impersonated_user_id=impersonated_user_id,
-        macros=MacroContext(bot="Tomori", char=persona.name, user="Alice", tools=tools),
+        tools=tools,
         timezone=timezone,
+        impersonated_user_id=impersonated_user_id,
         media_window=media_window,
-        fetch_limit=80,
-        notes=notes,
     )
+    macros = MacroContext(bot="Tomori", char=persona.name, user="Alice", tools=tools)
+    return place_notes(dialogue.items, context_note_items(notes, macros))
 
 
 def texts(items) -> list[str]:
@@ -82,24 +106,6 @@ def test_roles_and_name_labels():
     ]
     assert [item.source_ids for item in items] == [(sf(1),), (sf(2),), (sf(3),), (sf(4),)]
     assert {item.tag for item in items} == {ItemTag.DIALOGUE_HISTORY}
-
-
-def test_dialogue_follows_the_items_it_is_given():
-    first = ContextItem(ItemTag.SYSTEM_PROMPT, Role.SYSTEM, "You are Tomori.")
-
-    items = append_dialogue_history(
-        (first,),
-        simplify([message(1)]).entries,
-        persona=TOMORI_PERSONA,
-        impersonated_user_id=None,
-        macros=MacroContext(bot="Tomori", char="Tomori", user="Alice"),
-        timezone=UTC,
-        media_window=80,
-        fetch_limit=80,
-        notes=(),
-    )
-
-    assert texts(items) == ["You are Tomori.", "Alice: [ref_1] hello"]
 
 
 def test_macros_typed_by_a_user_stay_literal():
@@ -309,3 +315,68 @@ def test_no_raw_snowflake_reaches_rendered_dialogue(messages):
 @given(histories())
 def test_same_history_renders_byte_identically(messages):
     assert render(messages, timezone=TOKYO) == render(messages, timezone=TOKYO)
+
+
+def test_a_warm_render_reuses_every_unchanged_entry_and_renders_only_the_new_one():
+    earlier = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 9)]
+    first_history = simplify(earlier)
+    first = render_entries(first_history)
+    later = [*earlier, message(9, "a new day", minutes=2 * 24 * 60)]
+
+    warm = render_entries(simplify(later, resume_from=first_history), previous=first)
+
+    assert warm == render_entries(simplify(later))
+    assert [w.item is f.item for w, f in zip(warm.entries, first.entries, strict=False)] == [
+        True
+    ] * len(first.entries)
+    assert warm.entries[-1].spacer is not None  # the new entry, rendered with its spacer
+
+
+def test_an_entry_whose_media_changed_is_rendered_again():
+    images = [message(n, "", attachments=(image(100 + n, f"{n}.png"),)) for n in range(1, 4)]
+    first_history = simplify(images)
+    first = render_entries(first_history)
+    later = [*images, message(4, "", author=BOB, attachments=(image(104, "4.png"),))]
+
+    warm = render_entries(simplify(later, resume_from=first_history), previous=first)
+
+    assert warm == render_entries(simplify(later))
+    assert warm.entries[0].item is not first.entries[0].item  # left the rendered-image limit
+    assert "omitted due to rendered-image limit" in warm.entries[0].item.text
+    assert warm.entries[1].item is first.entries[1].item
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"persona": PersonaSpec(name="Kaito")},
+        {"tools": frozenset({"read_file"})},
+        {"timezone": TOKYO},
+        {"impersonated_user_id": BOB.id},
+    ],
+    ids=["persona", "tools", "timezone", "impersonation"],
+)
+def test_a_turn_wide_change_renders_every_entry_again(change):
+    messages = [
+        message(n, f"line {n}", author=BOB, minutes=600 * n, attachments=(document(200 + n),))
+        for n in range(1, 5)
+    ]
+    history = simplify(messages, timezone=change.get("timezone", UTC))
+    first = render_entries(history)
+
+    warm = render_entries(history, previous=first, **change)
+
+    assert warm == render_entries(history, **change)
+    assert not any(w.item is f.item for w, f in zip(warm.entries, first.entries, strict=True))
+
+
+@given(histories(), st.data())
+def test_a_warm_render_equals_a_cold_one(messages, data):
+    split = data.draw(st.integers(min_value=0, max_value=len(messages)))
+    first_history = simplify(messages[:split], timezone=TOKYO)
+    first = render_entries(first_history, timezone=TOKYO)
+    history = simplify(messages, timezone=TOKYO, resume_from=first_history)
+
+    warm = render_entries(history, timezone=TOKYO, previous=first)
+
+    assert warm == render_entries(history, timezone=TOKYO)
