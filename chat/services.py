@@ -589,7 +589,9 @@ async def _turn_input(
     now: dt.datetime,
 ) -> TurnInput:
     channel, persona = request.channel, request.persona
-    reply_targets = await _reply_targets(runtime, channel.channel_id, history)
+    reply_targets = await _reply_targets(
+        runtime, channel.channel_id, [m for m in history if m.id <= request.trigger.id]
+    )
     people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
@@ -687,9 +689,10 @@ def memory_scope_user_id(request: TurnRequest) -> int | None:
 
 
 async def _reply_targets(
-    runtime: TurnRuntime, channel_id: int, history: tuple[HistoryMessage, ...]
+    runtime: TurnRuntime, channel_id: int, history: Sequence[HistoryMessage]
 ) -> dict[int, HistoryMessage]:
-    """Messages the turn's own window points at but does not hold: same-channel reply
+    """Messages the turn's own window (up to its trigger: the pipeline leaves later messages
+    to their own turns) points at but does not hold: same-channel reply
     targets, and a thread's starter message, fetched from the parent channel with its id
     (seed 000, "Thread starter media"). Those fetched for an earlier turn come from the window
     registry; the rest are fetched at most four at a time and kept there. One that cannot be

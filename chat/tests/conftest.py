@@ -46,6 +46,7 @@ class FakeDiscord:
     hold_delivery: asyncio.Event | None = None
     """While set to an unset event, a delivery waits on it (a send in flight)."""
     history_reads: list[tuple[int, int]] = field(default_factory=list)
+    message_reads: list[int] = field(default_factory=list)
     on_locate: list = field(default_factory=list)
     bot_user_id: int = BOT.id
     _ids: count = field(default_factory=lambda: count(sf(50_000)))
@@ -78,6 +79,7 @@ class FakeDiscord:
         return newer[:limit]
 
     async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
+        self.message_reads.append(message_id)
         return next((m for m in self.history.get(channel_id, []) if m.id == message_id), None)
 
     async def thread_starter(self, channel_id: int) -> HistoryMessage | None:

@@ -11,6 +11,7 @@ from django.apps import apps
 
 from chat.llm.fake_server import Fault, FaultKind, Reply, ScriptedToolCall
 from chat.models import MessageIndex, ShortTermMemory, Turn
+from chat.pipeline.types import HistoryMessage, MessageReference
 from chat.ports import DeliveryError, Speaker
 from chat.services import (
     Reconciled,
@@ -308,3 +309,24 @@ async def test_a_queued_trigger_older_than_the_newest_window_keeps_its_own_conte
     assert old_trigger.id in history_ids
     assert max(history_ids) == old_trigger.id  # its window ends at it
     assert 14 <= len(history_ids) <= 20  # and holds what was said before it
+
+
+async def test_reply_targets_are_fetched_only_up_to_the_trigger_and_once_each(bench: Bench):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(message_fetch_limit=20)
+    lines = seed(bench, count=30)  # lines 1..10 are outside every window below
+
+    def replying_to(n: int, target: HistoryMessage, content: str) -> HistoryMessage:
+        return bench.discord.post(chat(n, content, reference=MessageReference(target.id, CHANNEL)))
+
+    first = replying_to(31, lines[0], "tomori, about line 1?")
+    replying_to(32, lines[1], "and line 2, for a later turn")
+    await turn_run(
+        runtime=bench.runtime,
+        request=await bench.request(first, bench.tomori, is_queued_turn=True),
+    )
+    reads_for_the_first_turn = list(bench.discord.message_reads)
+    second = bench.discord.post(chat(33, "tomori, both then?"))
+    await turn_run(runtime=bench.runtime, request=await bench.request(second, bench.tomori))
+
+    assert reads_for_the_first_turn == [lines[0].id]  # not line 2: that is after the trigger
+    assert bench.discord.message_reads == [lines[0].id, lines[1].id]  # line 1 not again
