@@ -150,6 +150,12 @@ STM_IDLE_SECONDS = env_positive_float("STM_IDLE_SECONDS", 600.0)
 TURN_RETENTION_DAYS = env_positive_float("TURN_RETENTION_DAYS", 30.0)
 MESSAGE_INDEX_RETENTION_DAYS = env_positive_float("MESSAGE_INDEX_RETENTION_DAYS", 90.0)
 DEDUP_RETENTION_DAYS = env_positive_float("DEDUP_RETENTION_DAYS", 7.0)
+# What the bot worker keeps in memory, each bounded (least recently used dropped first): history
+# windows per channel, warm contexts per (channel, persona), and who spoke the newest messages
+# (the persona names of its deliveries, proxied members' names).
+WORKER_WINDOW_CHANNELS = env_int("WORKER_WINDOW_CHANNELS", 1000, minimum=1)
+WORKER_WARM_CONTEXTS = env_int("WORKER_WARM_CONTEXTS", 2000, minimum=0)
+WORKER_RECENT_MESSAGES = env_int("WORKER_RECENT_MESSAGES", 5000, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "records-prune": {"task": "chat.tasks.records_prune_task", "schedule": 3600.0},
     "short-term-memory-maintenance": {

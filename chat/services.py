@@ -95,14 +95,16 @@ class TurnRuntime:
     vision: VisionModel | None = None
     """The model behind ``analyze_image`` (``LLM_VISION_MODEL``); None: the tool is never
     offered."""
+    max_warm_contexts: int = MAX_WARM_CONTEXTS
+    """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
-        recently used beyond `MAX_WARM_CONTEXTS` are dropped, so memory stays bounded."""
+        recently used beyond ``max_warm_contexts`` are dropped, so memory stays bounded."""
         key = (channel_id, persona_id)
         self.previous_contexts.pop(key, None)
         self.previous_contexts[key] = context
-        while len(self.previous_contexts) > MAX_WARM_CONTEXTS:
+        while len(self.previous_contexts) > self.max_warm_contexts:
             del self.previous_contexts[next(iter(self.previous_contexts))]
 
 

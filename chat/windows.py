@@ -50,7 +50,7 @@ FetchHistory = Callable[[int, int], Awaitable[list[HistoryMessage]]]
 CacheView = Callable[[int], GatewayCacheView[HistoryMessage]]
 
 
-@dataclass
+@dataclass(slots=True)
 class _ChannelWindow:
     previous: PreviousWindow[HistoryMessage] | None = None
     changed: set[int] = field(default_factory=set)

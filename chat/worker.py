@@ -144,6 +144,7 @@ def build_client(
             llm=runner or AttemptRunner(client=llm),
             token_counter=token_counter,
             vision=vision,
+            max_warm_contexts=settings.WORKER_WARM_CONTEXTS,
         )
         client.scheduler = Scheduler(
             runtime=runtime,
@@ -167,6 +168,8 @@ def build_client(
         shard_count=config.shard_count,
         on_start=start,
         proxies=proxies,
+        window_channels=settings.WORKER_WINDOW_CHANNELS,
+        recent_messages=settings.WORKER_RECENT_MESSAGES,
     )
 
 

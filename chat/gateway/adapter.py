@@ -104,15 +104,21 @@ class DiscordAdapter:
     guild).
     """
 
-    def __init__(self, client: discord.Client, *, proxies: ProxyResolver | None = None) -> None:
+    def __init__(
+        self,
+        client: discord.Client,
+        *,
+        proxies: ProxyResolver | None = None,
+        recent_messages: int = RECENT_DELIVERIES,
+    ) -> None:
         self._client = client
         self._webhooks: dict[int, discord.Webhook] = {}
         self.webhook_ids: set[int] = set()
-        self.recent: Recent[str] = Recent()
+        self.recent: Recent[str] = Recent(capacity=recent_messages)
         self.main_persona_name: dict[int | None, str] = {}
         self.proxies = proxies
         """The proxy system's API (``PLURALKIT_API_BASE``); None: proxies are not recognised."""
-        self.recent_proxies: Recent[ProxyIdentity] = Recent()
+        self.recent_proxies: Recent[ProxyIdentity] = Recent(capacity=recent_messages)
         self._lookups: set[asyncio.Future[ProxyIdentity | None]] = set()
         self._starters: Recent[HistoryMessage] = Recent(capacity=THREAD_STARTERS)
 

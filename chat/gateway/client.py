@@ -14,12 +14,12 @@ from typing import Any
 
 import discord
 
-from chat.gateway.adapter import DiscordAdapter
+from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
 from chat.gateway.proxies import ProxyResolver
 from chat.loop.ingress import OwnIdentity
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
-from chat.windows import WindowRegistry
+from chat.windows import MAX_CHANNELS, WindowRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,11 @@ class PersonaBotClient(discord.AutoShardedClient):
         shard_count: int | None = None,
         on_start: Callable[[PersonaBotClient], Awaitable[None]] | None = None,
         proxies: ProxyResolver | None = None,
+        window_channels: int = MAX_CHANNELS,
+        recent_messages: int = RECENT_DELIVERIES,
     ) -> None:
+        """``window_channels`` bounds the history windows kept (`WindowRegistry`),
+        ``recent_messages`` the newest messages whose speaker is remembered (`Recent`)."""
         super().__init__(
             intents=bot_intents(),
             shard_ids=shard_ids,
@@ -59,9 +63,11 @@ class PersonaBotClient(discord.AutoShardedClient):
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
         )
         _guard_parsers(self._connection.parsers)
-        self.adapter = DiscordAdapter(self, proxies=proxies)
+        self.adapter = DiscordAdapter(self, proxies=proxies, recent_messages=recent_messages)
         self.windows = WindowRegistry(
-            fetch_history=self.adapter.fetch_history, cache_view=self.adapter.cache_view
+            fetch_history=self.adapter.fetch_history,
+            cache_view=self.adapter.cache_view,
+            max_channels=window_channels,
         )
         self.scheduler: Scheduler | None = None
         self.intake = Intake(

@@ -26,7 +26,9 @@ class MessageIdMap:
     """
 
     def __init__(self) -> None:
-        self._keys: dict[tuple[str, int], str] = {}
+        self._keys: dict[str, dict[int, str]] = {MESSAGE_PREFIX: {}, MEDIA_PREFIX: {}}
+        """Per namespace, snowflake → key (one dict per namespace rather than (prefix,
+        snowflake) keys: a kept context holds one map, and the key tuples were a tenth of it)."""
         self._snowflakes: dict[str, int] = {}
         self._counts = {MESSAGE_PREFIX: 0, MEDIA_PREFIX: 0}
 
@@ -40,7 +42,7 @@ class MessageIdMap:
 
     def message_key(self, message_id: int) -> str | None:
         """The key already issued for a message, or None when it was never registered."""
-        return self._keys.get((MESSAGE_PREFIX, message_id))
+        return self._keys[MESSAGE_PREFIX].get(message_id)
 
     def resolve(self, key: str) -> int | None:
         """The snowflake behind ``key``; None when ``key`` is not an issued key (malformed keys
@@ -54,7 +56,7 @@ class MessageIdMap:
     def copy(self) -> MessageIdMap:
         """An independent map with the same keys, to go on registering from."""
         duplicate = MessageIdMap()
-        duplicate._keys = dict(self._keys)
+        duplicate._keys = {prefix: dict(keys) for prefix, keys in self._keys.items()}
         duplicate._snowflakes = dict(self._snowflakes)
         duplicate._counts = dict(self._counts)
         return duplicate
@@ -76,11 +78,12 @@ class MessageIdMap:
         return KEY_PATTERN.fullmatch(text) is not None
 
     def _register(self, prefix: str, snowflake: int) -> str:
-        existing = self._keys.get((prefix, snowflake))
+        keys = self._keys[prefix]
+        existing = keys.get(snowflake)
         if existing is not None:
             return existing
         self._counts[prefix] += 1
         key = f"{prefix}_{self._counts[prefix]}"
-        self._keys[(prefix, snowflake)] = key
+        keys[snowflake] = key
         self._snowflakes[key] = snowflake
         return key

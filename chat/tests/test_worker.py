@@ -6,8 +6,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from pytest_django.fixtures import Settings
 
+from chat.gateway.client import PersonaBotClient
 from chat.llm.base import ChatRequest, ModelSpec
 from chat.llm.fake_server import FakeLLMServer
+from chat.services import TurnRuntime
 from chat.worker import (
     WorkerConfig,
     llm_client_from_settings,
@@ -81,3 +83,26 @@ async def test_the_vision_model_shares_the_endpoint_unless_it_has_its_own(
             request = ChatRequest(model=vision.model, messages=[{"role": "user", "content": "?"}])
             await vision.client.complete(request)
         assert [body["model"] for body in vision_server.chat_bodies] == ["llava:13b"]
+
+
+async def test_a_client_remembers_the_speakers_of_as_many_messages_as_it_is_sized_for() -> None:
+    client = PersonaBotClient(window_channels=2, recent_messages=3)  # never connected
+
+    for message_id in range(1, 5):
+        client.adapter.recent.record(message_id, "Tomori")
+
+    assert len(client.adapter.recent) == 3
+    assert client.adapter.recent.get(1) is None
+    assert client.adapter.recent.get(4) == "Tomori"
+
+
+def test_warm_contexts_beyond_the_configured_number_are_dropped_oldest_first() -> None:
+    runtime = TurnRuntime(
+        port=None, windows=None, llm=None, token_counter=None, max_warm_contexts=2
+    )
+    contexts = [object(), object(), object()]
+
+    for channel_id, context in enumerate(contexts):
+        runtime.remember_context(channel_id, 1, context)
+
+    assert runtime.previous_contexts == {(1, 1): contexts[1], (2, 1): contexts[2]}

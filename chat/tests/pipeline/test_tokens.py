@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass, field
 
 import pytest
 
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.tokens import (
+    O200K_RANKS,
     CharEstimateCounter,
     O200kTokenCounter,
     count_item_tokens,
     default_token_counter,
+    read_o200k_ranks,
 )
 from chat.pipeline.types import Role
 from chat.tests.factories import sf
@@ -40,10 +43,38 @@ def item(text: str, *ids: int) -> ContextItem:
         ("hello world", 2),
         ("Alice: [ref_1] hello", 8),
         ("<|endoftext|>", 7),
+        # The counts below are o200k_base's, as bpe_openai 0.1.4 (the tokenizer this one
+        # replaced) counts them too.
+        ("東京の天気はどうですか？今日は晴れです。", 14),
+        ("안녕하세요, 만나서 반갑습니다", 8),
+        ("Привет, как дела?", 6),
+        ("👨\u200d👩\u200d👧\u200d👦 🏳️\u200d🌈 👍🏽🔥", 22),
+        ("def count(self, text: str) -> int:\n    return len(text)\n", 16),
+        ("<@123456789012345678> **look** at ||this|| <:pog:555666777888999000>", 26),
+        ("a" + " " * 40 + "b\n\n\n\t\t  \r\n", 6),
+        ("I'M sure they'll say it's DON'T", 7),
+        ("1234567 3.14159 2026-11-30", 15),
     ],
 )
 def test_o200k_counts_real_tokens_and_treats_special_tokens_as_text(text, tokens):
     assert O200kTokenCounter().count(text) == tokens
+
+
+def test_the_shipped_ranks_are_the_whole_published_encoding():
+    ranks = read_o200k_ranks()
+
+    assert len(ranks) == 199_998
+    assert sorted(ranks.values()) == list(range(199_998))
+
+
+def test_damaged_ranks_are_refused_with_the_path(tmp_path):
+    damaged = tmp_path / "o200k_base.tiktoken.gz"
+    damaged.write_bytes(gzip.compress(gzip.decompress(O200K_RANKS.read_bytes())[:-20]))
+
+    with pytest.raises(RuntimeError, match="not the published o200k_base encoding"):
+        read_o200k_ranks(damaged)
+    with pytest.raises(RuntimeError, match=r"cannot read the o200k_base ranks at .*missing"):
+        read_o200k_ranks(tmp_path / "missing.gz")
 
 
 @pytest.mark.parametrize(("text", "tokens"), [("", 0), ("abc", 1), ("abcd", 1), ("abcde", 2)])
