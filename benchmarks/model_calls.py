@@ -1,17 +1,31 @@
-"""Model calls per delivered reply: reactive, autonomous, and the old three-step flow.
+"""Model calls per delivered reply (reactive, autonomous, the old three-step flow) and the
+REST reads a conversation and a busy stretch cost.
 
 Run: ``.venv/bin/python -m benchmarks.model_calls``
 
 The real worker (discord.py client, scheduler, planner loop, pipeline, model access) runs
 against the local sandbox over websockets and the fake model server over HTTP, on a throwaway
-SQLite database in a temporary directory (never the configured one) with an in-memory channel
+database of the configured kind (``DATABASE_URL``; a SQLite file in a temporary directory when
+it names SQLite or nothing; never the configured database itself) with an in-memory channel
 layer. The planner's decisions come from a fixed policy answering from the prompt it is shown,
 so the figures count what the product spends, not what a model happens to choose:
 
-1. **Reactive**: ``tomori, question N`` in #general, one at a time.
-2. **Autonomous**: bursts of three messages in #autonomous; the policy sends as soon as the
+1. **Reactive, a conversation**: ``tomori, question N`` in #general, each posted once the
+   previous one has its reply: a trigger, its reply, the next trigger. Besides model calls it
+   counts REST history reads (``GET /channels/{id}/messages``) and single-message GETs
+   (``GET /channels/{id}/messages/{id}``) per 100 turns, beside the distinct messages that
+   the run's messages reply to.
+2. **Reactive, a busy stretch**: #poetry holds ``OLD_TARGETS`` old messages and enough chatter
+   after them that they are out of every window (posted before the worker starts, so no
+   gateway cache holds them either); then ``BUSY_TRIGGERS`` triggers are posted in one go,
+   two in three replying to one of the old messages, so they are all queued before the first
+   is answered. Same counts, over the whole stretch until the worker is idle. (Posted a few
+   milliseconds apart instead, the triggers' arrival interleaves with the worker's turns on
+   the one event loop they share, and the figures swing from run to run: the flood is the
+   reproducible case.)
+3. **Autonomous**: bursts of three messages in #autonomous; the policy sends as soon as the
    unread messages are in its prompt ("direct").
-3. **Baseline, the old three-step flow**: the same bursts, with the policy the old prompt asked
+4. **Baseline, the old three-step flow**: the same bursts, with the policy the old prompt asked
    for — ``read_unread_messages`` first, then ``send_message``, then the persona's turn.
 
 Both autonomous runs use the production step delay (2.5 s between planner steps), so the
@@ -39,9 +53,15 @@ from benchmarks.table import Row, emit
 
 BURSTS = 5
 QUESTIONS = 100
+BUSY_TRIGGERS = 100
+OLD_TARGETS = 10
+OLD_CHATTER = 100
+"""More than the demo guild's fetch limit (80): the old messages start outside the window."""
 HISTORY_ROUTE = ("GET", "/channels/{channel_id}/messages")
+MESSAGE_ROUTE = ("GET", "/channels/{channel_id}/messages/{message_id}")
 STEP_DELAY = 2.5
 WAIT = 30.0
+BUSY_WAIT = 180.0
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = ROOT / "chat" / "sandbox" / "demo_config.json"
 PLANNER_MARK = "You decide what happens next"
@@ -49,20 +69,41 @@ _UNREAD = re.compile(r"You have (\d+) unread message")
 _ACTION_LINE = re.compile(r"^\d+\. (\w+): (ok|failed):", re.MULTILINE)
 
 
-def _setup_django(directory: str) -> None:
-    """Django on a scratch SQLite file and an in-memory channel layer; migrated."""
-    os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
+def _setup_django(directory: str) -> str:
+    """Django on a throwaway database and an in-memory channel layer, migrated; returns the
+    database's name for `_teardown_django`.
+
+    PostgreSQL (or any server database ``DATABASE_URL`` names) gets a test database of its own;
+    otherwise a SQLite file in ``directory``. (On SQLite the intake's writer thread and the
+    channel loops contend for the one file lock, and passes fail with "database is locked":
+    the product runs on PostgreSQL.)
+    """
+    if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
+        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
     os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-secret-key")
     os.environ["DJANGO_SETTINGS_MODULE"] = "botproject.settings"
     import django
     from django.conf import settings
+    from django.db import connection
 
     django.setup()
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
     logging.disable(logging.WARNING)  # the worker's per-request log lines would bury the table
+    if connection.vendor == "sqlite":
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        return connection.settings_dict["NAME"]
+    connection.settings_dict["TEST"]["NAME"] = f"bench_model_calls_{os.getpid()}"
+    return connection.creation.create_test_db(verbosity=0, autoclobber=True)
+
+
+def _teardown_django(name: str) -> None:
+    from django.db import connection, connections
+
+    connections.close_all()
+    if connection.vendor != "sqlite":
+        connection.creation.destroy_test_db(name, verbosity=0)
 
 
 @dataclass
@@ -104,10 +145,61 @@ class Figures:
     seconds: list[float]
     history_reads: int = 0
     """REST history reads (``GET /channels/{id}/messages``) during the run."""
+    message_gets: int = 0
+    """Single-message GETs (``GET /channels/{id}/messages/{id}``) during the run."""
+    reply_targets: int = 0
+    """Distinct messages that the run's messages (triggers and replies alike) reply to."""
+    old_targets: int = 0
+    """Of ``reply_targets``, those posted before the run."""
 
     @property
     def calls_per_reply(self) -> float:
         return self.calls / self.replies if self.replies else float("nan")
+
+    def per_100_turns(self, count: int) -> float:
+        return 100 * count / self.replies if self.replies else float("nan")
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """The counters at the start of a run in one channel."""
+
+    calls: int
+    replies: int
+    reads: int
+    gets: int
+    newest_id: int
+    """The channel's newest message: later messages are the run's."""
+
+    @classmethod
+    def now(cls, world: Any, channel_id: int) -> _Mark:
+        counts = world.sandbox.request_counts
+        messages = world.sandbox.sandbox.channel_messages(channel_id)
+        return cls(
+            calls=len(world.llm.chat_bodies),
+            replies=len(world.bot_messages(channel_id)),
+            reads=counts.get(HISTORY_ROUTE, 0),
+            gets=counts.get(MESSAGE_ROUTE, 0),
+            newest_id=max((int(m["id"]) for m in messages), default=0),
+        )
+
+    def figures(self, world: Any, channel_id: int, seconds: list[float]) -> Figures:
+        """What the run spent since this mark."""
+        counts = world.sandbox.request_counts
+        targets = {
+            int(message["message_reference"]["message_id"])
+            for message in world.sandbox.sandbox.channel_messages(channel_id)
+            if int(message["id"]) > self.newest_id and message.get("message_reference")
+        }
+        return Figures(
+            replies=len(world.bot_messages(channel_id)) - self.replies,
+            calls=len(world.llm.chat_bodies) - self.calls,
+            seconds=seconds,
+            history_reads=counts.get(HISTORY_ROUTE, 0) - self.reads,
+            message_gets=counts.get(MESSAGE_ROUTE, 0) - self.gets,
+            reply_targets=len(targets),
+            old_targets=sum(target <= self.newest_id for target in targets),
+        )
 
 
 async def _measure(
@@ -115,9 +207,7 @@ async def _measure(
 ) -> Figures:
     """Post ``lines(n)`` for each round, wait for the reply and for the worker to go idle;
     count model calls and replies between the first round and the last idle."""
-    calls_before = len(world.llm.chat_bodies)
-    replies_before = len(world.bot_messages(channel_id))
-    reads_before = world.sandbox.request_counts.get(HISTORY_ROUTE, 0)
+    mark = _Mark.now(world, channel_id)
     seconds = []
     for n in range(rounds):
         expected = len(world.bot_messages(channel_id)) + 1
@@ -127,16 +217,49 @@ async def _measure(
         await _until(lambda e=expected: len(world.bot_messages(channel_id)) >= e)
         seconds.append(time.perf_counter() - started)
         await world.drained()
-    return Figures(
-        replies=len(world.bot_messages(channel_id)) - replies_before,
-        calls=len(world.llm.chat_bodies) - calls_before,
-        seconds=seconds,
-        history_reads=world.sandbox.request_counts.get(HISTORY_ROUTE, 0) - reads_before,
-    )
+    return mark.figures(world, channel_id, seconds)
 
 
-async def _until(check: Callable[[], bool]) -> None:
-    deadline = time.perf_counter() + WAIT
+def _seed_old_messages(world: Any, channel_id: int, author: int) -> list[int]:
+    """``OLD_TARGETS`` messages, then ``OLD_CHATTER`` more that push them out of the window;
+    returns the first ones' ids. None of them triggers a persona."""
+    targets = [
+        int(world.say(f"an old thought {n}", channel_id=channel_id, author=author)["id"])
+        for n in range(OLD_TARGETS)
+    ]
+    for n in range(OLD_CHATTER):
+        world.say(f"chatter {n}", channel_id=channel_id, author=author)
+    return targets
+
+
+async def _measure_busy(world: Any, channel_id: int, author: int, targets: list[int]) -> Figures:
+    """``BUSY_TRIGGERS`` triggers in one go, two in three replying to one of ``targets``; wait
+    until each has its reply and the worker is idle; count as `_measure`."""
+    mark = _Mark.now(world, channel_id)
+    started = time.perf_counter()
+    triggers = set()
+    for n in range(BUSY_TRIGGERS):
+        reply_to = targets[n % len(targets)] if n % 3 != 2 else None
+        said = world.say(
+            f"tomori, about that ({n})", channel_id=channel_id, author=author, reply_to=reply_to
+        )
+        triggers.add(int(said["id"]))
+
+    def answered() -> bool:
+        replied_to = {
+            int((m.get("message_reference") or {}).get("message_id") or 0)
+            for m in world.bot_messages(channel_id)
+        }
+        return triggers <= replied_to
+
+    await _until(answered, within=BUSY_WAIT)
+    seconds = [time.perf_counter() - started]
+    await world.drained()
+    return mark.figures(world, channel_id, seconds)
+
+
+async def _until(check: Callable[[], bool], *, within: float = WAIT) -> None:
+    deadline = time.perf_counter() + within
     while not check():
         if time.perf_counter() > deadline:
             raise TimeoutError("no reply within the benchmark's wait")
@@ -145,6 +268,7 @@ async def _until(check: Callable[[], bool]) -> None:
 
 async def _run() -> dict[str, Figures]:
     from asgiref.sync import sync_to_async
+    from django.db import connections
 
     from chat.llm.fake_server import FakeLLMServer
     from chat.sandbox import GatewaySettings, SandboxServer
@@ -152,7 +276,8 @@ async def _run() -> dict[str, Figures]:
     from chat.tests.e2e.conftest import World
     from personas.services import config_import
 
-    general, autonomous = DEMO_CHANNEL_IDS["general"], DEMO_CHANNEL_IDS["autonomous"]
+    general, poetry = DEMO_CHANNEL_IDS["general"], DEMO_CHANNEL_IDS["poetry"]
+    autonomous = DEMO_CHANNEL_IDS["autonomous"]
     alice, bob = DEMO_USER_IDS["alice"], DEMO_USER_IDS["bob"]
     await sync_to_async(config_import)(data=json.loads(DEMO_CONFIG.read_text()))
     policy = PlannerPolicy()
@@ -162,12 +287,14 @@ async def _run() -> dict[str, Figures]:
         FakeLLMServer(responder=policy) as llm,
     ):
         world = World(sandbox=sandbox, llm=llm)
+        old_targets = _seed_old_messages(world, poetry, bob)
         await world.start_worker(step_delay=STEP_DELAY)
         try:
             figures = {
                 "reactive": await _measure(
                     world, general, lambda n: [(alice, f"tomori, question {n}")], QUESTIONS
                 ),
+                "busy": await _measure_busy(world, poetry, alice, old_targets),
             }
 
             def burst(n: int) -> list[tuple[int, str]]:
@@ -182,27 +309,47 @@ async def _run() -> dict[str, Figures]:
             figures["baseline"] = await _measure(world, autonomous, burst, BURSTS)
         finally:
             await world.stop_worker()
+            # The worker's database work ran on sync_to_async's thread: close its connection
+            # there, so the throwaway database can be dropped.
+            await sync_to_async(connections.close_all)()
     return figures
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-model-calls-") as directory:
-        _setup_django(directory)
-        figures = asyncio.run(_run())
+        database = _setup_django(directory)
+        try:
+            figures = asyncio.run(_run())
+        finally:
+            _teardown_django(database)
+    talk, busy = figures["reactive"], figures["busy"]
     if "--rows" in sys.argv:
         emit(
             [
+                Row("model calls per reply, reactive", f"{talk.calls_per_reply:.2f}", goal="1"),
                 Row(
-                    "model calls per reply, reactive",
-                    f"{figures['reactive'].calls_per_reply:.2f}",
-                    goal="1",
-                ),
-                Row(
-                    f"REST history reads per 100 turns, conversation "
-                    f"({figures['reactive'].replies} turns)",
-                    f"{100 * figures['reactive'].history_reads / figures['reactive'].replies:.0f}",
+                    f"REST history reads per 100 turns, conversation ({talk.replies} turns)",
+                    f"{talk.per_100_turns(talk.history_reads):.0f}",
                     "reading every turn: 100",
                     "≤ 2",
+                ),
+                Row(
+                    "single-message GETs per 100 turns, conversation",
+                    f"{talk.per_100_turns(talk.message_gets):.0f}",
+                    f"distinct reply targets: {talk.reply_targets}",
+                    "≤ 1 per distinct reply target",
+                ),
+                Row(
+                    f"REST history reads per 100 turns, busy ({busy.replies} triggers at once)",
+                    f"{busy.per_100_turns(busy.history_reads):.0f}",
+                    "reading every turn: 100",
+                ),
+                Row(
+                    f"single-message GETs per 100 turns, busy ({busy.old_targets} old messages "
+                    "replied to)",
+                    f"{busy.per_100_turns(busy.message_gets):.0f}",
+                    f"distinct reply targets: {busy.reply_targets}",
+                    "≤ 1 per distinct reply target",
                 ),
                 Row(
                     "model calls per reply, autonomous",
@@ -225,6 +372,17 @@ def main() -> None:
             f"  {label:<44} {figure.calls_per_reply:4.2f} calls/reply "
             f"({figure.calls} calls, {figure.replies} replies), "
             f"median {median:4.2f} s to reply   goal {goal}"
+        )
+    print()
+    print("REST reads per 100 turns            history reads  single-message GETs  reply targets")
+    for label, figure in (
+        (f"conversation ({talk.replies} turns)", talk),
+        (f"busy stretch ({busy.replies} turns)", busy),
+    ):
+        print(
+            f"  {label:<34}{figure.per_100_turns(figure.history_reads):>13.0f}"
+            f"{figure.per_100_turns(figure.message_gets):>21.0f}"
+            f"{figure.reply_targets:>15} ({figure.old_targets} old)"
         )
 
 

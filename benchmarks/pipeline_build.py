@@ -7,12 +7,30 @@ Run: ``.venv/bin/python -m benchmarks.pipeline_build``
    previous history; the tokenizer itself is already loaded). *Warm* is a busy channel's next
    turn: the previous turn saw the same window without its newest message, and its token cache
    and simplified history are passed on.
-2. Prefix stability: a simulated 2,000-message channel with a trigger on every message. Each
-   turn selects its window with ``select_anchored_history`` from the stored anchor; a turn
+2. Prefix stability, two ways a channel moves:
+
+   - *one message per turn*: a simulated 2,000-message channel with a trigger on every
+     message;
+   - *a conversation*: 1,000 turn pairs, each a person's trigger and Tomori's reply to it; the
+     reply is added to the channel between one trigger and the next, so two messages arrive
+     per turn.
+
+   Each turn selects its window with ``select_anchored_history`` from the stored anchor; a turn
    "keeps the prefix" when its dialogue starts with the previous turn's dialogue items (all but
-   the previous newest, which the new message may have merged into). The same run measures a
-   naive newest-80 window. Pairs are counted once the channel holds more than the limit, so the
-   warm-up, where every window still grows, does not flatter either side.
+   the previous newest, which the new message may have merged into). The window's start moves
+   by one stride once it would hold more than the limit: every ``stride`` turns with one message
+   per turn, every ``stride / 2`` turns in a conversation, so the most any anchored window can
+   keep is ``1 − 1/stride`` and ``1 − 2/stride`` of its turns. The same run measures a naive
+   newest-80 window. Pairs are counted once the previous turn's channel held more than the
+   limit, so the warm-up, where every window still grows, does not flatter either side.
+3. Cacheable share of prompt tokens, over the same conversation: per prompt, the tokens of
+   ``items[:cacheable_prefix_end]`` (the prefix the pipeline marks as expected to repeat) over
+   all its tokens, and the tokens that did repeat: the longest run of leading items identical
+   (role, text, media) to the previous prompt's. The naive newest-80 window's repeated share,
+   same run, is the baseline. Both are means over the counted prompts. The benchmark's
+   persona says ``{user}`` in its system prompt, which names whoever triggered the turn; the
+   same conversation is measured again with a system prompt without it, to show what that
+   costs.
 """
 
 from __future__ import annotations
@@ -22,7 +40,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from benchmarks.table import Row, emit
@@ -43,6 +61,7 @@ from chat.pipeline.window import history_window_stride, select_anchored_history
 LIMIT = 80
 BUILD_RUNS = 300
 CHANNEL_SIZE = 2_000
+CONVERSATION_PAIRS = 1_000
 SNOWFLAKE_BASE = 1_300_000_000_000_000_000
 CHANNEL_ID = SNOWFLAKE_BASE + 1
 START = datetime(2026, 7, 11, 9, 0, tzinfo=UTC)
@@ -53,6 +72,11 @@ TOMORI = PersonaSpec(
     system_prompt="You are {char}, a cheerful guitarist who chats with {user} and friends.",
     context_note=ContextNote("Keep replies under three sentences.", 4),
 )
+TOMORI_WITHOUT_USER = replace(
+    TOMORI, system_prompt="You are {char}, a cheerful guitarist who chats with friends."
+)
+"""Tomori with a system prompt that does not name the triggering user: the same text every
+turn (``{user}`` expands to whoever triggered the turn)."""
 KAITO = PersonaSpec(name="Kaito", aliases=("Kai",))
 PEOPLE = tuple(
     Author(id=SNOWFLAKE_BASE + 100 + n, display_name=name)
@@ -105,6 +129,34 @@ def channel(size: int, *, seed: int = 7) -> list[HistoryMessage]:
     return messages
 
 
+def conversation(pairs: int, *, seed: int = 11) -> list[HistoryMessage]:
+    """A conversation with Tomori, oldest first: a person's trigger, Tomori's reply to it (a
+    Discord reply), the next trigger, and so on: ``2 × pairs`` messages."""
+    rng = random.Random(seed)
+    words = CHATTER.split()
+    messages: list[HistoryMessage] = []
+    for n in range(pairs):
+        trigger = HistoryMessage(
+            id=SNOWFLAKE_BASE + 10_000 + 2 * n,
+            channel_id=CHANNEL_ID,
+            author=rng.choice(PEOPLE),
+            content="tomori, " + " ".join(rng.choices(words, k=rng.randint(3, 16))),
+            created_at=START + timedelta(minutes=7 * n),
+            mention_ids=(),
+        )
+        reply = HistoryMessage(
+            id=trigger.id + 1,
+            channel_id=CHANNEL_ID,
+            author=BOTS[0],
+            content=" ".join(rng.choices(words, k=rng.randint(6, 24))),
+            created_at=trigger.created_at + timedelta(seconds=20),
+            reference=MessageReference(trigger.id, CHANNEL_ID),
+            mention_ids=(),
+        )
+        messages += (trigger, reply)
+    return messages
+
+
 def with_attachment(message: HistoryMessage, filename: str, content_type: str) -> HistoryMessage:
     attachment = Attachment(
         id=message.id + 500_000,
@@ -126,16 +178,18 @@ def benchmark_window() -> list[HistoryMessage]:
 
 
 def turn_for(
-    window: Sequence[HistoryMessage], all_messages: dict[int, HistoryMessage]
+    window: Sequence[HistoryMessage],
+    all_messages: dict[int, HistoryMessage],
+    persona: PersonaSpec = TOMORI,
 ) -> TurnInput:
     return TurnInput(
-        persona=TOMORI,
+        persona=persona,
         history=tuple(window),
         trigger_id=window[-1].id,
         now=window[-1].created_at,
         timezone="Europe/Berlin",
         token_counter=O200kTokenCounter(),
-        personas=(TOMORI, KAITO),
+        personas=(persona, KAITO),
         reply_targets=all_messages,
         fetch_limit=LIMIT,
         names=NAMES,
@@ -184,15 +238,51 @@ def keeps_prefix(previous: list[str], current: list[str]) -> bool:
     return current[: len(stable)] == stable
 
 
-def measure_prefix_stability() -> tuple[float, float]:
-    """Share of consecutive turns keeping the dialogue prefix: (anchored, naive newest-N)."""
-    messages = channel(CHANNEL_SIZE)
+@dataclass(frozen=True)
+class PrefixFigures:
+    """One simulated channel's figures; each keyed by window ("anchored", "naive")."""
+
+    kept: dict[str, float]
+    """Share of consecutive turns whose dialogue keeps the previous dialogue's prefix."""
+    marked: dict[str, float]
+    """Mean share of a prompt's tokens inside ``items[:cacheable_prefix_end]``."""
+    repeated: dict[str, float]
+    """Mean share of a prompt's tokens in leading items identical to the previous prompt's."""
+    turns: int
+    """How many consecutive-turn pairs were counted."""
+
+
+def token_share(context: TurnContext, end: int) -> float:
+    return sum(item.tokens for item in context.items[:end]) / context.total_tokens
+
+
+def repeated_prefix_end(previous: TurnContext, current: TurnContext) -> int:
+    """How many leading items ``current`` shares with ``previous``, as a request sees them."""
+    end = 0
+    for before, now in zip(previous.items, current.items, strict=False):
+        if (before.role, before.text, before.media) != (now.role, now.text, now.media):
+            break
+        end += 1
+    return end
+
+
+def simulate_turns(
+    messages: Sequence[HistoryMessage], trigger_ids: set[int], persona: PersonaSpec = TOMORI
+) -> PrefixFigures:
+    """Build ``persona``'s prompt at every message in ``trigger_ids``, with the anchored window
+    and with a naive newest-``LIMIT`` window, each warmed from its own previous turn."""
     by_id = {message.id: message for message in messages}
     anchor_id: int | None = None
     previous: dict[str, TurnContext] = {}
-    kept = {"anchored": 0, "naive": 0}
+    previous_count = 0
+    names = ("anchored", "naive")
+    kept = dict.fromkeys(names, 0)
+    marked = dict.fromkeys(names, 0.0)
+    repeated = dict.fromkeys(names, 0.0)
     pairs = 0
-    for count in range(1, CHANNEL_SIZE + 1):
+    for count, message in enumerate(messages, start=1):
+        if message.id not in trigger_ids:
+            continue
         history = messages[:count]
         selection = select_anchored_history(
             history, limit=LIMIT, anchor_id=anchor_id, anchor_limit=LIMIT
@@ -201,23 +291,43 @@ def measure_prefix_stability() -> tuple[float, float]:
         windows = {"anchored": selection.messages, "naive": history[-LIMIT:]}
         current = {}
         for name, window in windows.items():
-            turn = turn_for(window, by_id)
+            turn = turn_for(window, by_id, persona)
             current[name] = build_turn_context(
                 next_turn(turn, previous[name]) if name in previous else turn
             )
-        if count > LIMIT + 1:
+        if previous_count > LIMIT:
             pairs += 1
-            for name in kept:
-                kept[name] += keeps_prefix(
-                    dialogue_texts(previous[name]), dialogue_texts(current[name])
-                )
-        previous = current
-    return kept["anchored"] / pairs, kept["naive"] / pairs
+            for name in names:
+                before, now = previous[name], current[name]
+                kept[name] += keeps_prefix(dialogue_texts(before), dialogue_texts(now))
+                marked[name] += token_share(now, now.cacheable_prefix_end)
+                repeated[name] += token_share(now, repeated_prefix_end(before, now))
+        previous, previous_count = current, count
+    return PrefixFigures(
+        kept={name: kept[name] / pairs for name in names},
+        marked={name: marked[name] / pairs for name in names},
+        repeated={name: repeated[name] / pairs for name in names},
+        turns=pairs,
+    )
+
+
+def measure_prefix_stability() -> tuple[PrefixFigures, PrefixFigures, PrefixFigures]:
+    """(one message per turn, a conversation, the same conversation with a system prompt
+    that does not name the triggering user): see the module's docstring."""
+    messages = channel(CHANNEL_SIZE)
+    per_message = simulate_turns(messages, {message.id for message in messages})
+    talk = conversation(CONVERSATION_PAIRS)
+    triggers = {message.id for message in talk[::2]}
+    return (
+        per_message,
+        simulate_turns(talk, triggers),
+        simulate_turns(talk, triggers, TOMORI_WITHOUT_USER),
+    )
 
 
 def main() -> None:
     cold, warm = measure_build()
-    anchored, naive = measure_prefix_stability()
+    per_message, talk, talk_without_user = measure_prefix_stability()
     stride = history_window_stride(LIMIT)
     if "--rows" in sys.argv:
         emit(
@@ -234,10 +344,24 @@ def main() -> None:
                     "≤ 0.5 ms p50",
                 ),
                 Row(
-                    f"prompts keeping the previous prefix (stride {stride})",
-                    f"{anchored:.1%}",
-                    f"naive newest {LIMIT}: {naive:.1%}",
+                    f"prompts keeping the previous prefix, one message per turn (stride {stride})",
+                    f"{per_message.kept['anchored']:.1%}",
+                    f"naive newest {LIMIT}: {per_message.kept['naive']:.1%}",
                     "≥ 95 %",
+                ),
+                Row(
+                    f"prompts keeping the previous prefix, conversation: trigger + reply per "
+                    f"turn (stride {stride}; limit 1 − 2/{stride} = {1 - 2 / stride:.1%})",
+                    f"{talk.kept['anchored']:.1%}",
+                    f"naive newest {LIMIT}: {talk.kept['naive']:.1%}",
+                    f"{1 - 2 / stride:.1%} (the limit)",
+                ),
+                Row(
+                    "prompt tokens in the cacheable prefix, conversation: marked; repeated",
+                    f"{talk.marked['anchored']:.1%}; {talk.repeated['anchored']:.1%}",
+                    f"naive newest {LIMIT}: repeated {talk.repeated['naive']:.1%}; system "
+                    f"prompt without {{user}}: {talk_without_user.marked['anchored']:.1%}; "
+                    f"{talk_without_user.repeated['anchored']:.1%}",
                 ),
             ]
         )
@@ -252,14 +376,26 @@ def main() -> None:
     print(f"{'':32}{'p50':>10}{'p95':>10}   goal")
     for label, p50, p95, goal in rows:
         print(f"{label:32}{p50:>10}{p95:>10}   {goal}")
+    for title, figures, most in (
+        (f"{CHANNEL_SIZE:,} messages, trigger on every message", per_message, 1 - 1 / stride),
+        (f"a conversation of {CONVERSATION_PAIRS:,} trigger + reply pairs", talk, 1 - 2 / stride),
+        ("the same, a system prompt without {user}", talk_without_user, 1 - 2 / stride),
+    ):
+        print()
+        print(f"Consecutive turns: {title}, limit {LIMIT} ({figures.turns:,} pairs counted)")
+        print(f"{'':32}{'kept':>10}{'marked':>10}{'repeated':>10}")
+        for name, label in (
+            ("anchored", f"anchored window (stride {stride})"),
+            ("naive", f"naive newest {LIMIT}"),
+        ):
+            print(
+                f"{label:32}{figures.kept[name]:>10.1%}{figures.marked[name]:>10.1%}"
+                f"{figures.repeated[name]:>10.1%}"
+            )
+        print(f"{'most an anchored window keeps':32}{most:>10.1%}")
     print()
-    print(
-        f"Prefix kept between consecutive turns: {CHANNEL_SIZE:,} messages, trigger on every "
-        f"message, limit {LIMIT}"
-    )
-    print(f"{'':32}{'kept':>10}   goal")
-    print(f"{f'anchored window (stride {stride})':32}{anchored:>10.1%}   ≥ 95 %")
-    print(f"{f'naive newest {LIMIT}':32}{naive:>10.1%}   ~0 %")
+    print("kept: turns keeping the previous dialogue prefix; marked / repeated: mean share of a")
+    print("prompt's tokens inside cacheable_prefix_end / identical to the previous prompt's start")
 
 
 if __name__ == "__main__":
