@@ -1,4 +1,5 @@
-"""The worker's composition root reads the model endpoint when asked for, not at import."""
+"""The worker's composition root reads the model endpoint when asked for, not at import, and
+records only the gateway latencies it knows."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from chat.llm.base import ChatRequest, ModelSpec
 from chat.llm.fake_server import FakeLLMServer
 from chat.worker import (
     WorkerConfig,
+    known_latencies,
     llm_client_from_settings,
     proxy_resolver_from_settings,
     vision_client_from_settings,
@@ -81,3 +83,10 @@ async def test_the_vision_model_shares_the_endpoint_unless_it_has_its_own(
             request = ChatRequest(model=vision.model, messages=[{"role": "user", "content": "?"}])
             await vision.client.complete(request)
         assert [body["model"] for body in vision_server.chat_bodies] == ["llava:13b"]
+
+
+def test_only_known_latencies_are_recorded() -> None:
+    # NaN: no heartbeat acknowledged yet; infinity: no heartbeat running (reconnecting).
+    reported = [(0, 0.042), (1, float("nan")), (2, float("inf"))]
+
+    assert known_latencies(reported) == {0: 0.042}
