@@ -122,6 +122,7 @@ class WindowRegistry:
             self._windows.move_to_end(channel_id)
             while len(self._windows) > self._max_channels:
                 self._windows.popitem(last=False)
+        read_in = self._anchored_in.get(channel_id)
         decision = decide_window_reuse(
             previous=window.previous,
             cache=self._cache_view(channel_id),
@@ -135,7 +136,8 @@ class WindowRegistry:
             confirmed_deliveries=tuple(window.deliveries),
             limit=limit,
             shard_connected=self.shard_connected,
-            shard_reconnected_since=False,  # a reconnect drops every window: see drop_all
+            # drop_all cleared the window; a channel last read before it says so
+            shard_reconnected_since=read_in is not None and read_in != self._connection,
             is_dm=is_dm,
             dm_reactions_subscribed=False,
             channel_idle=False,
@@ -146,7 +148,7 @@ class WindowRegistry:
         else:
             messages = decision.messages
             reason = None
-        force_reanchor = self._anchored_in.get(channel_id) != self._connection
+        force_reanchor = read_in != self._connection
         if not dry_run:
             window.previous = PreviousWindow(messages=messages, limit=limit)
             window.clear_signals()

@@ -168,7 +168,7 @@ async def test_a_gap_in_the_session_reads_once_and_reanchors_and_keeps_what_it_m
 
     assert history_reads(world) - before == 1
     window = await last_window()
-    assert (window["rest_reason"], window["reanchor_reason"]) == ("no_previous_window", "forced")
+    assert (window["rest_reason"], window["reanchor_reason"]) == ("shard_reconnected", "forced")
     assert "words put right later" in last_prompt(world)
     assert "a line the gateway saw" not in last_prompt(world)
     assert "earlier line 1" not in last_prompt(world)
@@ -199,7 +199,7 @@ async def test_a_channel_quiet_through_a_gap_reads_once_after_it_and_keeps_to_th
 
     assert history_reads(world) - before == 1
     window = await last_window(POETRY)
-    assert (window["rest_reason"], window["reanchor_reason"]) == ("no_previous_window", "forced")
+    assert (window["rest_reason"], window["reanchor_reason"]) == ("shard_reconnected", "forced")
     assert "a verse about snow" in last_prompt(world)
     assert "a verse about rain" not in last_prompt(world)
 
