@@ -12,7 +12,8 @@ its cache), a window here survives idle gaps: discord.py's message cache only ev
 messages, and every freshness rule still applies — new messages must be continuous in the
 gateway cache since the previous window (else a cache gap forces a REST read), edits, deletes
 and reactions recorded while idle force the read the seed prescribes, and a shard disconnect or
-reconnect drops every window. Windows are kept for the most recently read
+reconnect drops every window (the client also forgets the gateway cache on a new session, whose
+copies may predate what the gateway missed). Windows are kept for the most recently read
 ``max_channels`` channels (least recently used dropped first).
 
 Reply targets fetched for a channel are kept with its window (`reply_target`), so a target is
