@@ -12,7 +12,8 @@ its cache), a window here survives idle gaps: discord.py's message cache only ev
 messages, and every freshness rule still applies — new messages must be continuous in the
 gateway cache since the previous window (else a cache gap forces a REST read), edits, deletes
 and reactions recorded while idle force the read the seed prescribes, and a shard disconnect or
-reconnect drops every window. Windows are kept for the most recently read
+reconnect drops every window (the client also forgets the gateway cache on a new session, whose
+copies may predate what the gateway missed). Windows are kept for the most recently read
 ``max_channels`` channels (least recently used dropped first).
 
 Reply targets fetched for a channel are kept with its window (`reply_target`), so a target is
@@ -122,6 +123,7 @@ class WindowRegistry:
             self._windows.move_to_end(channel_id)
             while len(self._windows) > self._max_channels:
                 self._windows.popitem(last=False)
+        read_in = self._anchored_in.get(channel_id)
         decision = decide_window_reuse(
             previous=window.previous,
             cache=self._cache_view(channel_id),
@@ -135,7 +137,8 @@ class WindowRegistry:
             confirmed_deliveries=tuple(window.deliveries),
             limit=limit,
             shard_connected=self.shard_connected,
-            shard_reconnected_since=False,  # a reconnect drops every window: see drop_all
+            # drop_all cleared the window; a channel last read before it says so
+            shard_reconnected_since=read_in is not None and read_in != self._connection,
             is_dm=is_dm,
             dm_reactions_subscribed=False,
             channel_idle=False,
@@ -146,7 +149,7 @@ class WindowRegistry:
         else:
             messages = decision.messages
             reason = None
-        force_reanchor = self._anchored_in.get(channel_id) != self._connection
+        force_reanchor = read_in != self._connection
         if not dry_run:
             window.previous = PreviousWindow(messages=messages, limit=limit)
             window.clear_signals()

@@ -11,10 +11,11 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
+import math
 import os
 import socket
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,16 +174,19 @@ def build_client(
     )
 
 
+def known_latencies(latencies: Iterable[tuple[int, float]]) -> dict[int, float]:
+    """The shards' gateway latencies (seconds) that are known. discord.py reports NaN until a
+    shard's first heartbeat is acknowledged and infinity while it has no heartbeat running
+    (between a lost session and the next); neither is a latency, and JSON cannot store them."""
+    return {shard_id: latency for shard_id, latency in latencies if math.isfinite(latency)}
+
+
 async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str) -> None:
     """Every `HEARTBEAT_SECONDS`: record the connected shards, their gateway latency and their
     guilds (`chat.heartbeats`); the row is removed when the client closes."""
     try:
         while True:
-            latencies = {
-                shard_id: latency
-                for shard_id, latency in client.latencies
-                if latency == latency  # NaN until the shard's first heartbeat is acknowledged
-            }
+            latencies = known_latencies(client.latencies)
             connected = [s.id for s in client.shards.values() if not s.is_closed()]
             try:
                 await sync_to_async(worker_heartbeat_record)(

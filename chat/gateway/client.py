@@ -165,6 +165,16 @@ class PersonaBotClient(discord.AutoShardedClient):
         self.windows.shard_connected = False
         self.windows.drop_all()
 
+    async def on_shard_connect(self, shard_id: int) -> None:
+        """A new gateway session (READY; a resume is not one) forgets the messages cached in
+        the old one, as discord.py's single-session client does on READY. The gateway missed
+        their edits, deletes and reactions while no session was open, and window reuse prefers
+        a cached copy to the one a REST read returned: kept, a stale copy would come back into
+        the prompts once the windows are reused again."""
+        cached = self._connection._messages  # discord.py's message cache (``max_messages``)
+        if cached is not None:
+            cached.clear()
+
     async def on_shard_resumed(self, shard_id: int) -> None:
         self.windows.shard_connected = True
         self.windows.drop_all()

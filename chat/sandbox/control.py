@@ -19,6 +19,7 @@ Discord's error body. Ids are strings in responses and strings or numbers in req
     GET    /requests                            [{method, route, count}]
     GET    /gateway/sessions
     POST   /gateway/drop, /gateway/reconnect    -> {"count": sockets affected}
+    POST   /gateway/invalidate                  -> {"count": sessions ended}
     POST   /gateway/replay                      {count} -> {"count": events replayed}
 
 `ControlClient` speaks this API; `find_channel_id` and `find_user_id` resolve the names a
@@ -208,6 +209,10 @@ def control_app(server: SandboxServer) -> web.Application:
     @routes.post("/gateway/reconnect")
     async def reconnect(request: web.Request) -> web.Response:
         return json_response({"count": server.request_reconnect()})
+
+    @routes.post("/gateway/invalidate")
+    async def invalidate(request: web.Request) -> web.Response:
+        return json_response({"count": server.invalidate_sessions()})
 
     @routes.post("/gateway/replay")
     async def replay(request: web.Request) -> web.Response:

@@ -15,7 +15,7 @@ Protocol, as a bot sees it:
 4. A session outlives its connection for `resume_ttl` seconds and keeps its last
    `replay_buffer` dispatches: RESUME (op 6) replays what the client missed, then RESUMED.
    An unknown or expired session, or one whose gap is no longer buffered, gets INVALID_SESSION
-   (op 9, `d: false`).
+   (op 9, `d: false`); `invalidate_sessions` ends every session at once, as Discord may.
 5. REQUEST_GUILD_MEMBERS (op 8) is answered with GUILD_MEMBERS_CHUNK dispatches.
 
 `compress=zlib-stream` (or `zstd-stream`) in the URL is accepted but frames are sent as plain
@@ -366,6 +366,21 @@ class Gateway:
                 connection.session.detach(connection, now)
             connection.abort()
         return len(connections)
+
+    def invalidate_sessions(self) -> int:
+        """End every session, as Discord does when it invalidates them: each identified socket
+        gets INVALID_SESSION (op 9, `d: false`) and no session can be resumed, so the bots
+        IDENTIFY again and get a new READY. Whatever happens before they do is dispatched to no
+        one. Returns how many sessions ended."""
+        now = self._clock()
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            connection = session.connection
+            if connection is not None:
+                session.detach(connection, now)
+                connection.send(_frame(Op.INVALID_SESSION, False))
+        return len(sessions)
 
     def request_reconnect(self) -> int:
         """Send RECONNECT (op 7) on every identified socket; clients close and RESUME."""

@@ -185,6 +185,11 @@ class SandboxServer:
         """Cut every gateway socket abruptly; bots RESUME and get what they missed."""
         return self._gateway.drop_connections() if self._gateway else 0
 
+    def invalidate_sessions(self) -> int:
+        """End every gateway session with INVALID_SESSION (op 9, `d: false`): bots IDENTIFY
+        again and miss whatever happens until they do. Returns how many sessions ended."""
+        return self._gateway.invalidate_sessions() if self._gateway else 0
+
     def request_reconnect(self) -> int:
         """Send RECONNECT (op 7) to every identified bot."""
         return self._gateway.request_reconnect() if self._gateway else 0

@@ -140,9 +140,11 @@ async def test_a_reconnect_drops_windows_and_forces_new_anchors(registry, discor
     registry.drop_all()
 
     read = await registry.read(CHANNEL, limit=20)
+    never_read = await registry.read(CHANNEL + 1, limit=20)
 
-    assert read.rest_reason is RestReason.NO_PREVIOUS_WINDOW
+    assert read.rest_reason is RestReason.SHARD_RECONNECTED
     assert read.force_reanchor is True
+    assert never_read.rest_reason is RestReason.NO_PREVIOUS_WINDOW
 
 
 async def test_an_edit_to_an_uncached_window_message_goes_to_rest(registry, discord):

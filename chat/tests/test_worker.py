@@ -1,4 +1,5 @@
-"""The worker's composition root reads the model endpoint when asked for, not at import."""
+"""The worker's composition root reads the model endpoint when asked for, not at import, and
+records only the gateway latencies it knows."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from chat.llm.fake_server import FakeLLMServer
 from chat.services import TurnRuntime
 from chat.worker import (
     WorkerConfig,
+    known_latencies,
     llm_client_from_settings,
     proxy_resolver_from_settings,
     vision_client_from_settings,
@@ -106,3 +108,10 @@ def test_warm_contexts_beyond_the_configured_number_are_dropped_oldest_first() -
         runtime.remember_context(channel_id, 1, context)
 
     assert runtime.previous_contexts == {(1, 1): contexts[1], (2, 1): contexts[2]}
+
+
+def test_only_known_latencies_are_recorded() -> None:
+    # NaN: no heartbeat acknowledged yet; infinity: no heartbeat running (reconnecting).
+    reported = [(0, 0.042), (1, float("nan")), (2, float("inf"))]
+
+    assert known_latencies(reported) == {0: 0.042}

@@ -95,6 +95,8 @@ async def test_faults_requests_and_gateway_are_driven_over_http(
     await bot.next_event("message")
     assert (await control(server, "POST", "/gateway/replay", json={"count": 1}))[1] == {"count": 1}
     assert (await bot.next_event("message")).content == "twice"
+    assert (await control(server, "POST", "/gateway/invalidate"))[1] == {"count": 1}
+    await bot.wait_for("ready", timeout=5)
     _, sessions = await control(server, "GET", "/gateway/sessions")
     assert [s["connected"] for s in sessions] == [True]
 

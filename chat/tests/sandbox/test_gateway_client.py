@@ -65,6 +65,22 @@ async def test_an_expired_session_makes_the_client_identify_again() -> None:
         assert new_session["session_id"] != old_session["session_id"]
 
 
+async def test_invalidated_sessions_make_the_client_identify_again_and_miss_the_gap(
+    server: SandboxServer, bot: RecordingClient
+) -> None:
+    (old_session,) = server.sessions()
+
+    assert server.invalidate_sessions() == 1
+    server.sandbox.user_says(GENERAL, ALICE, "said while no session was open")
+    await bot.wait_for("ready", timeout=5)  # a fresh READY, not RESUMED
+    server.sandbox.user_says(GENERAL, ALICE, "new session")
+
+    assert (await bot.next_event("message")).content == "new session"
+    (new_session,) = server.sessions()
+    assert new_session["session_id"] != old_session["session_id"]
+    assert new_session["connected"]
+
+
 async def test_replayed_dispatches_arrive_twice(
     server: SandboxServer, bot: RecordingClient
 ) -> None:

@@ -1,0 +1,220 @@
+"""The window registry's correctness rules through the real worker on the sandbox.
+
+A conversation (a trigger, the reply, the next trigger) keeps its history window across the idle
+gap between turns. Whatever happens while the channel is idle must reach the next prompt: an
+edit, a delete, a reaction, and a gap in the gateway session each force the read the rules
+prescribe, and with nothing happening no read is made at all.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chat.llm.fake_server import Reply
+from chat.models import Turn
+from chat.sandbox.demo import DEMO_CHANNEL_IDS
+from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from personas.models import ChannelConfig
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HISTORY_READ = ("GET", "/channels/{channel_id}/messages")
+POETRY = DEMO_CHANNEL_IDS["poetry"]
+
+
+def history_reads(world) -> int:
+    return world.sandbox.request_counts.get(HISTORY_READ, 0)
+
+
+def last_prompt(world) -> str:
+    """Everything the model was shown in the newest chat request, as one text."""
+    return json.dumps(world.llm.chat_bodies[-1]["messages"], ensure_ascii=False)
+
+
+async def last_window(channel_id: int = GENERAL) -> dict:
+    """How the newest turn in the channel read its window (``Turn.window``)."""
+    turn = await Turn.objects.filter(channel_id=channel_id).order_by("-id").afirst()
+    return turn.window
+
+
+async def turn(world, content: str, *, channel_id: int = GENERAL) -> dict:
+    """Say ``content`` (it names tomori), wait for the reply to it, then for the worker to be
+    drained. The reply is scripted and short, so no reply quotes an earlier prompt."""
+    world.llm.enqueue(Reply("mm."))
+    trigger = world.say(content, channel_id=channel_id)
+    await eventually(
+        lambda: any(
+            (m.get("message_reference") or {}).get("message_id") == trigger["id"]
+            for m in world.bot_messages(channel_id)
+        )
+    )
+    await world.drained()
+    return trigger
+
+
+async def test_with_nothing_happening_while_idle_the_next_turn_reads_no_history(world):
+    await world.start_worker()
+    await turn(world, "tomori, first question")
+    reads = history_reads(world)
+
+    await world.drained()  # idle: nothing happens
+    await turn(world, "tomori, second question")
+
+    assert history_reads(world) == reads
+    assert (await last_window())["rest_reason"] is None
+    assert "first question" in last_prompt(world)
+
+
+async def before_the_gap(world) -> dict[str, dict]:
+    """Three lines bob said before the worker started (only a REST read knows them), one he
+    said after (in the gateway cache too), then the first turn of the conversation."""
+    earlier = [world.say(f"earlier line {n}", author=BOB) for n in range(3)]
+    await world.start_worker()
+    cached = world.say("a line the gateway saw", author=BOB)
+    await turn(world, "tomori, first question")
+    return {"uncached": earlier[1], "cached": cached}
+
+
+def edit(world, message: dict) -> None:
+    world.sandbox.sandbox.user_edits(GENERAL, int(message["id"]), "words put right later")
+
+
+def react(world, message: dict) -> None:
+    world.sandbox.sandbox.user_reacts(GENERAL, int(message["id"]), ALICE, "👍")
+
+
+def delete(world, message: dict) -> None:
+    world.sandbox.sandbox.user_deletes(GENERAL, int(message["id"]))
+
+
+@pytest.mark.parametrize(
+    ("change", "which", "reads", "reason", "shown", "gone"),
+    [
+        (edit, "uncached", 1, "uncached_change", "words put right later", "earlier line 1"),
+        (edit, "cached", 0, None, "words put right later", "a line the gateway saw"),
+        (react, "uncached", 1, "uncached_change", "earlier line 1 [reactions: 👍 1]", None),
+        (react, "cached", 0, None, "a line the gateway saw [reactions: 👍 1]", None),
+        (delete, "uncached", 0, None, "earlier line 2", "earlier line 1"),
+        (delete, "cached", 0, None, "earlier line 2", "a line the gateway saw"),
+    ],
+    ids=["edit", "edit-cached", "reaction", "reaction-cached", "delete", "delete-cached"],
+)
+async def test_what_changes_while_idle_reaches_the_next_prompt_through_the_right_read(
+    world, change, which, reads, reason, shown, gone
+):
+    """A change to a message only REST knows forces a read (the registry holds no fresh copy);
+    the gateway cache's copy of a cached one carries the change, and a delete is left out of the
+    kept window: neither needs a read."""
+    messages = await before_the_gap(world)
+    before = history_reads(world)
+
+    change(world, messages[which])
+    await world.drained()
+    await turn(world, "tomori, second question")
+
+    assert history_reads(world) - before == reads
+    assert (await last_window())["rest_reason"] == reason
+    assert shown in last_prompt(world)
+    if gone is not None:
+        assert gone not in last_prompt(world)
+
+
+async def test_deletes_that_leave_a_full_window_short_read_the_older_history(world):
+    await ChannelConfig.objects.filter(channel_id=GENERAL).aupdate(message_fetch_limit=20)
+    earlier = [world.say(f"earlier line {n}", author=BOB) for n in range(25)]
+    await world.start_worker()
+    await turn(world, "tomori, first question")  # the window: the newest 20, full
+    before = history_reads(world)
+
+    for message in earlier[-3:]:
+        delete(world, message)
+    await world.drained()
+    await turn(world, "tomori, second question")  # 20 + reply + trigger - 3 deleted < 20
+
+    assert history_reads(world) - before == 1
+    assert (await last_window())["rest_reason"] == "deletion_needs_older_history"
+    assert not any(f"earlier line {n}" in last_prompt(world) for n in (22, 23, 24))
+
+
+async def gap_in_the_session(world, *while_away) -> None:
+    """End the worker's gateway session; ``while_away`` happen before it can identify again,
+    so the gateway never tells it. Returns once the new session is up, the worker has taken it
+    in (its catch-up read of each channel it had seen included) and is drained."""
+    old = {s["session_id"] for s in world.sandbox.sessions()}
+    before = history_reads(world)
+    channels = len(world.client.intake.last_seen)
+
+    assert world.sandbox.invalidate_sessions() == 1
+    for happening in while_away:
+        happening()
+    await eventually(
+        lambda: any(s["connected"] and s["session_id"] not in old for s in world.sandbox.sessions())
+    )
+    await eventually(lambda: world.client.windows.shard_connected)
+    await eventually(lambda: history_reads(world) == before + channels)  # the catch-up
+    await world.drained()
+
+
+async def test_a_gap_in_the_session_reads_once_and_reanchors_and_keeps_what_it_missed(world):
+    messages = await before_the_gap(world)
+
+    await gap_in_the_session(
+        world, lambda: edit(world, messages["cached"]), lambda: delete(world, messages["uncached"])
+    )
+    before = history_reads(world)
+    await turn(world, "tomori, second question")
+
+    assert history_reads(world) - before == 1
+    window = await last_window()
+    assert (window["rest_reason"], window["reanchor_reason"]) == ("shard_reconnected", "forced")
+    assert "words put right later" in last_prompt(world)
+    assert "a line the gateway saw" not in last_prompt(world)
+    assert "earlier line 1" not in last_prompt(world)
+
+    await turn(world, "tomori, third question")  # the window is reused again
+
+    assert history_reads(world) - before == 1
+    assert (await last_window())["rest_reason"] is None
+    assert "words put right later" in last_prompt(world)
+    assert "a line the gateway saw" not in last_prompt(world)
+    assert "earlier line 1" not in last_prompt(world)
+
+
+async def test_a_channel_quiet_through_a_gap_reads_once_after_it_and_keeps_to_the_rules(world):
+    """Every window is dropped on a new session, the quiet channels' too: the first turn there
+    reads once and shows what the gateway missed, and later changes force reads as before."""
+    await world.start_worker()
+    verse = int(world.say("a verse about rain", channel_id=POETRY, author=BOB)["id"])
+    await turn(world, "tomori, a poem please", channel_id=POETRY)
+    await turn(world, "tomori, first question")
+
+    await gap_in_the_session(
+        world, lambda: world.sandbox.sandbox.user_edits(POETRY, verse, "a verse about snow")
+    )
+    await turn(world, "tomori, second question")  # only #general speaks after the gap
+    before = history_reads(world)
+    await turn(world, "tomori, another poem", channel_id=POETRY)
+
+    assert history_reads(world) - before == 1
+    window = await last_window(POETRY)
+    assert (window["rest_reason"], window["reanchor_reason"]) == ("shard_reconnected", "forced")
+    assert "a verse about snow" in last_prompt(world)
+    assert "a verse about rain" not in last_prompt(world)
+
+    await turn(world, "tomori, one more", channel_id=POETRY)
+
+    assert history_reads(world) - before == 1
+    assert (await last_window(POETRY))["rest_reason"] is None
+    assert "a verse about snow" in last_prompt(world)
+    assert "a verse about rain" not in last_prompt(world)
+
+    world.sandbox.sandbox.user_edits(POETRY, verse, "a verse about sun")
+    await world.drained()
+    await turn(world, "tomori, and the last", channel_id=POETRY)
+
+    assert history_reads(world) - before == 2
+    assert (await last_window(POETRY))["rest_reason"] == "uncached_change"
+    assert "a verse about sun" in last_prompt(world)
+    assert "a verse about snow" not in last_prompt(world)
