@@ -21,6 +21,14 @@ from benchmarks.table import Row, emit
 
 CHANNELS = 1000
 MESSAGES = 80
+SNOWFLAKE = 1_300_000_000_000_000_000
+
+
+def author_as_converted(author_type, user_id: int, name: str, persona: str | None):
+    """A new `Author` per message, as converting a discord.py message makes one."""
+    return author_type(
+        id=user_id, display_name=name, is_bot=persona is not None, persona_name=persona
+    )
 
 
 def rss_mb() -> float:
@@ -36,12 +44,12 @@ def main() -> None:
     import django
 
     django.setup()
-    import discord  # noqa: F401  (what the worker process holds)
-
-    from chat.pipeline.context import build_turn_context
+    import chat.worker  # noqa: F401  (everything the worker process imports)
+    from chat.gateway.convert import shared_author
+    from chat.pipeline.context import TurnInput, build_turn_context
     from chat.pipeline.tokens import default_token_counter
+    from chat.pipeline.types import HistoryMessage, NameDirectory, PersonaSpec
     from chat.pipeline.window_reuse import GatewayCacheView
-    from chat.tests.factories import ALICE, BOB, TOMORI, message, turn_input
     from chat.windows import WindowRegistry
 
     bare = rss_mb()
@@ -49,17 +57,29 @@ def main() -> None:
     counter.count("warm the tokenizer up")
     idle = rss_mb()
 
-    def history(channel: int) -> list:
-        return [
-            message(
-                channel * 1000 + n,
-                f"channel {channel}, line {n}: what do you think about the new song?",
-                author=(ALICE, BOB, TOMORI)[n % 3],
-                minutes=n,
-                channel_id=channel,
+    tomori = PersonaSpec(name="Tomori", is_main=True)
+    personas = (tomori, PersonaSpec(name="Kaito", aliases=("Kai",)))
+    people = [(SNOWFLAKE + 1, "Alice", None), (SNOWFLAKE + 2, "Bob", None)]
+    people.append((SNOWFLAKE + 3, "Tomori", "Tomori"))
+    names = NameDirectory(users={user_id: name for user_id, name, _ in people})
+    start = dt.datetime(2026, 7, 11, 9, 0, tzinfo=dt.UTC)
+
+    def history(channel: int) -> list[HistoryMessage]:
+        """A channel's messages as the gateway adapter converts them (`Author` objects as
+        `chat.gateway.convert` hands them out)."""
+        messages = []
+        for n in range(1, MESSAGES + 1):
+            user_id, name, persona = people[n % 3]
+            messages.append(
+                HistoryMessage(
+                    id=SNOWFLAKE + channel * 1000 + n,
+                    channel_id=channel,
+                    author=shared_author(user_id, name, persona is not None, None, persona),
+                    content=f"channel {channel}, line {n}: what do you think about the new song?",
+                    created_at=start + dt.timedelta(minutes=n),
+                )
             )
-            for n in range(1, MESSAGES + 1)
-        ]
+        return messages
 
     histories = {channel: history(channel) for channel in range(1, CHANNELS + 1)}
 
@@ -75,7 +95,16 @@ def main() -> None:
         for channel in histories:
             read = await registry.read(channel, limit=MESSAGES)
             contexts[channel] = build_turn_context(
-                turn_input(list(read.messages), token_counter=counter, now=dt.datetime.now(dt.UTC))
+                TurnInput(
+                    persona=tomori,
+                    history=read.messages,
+                    trigger_id=read.messages[-1].id,
+                    now=read.messages[-1].created_at,
+                    timezone="UTC",
+                    token_counter=counter,
+                    personas=personas,
+                    names=names,
+                )
             )
 
     asyncio.run(fill())

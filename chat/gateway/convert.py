@@ -8,6 +8,7 @@ passes it in (today the adapter's record of its own deliveries; proxies are not 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import discord
@@ -46,12 +47,12 @@ def convert_message(
     return HistoryMessage(
         id=message.id,
         channel_id=message.channel.id,
-        author=Author(
-            id=message.author.id,
-            display_name=message.author.display_name,
-            is_bot=message.author.bot,
-            webhook_id=message.webhook_id,
-            persona_name=persona_name,
+        author=shared_author(
+            message.author.id,
+            message.author.display_name,
+            message.author.bot,
+            message.webhook_id,
+            persona_name,
         ),
         content=message.content,
         created_at=message.created_at,
@@ -72,6 +73,30 @@ def convert_message(
         mention_ids=tuple(message.raw_mentions),
         reactions=tuple(Reaction(emoji=str(r.emoji), count=r.count) for r in message.reactions),
         proxy=proxy,
+    )
+
+
+SHARED_AUTHORS = 4096
+"""Distinct authors whose `Author` object conversion hands out again (least recently used
+forgotten first)."""
+
+
+@functools.lru_cache(maxsize=SHARED_AUTHORS)
+def shared_author(
+    user_id: int,
+    display_name: str,
+    is_bot: bool,
+    webhook_id: int | None,
+    persona_name: str | None,
+) -> Author:
+    """One `Author` object for every message with these values. A worker holds tens of
+    thousands of messages from a few hundred people; `Author` is frozen, so sharing is safe."""
+    return Author(
+        id=user_id,
+        display_name=display_name,
+        is_bot=is_bot,
+        webhook_id=webhook_id,
+        persona_name=persona_name,
     )
 
 

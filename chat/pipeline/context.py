@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
-from types import MappingProxyType
 from zoneinfo import ZoneInfo
 
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
@@ -144,11 +143,9 @@ class TurnContext:
         cacheable_prefix_end: ``items[:cacheable_prefix_end]`` is expected to repeat unchanged
             on the channel's next turn (see `cacheable_prefix_end`).
         truncation: What budget truncation removed.
-        message_ids: Every issued ``ref_N``/``media_N`` key and its snowflake.
         participants: Who takes part in the visible conversation.
         warnings: Problems worth recording on the turn (e.g. the budget could not be met).
         token_counter: Which tokenizer counted ``items``.
-        token_cache: Token counts by item text, for the next turn.
         simplified_history: The simplified history, for the next turn to resume from.
         dialogue: The rendered dialogue entries, for the next turn to reuse.
     """
@@ -160,13 +157,17 @@ class TurnContext:
     tool_reasons: Mapping[str, str]
     cacheable_prefix_end: int
     truncation: TruncationReport
-    message_ids: Mapping[str, int]
     participants: ParticipantContext
     warnings: tuple[str, ...]
     token_counter: str
-    token_cache: Mapping[str, int]
     simplified_history: SimplifiedHistory
     dialogue: RenderedDialogue
+
+    @property
+    def message_ids(self) -> Mapping[str, int]:
+        """Every issued ``ref_N``/``media_N`` key and its snowflake (built on each access: a
+        kept context stores only its id map)."""
+        return self.simplified_history.id_map.as_mapping()
 
     @property
     def total_tokens(self) -> int:
@@ -202,7 +203,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     turn = _with_configured_markup_rendered(turn, hidden)
     persona, previous = turn.persona, turn.previous
     simplified = build_simplified_history(
-        [message for message in turn.history if message.id <= turn.trigger_id],
+        _up_to(turn.history, turn.trigger_id),
         reply_targets=turn.reply_targets,
         names=turn.names,
         hidden_user_ids=hidden,
@@ -270,9 +271,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         reasoning_in_think_tags=persona.model.reasoning_in_think_tags,
         queued=_queued_reply(turn, trigger, simplified),
     )
-    counted, token_cache = count_item_tokens(
-        items, turn.token_counter, previous.token_cache if previous else {}
-    )
+    counted = count_item_tokens(items, turn.token_counter, _known_token_counts(turn))
     kept, truncation = truncate_dialogue_history(
         counted,
         budget=context_budget(persona.model.context_window, persona.model.max_output_tokens),
@@ -289,11 +288,9 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         tool_reasons=admission.reasons,
         cacheable_prefix_end=cacheable_prefix_end(kept),
         truncation=truncation,
-        message_ids=simplified.id_map.as_mapping(),
         participants=participants,
         warnings=tuple(warnings),
         token_counter=turn.token_counter.name,
-        token_cache=MappingProxyType(token_cache),
         simplified_history=simplified,
         dialogue=dialogue.with_counted(counted),
     )
@@ -322,6 +319,29 @@ def cacheable_prefix_end(items: Sequence[ContextItem]) -> int:
         default=first_varying,
     )
     return min(first_varying, newest_entry)
+
+
+def _up_to(history: tuple[HistoryMessage, ...], trigger_id: int) -> tuple[HistoryMessage, ...]:
+    """``history`` without the messages after the trigger (the same tuple when there are none:
+    a kept context shares it with the window)."""
+    if not history or history[-1].id <= trigger_id:
+        return history
+    return tuple(message for message in history if message.id <= trigger_id)
+
+
+def _known_token_counts(turn: TurnInput) -> dict[str, int]:
+    """The token counts the previous context already holds, by text: its prompt's items and
+    every dialogue item it rendered (truncation may have left some out of the prompt). None
+    when it was counted by another tokenizer."""
+    previous = turn.previous
+    if previous is None or previous.token_counter != turn.token_counter.name:
+        return {}
+    known = {item.text: item.tokens for item in previous.items}
+    for rendered in previous.dialogue.entries:
+        known[rendered.item.text] = rendered.item.tokens
+        if rendered.spacer is not None:
+            known[rendered.spacer.text] = rendered.spacer.tokens
+    return known
 
 
 def _configuration_items(turn: TurnInput, macros: MacroContext) -> tuple[ContextItem, ...]:

@@ -179,8 +179,9 @@ def render_dialogue(
         ):
             cached = None
             first, last = entry.parts[0].created_at, entry.parts[-1].created_at
-            day = first.astimezone(timezone).date()
+            day = _same_object_if_equal(first.astimezone(timezone).date(), previous_day)
             last_day = day if last is first else last.astimezone(timezone).date()
+            last_day = _same_object_if_equal(last_day, day)
             role = dialogue_role(entry, persona.name, impersonated_user_id)
             item = _entry_item(
                 entry,
@@ -200,6 +201,11 @@ def render_dialogue(
         rendered.append(cached)
         previous_day = last_day
     return RenderedDialogue(tuple(rendered), inputs, document_hint)
+
+
+def _same_object_if_equal(day: date, other: date | None) -> date:
+    """``other`` when it is the same day: a kept dialogue holds one date object per day."""
+    return other if day == other and other is not None else day
 
 
 def date_label(day: date) -> str:

@@ -26,11 +26,12 @@ class MessageIdMap:
     """
 
     def __init__(self) -> None:
-        self._keys: dict[str, dict[int, str]] = {MESSAGE_PREFIX: {}, MEDIA_PREFIX: {}}
-        """Per namespace, snowflake → key (one dict per namespace rather than (prefix,
-        snowflake) keys: a kept context holds one map, and the key tuples were a tenth of it)."""
-        self._snowflakes: dict[str, int] = {}
-        self._counts = {MESSAGE_PREFIX: 0, MEDIA_PREFIX: 0}
+        self._numbers: dict[str, dict[int, int]] = {MESSAGE_PREFIX: {}, MEDIA_PREFIX: {}}
+        """Per namespace, snowflake → key number."""
+        self._issued: dict[str, list[int]] = {MESSAGE_PREFIX: [], MEDIA_PREFIX: []}
+        """Per namespace, the snowflakes in issue order: key number N is at N − 1. (A kept
+        context holds one map per channel, so keys are numbers here and strings only on the
+        way out.)"""
 
     def register_message(self, message_id: int) -> str:
         """Return the ``ref_N`` key for a message snowflake, issuing the next one if new."""
@@ -42,33 +43,43 @@ class MessageIdMap:
 
     def message_key(self, message_id: int) -> str | None:
         """The key already issued for a message, or None when it was never registered."""
-        return self._keys[MESSAGE_PREFIX].get(message_id)
+        number = self._numbers[MESSAGE_PREFIX].get(message_id)
+        return None if number is None else f"{MESSAGE_PREFIX}_{number}"
 
     def resolve(self, key: str) -> int | None:
         """The snowflake behind ``key``; None when ``key`` is not an issued key (malformed keys
         such as ``ref_01`` are never issued, so they resolve to None too)."""
-        return self._snowflakes.get(key)
+        match = KEY_PATTERN.fullmatch(key)
+        if match is None:
+            return None
+        issued, number = self._issued[match[1]], int(match[2])
+        return issued[number - 1] if number <= len(issued) else None
 
     def as_mapping(self) -> Mapping[str, int]:
-        """A read-only view of every issued key and its snowflake, in issue order per namespace."""
-        return MappingProxyType(self._snowflakes)
+        """Every issued key and its snowflake, read-only, in issue order per namespace."""
+        return MappingProxyType(
+            {
+                f"{prefix}_{number}": snowflake
+                for prefix, issued in self._issued.items()
+                for number, snowflake in enumerate(issued, start=1)
+            }
+        )
 
     def copy(self) -> MessageIdMap:
         """An independent map with the same keys, to go on registering from."""
         duplicate = MessageIdMap()
-        duplicate._keys = {prefix: dict(keys) for prefix, keys in self._keys.items()}
-        duplicate._snowflakes = dict(self._snowflakes)
-        duplicate._counts = dict(self._counts)
+        duplicate._numbers = {prefix: dict(n) for prefix, n in self._numbers.items()}
+        duplicate._issued = {prefix: list(issued) for prefix, issued in self._issued.items()}
         return duplicate
 
     def __len__(self) -> int:
-        return len(self._snowflakes)
+        return sum(len(issued) for issued in self._issued.values())
 
     def __eq__(self, other: object) -> bool:
         """Maps are equal when they issued the same keys, for the same snowflakes, in order."""
         if not isinstance(other, MessageIdMap):
             return NotImplemented
-        return list(self._snowflakes.items()) == list(other._snowflakes.items())
+        return self._issued == other._issued
 
     __hash__ = None  # type: ignore[assignment]  # mutable while being filled
 
@@ -78,12 +89,10 @@ class MessageIdMap:
         return KEY_PATTERN.fullmatch(text) is not None
 
     def _register(self, prefix: str, snowflake: int) -> str:
-        keys = self._keys[prefix]
-        existing = keys.get(snowflake)
-        if existing is not None:
-            return existing
-        self._counts[prefix] += 1
-        key = f"{prefix}_{self._counts[prefix]}"
-        keys[snowflake] = key
-        self._snowflakes[key] = snowflake
-        return key
+        numbers = self._numbers[prefix]
+        number = numbers.get(snowflake)
+        if number is None:
+            issued = self._issued[prefix]
+            issued.append(snowflake)
+            number = numbers[snowflake] = len(issued)
+        return f"{prefix}_{number}"

@@ -5,9 +5,9 @@ uses tiktoken with the o200k_base ranks shipped in ``data/`` (no download at run
 first use, once per process. `CharEstimateCounter` (characters / 4) exists only as a clearly
 labelled fallback for when tiktoken is missing.
 
-Counting is the one costly step of a build, so counts are cached by text: `count_item_tokens`
-takes the previous turn's cache and returns this turn's. A warm turn counts only what is new or
-re-rendered; an item it reuses keeps its text object, whose hash Python has already computed,
+Counting is the one costly step of a build, so a warm turn counts only what is new or
+re-rendered: `count_item_tokens` takes the counts already known by text (the previous turn's
+items). An item the turn reuses keeps its text object, whose hash Python has already computed,
 so looking it up costs no hashing either.
 """
 
@@ -135,32 +135,29 @@ def _o200k_encoding() -> Encoding:
 
 
 def count_item_tokens(
-    items: Sequence[ContextItem],
-    counter: TokenCounter,
-    cache: Mapping[str, int],
-) -> tuple[tuple[ContextItem, ...], dict[str, int]]:
+    items: Sequence[ContextItem], counter: TokenCounter, known: Mapping[str, int]
+) -> tuple[ContextItem, ...]:
     """Fill in every item's ``tokens``.
 
     Args:
         items: Items to count; their current ``tokens`` are replaced by the count.
-        counter: The tokenizer. A cache must only ever be used with one counter.
-        cache: Counts from the previous turn by text (may be empty).
+        counter: The tokenizer. ``known`` must come from the same one.
+        known: Counts already known, by text (the previous turn's items; may be empty). Text
+            seen twice in ``items`` is counted once.
 
     Returns:
-        The items with counts (an item already carrying its count is returned as is), and
-        the cache for the next turn: exactly this turn's texts, so it never outgrows one
-        prompt. Counts cover item text only; per-message framing and images are left to the
-        budget's 10 % margin.
+        The items with counts; an item already carrying its count is returned as is. Counts
+        cover item text only; per-message framing and images are left to the budget's 10 %
+        margin.
     """
     counted: list[ContextItem] = []
-    next_cache: dict[str, int] = {}
+    fresh: dict[str, int] = {}
     for item in items:
         text = item.text
-        tokens = cache.get(text)
+        tokens = known.get(text)
         if tokens is None:
-            tokens = next_cache.get(text)
+            tokens = fresh.get(text)
         if tokens is None:
-            tokens = counter.count(text)
-        next_cache[text] = tokens
+            tokens = fresh[text] = counter.count(text)
         counted.append(item if item.tokens == tokens else item.with_tokens(tokens))
-    return tuple(counted), next_cache
+    return tuple(counted)

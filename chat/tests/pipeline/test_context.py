@@ -274,6 +274,17 @@ def test_the_next_turn_counts_only_what_changed_and_matches_a_cold_build():
     assert warm == build_turn_context(next_turn)
 
 
+def test_counts_from_another_tokenizer_are_not_reused():
+    history = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 10)]
+    first = build_turn_context(turn_input(history, token_counter=CountingCounter()))
+    other = CountingCounter(name="another tokenizer")
+
+    warm = build_turn_context(warmed(turn_input(history, token_counter=other), first))
+
+    assert len(other.calls) == len({item.text for item in warm.items})
+    assert warm.token_counter == "another tokenizer"
+
+
 def test_the_next_turn_keeps_the_previous_turns_items_for_unchanged_entries():
     history = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 30)]
     first = build_turn_context(turn_input(history))

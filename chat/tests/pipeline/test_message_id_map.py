@@ -39,7 +39,7 @@ def test_reverse_lookup_returns_the_snowflake_and_none_for_unissued_keys():
     assert id_map.message_key(sf(20)) is None
 
 
-def test_as_mapping_is_a_read_only_view_in_issue_order():
+def test_as_mapping_is_read_only_in_issue_order_per_namespace():
     id_map = MessageIdMap()
     id_map.register_message(sf(2))
     id_map.register_media(sf(9))
@@ -47,7 +47,7 @@ def test_as_mapping_is_a_read_only_view_in_issue_order():
 
     mapping = id_map.as_mapping()
 
-    assert list(mapping.items()) == [("ref_1", sf(2)), ("media_1", sf(9)), ("ref_2", sf(1))]
+    assert list(mapping.items()) == [("ref_1", sf(2)), ("ref_2", sf(1)), ("media_1", sf(9))]
     assert len(id_map) == 3
     with pytest.raises(TypeError):
         mapping["ref_3"] = 1  # type: ignore[index]

@@ -89,36 +89,37 @@ def test_default_counter_is_the_real_tokenizer():
     assert default_token_counter().name == "o200k_base"
 
 
+def known_counts(items) -> dict[str, int]:
+    return {i.text: i.tokens for i in items}
+
+
 def test_a_warm_turn_counts_only_new_or_changed_items():
     counter = RecordingCounter()
-    first_turn = [item("one two", sf(1)), item("three", sf(2))]
-    _, cache = count_item_tokens(first_turn, counter, {})
+    first_turn = count_item_tokens([item("one two", sf(1)), item("three", sf(2))], counter, {})
     counter.seen.clear()
 
     second_turn = [item("one two", sf(1)), item("three four", sf(2)), item("five", sf(3))]
-    counted, next_cache = count_item_tokens(second_turn, counter, cache)
+    counted = count_item_tokens(second_turn, counter, known_counts(first_turn))
 
     assert counter.seen == ["three four", "five"]
     assert [i.tokens for i in counted] == [2, 2, 1]
-    assert next_cache == {"one two": 2, "three four": 2, "five": 1}
 
 
 def test_identical_items_in_one_turn_are_counted_once():
     counter = RecordingCounter()
 
-    counted, cache = count_item_tokens([item("same"), item("same")], counter, {})
+    counted = count_item_tokens([item("same"), item("same")], counter, {})
 
     assert counter.seen == ["same"]
     assert [i.tokens for i in counted] == [1, 1]
-    assert len(cache) == 1
 
 
 def test_an_item_already_carrying_its_count_is_returned_as_is():
     counter = RecordingCounter()
-    (counted,), cache = count_item_tokens([item("one two", sf(1))], counter, {})
+    (counted,) = count_item_tokens([item("one two", sf(1))], counter, {})
 
-    (again,), _ = count_item_tokens([counted], counter, cache)
-    (stale,), _ = count_item_tokens([counted.with_tokens(7)], counter, cache)
+    (again,) = count_item_tokens([counted], counter, known_counts([counted]))
+    (stale,) = count_item_tokens([counted.with_tokens(7)], counter, known_counts([counted]))
 
     assert again is counted
     assert stale.tokens == 2
