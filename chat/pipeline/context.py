@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
-from chat.pipeline.items import ContextItem, ItemTag
+from chat.pipeline.items import ContextItem, ItemTag, system_note
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
 from chat.pipeline.memory import STM_HEADER
@@ -261,8 +261,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             ContextItem(
                 tag=ItemTag.PARTICIPANTS,
                 role=Role.USER,
-                text=f"[System: {participants_text}]",
-                completion_text="",
+                text=system_note(participants_text),
             ),
         )
     items += tail_directives(
@@ -361,10 +360,7 @@ def _configuration_items(turn: TurnInput, macros: MacroContext) -> tuple[Context
         (ItemTag.SAMPLE_DIALOGUE, sample.role, expand_macros(sample.content, macros))
         for sample in turn.persona.sample_dialogue
     ]
-    return tuple(
-        ContextItem(tag=tag, role=role, text=text, completion_text=text)
-        for tag, role, text in pieces
-    )
+    return tuple(ContextItem(tag=tag, role=role, text=text) for tag, role, text in pieces)
 
 
 def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:
@@ -377,8 +373,7 @@ def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:
         ContextItem(
             tag=ItemTag.STM,
             role=Role.USER,
-            text=f"[System: {text}]",
-            completion_text=text,
+            text=system_note(text),
             depth=turn.stm_depth,
         ),
     )

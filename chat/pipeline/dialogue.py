@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, tzinfo
 from functools import partial
+from typing import NamedTuple
 
-from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor
+from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor, system_note
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.media import EntryMedia, plan_media
 from chat.pipeline.simplify import EntryKind, SimplifiedEntry
@@ -41,6 +42,16 @@ MONTHS = (
 
 _DOCUMENT_FIELD = re.compile(r"\{(filename|media_id)\}")
 _SEMICOLON_BETWEEN_WORDS = re.compile(r";(?=\s)")
+
+
+class RenderInputs(NamedTuple):
+    """What every entry's rendering depends on besides the entry itself."""
+
+    persona_name: str
+    force_lowercase: bool
+    punctuation_splits: bool
+    impersonated_user_id: int | None
+    timezone: tzinfo
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,9 +85,9 @@ class RenderedDialogue:
     counts and string hashes carry over too.
     """
 
-    entries: tuple[RenderedEntry, ...] = ()
-    inputs: tuple[object, ...] = ()
-    document_hint: str = ""
+    entries: tuple[RenderedEntry, ...]
+    inputs: RenderInputs
+    document_hint: str
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
@@ -114,6 +125,16 @@ class RenderedDialogue:
                 )
             entries.append(rendered)
         return RenderedDialogue(tuple(entries), self.inputs, self.document_hint)
+
+    def completion_texts(self) -> dict[tuple[int, ...], str]:
+        """Each entry's completion projection (`_completion_text`), by its item's source ids."""
+        persona = PersonaSpec(
+            name=self.inputs.persona_name,
+            force_lowercase=self.inputs.force_lowercase,
+            punctuation_splits=self.inputs.punctuation_splits,
+        )
+        humanizer = _stable_humanizer(persona)
+        return {r.item.source_ids: _completion_text(r, humanizer) for r in self.entries}
 
 
 def render_dialogue(
@@ -155,7 +176,7 @@ def render_dialogue(
     """
     media = plan_media(history, media_window=min(media_window, fetch_limit))
     document_hint = expand_macros(DOCUMENT_HINT_TEMPLATE, macros)
-    inputs = (
+    inputs = RenderInputs(
         persona.name,
         persona.force_lowercase,
         persona.punctuation_splits,
@@ -215,12 +236,8 @@ def date_label(day: date) -> str:
 
 def date_spacer(day: date) -> ContextItem:
     """``[System: New day: Saturday, July 11, 2026]``: absolute, English, locale-independent."""
-    label = date_label(day)
     return ContextItem(
-        tag=ItemTag.DATE_SPACER,
-        role=Role.USER,
-        text=f"[System: New day: {label}]",
-        completion_text=f"New day: {label}",
+        tag=ItemTag.DATE_SPACER, role=Role.USER, text=system_note(f"New day: {date_label(day)}")
     )
 
 
@@ -271,40 +288,50 @@ def _entry_item(
     """Render one entry; ``humanizer`` applies to its words (given for the persona's own)."""
     if entry.kind is EntryKind.BLOCKED:
         count = len(entry.parts)
-        text = f"[System: {count} message(s) from a user you have blocked are hidden.]"
-        completion_text = ""
+        text = system_note(f"{count} message(s) from a user you have blocked are hidden.")
     elif entry.kind is EntryKind.NOTICE:
-        text = "\n".join(f"[System: {part.body}]" for part in entry.parts)
-        completion_text = entry.prose
+        text = "\n".join(system_note(part.body) for part in entry.parts)
     else:
-        text, completion_text = _message_texts(entry, media, label, humanizer, document_hint)
+        text = _message_text(entry, media, label, humanizer, document_hint)
     return ContextItem(
         tag=ItemTag.DIALOGUE_HISTORY,
         role=role,
         text=text,
-        completion_text=completion_text,
         source_ids=entry.message_ids,
         media=media.shown,
     )
 
 
-def _message_texts(
+def _message_text(
     entry: SimplifiedEntry,
     media: EntryMedia,
     label: str,
     humanizer: Callable[[str], str] | None,
     document_hint: str,
-) -> tuple[str, str]:
-    """(text, completion text) of a MESSAGE entry: one line per part, then the media
-    annotations; the completion text keeps only the words."""
+) -> str:
+    """The text of a MESSAGE entry: one line per part, then the media annotations."""
     bodies = [humanizer(part.body) if humanizer else part.body for part in entry.parts]
     lines = [
         " ".join(piece for piece in (part.head, body, part.tail) if piece)
         for part, body in zip(entry.parts, bodies, strict=True)
     ]
     content = " ".join(["\n".join(lines), *_media_annotations(entry, media, document_hint)])
+    return f"{label}: {content}"
+
+
+def _completion_text(rendered: RenderedEntry, humanizer: Callable[[str], str] | None) -> str:
+    """What a completion model reads for one entry (seed 002's NovelAI projection): the words
+    under the label, without references, reactions or media hints; a notice's prose; nothing
+    for a blocked run or an entry without words. ``humanizer`` applies to the persona's own."""
+    entry = rendered.entry
+    if entry.kind is EntryKind.BLOCKED:
+        return ""
+    if entry.kind is EntryKind.NOTICE:
+        return entry.prose
+    own = humanizer if rendered.role is Role.ASSISTANT else None
+    bodies = [own(part.body) if own else part.body for part in entry.parts]
     prose = "\n".join(body for body in bodies if body)
-    return f"{label}: {content}", f"{label}: {prose}" if prose else ""
+    return f"{rendered.label}: {prose}" if prose else ""
 
 
 def _media_annotations(entry: SimplifiedEntry, media: EntryMedia, document_hint: str) -> list[str]:

@@ -54,9 +54,8 @@ class ContextItem:
         tag: What produced it.
         role: Its Chat Completions role.
         text: What chat models read: ``Name: content`` for dialogue, ``[System: …]`` for notes,
-            notices and spacers.
-        completion_text: What completion models read (seed 002's NovelAI projection): prose
-            without references, reactions or media hints; empty when the item has no prose.
+            notices and spacers (`system_note`). What completion models read is projected from
+            it and the rendered dialogue (`projections.to_completion_text`).
         source_ids: The Discord messages it renders, oldest first (empty for configuration).
         media: Images this item shows; each model attempt decides how (`projections.py`).
         depth: For a context note, its saved depth from the end of the dialogue; None otherwise.
@@ -66,7 +65,6 @@ class ContextItem:
     tag: ItemTag
     role: Role
     text: str
-    completion_text: str = ""
     source_ids: tuple[int, ...] = ()
     media: tuple[MediaDescriptor, ...] = ()
     depth: int | None = None
@@ -79,9 +77,23 @@ class ContextItem:
             tag=self.tag,
             role=self.role,
             text=self.text,
-            completion_text=self.completion_text,
             source_ids=self.source_ids,
             media=self.media,
             depth=self.depth,
             tokens=tokens,
         )
+
+
+SYSTEM_NOTE_START = "[System: "
+
+
+def system_note(text: str) -> str:
+    """``[System: text]``: how a prompt marks words that are nobody's message."""
+    return f"{SYSTEM_NOTE_START}{text}]"
+
+
+def system_note_content(text: str) -> str:
+    """The words inside a `system_note`; ``text`` itself when it is not one."""
+    if text.startswith(SYSTEM_NOTE_START) and text.endswith("]"):
+        return text[len(SYSTEM_NOTE_START) : -1]
+    return text

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from chat.pipeline.items import ContextItem, ItemTag
+from chat.pipeline.items import ContextItem, ItemTag, system_note
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.types import ContextNote, Role
 
@@ -57,8 +57,7 @@ def context_note_items(
             ContextItem(
                 tag=ItemTag.CONTEXT_NOTE_INJECTION,
                 role=Role.USER,
-                text=f"[System: {text}]",
-                completion_text=text,
+                text=system_note(text),
                 depth=note.depth,
             )
         )

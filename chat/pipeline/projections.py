@@ -17,11 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat.pipeline.context import TurnContext
-from chat.pipeline.items import ContextItem, MediaDescriptor
+from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor, system_note_content
 from chat.pipeline.tools import ToolName
 from chat.pipeline.types import Role
 
 OpenAIMessage = dict[str, Any]
+_WITHOUT_PROSE = frozenset({ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS})
+_MARKED = frozenset({ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.DATE_SPACER, ItemTag.STM})
+"""Items whose text is a `system_note` (STM only when placed at depth; its system-block form is
+not marked, and `system_note_content` leaves it as it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +74,23 @@ def to_openai_messages(context: TurnContext, attempt: AttemptProfile) -> list[Op
 def to_completion_text(context: TurnContext) -> str:
     """Project ``context`` into the prose a completion model continues.
 
-    Each item contributes its ``completion_text`` (items without prose — directives, hidden
-    runs, media-only messages — contribute nothing), one per line; the text ends with the
-    persona's name label and the prefill, if any, for the model to continue.
+    Each item contributes its prose, one per line: configuration as written, a note, spacer or
+    placed memory without its ``[System: …]`` marks, a dialogue entry as its words under its
+    label (`dialogue.RenderedDialogue.completion_texts`). Items without prose (directives, the
+    participant note, hidden runs, media-only messages) contribute nothing. The text ends with
+    the persona's name label and the prefill, if any, for the model to continue.
     """
-    lines = [item.completion_text for item in context.items if item.completion_text]
+    entries = context.dialogue.completion_texts()
+    lines = []
+    for item in context.items:
+        if item.tag is ItemTag.DIALOGUE_HISTORY:
+            line = entries.get(item.source_ids, "")
+        elif item.tag in _WITHOUT_PROSE:
+            line = ""
+        else:
+            line = system_note_content(item.text) if item.tag in _MARKED else item.text
+        if line:
+            lines.append(line)
     ending = f"{context.persona_name}:"
     if context.prefill is not None:
         ending = f"{ending} {context.prefill}"

@@ -87,6 +87,18 @@ def texts(items) -> list[str]:
     return [item.text for item in items]
 
 
+def completions(messages, *, timezone=UTC, **options) -> list[str]:
+    """Each entry's completion projection, in order."""
+    simplify_options = {
+        k: options.pop(k) for k in ("blocked_user_ids", "reply_targets") if k in options
+    }
+    dialogue = render_entries(
+        simplify(messages, timezone=timezone, **simplify_options), timezone=timezone, **options
+    )
+    by_source = dialogue.completion_texts()
+    return [by_source[rendered.item.source_ids] for rendered in dialogue.entries]
+
+
 def test_roles_and_name_labels():
     items = render(
         [
@@ -133,7 +145,10 @@ def test_humanizer_touches_only_the_personas_own_words():
     )
 
     assert texts(items) == ["Alice: [ref_1] Is it OK; Tomori?", "Tomori: [ref_2] sure. it is"]
-    assert items[1].completion_text == "Tomori: sure. it is"
+    assert completions(
+        [message(1, "Is it OK; Tomori?"), message(2, "Sure; It Is", author=TOMORI)],
+        persona=persona,
+    ) == ["Alice: Is it OK; Tomori?", "Tomori: sure. it is"]
 
 
 @pytest.mark.parametrize(
@@ -297,19 +312,22 @@ def test_blocked_entries_and_notices_render_without_a_speaker():
 
     items = render(messages, blocked_user_ids=frozenset({BOB.id}))
 
-    assert [(item.role, item.text, item.completion_text) for item in items] == [
-        (Role.USER, "[System: 2 message(s) from a user you have blocked are hidden.]", ""),
-        (Role.USER, "[System: Memory saved]", "Memory saved"),
+    assert [(item.role, item.text) for item in items] == [
+        (Role.USER, "[System: 2 message(s) from a user you have blocked are hidden.]"),
+        (Role.USER, "[System: Memory saved]"),
     ]
+    assert completions(messages, blocked_user_ids=frozenset({BOB.id})) == ["", "Memory saved"]
 
 
 @given(histories())
 def test_no_raw_snowflake_reaches_rendered_dialogue(messages):
     items = render(messages, timezone=TOKYO, reply_targets={m.id: m for m in messages})
 
-    for item in items:
-        assert not RAW_SNOWFLAKE.search(item.text)
-        assert not RAW_SNOWFLAKE.search(item.completion_text)
+    for text in [
+        *texts(items),
+        *completions(messages, timezone=TOKYO, reply_targets={m.id: m for m in messages}),
+    ]:
+        assert not RAW_SNOWFLAKE.search(text)
 
 
 @given(histories())

@@ -106,10 +106,9 @@ def test_active_notes_and_their_order(persona, channel, global_, nudge, reunion,
 def test_note_items_resolve_macros_and_keep_their_depth():
     (item,) = context_note_items([ContextNote("{char} is tired of {user}", 3)], MACROS)
 
-    assert (item.tag, item.role, item.text, item.completion_text, item.depth) == (
+    assert (item.tag, item.role, item.text, item.depth) == (
         ItemTag.CONTEXT_NOTE_INJECTION,
         Role.USER,
         "[System: Tomori is tired of Alice]",
-        "Tomori is tired of Alice",
         3,
     )
