@@ -504,18 +504,30 @@ async def _history(
 
     A queued trigger older than everything in the channel's newest window (it waited while
     more than a window's worth was said) gets its own window: the ``limit`` messages up to it,
-    read around it from Discord, selected without the channel's anchor (which it neither uses
-    nor moves), so its context is what was said before it rather than nothing.
+    selected without the channel's anchor (which it neither uses nor moves), so its context is
+    what was said before it rather than nothing. Those messages come from the window registry,
+    which keeps what the window moved past and reads further back at most once for a stretch
+    of such turns (`WindowRegistry.read_up_to`); the turn then records ``older_than_window``.
     """
     read = await runtime.windows.read(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = await _without_superseded(read.messages)
     if messages and trigger.id < messages[0].id:
-        earlier = await runtime.port.fetch_history_before(
-            channel.channel_id, trigger.id, channel.fetch_limit - 1
+        held = await runtime.windows.read_up_to(
+            channel.channel_id,
+            trigger.id,
+            count=channel.fetch_limit,
+            fetch_before=runtime.port.fetch_history_before,
+            dry_run=dry_run,
         )
-        around = await _without_superseded(tuple(sorted((*earlier, trigger), key=lambda m: m.id)))
+        if held is None:
+            earlier = await runtime.port.fetch_history_before(
+                channel.channel_id, trigger.id, channel.fetch_limit - 1
+            )
+            held = ((*earlier, trigger), True)
+        up_to_trigger, read_older = held
+        around = await _without_superseded(tuple(sorted(up_to_trigger, key=lambda m: m.id)))
         selection = select_anchored_history(
             around,
             limit=channel.fetch_limit,
@@ -524,7 +536,7 @@ async def _history(
             required_ids=frozenset({trigger.id}),
         )
         reasons = _WindowReasons(
-            rest_reason=read.rest_reason,
+            rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
             reanchor_reason=selection.reanchor_reason,
             anchor_id=None,
             advanced_by=selection.advanced_by,

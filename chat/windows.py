@@ -22,6 +22,7 @@ fetched once; an edit or delete of it forgets it.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import logging
 from collections import OrderedDict
@@ -47,7 +48,14 @@ MAX_CHANNELS = 1000
 MAX_SIGNALS = 500
 """Recorded change ids per channel before the window is dropped (signal overflow)."""
 
+MAX_OLDER = 300
+"""Messages kept per channel from before its window (least recent dropped first)."""
+
+OLDER_READ = 100
+"""Messages one read further back asks for (Discord's most per request)."""
+
 FetchHistory = Callable[[int, int], Awaitable[list[HistoryMessage]]]
+FetchBefore = Callable[[int, int, int], Awaitable[list[HistoryMessage]]]
 CacheView = Callable[[int], GatewayCacheView[HistoryMessage]]
 
 
@@ -59,6 +67,11 @@ class _ChannelWindow:
     bulk_deleted: set[int] = field(default_factory=set)
     deliveries: list[ConfirmedDelivery[HistoryMessage]] = field(default_factory=list)
     targets: dict[int, HistoryMessage] = field(default_factory=dict)
+    older: tuple[HistoryMessage, ...] = ()
+    """The messages right before ``previous`` (oldest first, contiguous with it): those the
+    window moved past while it was reused, and those read further back for a queued turn."""
+    older_from_start: bool = False
+    """``older`` begins with the channel's first message (a read further back came up short)."""
     reading: bool = False
     changed_during_read: bool = False
 
@@ -151,13 +164,77 @@ class WindowRegistry:
             reason = None
         force_reanchor = read_in != self._connection
         if not dry_run:
+            _keep_older(window, messages, reused=reason is None)
             window.previous = PreviousWindow(messages=messages, limit=limit)
             window.clear_signals()
             self._anchored_in[channel_id] = self._connection
         return WindowRead(messages=messages, rest_reason=reason, force_reanchor=force_reanchor)
 
+    async def read_up_to(
+        self,
+        channel_id: int,
+        message_id: int,
+        *,
+        count: int,
+        fetch_before: FetchBefore,
+        dry_run: bool = False,
+    ) -> tuple[tuple[HistoryMessage, ...], bool] | None:
+        """The ``count`` messages up to and including ``message_id`` (oldest first), from what
+        the channel's window and the older messages kept before it hold: a queued turn whose
+        trigger the window has moved past keeps what was said before it.
+
+        Reads further back over REST (`OLDER_READ` messages at a time, up to `MAX_OLDER`) when
+        what is held does not reach far enough; what it reads is kept for the next queued turn
+        (not with ``dry_run``). Call it after `read`, in the same turn.
+
+        Returns:
+            The messages and whether REST was read; None when the registry holds no window
+            for the channel or ``message_id`` is not among the messages it may keep (the
+            caller reads around the message itself).
+        """
+        window = self._windows.get(channel_id)
+        if window is None or window.previous is None or not window.previous.messages:
+            return None
+        if dry_run:
+            window = copy.deepcopy(window)  # read and keep as usual, on a copy
+        newest = window.previous.messages
+        held = (*window.older, *newest)
+        from_start = window.older_from_start
+        read_rest = False
+        while True:
+            position = _last_at_or_before(held, message_id)
+            if position is not None and position + 1 >= count:
+                break
+            if from_start or len(held) - len(newest) >= MAX_OLDER:
+                break
+            earlier = await self._read_rest(
+                window,
+                lambda before=held[0].id: fetch_before(channel_id, before, OLDER_READ),
+                count=not dry_run,
+            )
+            read_rest = True
+            held = (*earlier, *held)
+            from_start = len(earlier) < OLDER_READ
+            window.older = held[: len(held) - len(newest)]
+            window.older_from_start = from_start
+        position = _last_at_or_before(held, message_id)
+        if position is None or held[position].id != message_id:
+            return None
+        return held[max(0, position + 1 - count) : position + 1], read_rest
+
     async def _rest_read(
         self, channel_id: int, window: _ChannelWindow, *, limit: int, count: bool = True
+    ) -> tuple[HistoryMessage, ...]:
+        return await self._read_rest(
+            window, lambda: self._fetch_history(channel_id, limit), count=count
+        )
+
+    async def _read_rest(
+        self,
+        window: _ChannelWindow,
+        fetch: Callable[[], Awaitable[list[HistoryMessage]]],
+        *,
+        count: bool,
     ) -> tuple[HistoryMessage, ...]:
         """Read from Discord; a change recorded while reading forces one more read, because
         the response may carry the pre-edit copy."""
@@ -165,12 +242,12 @@ class WindowRegistry:
             window.reading, window.changed_during_read = True, False
             try:
                 self.rest_reads += count
-                messages = await self._fetch_history(channel_id, limit)
+                messages = await fetch()
             finally:
                 window.reading = False
             if not window.changed_during_read:
                 break
-            logger.info("channel %s changed during a history read; reading again", channel_id)
+            logger.info("a channel changed during a history read; reading again")
         return tuple(sorted(messages, key=lambda m: m.id))
 
     def record_change(self, channel_id: int, message_id: int) -> None:
@@ -224,7 +301,37 @@ class WindowRegistry:
             return
         for message_id in message_ids:
             window.targets.pop(message_id, None)
+        if window.older and any(
+            window.older[0].id <= message_id <= window.older[-1].id for message_id in message_ids
+        ):
+            # kept copies may be stale: read again when needed
+            window.older, window.older_from_start = (), False
         if window.reading:
             window.changed_during_read = True
         if window.previous is not None:
             getattr(window, kind).update(message_ids)
+
+
+def _keep_older(
+    window: _ChannelWindow, messages: tuple[HistoryMessage, ...], *, reused: bool
+) -> None:
+    """Before ``messages`` replaces the window: keep the older messages kept so far plus those
+    the window moves past, when the new window continues the old one (reused) and nothing
+    among them changed; else keep none (a REST read starts over)."""
+    previous, older = window.previous, window.older
+    kept: tuple[HistoryMessage, ...] = ()
+    if reused and previous is not None and messages:
+        kept = (*older, *(m for m in previous.messages if m.id < messages[0].id))
+    signalled = window.changed | window.deleted | window.bulk_deleted
+    if kept and any(kept[0].id <= message_id <= kept[-1].id for message_id in signalled):
+        kept = ()
+    window.older = kept[-MAX_OLDER:]
+    window.older_from_start = (
+        window.older_from_start and bool(older) and bool(kept) and window.older[0] is older[0]
+    )
+
+
+def _last_at_or_before(messages: Sequence[HistoryMessage], message_id: int) -> int | None:
+    """The position of the newest message at or before ``message_id`` (oldest-first input)."""
+    position = bisect.bisect_right([m.id for m in messages], message_id) - 1
+    return position if position >= 0 else None

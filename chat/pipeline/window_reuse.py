@@ -56,6 +56,9 @@ class RestReason(StrEnum):
     """Deletions left fewer messages than the limit, and older messages may exist."""
     DELIVERY_WITHOUT_MESSAGE = "delivery_without_message"
     """A delivery was recorded without a full message object to put in the window."""
+    OLDER_THAN_WINDOW = "older_than_window"
+    """A queued trigger is older than the kept window and what is kept before it: the history
+    before it was read (the worker's own rule, beyond seed 000's list)."""
 
 
 def _require_oldest_to_newest(messages: tuple[M, ...], what: str) -> None:

@@ -18,6 +18,7 @@ class FakeDiscord:
         self.messages = list(messages)
         self.cached: list = []
         self.reads = 0
+        self.reads_before = 0
         self.during_read = None
 
     async def fetch_history(self, channel_id: int, limit: int):
@@ -26,6 +27,11 @@ class FakeDiscord:
             self.during_read()
             self.during_read = None
         return list(reversed(self.messages[-limit:]))  # newest first, like Discord
+
+    async def fetch_history_before(self, channel_id: int, before_id: int, limit: int):
+        self.reads_before += 1
+        older = [m for m in self.messages if m.id < before_id]
+        return list(reversed(older[-limit:]))
 
     def cache_view(self, channel_id: int) -> GatewayCacheView:
         return GatewayCacheView(messages=tuple(sorted(self.cached, key=lambda m: m.id)))
@@ -155,3 +161,84 @@ async def test_an_edit_to_an_uncached_window_message_goes_to_rest(registry, disc
     read = await registry.read(CHANNEL, limit=20)
 
     assert read.rest_reason is RestReason.UNCACHED_CHANGE
+
+
+async def moved_past(registry, discord, new: int = 5) -> None:
+    """Read the channel's window, then let ``new`` messages arrive and read it again: the
+    window (20) moves past its ``new`` oldest messages."""
+    await registry.read(CHANNEL, limit=20)
+    arrived = [message(content=f"new {n}") for n in range(new)]
+    discord.messages += arrived
+    discord.cached = discord.messages[-20:]
+    read = await registry.read(CHANNEL, limit=20)
+    assert read.rest_reason is None and read.messages[0] == discord.messages[-20]
+
+
+async def test_a_queued_turn_reads_further_back_once_for_the_whole_stretch(registry, discord):
+    await moved_past(registry, discord)  # the window holds m15..new 4; m10..m14 were passed
+    queued = discord.messages[10:15]
+
+    first, read_first = await registry.read_up_to(
+        CHANNEL, queued[0].id, count=20, fetch_before=discord.fetch_history_before
+    )
+    later = [
+        await registry.read_up_to(
+            CHANNEL, trigger.id, count=20, fetch_before=discord.fetch_history_before
+        )
+        for trigger in queued[1:]
+    ]
+
+    assert first == tuple(discord.messages[:11]) and read_first  # the channel's start
+    assert [messages[-1] for messages, _ in later] == queued[1:]
+    assert not any(read for _, read in later)
+    assert later[-1][0] == tuple(discord.messages[:15])
+    assert discord.reads_before == 1
+
+
+async def test_messages_the_window_moved_past_serve_a_queued_turn_without_a_read(discord):
+    discord.messages = [message(content=f"m{n}") for n in range(60)]
+    registry = WindowRegistry(fetch_history=discord.fetch_history, cache_view=discord.cache_view)
+    await moved_past(registry, discord, new=10)
+    trigger = discord.messages[45]  # the window held m40..m59 and moved past m40..m49
+
+    up_to, read = await registry.read_up_to(
+        CHANNEL, trigger.id, count=5, fetch_before=discord.fetch_history_before
+    )
+
+    assert up_to == tuple(discord.messages[41:46]) and not read
+    assert discord.reads_before == 0
+
+
+@pytest.mark.parametrize("change", ["edit", "delete"])
+async def test_a_change_to_a_kept_older_message_forces_a_new_read(registry, discord, change):
+    await moved_past(registry, discord)
+    trigger = discord.messages[14]
+    await registry.read_up_to(
+        CHANNEL, trigger.id, count=20, fetch_before=discord.fetch_history_before
+    )
+    if change == "edit":
+        registry.record_change(CHANNEL, discord.messages[3].id)
+    else:
+        registry.record_delete(CHANNEL, [discord.messages[3].id], bulk=False)
+
+    await registry.read_up_to(
+        CHANNEL, trigger.id, count=20, fetch_before=discord.fetch_history_before
+    )
+
+    assert discord.reads_before == 2
+
+
+async def test_a_dry_run_reads_further_back_without_keeping_it(registry, discord):
+    await moved_past(registry, discord)
+    before = registry.snapshot()
+
+    result = await registry.read_up_to(
+        CHANNEL,
+        discord.messages[12].id,
+        count=20,
+        fetch_before=discord.fetch_history_before,
+        dry_run=True,
+    )
+
+    assert result == (tuple(discord.messages[:13]), True)
+    assert registry.snapshot() == before

@@ -160,6 +160,7 @@ def test_every_rest_reason_has_a_stable_code() -> None:
         "uncached_change": "uncached_change",
         "deletion_needs_older_history": "deletion_needs_older_history",
         "delivery_without_message": "delivery_without_message",
+        "older_than_window": "older_than_window",
     }
 
 

@@ -330,3 +330,26 @@ async def test_reply_targets_are_fetched_only_up_to_the_trigger_and_once_each(be
 
     assert reads_for_the_first_turn == [lines[0].id]  # not line 2: that is after the trigger
     assert bench.discord.message_reads == [lines[0].id, lines[1].id]  # line 1 not again
+
+
+async def test_queued_triggers_the_window_moved_past_read_further_back_once(bench: Bench):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(message_fetch_limit=20)
+    seed(bench, count=30)
+    queued = [bench.discord.post(chat(n, f"tomori, question {n}?")) for n in range(31, 36)]
+    for n in range(36, 66):  # more than a window's worth is said while they wait
+        bench.discord.post(chat(n, f"later {n}", author=BOB))
+
+    windows = []
+    for trigger in queued:
+        turn = await turn_run(
+            runtime=bench.runtime,
+            request=await bench.request(trigger, bench.tomori, is_queued_turn=True),
+        )
+        await turn.arefresh_from_db()
+        windows.append(turn.window)
+
+    assert len(bench.discord.history_reads) == 2  # the newest window, then further back once
+    assert [w["rest_reason"] for w in windows] == ["no_previous_window"] + [None] * 4
+    for trigger, window in zip(queued, windows, strict=True):
+        assert window["message_ids"][-1] == str(trigger.id)
+        assert 14 <= len(window["message_ids"]) <= 20  # what was said before it
