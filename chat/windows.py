@@ -48,7 +48,7 @@ MAX_CHANNELS = 1000
 MAX_SIGNALS = 500
 """Recorded change ids per channel before the window is dropped (signal overflow)."""
 
-MAX_OLDER = 300
+MAX_OLDER = 200
 """Messages kept per channel from before its window (least recent dropped first)."""
 
 OLDER_READ = 100
@@ -72,6 +72,8 @@ class _ChannelWindow:
     window moved past while it was reused, and those read further back for a queued turn."""
     older_from_start: bool = False
     """``older`` begins with the channel's first message (a read further back came up short)."""
+    older_used: bool = False
+    """A queued turn asked for ``older`` since the last `WindowRegistry.read`."""
     reading: bool = False
     changed_during_read: bool = False
 
@@ -197,6 +199,7 @@ class WindowRegistry:
             return None
         if dry_run:
             window = copy.deepcopy(window)  # read and keep as usual, on a copy
+        window.older_used = True
         newest = window.previous.messages
         held = (*window.older, *newest)
         from_start = window.older_from_start
@@ -316,12 +319,14 @@ def _keep_older(
     window: _ChannelWindow, messages: tuple[HistoryMessage, ...], *, reused: bool
 ) -> None:
     """Before ``messages`` replaces the window: keep the older messages kept so far plus those
-    the window moves past, when the new window continues the old one (reused) and nothing
-    among them changed; else keep none (a REST read starts over)."""
+    the window moves past, while queued turns use them (one asked since the last read), the
+    new window continues the old one (reused) and nothing among them changed; else keep none.
+    A channel without queued turns behind its window therefore keeps nothing older."""
     previous, older = window.previous, window.older
     kept: tuple[HistoryMessage, ...] = ()
-    if reused and previous is not None and messages:
+    if window.older_used and reused and previous is not None and messages:
         kept = (*older, *(m for m in previous.messages if m.id < messages[0].id))
+    window.older_used = False
     signalled = window.changed | window.deleted | window.bulk_deleted
     if kept and any(kept[0].id <= message_id <= kept[-1].id for message_id in signalled):
         kept = ()

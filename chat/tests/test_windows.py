@@ -195,18 +195,32 @@ async def test_a_queued_turn_reads_further_back_once_for_the_whole_stretch(regis
     assert discord.reads_before == 1
 
 
-async def test_messages_the_window_moved_past_serve_a_queued_turn_without_a_read(discord):
+async def test_while_queued_turns_wait_the_messages_the_window_passes_are_kept(discord):
     discord.messages = [message(content=f"m{n}") for n in range(60)]
     registry = WindowRegistry(fetch_history=discord.fetch_history, cache_view=discord.cache_view)
-    await moved_past(registry, discord, new=10)
-    trigger = discord.messages[45]  # the window held m40..m59 and moved past m40..m49
+    fetch_before = discord.fetch_history_before
+    await registry.read(CHANNEL, limit=20)  # m40..m59
+    await registry.read_up_to(CHANNEL, discord.messages[39].id, count=5, fetch_before=fetch_before)
+    discord.messages += [message(content=f"new {n}") for n in range(10)]
+    discord.cached = discord.messages[-20:]
+    await registry.read(CHANNEL, limit=20)  # moves past m40..m49
 
     up_to, read = await registry.read_up_to(
-        CHANNEL, trigger.id, count=5, fetch_before=discord.fetch_history_before
+        CHANNEL, discord.messages[45].id, count=5, fetch_before=fetch_before
     )
 
     assert up_to == tuple(discord.messages[41:46]) and not read
-    assert discord.reads_before == 0
+    assert discord.reads_before == 1
+
+
+async def test_a_channel_without_queued_turns_keeps_nothing_its_window_passed(registry, discord):
+    await moved_past(registry, discord)  # nothing asked for older messages
+
+    _, read = await registry.read_up_to(
+        CHANNEL, discord.messages[14].id, count=2, fetch_before=discord.fetch_history_before
+    )
+
+    assert read and discord.reads_before == 1
 
 
 @pytest.mark.parametrize("change", ["edit", "delete"])
