@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
 from chat.pipeline.items import ContextItem, ItemTag, system_note
-from chat.pipeline.macros import MacroContext, expand_macros
+from chat.pipeline.macros import MacroContext, expand_macros, names_the_user
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
 from chat.pipeline.memory import STM_HEADER
 from chat.pipeline.notes import active_context_notes, context_note_items, place_notes
@@ -251,8 +251,9 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         verbatim_tool_nudge=turn.verbatim_tool_nudge,
         reunion_note=turn.reunion_note or _reunion_note(turn, trigger, timezone),
     )
+    configuration, naming_the_user_from = _configuration_items(turn, macros)
     items = (
-        *_configuration_items(turn, macros),
+        *configuration,
         *place_notes(dialogue.items, (*_stm_at_depth(turn), *context_note_items(notes, macros))),
     )
     participants_text = participant_note(participants)
@@ -285,7 +286,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         prefill=resolve_prefill(persona.prefill, macros),
         tools=admission.tools,
         tool_reasons=admission.reasons,
-        cacheable_prefix_end=cacheable_prefix_end(kept),
+        cacheable_prefix_end=cacheable_prefix_end(kept, varying_from=naming_the_user_from),
         truncation=truncation,
         participants=participants,
         warnings=tuple(warnings),
@@ -295,15 +296,17 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     )
 
 
-def cacheable_prefix_end(items: Sequence[ContextItem]) -> int:
+def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | None = None) -> int:
     """Where the stable prefix ends: the index of the first item expected to change next turn.
 
     The prefix holds the configuration (system prompt, memories, STM: they change only when a
     memory is written or the STM maintained), the samples, and the dialogue up to the first
     context note or short-term memory placed at depth (it moves with every new message) or the
     newest entry (the next message may merge into it), whichever comes first, and never a tail
-    directive. Media limits can still change an older entry (an image leaving the
-    rendered-image limit); that is not predictable from one turn, so the boundary does not try.
+    directive. ``varying_from`` ends it earlier: configuration that names the turn's user
+    (``{user}``) changes whenever someone else speaks next. Media limits can still change an
+    older entry (an image leaving the rendered-image limit); that is not predictable from one
+    turn, so the boundary does not try.
     """
     first_varying = next(
         (
@@ -317,7 +320,8 @@ def cacheable_prefix_end(items: Sequence[ContextItem]) -> int:
         (index for index, item in enumerate(items) if item.tag is ItemTag.DIALOGUE_HISTORY),
         default=first_varying,
     )
-    return min(first_varying, newest_entry)
+    end = min(first_varying, newest_entry)
+    return end if varying_from is None else min(end, varying_from)
 
 
 def _up_to(history: tuple[HistoryMessage, ...], trigger_id: int) -> tuple[HistoryMessage, ...]:
@@ -343,24 +347,30 @@ def _known_token_counts(turn: TurnInput) -> dict[str, int]:
     return known
 
 
-def _configuration_items(turn: TurnInput, macros: MacroContext) -> tuple[ContextItem, ...]:
-    """System prompt, memories and STM (system role), then the sample dialogue as written.
+def _configuration_items(
+    turn: TurnInput, macros: MacroContext
+) -> tuple[tuple[ContextItem, ...], int | None]:
+    """System prompt, memories and STM (system role), then the sample dialogue as written;
+    and the index of the first whose template says ``{user}`` (None when none does).
 
     Completion models read the same text: configuration is prose already.
     """
-    pieces: list[tuple[ItemTag, Role, str]] = []
-    system_prompt = expand_macros(turn.persona.system_prompt, macros).strip()
+    persona = turn.persona
+    pieces: list[tuple[ItemTag, Role, str, str]] = []  # (tag, role, template, text)
+    system_prompt = expand_macros(persona.system_prompt, macros).strip()
     if system_prompt:
-        pieces.append((ItemTag.SYSTEM_PROMPT, Role.SYSTEM, system_prompt))
-    pieces += [(ItemTag.MEMORY, Role.SYSTEM, f"Memory: {memory}") for memory in turn.memories]
+        pieces.append((ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt))
+    for memory in turn.memories:
+        pieces.append((ItemTag.MEMORY, Role.SYSTEM, "", f"Memory: {memory}"))
     if turn.stm_text and turn.stm_text.strip() and turn.stm_depth is None:
         stm = f"{STM_HEADER}\n{turn.stm_text.strip()}"
-        pieces.append((ItemTag.STM, Role.SYSTEM, stm))
-    pieces += [
-        (ItemTag.SAMPLE_DIALOGUE, sample.role, expand_macros(sample.content, macros))
-        for sample in turn.persona.sample_dialogue
-    ]
-    return tuple(ContextItem(tag=tag, role=role, text=text) for tag, role, text in pieces)
+        pieces.append((ItemTag.STM, Role.SYSTEM, "", stm))
+    for sample in persona.sample_dialogue:
+        text = expand_macros(sample.content, macros)
+        pieces.append((ItemTag.SAMPLE_DIALOGUE, sample.role, sample.content, text))
+    items = tuple(ContextItem(tag=tag, role=role, text=text) for tag, role, _, text in pieces)
+    templates = [template for _tag, _role, template, _text in pieces]
+    return items, next((n for n, t in enumerate(templates) if names_the_user(t)), None)
 
 
 def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:

@@ -38,6 +38,12 @@ class MacroContext:
     tools: frozenset[str] = field(default_factory=frozenset)
 
 
+def names_the_user(template: str) -> bool:
+    """Whether ``template`` may expand ``{user}``: its text then changes with whoever the
+    turn answers (a conditional's branch counts whether or not it is taken)."""
+    return any(match[1] == "user" for match in _IDENTITY.finditer(template))
+
+
 def expand_macros(template: str, context: MacroContext) -> str:
     """Expand conditionals (innermost first), then identity macros, in ``template``.
 

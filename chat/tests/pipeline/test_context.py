@@ -107,7 +107,7 @@ def test_the_whole_prompt_in_order():
     ]
     assert context.prefill == "Well,"
     assert context.tools == ("read_file",)
-    assert context.cacheable_prefix_end == 7
+    assert context.cacheable_prefix_end == 0  # the system prompt names the turn's user
     assert dict(context.message_ids) == {
         "ref_1": sf(1),
         "ref_2": sf(2),
@@ -376,3 +376,29 @@ def test_a_reunion_note_after_days_away_names_the_absolute_day(days_away, noted)
         assert notes == [f"[System: Alice is back; the last time they talked with you was {day}.]"]
     else:
         assert notes == []
+
+
+@pytest.mark.parametrize(
+    ("system_prompt", "sample", "end"),
+    [
+        ("You are {char}.", "Hi!", None),
+        ("You are {char}; {user} is talking to you.", "Hi!", 0),
+        ("You are {char}.", "Hi {user}!", 1),
+        ("You are {char}. {{if tool:read_file}}Ask {user}.{{/if}}", "Hi!", 0),
+    ],
+)
+def test_configuration_naming_the_user_ends_the_cacheable_prefix(system_prompt, sample, end):
+    persona = PersonaSpec(
+        name="Tomori",
+        is_main=True,
+        system_prompt=system_prompt,
+        sample_dialogue=(SampleMessage(Role.ASSISTANT, sample),),
+    )
+    history = [message(n, f"line {n}", author=BOB if n % 2 else ALICE) for n in range(1, 9)]
+
+    context = build_turn_context(turn_input(history, persona=persona))
+
+    newest_entry = max(
+        n for n, item in enumerate(context.items) if item.tag is ItemTag.DIALOGUE_HISTORY
+    )
+    assert context.cacheable_prefix_end == (newest_entry if end is None else end)
