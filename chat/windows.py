@@ -112,8 +112,12 @@ class WindowRegistry:
         fetch_history: FetchHistory,
         cache_view: CacheView,
         max_channels: int = MAX_CHANNELS,
+        dm_reactions_subscribed: bool = False,
     ) -> None:
+        """``dm_reactions_subscribed``: the gateway delivers reactions in DMs and they are
+        recorded (`record_change`); without them a DM's window is never reused."""
         self._fetch_history = fetch_history
+        self._dm_reactions_subscribed = dm_reactions_subscribed
         self._cache_view = cache_view
         self._max_channels = max_channels
         self._windows: OrderedDict[int, _ChannelWindow] = OrderedDict()
@@ -155,7 +159,7 @@ class WindowRegistry:
             # drop_all cleared the window; a channel last read before it says so
             shard_reconnected_since=read_in is not None and read_in != self._connection,
             is_dm=is_dm,
-            dm_reactions_subscribed=False,
+            dm_reactions_subscribed=self._dm_reactions_subscribed,
             channel_idle=False,
         )
         if isinstance(decision, RestRead):

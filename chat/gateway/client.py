@@ -68,6 +68,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             fetch_history=self.adapter.fetch_history,
             cache_view=self.adapter.cache_view,
             max_channels=window_channels,
+            dm_reactions_subscribed=self.intents.dm_reactions,
         )
         self.scheduler: Scheduler | None = None
         self.intake = Intake(

@@ -256,3 +256,18 @@ async def test_a_dry_run_reads_further_back_without_keeping_it(registry, discord
 
     assert result == (tuple(discord.messages[:13]), True)
     assert registry.snapshot() == before
+
+
+@pytest.mark.parametrize("subscribed", [True, False])
+async def test_a_dm_window_is_reused_only_with_dm_reaction_events(discord, subscribed):
+    registry = WindowRegistry(
+        fetch_history=discord.fetch_history,
+        cache_view=discord.cache_view,
+        dm_reactions_subscribed=subscribed,
+    )
+    await registry.read(CHANNEL, limit=20, is_dm=True)
+    discord.cached = discord.messages[-5:]
+
+    read = await registry.read(CHANNEL, limit=20, is_dm=True)
+
+    assert read.rest_reason is (None if subscribed else RestReason.DM_WITHOUT_REACTION_EVENTS)
