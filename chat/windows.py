@@ -18,6 +18,11 @@ copies may predate what the gateway missed). Windows are kept for the most recen
 
 Reply targets fetched for a channel are kept with its window (`reply_target`), so a target is
 fetched once; an edit or delete of it forgets it.
+
+A queued turn whose trigger the window has moved past asks `read_up_to` for the messages up to
+its trigger. The registry then keeps, next to the window and contiguous with it, what it read
+further back and what the window moves past while such turns keep asking; an edit, delete or
+reaction among them, a REST read of the window, or a read no queued turn followed lets them go.
 """
 
 from __future__ import annotations
