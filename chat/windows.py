@@ -210,25 +210,27 @@ class WindowRegistry:
             window = copy.deepcopy(window)  # read and keep as usual, on a copy
         window.older_used = True
         newest = window.previous.messages
-        held = (*window.older, *newest)
-        from_start = window.older_from_start
         read_rest = False
-        while True:
+        for _ in range(MAX_OLDER // OLDER_READ + 3):  # a few more for changes while reading
+            older = window.older
+            held = (*older, *newest)
             position = _last_at_or_before(held, message_id)
             if position is not None and position + 1 >= count:
                 break
-            if from_start or len(held) - len(newest) >= MAX_OLDER:
+            if window.older_from_start or len(older) >= MAX_OLDER:
                 break
             earlier = await self._read_rest(
+                channel_id,
                 window,
                 lambda before=held[0].id: fetch_before(channel_id, before, OLDER_READ),
                 count=not dry_run,
             )
             read_rest = True
-            held = (*earlier, *held)
-            from_start = len(earlier) < OLDER_READ
-            window.older = held[: len(held) - len(newest)]
-            window.older_from_start = from_start
+            if window.older is not older:
+                continue  # a change touched the kept messages while reading: start over
+            window.older = (*earlier, *older)
+            window.older_from_start = len(earlier) < OLDER_READ
+        held = (*window.older, *newest)
         position = _last_at_or_before(held, message_id)
         if position is None or held[position].id != message_id:
             return None
@@ -238,11 +240,12 @@ class WindowRegistry:
         self, channel_id: int, window: _ChannelWindow, *, limit: int, count: bool = True
     ) -> tuple[HistoryMessage, ...]:
         return await self._read_rest(
-            window, lambda: self._fetch_history(channel_id, limit), count=count
+            channel_id, window, lambda: self._fetch_history(channel_id, limit), count=count
         )
 
     async def _read_rest(
         self,
+        channel_id: int,
         window: _ChannelWindow,
         fetch: Callable[[], Awaitable[list[HistoryMessage]]],
         *,
@@ -259,7 +262,7 @@ class WindowRegistry:
                 window.reading = False
             if not window.changed_during_read:
                 break
-            logger.info("a channel changed during a history read; reading again")
+            logger.info("channel %s changed during a history read; reading again", channel_id)
         return tuple(sorted(messages, key=lambda m: m.id))
 
     def record_change(self, channel_id: int, message_id: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from chat.pipeline.window_reuse import GatewayCacheView, RestReason
@@ -30,6 +32,9 @@ class FakeDiscord:
 
     async def fetch_history_before(self, channel_id: int, before_id: int, limit: int):
         self.reads_before += 1
+        if self.during_read is not None:
+            self.during_read()
+            self.during_read = None
         older = [m for m in self.messages if m.id < before_id]
         return list(reversed(older[-limit:]))
 
@@ -271,3 +276,47 @@ async def test_a_dm_window_is_reused_only_with_dm_reaction_events(discord, subsc
     read = await registry.read(CHANNEL, limit=20, is_dm=True)
 
     assert read.rest_reason is (None if subscribed else RestReason.DM_WITHOUT_REACTION_EVENTS)
+
+
+async def test_an_edit_while_reading_further_back_reads_again(registry, discord):
+    await moved_past(registry, discord)
+    edited = discord.messages[3]
+
+    def edit() -> None:
+        discord.messages[3] = replace(edited, content="edited while reading")
+        registry.record_change(CHANNEL, edited.id)
+
+    discord.during_read = edit
+    messages, _ = await registry.read_up_to(
+        CHANNEL, discord.messages[12].id, count=20, fetch_before=discord.fetch_history_before
+    )
+
+    assert discord.reads_before == 2
+    assert messages[3].content == "edited while reading"
+
+
+async def test_an_edit_to_kept_messages_while_reading_further_back_starts_over(discord):
+    discord.messages = [message(content=f"m{n}") for n in range(250)]
+    registry = WindowRegistry(fetch_history=discord.fetch_history, cache_view=discord.cache_view)
+    fetch_before = discord.fetch_history_before
+    await registry.read(CHANNEL, limit=20)  # m230..m249
+    await registry.read_up_to(CHANNEL, discord.messages[229].id, count=5, fetch_before=fetch_before)
+    kept = discord.messages[200]  # among the m130..m229 now kept
+
+    def edit() -> None:
+        discord.messages[200] = replace(kept, content="edited while reading")
+        registry.record_change(CHANNEL, kept.id)
+
+    discord.during_read = edit
+    messages, read = await registry.read_up_to(
+        CHANNEL, discord.messages[100].id, count=5, fetch_before=fetch_before
+    )
+    again, read_again = await registry.read_up_to(
+        CHANNEL, kept.id, count=1, fetch_before=fetch_before
+    )
+
+    assert messages == tuple(discord.messages[96:101]) and read
+    # the first; the interrupted one, read twice (a change arrived while reading); then two
+    # from the window's start again
+    assert discord.reads_before == 5
+    assert again[0].content == "edited while reading" and not read_again
