@@ -29,7 +29,7 @@ from chat.pipeline.types import HistoryMessage
 
 BURST = 5000
 CHANNELS = 20
-PACE = 1000
+PACE = 1250
 
 
 def main() -> None:
