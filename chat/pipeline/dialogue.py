@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, tzinfo
 from functools import partial
 from typing import NamedTuple
@@ -113,27 +113,13 @@ class RenderedDialogue:
             item = next(entry_items)
             spacer = None if rendered.spacer is None else next(spacers)
             if item is not rendered.item or spacer is not rendered.spacer:
-                rendered = RenderedEntry(
-                    rendered.entry,
-                    rendered.media,
-                    rendered.label,
-                    rendered.role,
-                    rendered.first_day,
-                    rendered.last_day,
-                    item,
-                    spacer,
-                )
+                rendered = replace(rendered, item=item, spacer=spacer)
             entries.append(rendered)
         return RenderedDialogue(tuple(entries), self.inputs, self.document_hint)
 
     def completion_texts(self) -> dict[tuple[int, ...], str]:
         """Each entry's completion projection (`_completion_text`), by its item's source ids."""
-        persona = PersonaSpec(
-            name=self.inputs.persona_name,
-            force_lowercase=self.inputs.force_lowercase,
-            punctuation_splits=self.inputs.punctuation_splits,
-        )
-        humanizer = _stable_humanizer(persona)
+        humanizer = _stable_humanizer(self.inputs)
         return {r.item.source_ids: _completion_text(r, humanizer) for r in self.entries}
 
 
@@ -185,7 +171,7 @@ def render_dialogue(
     )
     reusable = previous.entries if previous is not None and previous.inputs == inputs else ()
     hint_changed = previous is None or previous.document_hint != document_hint
-    humanizer = _stable_humanizer(persona)
+    humanizer = _stable_humanizer(inputs)
     rendered: list[RenderedEntry] = []
     previous_day: date | None = None
     for position, (entry, entry_media) in enumerate(zip(history, media, strict=True)):
@@ -265,14 +251,14 @@ def dialogue_role(
     return Role.USER
 
 
-def _stable_humanizer(persona: PersonaSpec) -> Callable[[str], str] | None:
+def _stable_humanizer(inputs: RenderInputs) -> Callable[[str], str] | None:
     """`humanize_stably` with the persona's toggles; None when both are off."""
-    if not (persona.force_lowercase or persona.punctuation_splits):
+    if not (inputs.force_lowercase or inputs.punctuation_splits):
         return None
     return partial(
         humanize_stably,
-        force_lowercase=persona.force_lowercase,
-        punctuation_splits=persona.punctuation_splits,
+        force_lowercase=inputs.force_lowercase,
+        punctuation_splits=inputs.punctuation_splits,
     )
 
 
