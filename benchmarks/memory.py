@@ -5,9 +5,10 @@ Run: ``.venv/bin/python -m benchmarks.memory`` (``make bench`` runs it).
 What a worker keeps per active channel is its history window (`chat.windows.WindowRegistry`, at
 most ``MAX_CHANNELS`` of them) and the last built context per persona (`TurnRuntime`, at most
 ``MAX_WARM_CONTEXTS``). This builds both for 1,000 channels of 80 messages with the real
-pipeline (o200k token counts included) and reads the process's resident set size from
-``/proc/self/status`` — beside the same process's size after start-up, without and with the
-tokenizer, measured in the same run.
+pipeline (o200k token counts included), from messages shaped as the gateway converts them,
+and reads the process's resident set size from ``/proc/self/status`` — beside the same
+process's size once it has imported everything the worker imports (``chat.worker``), without
+and with the tokenizer, measured in the same run.
 """
 
 from __future__ import annotations
@@ -22,13 +23,6 @@ from benchmarks.table import Row, emit
 CHANNELS = 1000
 MESSAGES = 80
 SNOWFLAKE = 1_300_000_000_000_000_000
-
-
-def author_as_converted(author_type, user_id: int, name: str, persona: str | None):
-    """A new `Author` per message, as converting a discord.py message makes one."""
-    return author_type(
-        id=user_id, display_name=name, is_bot=persona is not None, persona_name=persona
-    )
 
 
 def rss_mb() -> float:
