@@ -170,7 +170,14 @@ class PersonaForm(SpecForm):
         help_text="Shown on webhook replies (http or https)",
     )
     system_prompt = forms.CharField(
-        label="System prompt", required=False, widget=forms.Textarea(attrs={"rows": 10})
+        label="System prompt",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 10}),
+        help_text=(
+            "{char} is this persona, {bot} the bot account's, {user} whoever the turn answers. "
+            "A prompt that says {user} changes whenever someone else speaks, so the model "
+            "provider cannot reuse its cached prompt; the context note can name them instead"
+        ),
     )
     triggers = forms.CharField(
         label="Trigger words",

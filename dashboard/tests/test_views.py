@@ -376,3 +376,11 @@ def test_import_refuses_a_file_over_one_megabyte_and_broken_json(guild, admin_cl
     broken = admin_client.post(reverse("dashboard:config_import"), {"file": _upload(b"{nope")})
     assert "The file is not valid JSON" in broken.content.decode()
     assert snapshot() == before
+
+
+def test_the_persona_page_says_what_user_in_a_system_prompt_costs(guild, admin_client):
+    tomori = Persona.objects.get(guild=guild, name="Tomori")
+
+    page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, tomori.pk]))
+
+    assert "cannot reuse its cached prompt" in page.content.decode()
