@@ -168,7 +168,12 @@ class WindowRegistry:
             channel_idle=False,
         )
         if isinstance(decision, RestRead):
-            messages = await self._rest_read(channel_id, window, limit=limit, count=not dry_run)
+            messages = await self._read_rest(
+                channel_id,
+                window,
+                lambda: self._fetch_history(channel_id, limit),
+                count=not dry_run,
+            )
             reason: RestReason | None = decision.reason
         else:
             messages = decision.messages
@@ -235,13 +240,6 @@ class WindowRegistry:
         if position is None or held[position].id != message_id:
             return None
         return held[max(0, position + 1 - count) : position + 1], read_rest
-
-    async def _rest_read(
-        self, channel_id: int, window: _ChannelWindow, *, limit: int, count: bool = True
-    ) -> tuple[HistoryMessage, ...]:
-        return await self._read_rest(
-            channel_id, window, lambda: self._fetch_history(channel_id, limit), count=count
-        )
 
     async def _read_rest(
         self,
