@@ -1,5 +1,5 @@
-"""The playground's link to the local Discord sandbox, through its control API
-(`chat.sandbox.control`).
+"""The playground's link to the local Discord sandbox, through its control API (the
+`SandboxControl` port `chat.runtime.sandbox_control` provides).
 
 The sandbox is where ``DISCORD_API_BASE`` points when it runs (``make run`` without a
 ``DISCORD_TOKEN``): its control API answers at the same host under ``/_sandbox``. Against the
@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 import yarl
 
-from chat.sandbox.control import ControlClient, ControlError
+from chat.ports import SandboxRefused
+from chat.runtime import sandbox_control
 
 PROBE_SECONDS = 2.0
 
@@ -38,9 +39,9 @@ async def sandbox_world(api_base: str) -> dict[str, Any] | None:
     if yarl.URL(api_base).host not in LOOPBACK:
         return None
     try:
-        async with asyncio.timeout(PROBE_SECONDS), ControlClient(control_base(api_base)) as api:
+        async with asyncio.timeout(PROBE_SECONDS), sandbox_control(control_base(api_base)) as api:
             return await api.world()
-    except (TimeoutError, OSError, aiohttp.ClientError, ControlError, ValueError):
+    except (TimeoutError, OSError, aiohttp.ClientError, SandboxRefused, ValueError):
         return None  # nothing answers, or something that is not the sandbox
 
 
@@ -49,9 +50,9 @@ async def say(api_base: str, channel_id: int, author_id: int, content: str) -> d
 
     Raises `SandboxUnavailable` when the sandbox is gone or refuses."""
     try:
-        async with ControlClient(control_base(api_base)) as api:
+        async with sandbox_control(control_base(api_base)) as api:
             return await api.say(channel_id, author_id, content)
-    except ControlError as error:
+    except SandboxRefused as error:
         raise SandboxUnavailable(f"the sandbox refused: {error}") from None
     except (OSError, aiohttp.ClientError) as error:
         raise SandboxUnavailable(f"the sandbox is not reachable: {error}") from None

@@ -1,9 +1,9 @@
 """The prompt preview: the exact request a persona turn would send now, without sending it.
 
-`preview_prepare` runs `chat.services.turn_prepare` with ``dry_run=True`` over a REST-only
-Discord port (`chat.gateway.rest.rest_port`: a logged-in, never-connected client), so it reads
-the channel the way the worker does and renders the same body, and changes nothing: no anchor,
-no row, no event, no model call.
+`preview_prepare` runs `chat.services.turns.turn_prepare` with ``dry_run=True`` on a dry-run
+runtime over a REST-only Discord port (`chat.runtime`: a logged-in, never-connected client, and
+no model client at all), so it reads the channel the way the worker does and renders the same
+body, and changes nothing: no anchor, no row, no event, no model call.
 
 With a hypothetical message (``as_user_id`` and ``text``), that message is the trigger: it is
 added to the channel's history as its newest message, exactly where the real message would be
@@ -26,19 +26,18 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chat import selectors
-from chat.gateway.rest import DiscordUnavailable, fetch_member_name, rest_port
-from chat.llm.attempts import AttemptRunner, TurnCompletion
-from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.attempts import AttemptRunner, TurnCompletion, request_body
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
-from chat.pipeline.tokens import default_token_counter
 from chat.pipeline.triggers import TurnReason, reactive_triggers
 from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import Author, HistoryMessage
-from chat.ports import DiscordPort
+from chat.ports import DiscordPort, DiscordUnavailable
+from chat.runtime import discord_rest_port, dry_run_runtime, llm_client_from_settings
 from chat.selectors import ChannelConfiguration
-from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
-from chat.windows import WindowRegistry
+from chat.services.turn_record import window_report
+from chat.services.turn_request import PreparedTurn, TurnRequest
+from chat.services.turns import turn_prepare
 from personas.models import ChannelConfig
 
 T = TypeVar("T")
@@ -156,18 +155,10 @@ async def preview_prepare(
     if persona is None:
         names = ", ".join(p.name for p in configuration.personas) or "none"
         raise PreviewError(f"no enabled persona {persona_name!r} here (personas: {names})")
-    webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
-    main_names = await sync_to_async(selectors.main_persona_names)()
-    async with rest_port(
-        token=settings.DISCORD_TOKEN,
-        api_base=settings.DISCORD_API_BASE,
-        gateway_url=settings.DISCORD_GATEWAY_URL,
-        webhook_ids=webhook_ids,
-        main_persona_names=main_names,
-    ) as port:
+    async with discord_rest_port() as port:
         hypothetical = None
         if as_user_id is not None and text:
-            name = await fetch_member_name(port, guild_id=guild_id or 0, user_id=as_user_id)
+            name = await port.member_name(guild_id=guild_id or 0, user_id=as_user_id)
             hypothetical = HistoryMessage(
                 id=snowflake_at(now),
                 channel_id=channel_id,
@@ -186,7 +177,6 @@ async def preview_prepare(
             newest = sorted((*messages, hypothetical), key=lambda m: m.id)
             return newest[-limit:]
 
-        windows = WindowRegistry(fetch_history=fetch_history, cache_view=port.cache_view)
         trigger = hypothetical
         if trigger is None and trigger_message_id is not None:
             trigger = await port.fetch_message(channel_id, trigger_message_id)
@@ -198,24 +188,15 @@ async def preview_prepare(
                 raise PreviewError("the channel has no message to answer yet")
             trigger = newest[-1]
         reason = await sync_to_async(_reason_for)(configuration, persona.name, trigger, port)
-        async with OpenAICompatibleClient(
-            base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1"
-        ) as never_called:
-            runtime = TurnRuntime(
-                port=port,
-                windows=windows,
-                llm=AttemptRunner(client=never_called),
-                token_counter=default_token_counter(),
-                clock=lambda: now,
-            )
-            request = TurnRequest(
-                configuration=configuration,
-                persona=persona,
-                trigger=trigger,
-                reason=TurnReason(reason) if reason else TurnReason.TRIGGER_WORD,
-            )
-            prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
-            then_result = await then(prepared) if then is not None else None
+        runtime = dry_run_runtime(port=port, now=now, fetch_history=fetch_history)
+        request = TurnRequest(
+            configuration=configuration,
+            persona=persona,
+            trigger=trigger,
+            reason=TurnReason(reason) if reason else TurnReason.TRIGGER_WORD,
+        )
+        prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+        then_result = await then(prepared) if then is not None else None
     return PreviewResult(
         prepared=prepared,
         triggered_by=reason,
@@ -249,16 +230,8 @@ async def _recorded_window(
 async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage | None:
     """One message read from Discord over the REST port, attributed as the worker attributes
     it; None when there is no Discord to read (no token) or the message cannot be read."""
-    webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
-    main_names = await sync_to_async(selectors.main_persona_names)()
     try:
-        async with rest_port(
-            token=settings.DISCORD_TOKEN,
-            api_base=settings.DISCORD_API_BASE,
-            gateway_url=settings.DISCORD_GATEWAY_URL,
-            webhook_ids=webhook_ids,
-            main_persona_names=main_names,
-        ) as port:
+        async with discord_rest_port() as port:
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None
@@ -338,17 +311,15 @@ async def turn_replay(
         models = prepared.models
         if model:
             models = (dataclasses.replace(models[0], name=model), *models[1:])
-        async with OpenAICompatibleClient(
-            base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1",
-            api_key=settings.LLM_API_KEY,
-        ) as client:
-            # Stream as the recorded request did, so the diff shows what the replay changed.
-            runner = AttemptRunner(client=client, stream=bool(turn.request.get("stream", True)))
-            body = runner.first_request_body(
-                models=models, render=prepared.render, toolbox=prepared.toolbox
-            )
-            completion = None
-            if ask_model:
+        # Stream as the recorded request did, so the diff shows what the replay changed.
+        stream = bool(turn.request.get("stream", True))
+        body = request_body(
+            models=models, render=prepared.render, toolbox=prepared.toolbox, stream=stream
+        )
+        completion = None
+        if ask_model:
+            async with llm_client_from_settings() as client:
+                runner = AttemptRunner(client=client, stream=stream)
                 completion = await runner.complete_turn(
                     models=models,
                     render=prepared.render,

@@ -16,9 +16,9 @@ import discord
 
 from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
 from chat.gateway.proxies import ProxyResolver
-from chat.loop.ingress import OwnIdentity
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
+from chat.services.event_queue import OwnIdentity
 from chat.windows import MAX_CHANNELS, WindowRegistry
 
 logger = logging.getLogger(__name__)

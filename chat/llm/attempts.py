@@ -1,7 +1,8 @@
 """One persona reply from a model: attempts, retries, fallback models and tool rounds.
 
 ``AttemptRunner.complete_turn`` is what every model call of the product goes through (persona turns
-and the autonomous planner); ``first_request_body`` renders the same first request unsent.
+and the autonomous planner); `request_body` renders the same first request unsent, with no
+client.
 The steps:
 
 1. Models are tried in order (the persona's model, then its fallbacks); a model is left for
@@ -188,25 +189,28 @@ class AttemptRunner:
             return exchange.result(reply_text="", error=error)
         return exchange.result(reply_text=reply)
 
-    def first_request_body(
-        self, *, models: Sequence[ModelSpec], render: Render, toolbox: ToolBox | None = None
-    ) -> dict[str, Any]:
-        """The exact body ``complete_turn`` sends first for the same arguments, without sending
-        it (the dashboard's prompt preview). Raises ``ValueError`` for an empty ``models``."""
-        if not models:
-            raise ValueError("a request needs at least one model")
-        plan = AttemptPlan(model=models[0], tools=toolbox.offered if toolbox is not None else ())
-        return self._chat_request(plan, render(plan), toolbox).body()
 
-    def _chat_request(
-        self, plan: AttemptPlan, messages: list[Message], toolbox: ToolBox | None
-    ) -> ChatRequest:
-        return ChatRequest(
-            model=plan.model,
-            messages=messages,
-            tools=toolbox.definitions() if toolbox is not None else (),
-            stream=self.stream,
-        )
+def request_body(
+    *, models: Sequence[ModelSpec], render: Render, toolbox: ToolBox | None, stream: bool
+) -> dict[str, Any]:
+    """The exact body `AttemptRunner.complete_turn` (with ``stream``) sends first for the same
+    arguments, rendered without a client (a dry run, the dashboard's prompt preview). Raises
+    ``ValueError`` for an empty ``models``."""
+    if not models:
+        raise ValueError("a request needs at least one model")
+    plan = AttemptPlan(model=models[0], tools=toolbox.offered if toolbox is not None else ())
+    return _chat_request(plan, render(plan), toolbox, stream=stream).body()
+
+
+def _chat_request(
+    plan: AttemptPlan, messages: list[Message], toolbox: ToolBox | None, *, stream: bool
+) -> ChatRequest:
+    return ChatRequest(
+        model=plan.model,
+        messages=messages,
+        tools=toolbox.definitions() if toolbox is not None else (),
+        stream=stream,
+    )
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,7 @@ class _Exchange:
             attempt_number += 1
             plan = AttemptPlan(model=model, shorten_batches=self._shorten_batches, tools=tools)
             messages = _with_transcript(self._render(plan), transcript)
-            request = runner._chat_request(plan, messages, toolbox)
+            request = _chat_request(plan, messages, toolbox, stream=runner.stream)
             self._request = request.body()
             started = time.perf_counter()
             completion: Completion | None = None

@@ -39,7 +39,6 @@ from asgiref.sync import sync_to_async
 
 from botproject.events import LoopStep, channel_group, publish
 from chat import selectors
-from chat.loop import ingress
 from chat.models import Turn
 from chat.pipeline.planner import (
     ActionRecord,
@@ -60,13 +59,10 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
 from chat.selectors import ChannelConfiguration
-from chat.services import (
-    TurnRequest,
-    TurnRuntime,
-    planner_step_finish,
-    planner_step_record,
-    turn_run,
-)
+from chat.services import event_queue
+from chat.services.planner_steps import planner_step_finish, planner_step_record
+from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turns import turn_run
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
@@ -147,7 +143,7 @@ class AutonomousLoop:
         `MAX_LOOP_ITERATIONS` steps. The conversation and actions carry over to the next loop."""
         channel_id = configuration.channel_id
         if not configuration.personas:
-            await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
+            await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
             return
         state = self.conversation(channel_id)
         if not state.seeded:
@@ -197,7 +193,7 @@ class AutonomousLoop:
         except Exception:  # Discord failed: plan without the history, try again next loop
             logger.warning("could not read %s's history", channel.channel_id, exc_info=True)
             return
-        unread = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel.channel_id)
+        unread = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel.channel_id)
         unread_ids = {m.id for m in unread}
         state.add([m for m in read.messages if m.id not in unread_ids])
         state.seeded = True
@@ -213,7 +209,7 @@ class AutonomousLoop:
         """Ask the planner for one action and record the step; None when the model could not
         be reached (the loop ends; the unread messages stay for the next loop)."""
         channel = configuration.settings
-        unread = await ingress.unread_pool_without_superseded(
+        unread = await event_queue.unread_pool_without_superseded(
             port=self._runtime.port, channel_id=channel.channel_id
         )
         unread_ids = {m.id for m in unread}
@@ -329,7 +325,7 @@ class AutonomousLoop:
         if not step.shown_unread:
             return []
         newest = max(m.id for m in step.shown_unread)
-        return await sync_to_async(ingress.unread_pool_take)(
+        return await sync_to_async(event_queue.unread_pool_take)(
             channel_id=channel_id, up_to_message_id=newest
         )
 
@@ -348,7 +344,7 @@ class AutonomousLoop:
             return ActionResult(False, True, f"no persona named {action.persona!r} ({names})")
         channel_id = configuration.channel_id
         shown = {m.id for m in step.shown_unread}
-        pool = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel_id)
+        pool = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel_id)
         arrived = [m for m in pool if m.id not in shown]
         if arrived:
             return ActionResult(
@@ -424,7 +420,7 @@ def _own_reply(
 
 def _unread_arrived(channel_id: int) -> Callable[[], Awaitable[str | None]]:
     async def check() -> str | None:
-        count = await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id)
+        count = await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id)
         return f"{count} new messages arrived during generation" if count else None
 
     return check
