@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
 from chat.pipeline.context import TurnContext, TurnInput
+from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
@@ -42,7 +43,7 @@ def turn_toolbox(
     media = {
         key: ToolAttachment(
             media_id=key,
-            filename=files[snowflake].filename,
+            filename=scrub_snowflakes(files[snowflake].filename),
             url=files[snowflake].url,
             content_type=files[snowflake].content_type or "",
             size=files[snowflake].size,
@@ -75,7 +76,9 @@ class _AttachmentReader:
         try:
             return await self._port.read_attachment(attachment.url, max_bytes=max_bytes)
         except DeliveryError as error:
-            raise ToolError(f"could not read {attachment.filename}: {error}") from None
+            # The port's message names no URL; scrubbed all the same, as it reaches the model.
+            reason = scrub_snowflakes(str(error))
+            raise ToolError(f"could not read {attachment.filename}: {reason}") from None
 
 
 class _MetadataLookup:
@@ -94,7 +97,7 @@ class _MetadataLookup:
         reply_to = self._refs.get(reference.message_id) if reference is not None else None
         media = tuple(self._refs[a.id] for a in message.attachments if a.id in self._refs)
         return MessageMetadata(
-            author_name=message.shown_name,
+            author_name=scrub_snowflakes(message.shown_name),
             sent_at=message.created_at,
             reply_to_ref=reply_to if reply_to and reply_to.startswith("ref_") else None,
             media_ids=media,

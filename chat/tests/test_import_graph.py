@@ -143,7 +143,7 @@ def test_no_import_runs_against_the_flow():
     ("source", "expected"),
     [
         ("from chat import selectors", "chat.selectors"),
-        ("from chat.loop.ingress import OwnIdentity", "chat.loop.ingress"),
+        ("from chat.services.event_queue import OwnIdentity", "chat.services.event_queue"),
         ("import chat.services", "chat.services"),
     ],
 )
