@@ -18,8 +18,8 @@ from chat.memory_store import (
 )
 from chat.models import Memory
 from chat.pipeline.recall import MemoryKind
-from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
 from personas.config_schema import UserSpec
+from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
 from personas.services import user_privacy_save
 
 pytestmark = pytest.mark.django_db
