@@ -12,18 +12,22 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, Render
+from chat.memory_recall import memories_recall_for_turn
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.memory import (
     stm_maintenance_due,
     visible_memory_text,
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.recall import RecalledMemory, recall_query, window_people
+from chat.pipeline.simplify import hidden_user_ids
 from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.truncation import truncate_dialogue_history
+from chat.pipeline.truncation import context_budget, truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
 from chat.pipeline.window import (
     ReanchorReason,
@@ -207,6 +211,7 @@ async def turn_input_gather(
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
+        lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
         previous=previous,
     )
 
@@ -334,3 +339,31 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
             items, budget=max(0, sum(i.tokens for i in items) - 1), stride=stride
         )
     return context if items is context.items else replace(context, items=items)
+
+
+def turn_memories_recall(
+    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput
+) -> tuple[RecalledMemory, ...]:
+    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`): its
+    query is the trigger and the message before it; the personal memories of the people
+    speaking in the window are eligible, except of those with partial or full privacy or on the
+    blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget."""
+    unremembered = frozenset(
+        user_id
+        for user_id, level in turn_input.privacy.items()
+        if level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL)
+    ) | frozenset(turn_input.blacklisted_user_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    model = turn_input.persona.model
+    budget = context_budget(model.context_window, model.max_output_tokens)
+    return memories_recall_for_turn(
+        guild_id=request.configuration.guild_id,
+        persona_id=request.persona.id,
+        people=window_people(
+            turn_input.history, trigger_id=turn_input.trigger_id, unremembered=unremembered
+        ),
+        query=recall_query(turn_input.history, trigger_id=turn_input.trigger_id, hidden=hidden),
+        token_budget=budget * settings.MEMORY_RECALL_BUDGET_PERCENT // 100,
+        count_tokens=runtime.token_counter.count,
+        embedder=runtime.embeddings,
+    )

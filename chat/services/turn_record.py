@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat.llm.attempts import TurnCompletion
+from chat.memory_recall import recalled_record
 from chat.models import (
     ChannelWindowAnchor,
     MessageIndex,
@@ -90,8 +91,10 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
+    turn.recalled = recalled_record(prepared.recalled)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
+    turn.lorebook = context.lore.as_record()
     turn.history_ms = prepared.history_ms
     turn.participant_ms = prepared.participant_ms
     turn.build_ms = prepared.build_ms

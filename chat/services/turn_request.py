@@ -14,8 +14,10 @@ from django.utils import timezone
 
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
+from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import ToolBox, VisionModel
 from chat.pipeline.context import TurnContext, TurnInput
+from chat.pipeline.recall import RecalledMemory
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import HistoryMessage
@@ -50,6 +52,9 @@ class TurnRuntime:
     offered."""
     max_warm_contexts: int = MAX_WARM_CONTEXTS
     """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
+    embeddings: EmbeddingModel | None = None
+    """The embedding model long-term memory recall uses; None: the process's own
+    (`memory_store.default_embedding_model`)."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
@@ -121,3 +126,4 @@ class PreparedTurn:
     history_ms: float
     participant_ms: float
     build_ms: float
+    recalled: tuple[RecalledMemory, ...] = ()

@@ -18,6 +18,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError
@@ -30,8 +31,14 @@ from chat.models import (
 )
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.dialogue import humanize_stably
+from chat.pipeline.recall import memory_line
 from chat.ports import DeliveryError, Speaker
-from chat.services.turn_input import turn_input_gather, turn_renderer, turn_window_read
+from chat.services.turn_input import (
+    turn_input_gather,
+    turn_memories_recall,
+    turn_renderer,
+    turn_window_read,
+)
 from chat.services.turn_record import (
     ms_since,
     turn_completion_record,
@@ -63,7 +70,8 @@ async def turn_prepare(
            window ending at the trigger; store the anchor.
         2. Fetch reply targets outside the window (at most four at a time) and read privacy,
            blacklist and short-term memory for the people in it (the channel's personas and
-           blocks come from ``request.configuration``, read once).
+           blocks come from ``request.configuration``, read once); recall the long-term
+           memories that bear on the trigger (`turn_memories_recall`).
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
@@ -81,6 +89,8 @@ async def turn_prepare(
 
     started = time.perf_counter()
     turn_input = await turn_input_gather(runtime, request, history, now=now)
+    recalled = await sync_to_async(turn_memories_recall)(runtime, request, turn_input)
+    turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
     participant_ms = ms_since(started)
 
     started = time.perf_counter()
@@ -105,6 +115,7 @@ async def turn_prepare(
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
+        recalled=recalled,
     )
 
 
