@@ -25,6 +25,7 @@ from chat.sandbox.errors import (
     invalid_form_body,
     unknown,
 )
+from chat.sandbox.interactions import Interactions
 from chat.sandbox.payloads import (
     attachment_payload,
     channel_payload,
@@ -51,6 +52,8 @@ from chat.sandbox.schemas import AllowedMentions, HistoryQuery, MessageReference
 from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
 
 ADMINISTRATOR = 1 << 3
+ALL_PERMISSIONS = (1 << 51) - 1
+"""What an administrator (or the guild's owner) holds: every permission bit Discord defines."""
 EVERYONE_PERMISSIONS = (
     (1 << 0)  # create instant invite
     | (1 << 6)  # add reactions
@@ -147,6 +150,8 @@ class Sandbox:
         self._proxy_records: dict[int, dict[str, Any]] = {}
         self.proxy_bot_id: int | None = None
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
+        self.interactions = Interactions(self)
+        """Application commands and the interactions users start (`Interactions`)."""
 
     def add_link_preview(
         self, url: str, *, title: str, description: str = "", kind: str = "article"
@@ -270,6 +275,31 @@ class Sandbox:
         member = guild.members[user_id] = Member(user_id, self._now(), nick, list(role_ids))
         data = {**member_payload(member, user=user), "guild_id": str(guild_id)}
         self._publish("GUILD_MEMBER_ADD", data, guild_id)
+
+    def add_role(self, guild_id: int, name: str, *, permissions: int) -> int:
+        """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
+        guild = self._guild(guild_id)
+        role_id = self._snowflakes.next_id()
+        guild.roles[role_id] = Role(role_id, name, permissions, position=len(guild.roles))
+        return role_id
+
+    def member_permissions(self, guild_id: int, user_id: int) -> int:
+        """The member's permissions: @everyone's and their roles' together; every permission
+        for the owner or an administrator (the sandbox has no channel overwrites)."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        permissions = guild.roles[guild.id].permissions
+        for role_id in member.role_ids:
+            role = guild.roles.get(role_id)
+            if role is not None:
+                permissions |= role.permissions
+        if user_id == guild.owner_id or permissions & ADMINISTRATOR:
+            return ALL_PERMISSIONS
+        return permissions
+
+    def next_id(self) -> int:
+        """A fresh snowflake from the world's generator."""
+        return self._snowflakes.next_id()
 
     def subscribe(self, listener: EventListener) -> Callable[[], None]:
         """Call `listener` with every gateway event from now on; returns the unsubscriber."""
@@ -963,6 +993,17 @@ class Sandbox:
         if replied_author_id in self._users and ping_replied and replied_author_id not in user_ids:
             user_ids.append(replied_author_id)
         return user_ids, role_ids, everyone
+
+    def stored_message(self, channel_id: int, message_id: int) -> Message:
+        """The message record itself (for the world's own modules)."""
+        return self._message(channel_id, message_id)
+
+    def channel_message_ids(self, channel_id: int) -> list[int]:
+        return list(self._channel(channel_id).messages)
+
+    def store_upload(self, channel_id: int, upload: Upload) -> Attachment:
+        """Keep an uploaded file where the stand-in CDN serves it."""
+        return self._store_upload(channel_id, upload)
 
     def _store_upload(self, channel_id: int, upload: Upload) -> Attachment:
         attachment = Attachment(
