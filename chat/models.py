@@ -412,3 +412,34 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"worker {self.holder} (shards {self.shard_ids})"
+
+
+class DiscordName(models.Model):
+    """The name Discord shows for a guild, a channel, a thread or a user, as the gateway last
+    said it (guild and channel create/update, member updates), so the dashboard shows names
+    without asking Discord. ``guild_id`` is the guild the object belongs to (a user's: where
+    the name was last seen), ``parent_id`` a thread's channel, ``avatar_url`` a user's
+    avatar. Users with full privacy are never stored.
+    """
+
+    class Kind(models.TextChoices):
+        GUILD = "guild"
+        CHANNEL = "channel"
+        THREAD = "thread"
+        USER = "user"
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    discord_id = models.PositiveBigIntegerField()
+    name = models.CharField(max_length=100)
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    parent_id = models.PositiveBigIntegerField(null=True, blank=True)
+    avatar_url = models.URLField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "discord_id"], name="discord_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.discord_id}: {self.name}"
