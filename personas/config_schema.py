@@ -59,6 +59,7 @@ from personas.models import (
     USERS_PER_GUILD_MAX,
     BlockType,
     ChannelMode,
+    DeliveryMode,
     PrivacyLevel,
 )
 
@@ -254,6 +255,9 @@ class PersonaSpec(_Strict):
     short_term_memory: ShortTermMemorySpec = ShortTermMemorySpec()
     force_lowercase: bool = False
     punctuation_splits: bool = False
+    delivery_mode: DeliveryMode = DeliveryMode.PARAGRAPHS
+    """How replies reach Discord: ``paragraphs`` (each as soon as it is written), ``whole``
+    (once the model has finished) or ``edit`` (one message edited as it is written)."""
     sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     llm: LLMSpec = LLMSpec()
 
