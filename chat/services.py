@@ -51,6 +51,7 @@ from chat.models import (
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.items import ItemTag
+from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.memory import (
     MAX_CATEGORIES,
     RAW_TURNS_TTL,
@@ -1050,7 +1051,7 @@ def _toolbox(
     media = {
         key: ToolAttachment(
             media_id=key,
-            filename=files[snowflake].filename,
+            filename=scrub_snowflakes(files[snowflake].filename),
             url=files[snowflake].url,
             content_type=files[snowflake].content_type or "",
             size=files[snowflake].size,
@@ -1086,7 +1087,9 @@ class _AttachmentReader:
         try:
             return await self._port.read_attachment(attachment.url, max_bytes=max_bytes)
         except DeliveryError as error:
-            raise ToolError(f"could not read {attachment.filename}: {error}") from None
+            # The port's message names no URL; scrubbed all the same, as it reaches the model.
+            reason = scrub_snowflakes(str(error))
+            raise ToolError(f"could not read {attachment.filename}: {reason}") from None
 
 
 class _MetadataLookup:
@@ -1105,7 +1108,7 @@ class _MetadataLookup:
         reply_to = self._refs.get(reference.message_id) if reference is not None else None
         media = tuple(self._refs[a.id] for a in message.attachments if a.id in self._refs)
         return MessageMetadata(
-            author_name=message.shown_name,
+            author_name=scrub_snowflakes(message.shown_name),
             sent_at=message.created_at,
             reply_to_ref=reply_to if reply_to and reply_to.startswith("ref_") else None,
             media_ids=media,

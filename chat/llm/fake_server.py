@@ -21,6 +21,10 @@ argument (the demo says it is the demo model). Usage is always reported, cached 
 included: the estimate counts the prefix a request shares with the previous one as cached, as a
 provider's prompt cache would.
 
+A ``guard`` (when given) reads every chat request body as it arrives; what it returns (a list of
+findings) is kept in ``guard_findings``. ``raw_discord_identifiers`` is the guard the end-to-end
+suite runs: no text part of a request may hold a raw snowflake or a Discord CDN URL.
+
 In-process (ephemeral port)::
 
     async with FakeLLMServer(script=[Fault(FaultKind.HTTP_ERROR, status=500)]) as server:
@@ -113,6 +117,51 @@ class Reply:
 
 ScriptItem = Reply | Fault
 
+# A raw Discord snowflake: a run of 17–20 digits (or longer, which holds one).
+_SNOWFLAKE = re.compile(r"[0-9]{17,}")
+# A Discord CDN link (the real hosts, or any host's ``/attachments/<channel>/<attachment>/``
+# path, which is how the sandbox serves uploads).
+_CDN_URL = re.compile(
+    r"(?:cdn\.discordapp\.com|media\.discordapp\.net|/attachments/[0-9]+/[0-9]+/)",
+    re.IGNORECASE,
+)
+
+
+def request_text_parts(body: Any) -> Iterator[tuple[str, str]]:
+    """Every text a chat request hands the model, as ``(where, text)``: each message's string
+    content or ``text`` parts (``messages[3] (tool)``), whatever its role. Image parts, tool
+    schemas and the model's own tool-call arguments are not text parts."""
+    if not isinstance(body, dict):
+        yield "body", str(body)
+        return
+    for index, message in enumerate(body.get("messages") or []):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        where = f"messages[{index}] ({message.get('role')})"
+        if isinstance(content, str):
+            yield where, content
+        elif isinstance(content, list):
+            for part_index, part in enumerate(content):
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    yield f"{where} part {part_index}", part["text"]
+    if isinstance(body.get("prompt"), str):
+        yield "prompt", body["prompt"]
+
+
+def raw_discord_identifiers(body: Any) -> list[str]:
+    """The guard DESIGN §3 asks for ("never raw snowflakes"): one finding per text part of
+    ``body`` that holds a run of 17–20 digits or a Discord CDN URL, naming where and quoting
+    around the match; ``[]`` when the request is clean."""
+    findings = []
+    for where, text in request_text_parts(body):
+        for pattern in (_SNOWFLAKE, _CDN_URL):
+            match = pattern.search(text)
+            if match is not None:
+                start, end = max(0, match.start() - 60), match.end() + 60
+                findings.append(f"{where}: …{text[start:end]}…")
+    return findings
+
 
 @dataclass(frozen=True)
 class RecordedRequest:
@@ -136,11 +185,14 @@ class FakeLLMServer:
         introduction: str = "I am the fake model {model}.",
         responder: Callable[[dict[str, Any]], ScriptItem] | None = None,
         pace: StreamPace = StreamPace(),
+        guard: Callable[[Any], list[str]] | None = None,
     ) -> None:
         self.requests: list[RecordedRequest] = []
         self.abandoned: list[int] = []
         """Indices (in ``chat_bodies``) of streamed answers whose client hung up first."""
         self.pace = pace
+        self._guard = guard
+        self.guard_findings: list[str] = []
         self._responder = responder
         self._introduction = introduction
         self.base_url = ""
@@ -195,6 +247,9 @@ class FakeLLMServer:
         except json.JSONDecodeError:
             body = raw
         self._record(request, body)
+        if self._guard is not None:
+            number = len(self.chat_bodies)
+            self.guard_findings.extend(f"request {number}: {f}" for f in self._guard(body))
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error_response(400, "the body must be a JSON object with a messages list")
         if self._script:
