@@ -10,10 +10,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from chat import selectors
-from chat.models import (
-    ShortTermMemory,
-    Turn,
-)
+from chat.models import ShortTermMemory, Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
     build_summary_messages,

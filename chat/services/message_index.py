@@ -3,9 +3,7 @@ who sent it, which original it replaced)."""
 
 from __future__ import annotations
 
-from chat.models import (
-    MessageIndex,
-)
+from chat.models import MessageIndex
 
 
 def proxied_message_record(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from chat.models import (
-    PlannerStep,
-)
+from chat.models import PlannerStep
 
 
 def planner_step_record(

@@ -10,9 +10,7 @@ from dataclasses import dataclass
 from asgiref.sync import sync_to_async
 
 from chat import selectors
-from chat.models import (
-    Turn,
-)
+from chat.models import Turn
 from chat.ports import DeliveryError, DiscordPort, Speaker
 from chat.services.turn_record import turn_delivered_record, turn_save
 
@@ -39,7 +37,9 @@ async def turns_reconcile_interrupted(
       they run again.
     - ``delivering`` turns are checked against the channel (`DiscordPort.find_delivery`): a
       reply that is there makes the turn ``replied`` and is indexed, so it is not sent again;
-      a reply that is not there makes it ``aborted``, and the trigger runs again. A channel
+      a reply that is not there makes it ``aborted``, and the trigger runs again. A streamed
+      reply whose pieces were recorded is ``replied`` with what was sent (the pieces on
+      record, and any sent but not recorded yet): it is neither continued nor sent again. A channel
       that cannot be read leaves the turn ``delivering`` for the next start (never a guess that
       could answer twice).
     """
@@ -63,10 +63,17 @@ async def turns_reconcile_interrupted(
         indexed = await sync_to_async(selectors.indexed_message_ids)(
             message_ids=[item.message_id for item in found]
         )
-        sent = [item for item in found if item.message_id not in indexed]
-        if sent:
+        recorded = [int(i) for i in turn.delivered_message_ids]
+        sent = [i for i in found if i.message_id not in indexed or i.message_id in recorded]
+        if sent or recorded:
             turn.status = Turn.Status.REPLIED
-            turn.delivered_message_ids = [str(item.message_id) for item in sent]
+            ids = sorted({*recorded, *(item.message_id for item in sent)})
+            turn.delivered_message_ids = [str(i) for i in ids]
+            if recorded:
+                turn.error = (
+                    f"the worker stopped while the reply was being delivered: {len(ids)} "
+                    "messages were sent, the rest was not"
+                )
             await sync_to_async(turn_delivered_record)(turn, sent)
             replied += 1
         else:

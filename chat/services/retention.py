@@ -5,12 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from chat.models import (
-    EventQueue,
-    MessageIndex,
-    PlannerStep,
-    Turn,
-)
+from chat.models import EventQueue, MessageIndex, PlannerStep, Turn
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,7 @@ from collections.abc import Mapping, Sequence
 from django.db import transaction
 from django.db.models import Q
 
-from chat.models import (
-    ShortTermMemory,
-    Turn,
-)
+from chat.models import ShortTermMemory, Turn
 from chat.pipeline.memory import (
     MAX_CATEGORIES,
     RAW_TURNS_TTL,

@@ -18,10 +18,7 @@ from chat import selectors
 from chat.llm.attempts import AttemptPlan, Render
 from chat.memory_recall import memories_recall_for_turn
 from chat.pipeline.context import TurnContext, TurnInput
-from chat.pipeline.memory import (
-    stm_maintenance_due,
-    visible_memory_text,
-)
+from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, recall_query, window_people
 from chat.pipeline.simplify import hidden_user_ids
@@ -29,11 +26,7 @@ from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import context_budget, truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
-from chat.pipeline.window import (
-    ReanchorReason,
-    history_window_stride,
-    select_anchored_history,
-)
+from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import DiscordPort
 from chat.selectors import ChannelSettings

@@ -15,11 +15,7 @@ from django.utils import timezone
 
 from chat.llm.attempts import TurnCompletion
 from chat.memory_recall import recalled_record
-from chat.models import (
-    ChannelWindowAnchor,
-    MessageIndex,
-    Turn,
-)
+from chat.models import ChannelWindowAnchor, MessageIndex, Turn
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
 from chat.ports import Delivered
@@ -169,19 +165,31 @@ def turn_delivered_record(
     reply)."""
     with transaction.atomic():
         turn_save(turn)
-        for item in delivered:
-            MessageIndex.objects.update_or_create(
-                message_id=item.message_id,
-                defaults={
-                    "channel_id": turn.channel_id,
-                    "guild_id": turn.guild_id,
-                    "persona": turn.persona,
-                    "author_id": item.author_id,
-                    "webhook_id": item.webhook_id,
-                },
-            )
+        _index_delivered(turn, delivered)
         if now is not None:
             short_term_memory_count_turn(turn, user_id=memory_user_id, now=now)
+
+
+def turn_piece_record(turn: Turn, delivered: list[Delivered]) -> None:
+    """One more piece of a streamed reply is out: the turn's delivered messages and reply so
+    far, and the piece's index rows, in one transaction (a crash leaves them known)."""
+    with transaction.atomic():
+        turn.save(update_fields=["delivered_message_ids", "reply_text"])
+        _index_delivered(turn, delivered)
+
+
+def _index_delivered(turn: Turn, delivered: list[Delivered]) -> None:
+    for item in delivered:
+        MessageIndex.objects.update_or_create(
+            message_id=item.message_id,
+            defaults={
+                "channel_id": turn.channel_id,
+                "guild_id": turn.guild_id,
+                "persona": turn.persona,
+                "author_id": item.author_id,
+                "webhook_id": item.webhook_id,
+            },
+        )
 
 
 def window_anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:

@@ -6,7 +6,7 @@ model request (`PreparedTurn`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,9 @@ from chat.windows import WindowRegistry
 from personas.models import Persona
 
 MAX_WARM_CONTEXTS = 2000
+
+AbortCheck = Callable[[], Awaitable[str | None]]
+"""Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
 
 
 @dataclass

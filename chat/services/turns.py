@@ -14,25 +14,20 @@ request a real turn would send.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError
 
 from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
 from chat import selectors
-from chat.llm.attempts import TurnCompletion, request_body
-from chat.models import (
-    Turn,
-)
+from chat.llm.attempts import request_body
+from chat.models import Turn
 from chat.pipeline.context import build_turn_context
-from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.recall import memory_line
-from chat.ports import DeliveryError, Speaker
+from chat.services.reply_stream import reply_stream_deliver
+from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     turn_input_gather,
     turn_memories_recall,
@@ -44,16 +39,13 @@ from chat.services.turn_record import (
     turn_completion_record,
     turn_context_record,
     turn_create,
-    turn_delivered_record,
     turn_save,
-    turn_save_status,
 )
-from chat.services.turn_request import PreparedTurn, TurnRequest, TurnRuntime
+from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turn_tools import turn_toolbox
+from personas.models import DeliveryMode
 
 logger = logging.getLogger(__name__)
-
-FAILURE_NOTICE_QUIET = dt.timedelta(minutes=5)
 
 
 async def turn_prepare(
@@ -119,9 +111,6 @@ async def turn_prepare(
     )
 
 
-AbortCheck = Callable[[], Awaitable[str | None]]
-
-
 async def turn_run(
     *, runtime: TurnRuntime, request: TurnRequest, abort_if: AbortCheck | None = None
 ) -> Turn:
@@ -134,6 +123,8 @@ async def turn_run(
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
+           A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
+           model writes: ``abort_if`` is asked before the first piece goes out.
         5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
            maintenance.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
@@ -150,21 +141,26 @@ async def turn_run(
         message_ids = [str(m.id) for m in prepared.turn_input.history]
         await publish(group, WindowChanged(message_ids=message_ids))
 
-        async with runtime.port.typing(channel.channel_id):
-            completion = await runtime.runner.complete_turn(
-                models=prepared.models,
-                render=prepared.render,
-                persona_name=persona.name,
-                toolbox=prepared.toolbox,
+        if persona.delivery_mode != DeliveryMode.WHOLE:
+            await reply_stream_deliver(
+                runtime=runtime, request=request, turn=turn, prepared=prepared, abort_if=abort_if
             )
-        turn_completion_record(turn, completion)
-        await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
-        abort_reason = await abort_if() if abort_if and completion.error is None else None
-        if abort_reason:
-            turn.status, turn.error = Turn.Status.ABORTED, abort_reason
-            await sync_to_async(turn_save)(turn)
         else:
-            await _finish(runtime, request, turn, completion)
+            async with runtime.port.typing(channel.channel_id):
+                completion = await runtime.runner.complete_turn(
+                    models=prepared.models,
+                    render=prepared.render,
+                    persona_name=persona.name,
+                    toolbox=prepared.toolbox,
+                )
+            turn_completion_record(turn, completion)
+            await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
+            abort_reason = await abort_if() if abort_if and completion.error is None else None
+            if abort_reason:
+                turn.status, turn.error = Turn.Status.ABORTED, abort_reason
+                await sync_to_async(turn_save)(turn)
+            else:
+                await reply_deliver(runtime, request, turn, completion)
     except asyncio.CancelledError:
         # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
         # start, and a replied one stays replied (its record may be saving as we stop).
@@ -184,79 +180,3 @@ async def turn_run(
         await sync_to_async(turn_save)(turn)
     await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
     return turn
-
-
-async def _finish(
-    runtime: TurnRuntime, request: TurnRequest, turn: Turn, completion: TurnCompletion
-) -> None:
-    channel_id = request.channel.channel_id
-    if completion.error is not None or not completion.reply_text.strip():
-        turn.status = Turn.Status.FAILED
-        await sync_to_async(turn_save)(turn)
-        await _failure_notice(runtime, request)
-        return
-    runtime.failure_notices.pop(channel_id, None)
-    persona = request.persona
-    speaker = Speaker(
-        persona_id=persona.id,
-        name=persona.name,
-        is_main=persona.is_main,
-        avatar_url=persona.avatar_url,
-    )
-    notice = None
-    if request.is_queued_turn and not speaker.is_main:
-        notice = f"Replying to {request.trigger.shown_name}…"
-    turn.status = Turn.Status.DELIVERING
-    try:
-        await sync_to_async(turn_save_status)(turn)
-    except IntegrityError:
-        turn.status = Turn.Status.ABORTED
-        turn.error = "another turn already answered this message as this persona"
-        await sync_to_async(turn_save)(turn)
-        return
-    started = time.perf_counter()
-    try:
-        delivered = await runtime.port.deliver(
-            channel_id=channel_id,
-            speaker=speaker,
-            # The same deterministic humanizer the persona's past lines get in history, so the
-            # model later sees exactly what it sent.
-            text=humanize_stably(
-                completion.reply_text,
-                force_lowercase=persona.force_lowercase,
-                punctuation_splits=persona.punctuation_splits,
-            ),
-            reply_to=request.trigger.id,
-            notice=notice,
-            nonce_seed=f"{request.trigger.id}:{persona.id}",
-        )
-    except DeliveryError as error:
-        turn.deliver_ms = ms_since(started)
-        turn.status, turn.error = Turn.Status.FAILED, f"delivery failed: {error}"
-        await sync_to_async(turn_save)(turn)
-        return
-    turn.deliver_ms = ms_since(started)
-    for item in delivered:
-        runtime.windows.record_delivery(channel_id, item.message, item.message_id)
-    turn.delivered_message_ids = [str(item.message_id) for item in delivered]
-    turn.status = Turn.Status.REPLIED
-    await sync_to_async(turn_delivered_record)(
-        turn, delivered, memory_user_id=request.memory_user_id, now=runtime.clock()
-    )
-
-
-async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
-    """One short notice per failure burst: none again until a reply succeeds or time passes."""
-    channel_id, now = request.channel.channel_id, runtime.clock()
-    last = runtime.failure_notices.get(channel_id)
-    if last is not None and now - last < FAILURE_NOTICE_QUIET:
-        return
-    runtime.failure_notices[channel_id] = now
-    main = Speaker(persona_id=0, name=request.persona.name, is_main=True)
-    text = f"({request.persona.name} could not answer just now; the model did not respond.)"
-    try:
-        await runtime.port.deliver(
-            channel_id=channel_id, speaker=main, text=text, reply_to=request.trigger.id
-        )
-    except DeliveryError:
-        logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
