@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "botproject.events": 1,
     "botproject.failures": 1,
     "chat.services": 2,
+    "chat.command_services": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
