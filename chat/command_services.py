@@ -15,10 +15,10 @@ however the command arrives:
 A refusal is a `CommandRefused` whose message is the sentence the member reads. Writes happen
 in one transaction each: a refusal leaves nothing half-written.
 
-Personal memories are, until a long-term store exists, the short-term memories of the caller's
-direct messages with this guild's personas: each summary and each named note is one numbered
-item; ``/memory add`` writes a note into the one the guild's main persona keeps. They follow the
-short-term memory's rules (shown for 24 h after they were written).
+A member's personal memories in a guild are the long-term memories about them
+(`chat.memory_store`, personal scope) and what the personas' short-term memories of their direct
+messages hold; ``/memory`` lists both as one numbered list, adds to the long-term store and
+forgets from either.
 """
 
 from __future__ import annotations
@@ -28,28 +28,29 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from chat import selectors
-from chat.models import ChannelResetMarker, EventQueue, ShortTermMemory, UnreadEvent
-from chat.pipeline.memory import MAX_CATEGORIES, SUMMARY_TTL
+from chat.memory_store import MemoryRefused, MemoryScope
+from chat.memory_store import memory_add as store_memory_add
+from chat.memory_store import memory_forget as store_memory_forget
+from chat.models import ChannelResetMarker, EventQueue, Memory, ShortTermMemory, UnreadEvent
+from chat.pipeline.memory import SUMMARY_TTL
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.services import TurnRequest, TurnRuntime, turn_prepare
 from personas.config_schema import UserSpec
-from personas.models import BlockType, GuildConfig, Persona, PrivacySource, UserPrivacy
+from personas.models import BlockType, GuildConfig, PrivacySource, UserPrivacy
 from personas.services import user_privacy_save
 
 ADMINISTRATOR = 1 << 3
 MANAGE_GUILD = 1 << 5
 MANAGE_MESSAGES = 1 << 13
 PERMISSION_NAMES = {MANAGE_GUILD: "Manage Server", MANAGE_MESSAGES: "Manage Messages"}
-MEMORY_TEXT_MAX = 500
-NOTE_PREFIX = "noted by you"
 
 
 class CommandRefused(Exception):
@@ -126,17 +127,20 @@ class PrivacyChange:
                 f" Deleted: {self.forgotten_memories} memory(ies) about you and "
                 f"{self.forgotten_messages} stored message(s) of yours."
             )
+        elif self.level is PrivacyLevel.PARTIAL:
+            text += f" Deleted: {self.forgotten_memories} memory(ies) about you."
         return text
 
 
 def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
     """Set the caller's own privacy (it applies wherever the bot is) as set by the user.
 
-    ``full`` also deletes, in the same transaction, what is stored about them: their personal
-    memories (short-term memories of their DMs) and their messages still waiting in the event
-    queue or an unread pool. Running workers are told after the commit, as for a dashboard
-    change, so the next message is judged by the new level. Raises `CommandRefused` for a
-    level that is not one of minimal, partial, full, or an unconfigured guild.
+    ``partial`` and ``full`` delete, in the same transaction, their personal memories (the
+    long-term ones about them, and the short-term memories of their direct messages); ``full``
+    also their messages still waiting in the event queue or an unread pool. Running workers are
+    told after the commit, as for a dashboard change, so the next message is judged by the new
+    level. Raises `CommandRefused` for a level that is not one of minimal, partial, full, or an
+    unconfigured guild.
     """
     try:
         wanted = PrivacyLevel(level)
@@ -150,10 +154,16 @@ def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
         previous = PrivacyLevel(row.level) if row else PrivacyLevel.MINIMAL
         blacklisted = row.blacklisted if row else False
         spec = UserSpec(id=str(user_id), privacy=wanted.value, blacklisted=blacklisted)
-        user_privacy_save(guild=guild, spec=spec, set_by=PrivacySource.USER)
         memories = messages = 0
+        private = wanted is not PrivacyLevel.MINIMAL
+        if private:
+            # Long-term memories about them go with the privacy row's save
+            # (`chat.models.forget_memories_on_private`); they are counted here first.
+            memories = Memory.objects.filter(kind=Memory.Kind.PERSONAL, user_id=user_id).count()
+        user_privacy_save(guild=guild, spec=spec, set_by=PrivacySource.USER)
+        if private:
+            memories += ShortTermMemory.objects.filter(user_id=user_id).delete()[0]
         if wanted is PrivacyLevel.FULL:
-            memories, _ = ShortTermMemory.objects.filter(user_id=user_id).delete()
             unread, _ = UnreadEvent.objects.filter(author_id=user_id).delete()
             queued, _ = EventQueue.objects.filter(event__author__id=user_id).delete()
             messages = unread + queued
@@ -174,6 +184,15 @@ def _privacy(user_id: int) -> PrivacyLevel:
 
 # --- /memory -------------------------------------------------------------------------------------
 
+LONG_TERM = "long-term"
+SHORT_TERM = "short-term"
+_SOURCES = {
+    Memory.Source.COMMAND: "added by you with /memory",
+    Memory.Source.TOOL: "remembered by a persona in conversation",
+    Memory.Source.EXTRACTION: "noticed in conversation",
+    Memory.Source.ADMIN: "added by an admin",
+}
+
 
 @dataclass(frozen=True)
 class MemoryItem:
@@ -182,19 +201,28 @@ class MemoryItem:
     number: int
     text: str
     source: str
+    store: str
+    """`LONG_TERM` (a stored memory about the person) or `SHORT_TERM` (a part of the
+    short-term memory of their direct messages with a persona)."""
     memory_id: int
-    part: str
-    """``summary``, or the name of a note (a category of the short-term memory)."""
+    part: str = ""
+    """For a short-term memory: ``summary`` or the name of a note."""
 
     def line(self) -> str:
         return f"{self.number}. {self.text} — {self.source}"
 
 
 def memory_list(*, guild_id: int, user_id: int, now: dt.datetime) -> list[MemoryItem]:
-    """The caller's personal memories in this guild, numbered from 1 in a stable order
-    (persona, then summary before notes by name). Expired ones (past the short-term memory's
-    24 h) are not listed."""
+    """The caller's personal memories in this guild, numbered from 1 in a stable order: the
+    long-term memories about them (oldest first), then what the personas' short-term memories
+    of their direct messages hold (persona by name; summary, then notes by name; not once
+    expired)."""
     items: list[MemoryItem] = []
+    for row in MemoryScope.personal(guild_id, user_id).rows().order_by("id"):
+        origin = _SOURCES.get(row.source, str(row.source))
+        items.append(
+            MemoryItem(0, row.text, f"{origin}, {row.created_at:%Y-%m-%d}", LONG_TERM, row.id)
+        )
     rows = (
         ShortTermMemory.objects.filter(user_id=user_id, persona__guild__guild_id=guild_id)
         .select_related("persona")
@@ -203,69 +231,44 @@ def memory_list(*, guild_id: int, user_id: int, now: dt.datetime) -> list[Memory
     for row in rows:
         if row.refreshed_at is None or now - row.refreshed_at >= SUMMARY_TTL:
             continue
-        where = f"{row.persona.name}, your direct messages"
-        when = row.refreshed_at.strftime("%Y-%m-%d %H:%M UTC")
+        where = f"{row.persona.name}'s short-term memory of your direct messages"
         if row.summary.strip():
-            items.append(
-                MemoryItem(0, row.summary.strip(), f"{where}, summarised {when}", row.id, "summary")
-            )
+            items.append(MemoryItem(0, row.summary.strip(), where, SHORT_TERM, row.id, "summary"))
         categories = row.categories if isinstance(row.categories, dict) else {}
         for name, text in sorted(categories.items()):
-            if not str(text).strip():
-                continue
-            origin = "added by you" if _is_note(name) else f"note {name!r}"
-            items.append(MemoryItem(0, str(text).strip(), f"{where}, {origin}", row.id, name))
-    return [MemoryItem(n, i.text, i.source, i.memory_id, i.part) for n, i in enumerate(items, 1)]
+            if str(text).strip():
+                source = f"{where} ({name})"
+                items.append(MemoryItem(0, str(text).strip(), source, SHORT_TERM, row.id, name))
+    return [replace(item, number=n) for n, item in enumerate(items, 1)]
 
 
-def memory_add(*, guild_id: int, user_id: int, text: str, now: dt.datetime) -> MemoryItem:
-    """Remember ``text`` about the caller: a note in the short-term memory the guild's main
-    persona keeps of its direct messages with them (created if needed).
-
-    Raises `CommandRefused` for empty or over-long text, a caller whose privacy is partial or
-    full (nothing about them is remembered), a guild without a main persona, or a memory that
-    already holds `MAX_CATEGORIES` notes.
-    """
-    text = " ".join(text.split())
-    if not text:
+def memory_add(
+    *, guild_id: int, user_id: int, text: str, name: str, now: dt.datetime
+) -> MemoryItem:
+    """Remember ``text`` about the caller in this guild (a long-term personal memory, source
+    ``command``; ``name`` is how they are called). A near duplicate of one they have updates
+    it. Raises `CommandRefused` for empty or over-long text, a caller whose privacy is partial
+    or full (nothing about them is remembered), or a full scope."""
+    if not " ".join(text.split()):
         raise CommandRefused("The memory text is empty: write what the personas should remember.")
-    if len(text) > MEMORY_TEXT_MAX:
-        raise CommandRefused(
-            f"The memory text is {len(text)} characters; at most {MEMORY_TEXT_MAX} fit."
-        )
     _require_remembered(user_id)
-    main = Persona.objects.filter(guild__guild_id=guild_id, is_main=True, enabled=True).first()
-    if main is None:
-        raise CommandRefused("This server has no main persona to remember it.")
-    with transaction.atomic():
-        row = (
-            ShortTermMemory.objects.select_for_update()
-            .filter(persona=main, user_id=user_id)
-            .first()
+    _guild(guild_id)
+    try:
+        written = store_memory_add(
+            scope=MemoryScope.personal(guild_id, user_id, name=name),
+            text=text,
+            source=Memory.Source.COMMAND,
         )
-        if row is None:
-            row = ShortTermMemory(persona=main, user_id=user_id, channel_id=0, guild_id=None)
-        categories = dict(row.categories) if isinstance(row.categories, dict) else {}
-        if row.refreshed_at is None or now - row.refreshed_at >= SUMMARY_TTL:
-            categories, row.summary = {}, ""
-        if len(categories) >= MAX_CATEGORIES:
-            raise CommandRefused(
-                f"{main.name} already keeps {MAX_CATEGORIES} notes about you: "
-                "forget one first (/memory forget)."
-            )
-        taken = [int(k.rsplit(" ", 1)[1]) for k in categories if _is_note(k)]
-        name = f"{NOTE_PREFIX} {max(taken, default=0) + 1}"
-        categories[name] = text
-        row.categories, row.refreshed_at = categories, now
-        row.save()
-    added = [i for i in memory_list(guild_id=guild_id, user_id=user_id, now=now) if i.part == name]
-    return added[0]
+    except MemoryRefused as refused:
+        raise CommandRefused(_sentence(str(refused))) from None
+    items = memory_list(guild_id=guild_id, user_id=user_id, now=now)
+    return next(i for i in items if i.store == LONG_TERM and i.memory_id == written.memory.id)
 
 
 def memory_forget(*, guild_id: int, user_id: int, which: str, now: dt.datetime) -> int:
     """Forget the caller's memory number ``which`` (as `memory_list` numbers them), or all of
-    them with ``all``. Returns how many were forgotten. Raises `CommandRefused` for an id that
-    is not a number of theirs."""
+    them with ``all``, in one transaction. Returns how many were forgotten. Raises
+    `CommandRefused` for an id that is not a number of theirs."""
     items = memory_list(guild_id=guild_id, user_id=user_id, now=now)
     which = which.strip().lower()
     if which == "all":
@@ -279,8 +282,12 @@ def memory_forget(*, guild_id: int, user_id: int, which: str, now: dt.datetime) 
             raise CommandRefused(
                 f"There is no memory {which} of yours ({listed}; see /memory show)."
             )
+    scope = MemoryScope.personal(guild_id, user_id)
     with transaction.atomic():
         for item in chosen:
+            if item.store == LONG_TERM:
+                store_memory_forget(scope=scope, memory_id=item.memory_id)
+                continue
             row = ShortTermMemory.objects.select_for_update().filter(id=item.memory_id).first()
             if row is None:
                 continue
@@ -292,10 +299,9 @@ def memory_forget(*, guild_id: int, user_id: int, which: str, now: dt.datetime) 
     return len(chosen)
 
 
-def _is_note(category: str) -> bool:
-    """Whether a memory category is a note the user added (``noted by you N``)."""
-    prefix, _, number = category.rpartition(" ")
-    return prefix == NOTE_PREFIX and number.isdigit()
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "."
 
 
 def _require_remembered(user_id: int) -> None:

@@ -213,11 +213,15 @@ class MemoryGroup(
     @app_commands.command(
         name="add", description="Tell the personas something to remember about you"
     )
-    @app_commands.describe(text="What to remember (at most 500 characters)")
+    @app_commands.describe(text="What the personas should remember about you")
     async def add(self, interaction: discord.Interaction, text: str) -> None:
         guild_id, _, user_id = _where(interaction)
         work = sync_to_async(services.memory_add)(
-            guild_id=guild_id, user_id=user_id, text=text, now=_now()
+            guild_id=guild_id,
+            user_id=user_id,
+            text=text,
+            name=interaction.user.display_name,
+            now=_now(),
         )
         await answer(interaction, _text(work, lambda item: f"Remembered: {item.line()}"))
 

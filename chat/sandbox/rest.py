@@ -298,6 +298,14 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         sandbox.remove_reaction(channel_id, message_id, emoji, user_id=user_id)
         return no_content()
 
+    # --- attachments
+    @routes.post("/attachments/refresh-urls")
+    async def refresh_attachment_urls(request: web.Request) -> web.Response:
+        body = schemas.parse(schemas.AttachmentRefresh, await json_body(request))
+        return json_response(
+            {"refreshed_urls": sandbox.refresh_attachment_urls(body.attachment_urls)}
+        )
+
     # --- application commands and interactions (`chat.sandbox.interactions`)
     def _application_id(request: web.Request) -> int:
         return snowflake_param(request, "application_id")

@@ -73,6 +73,8 @@ NONCE_WINDOW_SECONDS = 300.0
 """How long Discord dedupes an `enforce_nonce` send by the same author (a few minutes)."""
 MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
+ATTACHMENT_URL_LIFETIME = 86_400.0
+_ATTACHMENT_PATH = re.compile(r"/attachments/\d+/(?P<attachment_id>\d+)/")
 MESSAGE_TYPE_DEFAULT = 0
 MESSAGE_TYPE_REPLY = 19
 MESSAGE_TYPE_THREAD_STARTER = 21
@@ -135,6 +137,11 @@ class Sandbox:
         self.token = token
         self.cdn_base_url = "http://127.0.0.1"
         """Where attachment URLs point; the server sets it to its own address."""
+        self.attachment_url_lifetime = ATTACHMENT_URL_LIFETIME
+        """Seconds a signed attachment URL works (Discord's last about a day); a URL is signed
+        when the file is uploaded and again when it is refreshed (`refresh_attachment_urls`)."""
+        self._url_secret = secrets.token_bytes(16)
+        self._attachment_expiry: dict[int, int] = {}
         self._clock = clock
         self._snowflakes = SnowflakeGenerator(clock=clock)
         self._users: dict[int, User] = {}
@@ -468,6 +475,47 @@ class Sandbox:
     def attachment(self, attachment_id: int) -> Attachment | None:
         """An uploaded file still attached to a message, for the sandbox's stand-in CDN."""
         return self._attachments.get(attachment_id)
+
+    def attachment_download(self, attachment_id: int, *, ex: str, hm: str) -> Attachment | None:
+        """The file a signed CDN URL (``?ex=…&hm=…``) names, or ``None`` when the file is gone,
+        the signature is wrong or the URL expired (Discord's CDN answers 404 then)."""
+        attachment = self._attachments.get(attachment_id)
+        try:
+            expiry = int(ex, 16)
+        except ValueError:
+            return None
+        if attachment is None or hm != self._url_signature(attachment_id, expiry):
+            return None
+        return attachment if self._clock() < expiry else None
+
+    def refresh_attachment_urls(self, urls: Sequence[str]) -> list[dict[str, str]]:
+        """``POST /attachments/refresh-urls``: each URL of a file still stored, signed again
+        for a full lifetime, as ``{"original", "refreshed"}``; other URLs are left out."""
+        refreshed = []
+        for url in urls:
+            match = _ATTACHMENT_PATH.search(url)
+            attachment = self._attachments.get(int(match["attachment_id"])) if match else None
+            if attachment is None:
+                continue
+            self._attachment_expiry[attachment.id] = self._expiry_from_now()
+            refreshed.append({"original": url, "refreshed": self.attachment_url(attachment)})
+        return refreshed
+
+    def attachment_url(self, attachment: Attachment) -> str:
+        """The file's CDN URL as message payloads carry it: signed until its expiry."""
+        expiry = self._attachment_expiry.get(attachment.id, 0)
+        return (
+            f"{self.cdn_base_url}/attachments/{attachment.channel_id}/{attachment.id}/"
+            f"{quote(attachment.filename, safe='')}"
+            f"?ex={expiry:08x}&hm={self._url_signature(attachment.id, expiry)}"
+        )
+
+    def _expiry_from_now(self) -> int:
+        return int(self._clock() + self.attachment_url_lifetime)
+
+    def _url_signature(self, attachment_id: int, expiry: int) -> str:
+        message = f"{attachment_id}:{expiry}".encode()
+        return hashlib.blake2s(message, key=self._url_secret, digest_size=16).hexdigest()
 
     def guild_create(self, guild_id: int, *, joined: bool = False) -> dict[str, Any]:
         """GUILD_CREATE's data; like Discord without the presences intent, the member list holds
@@ -1015,6 +1063,7 @@ class Sandbox:
             description=upload.description,
         )
         self._attachments[attachment.id] = attachment
+        self._attachment_expiry[attachment.id] = self._expiry_from_now()
         return attachment
 
     def _remove_message(self, channel: Channel, message_id: int) -> Message | None:
@@ -1072,11 +1121,7 @@ class Sandbox:
         return payload
 
     def _attachment_payload(self, attachment: Attachment) -> dict[str, Any]:
-        url = (
-            f"{self.cdn_base_url}/attachments/{attachment.channel_id}/{attachment.id}/"
-            f"{quote(attachment.filename, safe='')}"
-        )
-        return attachment_payload(attachment, url=url)
+        return attachment_payload(attachment, url=self.attachment_url(attachment))
 
     def _referenced_payload(self, message: Message) -> dict[str, Any]:
         """A replied-to message as Discord nests it: one level deep, no further reference."""

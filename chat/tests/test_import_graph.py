@@ -34,6 +34,8 @@ LAYERS: dict[str, int] = {
     "botproject.failures": 1,
     "chat.services": 2,
     "chat.command_services": 2,
+    "chat.memory_store": 2,
+    "chat.memory_recall": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,

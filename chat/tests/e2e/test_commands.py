@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.command_services import CommandRateLimit
-from chat.models import ChannelResetMarker, ShortTermMemory, Turn
+from chat.models import ChannelResetMarker, Memory, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
 from chat.sandbox.interactions import ACK_SECONDS, InteractionRecord
@@ -101,12 +101,12 @@ async def test_privacy_full_hides_the_caller_from_the_next_prompt_and_says_what_
 async def test_privacy_full_deletes_the_callers_memories(world):
     await world.start_worker()
     await run(world, "memory add", {"text": "I like green tea"})
-    assert await sync_to_async(ShortTermMemory.objects.filter(user_id=ALICE).count)() == 1
+    assert await sync_to_async(Memory.objects.filter(user_id=ALICE).count)() == 1
 
     record = await run(world, "privacy", {"level": "full"})
 
     assert "Deleted: 1 memory(ies) about you" in record.content
-    assert await sync_to_async(ShortTermMemory.objects.filter(user_id=ALICE).count)() == 0
+    assert await sync_to_async(Memory.objects.filter(user_id=ALICE).count)() == 0
     shown = await run(world, "memory show")  # still usable with full privacy
     assert shown.content == "The personas remember nothing about you here."
 
@@ -121,7 +121,7 @@ async def test_privacy_partial_is_seen_in_conversation_but_not_remembered(world)
 
     assert "teal" in prompt_text(world.llm.chat_bodies[-1])  # seen
     assert refused.content.startswith("Your privacy is partial: nothing about you is remembered")
-    assert await sync_to_async(ShortTermMemory.objects.filter(user_id=ALICE).count)() == 0
+    assert await sync_to_async(Memory.objects.filter(user_id=ALICE).count)() == 0
 
 
 # --- /memory -------------------------------------------------------------------------------------
@@ -142,13 +142,13 @@ async def test_memory_add_show_and_forget_are_numbered_and_refuse_bad_input(worl
     forgot_all = await run(world, "memory forget", {"id": "all"})
     after_all = await run(world, "memory show")
 
-    assert added.content.startswith("Remembered: 1. I like green tea — Tomori")
+    assert added.content.startswith("Remembered: 1. I like green tea — added by you with /memory")
     lines = shown.content.splitlines()
     assert [line.split(" — ")[0] for line in lines] == [
         "1. I like green tea",
         "2. My birthday is in May",
     ]
-    assert all("your direct messages, added by you" in line for line in lines)
+    assert all(" — added by you with /memory, 20" in line for line in lines)
     assert empty.content == "The memory text is empty: write what the personas should remember."
     assert not_theirs.content == "There is no memory 7 of yours (yours are 1–2; see /memory show)."
     assert bobs.content == "The personas remember nothing about you here."
@@ -156,6 +156,16 @@ async def test_memory_add_show_and_forget_are_numbered_and_refuse_bad_input(worl
     assert after_one.content.startswith("1. My birthday is in May")
     assert forgot_all.content == "Forgotten: 1 memory(ies)."
     assert after_all.content == "The personas remember nothing about you here."
+
+
+async def test_a_memory_added_by_command_reaches_the_next_prompt_about_its_person(world):
+    await world.start_worker()
+    await run(world, "memory add", {"text": "I drink green tea every morning"})
+
+    trigger = world.say("tomori, what should I drink this morning?")
+    await replied_to(world, trigger)
+
+    assert "About Alice: I drink green tea every morning" in prompt_text(world.llm.chat_bodies[-1])
 
 
 # --- /persona list -------------------------------------------------------------------------------

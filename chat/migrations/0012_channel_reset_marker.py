@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0010_turn_window_help'),
+        ('chat', '0011_long_term_memory'),
     ]
 
     operations = [
