@@ -396,8 +396,8 @@ def test_the_user_privacy_screen_says_who_set_each_level(guild, admin_client):
 
     assert UserPrivacy.objects.get(user_id=1300000000000000050).set_by == "admin"
     assert UserPrivacy.objects.get(user_id=1300000000000000051).set_by == "user"
-    assert "An admin, " in page.split("<td>1300000000000000050</td>", 1)[1].split("</tr>")[0]
+    assert "An admin, " in page.split('data-id="1300000000000000050"', 1)[1].split("</tr>")[0]
     assert (
         "The user (/privacy), "
-        in page.split("<td>1300000000000000051</td>", 1)[1].split("</tr>")[0]
+        in page.split('data-id="1300000000000000051"', 1)[1].split("</tr>")[0]
     )

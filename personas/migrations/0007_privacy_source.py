@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('personas', '0005_persona_model_capabilities'),
+        ('personas', '0006_lorebooks'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0011_long_term_memory'),
+        ('chat', '0013_merge_0012_discord_names_0012_turn_lorebook'),
     ]
 
     operations = [
