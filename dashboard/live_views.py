@@ -26,6 +26,7 @@ from chat.pipeline.types import HistoryMessage
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
+from dashboard.ids import parse_id
 from dashboard.preview import (
     DiscordUnavailable,
     PreviewError,
@@ -92,7 +93,8 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     }
     error = None
     result = None
-    if as_raw and not as_raw.isdigit():
+    as_user_id = parse_id(as_raw)
+    if as_raw and as_user_id is None:
         error = "“as” must be a user id (digits)."
     elif bool(as_raw) != bool(text):
         error = "Give both a user (“as”) and a text, or neither."
@@ -101,7 +103,7 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
             result = async_to_sync(preview_prepare)(
                 channel_id=channel_id,
                 persona_name=persona,
-                as_user_id=int(as_raw) if as_raw else None,
+                as_user_id=as_user_id,
                 text=text or None,
                 now=timezone.now(),
             )
@@ -151,8 +153,8 @@ def _preview_context(result: PreviewResult) -> dict[str, Any]:
 def turn_list(request: HttpRequest) -> HttpResponse:
     """Turns, newest first, filtered by guild, channel, persona, status, reason and date."""
     filters = selectors.TurnFilters(
-        guild=_int(request.GET.get("guild")),
-        channel=_int(request.GET.get("channel")),
+        guild=parse_id(request.GET.get("guild")),
+        channel=parse_id(request.GET.get("channel")),
         persona=request.GET.get("persona", "").strip(),
         status=request.GET.get("status", ""),
         reason=request.GET.get("reason", ""),
@@ -245,9 +247,10 @@ def why_view(request: HttpRequest) -> HttpResponse:
     raw = request.GET.get("message", "").strip()
     answer = error = None
     if raw:
-        if raw.isdigit():
+        message_id = parse_id(raw)
+        if message_id is not None:
             answer = why_message(
-                message_id=int(raw),
+                message_id=message_id,
                 bot_user_id=_bot_user_id(),
                 now=timezone.now(),
                 fetch=_fetch_over_rest,
@@ -293,11 +296,11 @@ def playground(request: HttpRequest) -> HttpResponse:
         return render(request, "dashboard/playground.html", {"world": None})
     channels = sandbox_playground.channels(world)
     users = sandbox_playground.users(world)
-    channel_id = _int(request.POST.get("channel") or request.GET.get("channel"))
+    channel_id = parse_id(request.POST.get("channel") or request.GET.get("channel"))
     channel_id = channel_id or (channels[0][0] if channels else None)
     sent = error = None
     if request.method == "POST":
-        author = _int(request.POST.get("author"))
+        author = parse_id(request.POST.get("author"))
         content = request.POST.get("content", "").strip()
         if author is None or channel_id is None or not content:
             error = "Choose a channel and a user, and type something."
@@ -335,11 +338,6 @@ def _personas_for(guild: GuildConfig | None) -> list[Persona]:
     if guild is None:
         return []
     return list(guild.personas.filter(enabled=True).order_by("-is_main", "name"))
-
-
-def _int(value: str | None) -> int | None:
-    value = (value or "").strip()
-    return int(value) if value.isdigit() else None
 
 
 def _date(value: str | None) -> dt.date | None:
