@@ -4,7 +4,7 @@ the loop's inputs. Nothing here writes."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -20,10 +20,11 @@ from chat.models import (
     Turn,
     UnreadEvent,
 )
-from chat.pipeline.triggers import TriggerPersona
+from chat.pipeline.triggers import AuthorStanding, TriggerInput, TriggerPersona
 from chat.pipeline.types import (
     BlockType,
     ContextNote,
+    HistoryMessage,
     ModelSettings,
     PersonaSpec,
     PrivacyLevel,
@@ -182,6 +183,51 @@ def trigger_persona(persona: Persona) -> TriggerPersona:
         triggers=tuple(persona.triggers),
         enabled=persona.enabled,
     )
+
+
+def trigger_inputs(
+    *,
+    configuration: ChannelConfiguration,
+    messages: Sequence[HistoryMessage],
+    bot_user_id: int | None,
+) -> list[TriggerInput]:
+    """The trigger decision's facts for each of ``messages`` (in order), read at once: the
+    channel's personas and blocks from ``configuration``, the accountable users' standing
+    (the proxy's sender for a proxied member), the personas that wrote the replied-to
+    messages, and which messages a proxy system replaced. The one gathering step before
+    `chat.pipeline.triggers.trigger_decision`, for the worker and the dashboard alike."""
+    standing = user_standing(user_ids=[m.accountable_user_id for m in messages])
+    replied = replied_persona_names(
+        message_ids=[m.reference.message_id for m in messages if m.reference]
+    )
+    superseded = superseded_original_ids(message_ids=[m.id for m in messages])
+    personas = tuple(trigger_persona(p) for p in configuration.personas)
+    inputs = []
+    for message in messages:
+        user_id = message.accountable_user_id
+        author = AuthorStanding(
+            blacklisted=user_id in standing.blacklisted,
+            full_privacy=standing.privacy.get(user_id) is PrivacyLevel.FULL,
+            blocks=tuple(
+                (block.persona_name, block.type)
+                for block in configuration.blocks
+                if block.user_id == user_id
+            ),
+        )
+        inputs.append(
+            TriggerInput(
+                message=message,
+                personas=personas,
+                is_dm=configuration.guild_id is None,
+                bot_user_id=bot_user_id,
+                replied_persona_name=replied.get(message.reference.message_id)
+                if message.reference
+                else None,
+                author=author,
+                superseded=message.id in superseded,
+            )
+        )
+    return inputs
 
 
 def active_blocks(*, guild: GuildConfig | None, now: dt.datetime) -> list[UserBlock]:

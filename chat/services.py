@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -30,8 +31,10 @@ from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
+from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
+from chat.memory_recall import memories_recall_for_turn, recalled_record
 from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
@@ -43,6 +46,7 @@ from chat.models import (
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.items import ItemTag
+from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.memory import (
     MAX_CATEGORIES,
     RAW_TURNS_TTL,
@@ -54,11 +58,12 @@ from chat.pipeline.memory import (
     visible_memory_text,
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.truncation import truncate_dialogue_history
+from chat.pipeline.truncation import context_budget, truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
 from chat.pipeline.window import (
     ReanchorReason,
@@ -97,6 +102,9 @@ class TurnRuntime:
     offered."""
     max_warm_contexts: int = MAX_WARM_CONTEXTS
     """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
+    embeddings: EmbeddingModel | None = None
+    """The embedding model long-term memory recall uses; None: the process's own
+    (`memory_store.default_embedding_model`)."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
@@ -148,6 +156,7 @@ class PreparedTurn:
     history_ms: float
     participant_ms: float
     build_ms: float
+    recalled: tuple[RecalledMemory, ...] = ()
 
 
 async def turn_prepare(
@@ -164,7 +173,8 @@ async def turn_prepare(
            window ending at the trigger; store the anchor.
         2. Fetch reply targets outside the window (at most four at a time) and read privacy,
            blacklist and short-term memory for the people in it (the channel's personas and
-           blocks come from ``request.configuration``, read once).
+           blocks come from ``request.configuration``, read once); recall the long-term
+           memories that bear on the trigger (`_recall_memories`).
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
@@ -182,6 +192,8 @@ async def turn_prepare(
 
     started = time.perf_counter()
     turn_input = await _turn_input(runtime, request, history, now=now)
+    recalled = await sync_to_async(_recall_memories)(runtime, request, turn_input)
+    turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
     participant_ms = _ms_since(started)
 
     started = time.perf_counter()
@@ -206,6 +218,35 @@ async def turn_prepare(
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
+        recalled=recalled,
+    )
+
+
+def _recall_memories(
+    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput
+) -> tuple[RecalledMemory, ...]:
+    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`): its
+    query is the trigger and the message before it; the personal memories of the people
+    speaking in the window are eligible, except of those with partial or full privacy or on the
+    blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget."""
+    unremembered = frozenset(
+        user_id
+        for user_id, level in turn_input.privacy.items()
+        if level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL)
+    ) | frozenset(turn_input.blacklisted_user_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    model = turn_input.persona.model
+    budget = context_budget(model.context_window, model.max_output_tokens)
+    return memories_recall_for_turn(
+        guild_id=request.configuration.guild_id,
+        persona_id=request.persona.id,
+        people=window_people(
+            turn_input.history, trigger_id=turn_input.trigger_id, unremembered=unremembered
+        ),
+        query=recall_query(turn_input.history, trigger_id=turn_input.trigger_id, hidden=hidden),
+        token_budget=budget * settings.MEMORY_RECALL_BUDGET_PERCENT // 100,
+        count_tokens=runtime.token_counter.count,
+        embedder=runtime.embeddings,
     )
 
 
@@ -795,7 +836,7 @@ def _toolbox(
     media = {
         key: ToolAttachment(
             media_id=key,
-            filename=files[snowflake].filename,
+            filename=scrub_snowflakes(files[snowflake].filename),
             url=files[snowflake].url,
             content_type=files[snowflake].content_type or "",
             size=files[snowflake].size,
@@ -831,7 +872,9 @@ class _AttachmentReader:
         try:
             return await self._port.read_attachment(attachment.url, max_bytes=max_bytes)
         except DeliveryError as error:
-            raise ToolError(f"could not read {attachment.filename}: {error}") from None
+            # The port's message names no URL; scrubbed all the same, as it reaches the model.
+            reason = scrub_snowflakes(str(error))
+            raise ToolError(f"could not read {attachment.filename}: {reason}") from None
 
 
 class _MetadataLookup:
@@ -850,7 +893,7 @@ class _MetadataLookup:
         reply_to = self._refs.get(reference.message_id) if reference is not None else None
         media = tuple(self._refs[a.id] for a in message.attachments if a.id in self._refs)
         return MessageMetadata(
-            author_name=message.shown_name,
+            author_name=scrub_snowflakes(message.shown_name),
             sent_at=message.created_at,
             reply_to_ref=reply_to if reply_to and reply_to.startswith("ref_") else None,
             media_ids=media,
@@ -985,6 +1028,7 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
+    turn.recalled = recalled_record(prepared.recalled)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
     turn.history_ms = prepared.history_ms

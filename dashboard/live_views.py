@@ -35,7 +35,7 @@ from dashboard.preview import (
     preview_prepare,
     turn_replay,
 )
-from dashboard.why import why_message
+from dashboard.why import WhyAnswer, why_message
 from personas.models import GuildConfig, Persona
 
 PAGE_SIZE = 25
@@ -74,13 +74,15 @@ def channel_live(request: HttpRequest, channel_id: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
-    """``?persona=<name>[&as=<user id>&text=<text>][&format=json]``: the exact request the
-    persona would send now (or if that user said that text now), as a dry run."""
+    """``?persona=<name>[&as=<user id>&text=<text> | &message=<id>][&format=json]``: the exact
+    request the persona would send now in answer to the channel's newest message (or if that
+    user said that text now, or to that message), as a dry run."""
     window = selectors.channel_window(channel_id=channel_id)
     personas = _personas_for(window.guild)
     persona = request.GET.get("persona", "").strip() or (personas[0].name if personas else "")
     as_raw = request.GET.get("as", "").strip()
     text = request.GET.get("text", "")
+    message_raw = request.GET.get("message", "").strip()
     wants_json = request.GET.get("format") == "json"
     context = {
         "channel_id": channel_id,
@@ -89,6 +91,7 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
         "persona": persona,
         "as_user": as_raw,
         "text": text,
+        "message_id": message_raw,
         "people": selectors.channel_people(channel_id=channel_id),
     }
     error = None
@@ -98,6 +101,10 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
         error = "“as” must be a user id (digits)."
     elif bool(as_raw) != bool(text):
         error = "Give both a user (“as”) and a text, or neither."
+    elif message_raw and not message_raw.isdigit():
+        error = "“message” must be a message id (digits)."
+    elif message_raw and as_raw:
+        error = "Preview either a message or a hypothetical text, not both."
     elif persona:
         try:
             result = async_to_sync(preview_prepare)(
@@ -105,6 +112,7 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
                 persona_name=persona,
                 as_user_id=as_user_id,
                 text=text or None,
+                trigger_message_id=int(message_raw) if message_raw else None,
                 now=timezone.now(),
             )
         except (PreviewError, DiscordUnavailable) as problem:
@@ -142,6 +150,7 @@ def _preview_context(result: PreviewResult) -> dict[str, Any]:
         "request_json": json.dumps(data["request"], indent=2, ensure_ascii=False),
         "removed_count": len(removed),
         "triggered_by": result.triggered_by,
+        "decision": data["decision"],
     }
 
 
@@ -243,7 +252,8 @@ def _message_url(guild_id: int | None, channel_id: int, message_id) -> str:
 @require_GET
 @viewer_required
 def why_view(request: HttpRequest) -> HttpResponse:
-    """``?message=<id>``: each persona's answer to "did you reply, and why (not)?"."""
+    """``?message=<id>[&format=json]``: each persona's answer to "did you reply, and why
+    (not)?"."""
     raw = request.GET.get("message", "").strip()
     answer = error = None
     if raw:
@@ -257,6 +267,10 @@ def why_view(request: HttpRequest) -> HttpResponse:
             )
         else:
             error = "A message id is digits (in Discord: right-click → Copy Message ID)."
+    if request.GET.get("format") == "json":
+        if answer is None:
+            return JsonResponse({"error": error or "Give ?message=<id>."}, status=400)
+        return JsonResponse(_why_json(answer), json_dumps_params={"ensure_ascii": False})
     return render(
         request,
         "dashboard/why.html",
@@ -268,6 +282,33 @@ def why_view(request: HttpRequest) -> HttpResponse:
         },
         status=400 if error else 200,
     )
+
+
+def _why_json(answer: WhyAnswer) -> dict[str, Any]:
+    """The why answer as JSON: per persona whether it replied, why, and the trigger
+    decision's verdict (``answers``: the rules would have it answer; ``silence``: why not)."""
+    return {
+        "message_id": str(answer.record.message_id),
+        "channel_id": str(answer.record.channel_id) if answer.record.channel_id else None,
+        "summary": answer.summary,
+        "answers": [
+            {
+                "persona": a.persona,
+                "replied": a.replied,
+                "why": a.why,
+                "rule": a.rule,
+                "turn_ids": [t.pk for t in a.turns],
+                "verdict": None
+                if a.verdict is None
+                else {
+                    "answers": a.verdict.answers,
+                    "rule": str(a.verdict.addressed.reason) if a.verdict.addressed else None,
+                    "silence": str(a.verdict.silence) if a.verdict.silence else None,
+                },
+            }
+            for a in answer.answers
+        ],
+    }
 
 
 def _fetch_over_rest(channel_id: int, message_id: int) -> HistoryMessage | None:

@@ -13,12 +13,13 @@ when the user sent it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import difflib
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,20 +27,26 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chat import selectors
-from chat.gateway.rest import DiscordUnavailable, fetch_member_name, rest_port
+from chat.gateway.rest import (
+    DiscordUnavailable,
+    RestDiscordAdapter,
+    fetch_member_name,
+    rest_port,
+)
 from chat.llm.attempts import AttemptRunner, TurnCompletion
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.tokens import default_token_counter
-from chat.pipeline.triggers import TurnReason, reactive_triggers
+from chat.pipeline.triggers import TriggerDecision, TurnReason, trigger_decision
 from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DiscordPort
 from chat.selectors import ChannelConfiguration
 from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
 from chat.windows import WindowRegistry
-from personas.models import ChannelConfig
+from dashboard.why import rule_label, verdict_sentence
+from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -58,13 +65,31 @@ class PreviewResult:
 
     ``triggered_by`` is the reason the trigger rules give this persona for the trigger (None:
     they would not answer it; the preview still shows what it would send). ``hypothetical_id``
-    is the id given to the hypothetical message (None without one).
+    is the id given to the hypothetical message (None without one). ``trigger`` is the
+    message answered and the worker's trigger decision for it.
     """
 
     prepared: PreparedTurn
     triggered_by: str | None
     hypothetical_id: int | None
     then_result: Any = None
+    trigger: PreviewTrigger | None = None
+
+    def decision_json(self) -> dict[str, Any] | None:
+        """The trigger decision for the previewed message: who answers, in order, and this
+        persona's verdict (its rule, why not, as a sentence)."""
+        if self.trigger is None:
+            return None
+        message = self.trigger.message
+        decision = self.trigger.decision
+        verdict = decision.verdict(self.prepared.request.persona.name)
+        return {
+            "message_id": str(message.id),
+            "answers": [t.persona_name for t in decision.answers],
+            "rule": rule_label(verdict) if verdict else "",
+            "silence": str(verdict.silence) if verdict and verdict.silence else None,
+            "why": verdict_sentence(verdict, message) if verdict else "",
+        }
 
     def as_json(self) -> dict[str, Any]:
         """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools."""
@@ -94,6 +119,7 @@ class PreviewResult:
             },
             "window": window_report(self.prepared),
             "triggered_by": self.triggered_by,
+            "decision": self.decision_json(),
         }
 
     def tokens(self) -> dict[str, Any]:
@@ -130,13 +156,13 @@ async def preview_prepare(
     """Prepare a dry-run turn of ``persona_name`` in the channel.
 
     Steps:
-        1. Find the channel's guild (its configuration row, else what ingest recorded) and read
-           its configuration at ``now``.
+        1. Read the channel's configuration at ``now`` (`preview_configuration`).
         2. Log in a REST-only port, taught which messages the personas delivered.
-        3. The trigger: the hypothetical message (``as_user_id`` says ``text`` now), else the
-           channel's newest message.
-        4. `turn_prepare(dry_run=True)` with a fresh window registry whose history read
-           includes the hypothetical message.
+        3. The trigger (`preview_trigger`): the hypothetical message (``as_user_id`` says
+           ``text`` now, `hypothetical_message`), else the message ``trigger_message_id``,
+           else the channel's newest message; and the trigger decision the worker would make.
+        4. `turn_prepare(dry_run=True)` on a dry-run runtime (`preview_runtime`) whose history
+           read includes the hypothetical message.
 
     A replay passes ``trigger_message_id`` (the recorded turn's trigger) and
     ``window_message_ids`` (the window it read): the history is that window again, read from
@@ -146,8 +172,60 @@ async def preview_prepare(
     Raises `PreviewError` (unknown channel or persona, nothing to answer) or
     `DiscordUnavailable` (no token, login refused).
     """
-    guild_id = await sync_to_async(_channel_guild_id)(channel_id)
-    configuration = await sync_to_async(selectors.channel_configuration)(
+    configuration, persona = await sync_to_async(preview_configuration)(
+        channel_id=channel_id, persona_name=persona_name, now=now
+    )
+    async with _preview_port() as port:
+        hypothetical = None
+        if as_user_id is not None and text:
+            guild_id = configuration.guild_id or 0
+            name = await fetch_member_name(port, guild_id=guild_id, user_id=as_user_id)
+            author = Author(id=as_user_id, display_name=name or str(as_user_id))
+            hypothetical = hypothetical_message(
+                channel_id=channel_id, author=author, text=text, now=now
+            )
+        trigger = await preview_trigger(
+            port=port,
+            configuration=configuration,
+            hypothetical=hypothetical,
+            message_id=trigger_message_id,
+        )
+        verdict = trigger.decision.verdict(persona.name)
+        answers = verdict is not None and verdict.answers
+        async with preview_runtime(
+            port=port, now=now, hypothetical=hypothetical, window_message_ids=window_message_ids
+        ) as runtime:
+            addressed = verdict.addressed if verdict is not None else None
+            request = TurnRequest(
+                configuration=configuration,
+                persona=persona,
+                trigger=trigger.message,
+                reason=addressed.reason if addressed else TurnReason.TRIGGER_WORD,
+                reason_detail={"rule": str(addressed.reason), "detail": addressed.detail}
+                if addressed
+                else {},
+            )
+            prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+            then_result = await then(prepared) if then is not None else None
+    return PreviewResult(
+        prepared=prepared,
+        triggered_by=str(verdict.addressed.reason) if answers and verdict.addressed else None,
+        hypothetical_id=hypothetical.id if hypothetical else None,
+        then_result=then_result,
+        trigger=trigger,
+    )
+
+
+def preview_configuration(
+    *, channel_id: int, persona_name: str, now: dt.datetime
+) -> tuple[ChannelConfiguration, Persona]:
+    """The channel's configuration at ``now`` (its guild: the configuration row, else what
+    ingest recorded) and the persona called ``persona_name`` in it.
+
+    Raises `PreviewError` when the channel's guild is not configured or has no such enabled
+    persona."""
+    guild_id = _channel_guild_id(channel_id)
+    configuration = selectors.channel_configuration(
         channel_id=channel_id, guild_id=guild_id, now=now
     )
     if configuration is None:
@@ -156,6 +234,101 @@ async def preview_prepare(
     if persona is None:
         names = ", ".join(p.name for p in configuration.personas) or "none"
         raise PreviewError(f"no enabled persona {persona_name!r} here (personas: {names})")
+    return configuration, persona
+
+
+def hypothetical_message(
+    *, channel_id: int, author: Author, text: str, now: dt.datetime
+) -> HistoryMessage:
+    """The message ``author`` would post in the channel if they sent ``text`` at ``now``: the
+    smallest snowflake of that instant, and the mentions Discord would parse from the text."""
+    return HistoryMessage(
+        id=snowflake_at(now),
+        channel_id=channel_id,
+        author=author,
+        content=text,
+        created_at=now,
+        mention_ids=tuple(dict.fromkeys(int(i) for i in MENTION.findall(text))),
+    )
+
+
+@dataclass(frozen=True)
+class PreviewTrigger:
+    """The message the previewed turn answers and the trigger decision the worker would make
+    for it (every persona's verdict)."""
+
+    message: HistoryMessage
+    decision: TriggerDecision
+
+
+async def preview_trigger(
+    *,
+    port: DiscordPort,
+    configuration: ChannelConfiguration,
+    hypothetical: HistoryMessage | None,
+    message_id: int | None,
+) -> PreviewTrigger:
+    """Choose the trigger — ``hypothetical``, else message ``message_id`` read from Discord,
+    else the channel's newest message — and decide it as the worker does (the same gathering
+    step, `selectors.trigger_inputs`, and `trigger_decision`).
+
+    Raises `PreviewError` when that message cannot be read or the channel has none."""
+    channel_id = configuration.channel_id
+    trigger = hypothetical
+    if trigger is None and message_id is not None:
+        trigger = await port.fetch_message(channel_id, message_id)
+        if trigger is None:
+            raise PreviewError(f"message {message_id} can no longer be read")
+    if trigger is None:
+        newest = sorted(await port.fetch_history(channel_id, 1), key=lambda m: m.id)
+        if not newest:
+            raise PreviewError("the channel has no message to answer yet")
+        trigger = newest[-1]
+    [facts] = await sync_to_async(selectors.trigger_inputs)(
+        configuration=configuration, messages=[trigger], bot_user_id=port.bot_user_id
+    )
+    return PreviewTrigger(message=trigger, decision=trigger_decision(facts))
+
+
+@contextlib.asynccontextmanager
+async def preview_runtime(
+    *,
+    port: DiscordPort,
+    now: dt.datetime,
+    hypothetical: HistoryMessage | None = None,
+    window_message_ids: frozenset[int] | None = None,
+) -> AsyncIterator[TurnRuntime]:
+    """A dry-run `TurnRuntime` over ``port`` at the fixed instant ``now``, with a fresh window
+    registry whose history read is the channel's with ``hypothetical`` as its newest message,
+    or (``window_message_ids``) a recorded window read again. Its model client is never
+    called (a dry run renders the body without asking the model)."""
+
+    async def fetch_history(channel: int, limit: int) -> list[HistoryMessage]:
+        messages = await port.fetch_history(channel, limit)
+        if window_message_ids is not None:
+            return await _recorded_window(port, channel, messages, window_message_ids)
+        if hypothetical is None:
+            return messages
+        newest = sorted((*messages, hypothetical), key=lambda m: m.id)
+        return newest[-limit:]
+
+    windows = WindowRegistry(fetch_history=fetch_history, cache_view=port.cache_view)
+    async with OpenAICompatibleClient(
+        base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1"
+    ) as never_called:
+        yield TurnRuntime(
+            port=port,
+            windows=windows,
+            llm=AttemptRunner(client=never_called),
+            token_counter=default_token_counter(),
+            clock=lambda: now,
+        )
+
+
+@contextlib.asynccontextmanager
+async def _preview_port() -> AsyncIterator[RestDiscordAdapter]:
+    """The REST-only port, attributing messages as the worker does (its webhooks, the main
+    personas); raises `DiscordUnavailable` without a Discord to read."""
     webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
     main_names = await sync_to_async(selectors.main_persona_names)()
     async with rest_port(
@@ -165,63 +338,7 @@ async def preview_prepare(
         webhook_ids=webhook_ids,
         main_persona_names=main_names,
     ) as port:
-        hypothetical = None
-        if as_user_id is not None and text:
-            name = await fetch_member_name(port, guild_id=guild_id or 0, user_id=as_user_id)
-            hypothetical = HistoryMessage(
-                id=snowflake_at(now),
-                channel_id=channel_id,
-                author=Author(id=as_user_id, display_name=name or str(as_user_id)),
-                content=text,
-                created_at=now,
-                mention_ids=tuple(dict.fromkeys(int(i) for i in MENTION.findall(text))),
-            )
-
-        async def fetch_history(channel: int, limit: int) -> list[HistoryMessage]:
-            messages = await port.fetch_history(channel, limit)
-            if window_message_ids is not None:
-                return await _recorded_window(port, channel, messages, window_message_ids)
-            if hypothetical is None:
-                return messages
-            newest = sorted((*messages, hypothetical), key=lambda m: m.id)
-            return newest[-limit:]
-
-        windows = WindowRegistry(fetch_history=fetch_history, cache_view=port.cache_view)
-        trigger = hypothetical
-        if trigger is None and trigger_message_id is not None:
-            trigger = await port.fetch_message(channel_id, trigger_message_id)
-            if trigger is None:
-                raise PreviewError(f"message {trigger_message_id} can no longer be read")
-        if trigger is None:
-            newest = sorted(await port.fetch_history(channel_id, 1), key=lambda m: m.id)
-            if not newest:
-                raise PreviewError("the channel has no message to answer yet")
-            trigger = newest[-1]
-        reason = await sync_to_async(_reason_for)(configuration, persona.name, trigger, port)
-        async with OpenAICompatibleClient(
-            base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1"
-        ) as never_called:
-            runtime = TurnRuntime(
-                port=port,
-                windows=windows,
-                llm=AttemptRunner(client=never_called),
-                token_counter=default_token_counter(),
-                clock=lambda: now,
-            )
-            request = TurnRequest(
-                configuration=configuration,
-                persona=persona,
-                trigger=trigger,
-                reason=TurnReason(reason) if reason else TurnReason.TRIGGER_WORD,
-            )
-            prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
-            then_result = await then(prepared) if then is not None else None
-    return PreviewResult(
-        prepared=prepared,
-        triggered_by=reason,
-        hypothetical_id=hypothetical.id if hypothetical else None,
-        then_result=then_result,
-    )
+        yield port
 
 
 async def _recorded_window(
@@ -249,16 +366,8 @@ async def _recorded_window(
 async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage | None:
     """One message read from Discord over the REST port, attributed as the worker attributes
     it; None when there is no Discord to read (no token) or the message cannot be read."""
-    webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
-    main_names = await sync_to_async(selectors.main_persona_names)()
     try:
-        async with rest_port(
-            token=settings.DISCORD_TOKEN,
-            api_base=settings.DISCORD_API_BASE,
-            gateway_url=settings.DISCORD_GATEWAY_URL,
-            webhook_ids=webhook_ids,
-            main_persona_names=main_names,
-        ) as port:
+        async with _preview_port() as port:
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None
@@ -272,34 +381,6 @@ def _channel_guild_id(channel_id: int) -> int | None:
         return row.guild.guild_id
     known = selectors.channel_guild_id(channel_id=channel_id)
     return known.guild_id if known is not None else None
-
-
-def _reason_for(
-    configuration: ChannelConfiguration,
-    persona_name: str,
-    trigger: HistoryMessage,
-    port: DiscordPort,
-) -> str | None:
-    """Why the trigger rules would have ``persona_name`` answer ``trigger`` (None: they would
-    not)."""
-    standing = selectors.user_standing(user_ids=[trigger.accountable_user_id])
-    replied = selectors.replied_persona_names(
-        message_ids=[trigger.reference.message_id] if trigger.reference else []
-    )
-    triggers = reactive_triggers(
-        message=trigger,
-        personas=[selectors.trigger_persona(p) for p in configuration.personas],
-        bot_user_id=port.bot_user_id,
-        is_dm=configuration.guild_id is None,
-        replied_persona_name=replied.get(trigger.reference.message_id)
-        if trigger.reference
-        else None,
-        silenced_for={
-            b.persona_name for b in configuration.blocks if b.user_id == trigger.author.id
-        },
-        author_blacklisted=trigger.accountable_user_id in standing.blacklisted,
-    )
-    return next((str(t.reason) for t in triggers if t.persona_name == persona_name), None)
 
 
 @dataclass(frozen=True)

@@ -382,8 +382,19 @@ class DiscordAdapter:
                     if len(data) >= max_bytes:
                         break
                 return bytes(data[:max_bytes])
+        except httpx.HTTPStatusError as error:
+            # The message names what went wrong, never the URL: it holds the channel and
+            # attachment ids, and a tool hands this text to the model.
+            status = error.response.status_code
+            gone = status in (403, 404)
+            expired = " (its link has expired or the file was deleted)" if gone else ""
+            raise DeliveryError(
+                f"the file could not be downloaded: HTTP {status}{expired}", permanent=status < 500
+            ) from None
         except httpx.HTTPError as error:
-            raise DeliveryError(f"could not download the file: {error}", permanent=False) from None
+            raise DeliveryError(
+                f"the file could not be downloaded: {type(error).__name__}", permanent=False
+            ) from None
 
     # -- acting ------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """A local OpenAI-compatible server for tests and the demo: scripted answers and injected faults.
 
 Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks ending with
-``data: [DONE]`` when ``stream`` is true) and ``GET /v1/models``. Every request is recorded in
+``data: [DONE]`` when ``stream`` is true), ``POST /v1/embeddings`` (deterministic vectors of
+hashed words, `embeddings.HashingEmbeddings`') and ``GET /v1/models``. Every request is recorded in
 ``requests``. Each chat request takes the next item of the script, a queue of:
 
 - ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated);
@@ -15,6 +16,10 @@ fake model <model>. You said: <the last user message>"; the introduction is a co
 argument (the demo says it is the demo model). Usage is always reported, cached prompt tokens
 included: the estimate counts the prefix a request shares with the previous one as cached, as a
 provider's prompt cache would.
+
+A ``guard`` (when given) reads every chat request body as it arrives; what it returns (a list of
+findings) is kept in ``guard_findings``. ``raw_discord_identifiers`` is the guard the end-to-end
+suite runs: no text part of a request may hold a raw snowflake or a Discord CDN URL.
 
 In-process (ephemeral port)::
 
@@ -40,6 +45,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
+
+from chat.llm.embeddings import hashed_vector
 
 
 class FaultKind(StrEnum):
@@ -84,6 +91,51 @@ class Reply:
 
 ScriptItem = Reply | Fault
 
+# A raw Discord snowflake: a run of 17–20 digits (or longer, which holds one).
+_SNOWFLAKE = re.compile(r"[0-9]{17,}")
+# A Discord CDN link (the real hosts, or any host's ``/attachments/<channel>/<attachment>/``
+# path, which is how the sandbox serves uploads).
+_CDN_URL = re.compile(
+    r"(?:cdn\.discordapp\.com|media\.discordapp\.net|/attachments/[0-9]+/[0-9]+/)",
+    re.IGNORECASE,
+)
+
+
+def request_text_parts(body: Any) -> Iterator[tuple[str, str]]:
+    """Every text a chat request hands the model, as ``(where, text)``: each message's string
+    content or ``text`` parts (``messages[3] (tool)``), whatever its role. Image parts, tool
+    schemas and the model's own tool-call arguments are not text parts."""
+    if not isinstance(body, dict):
+        yield "body", str(body)
+        return
+    for index, message in enumerate(body.get("messages") or []):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        where = f"messages[{index}] ({message.get('role')})"
+        if isinstance(content, str):
+            yield where, content
+        elif isinstance(content, list):
+            for part_index, part in enumerate(content):
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    yield f"{where} part {part_index}", part["text"]
+    if isinstance(body.get("prompt"), str):
+        yield "prompt", body["prompt"]
+
+
+def raw_discord_identifiers(body: Any) -> list[str]:
+    """The guard DESIGN §3 asks for ("never raw snowflakes"): one finding per text part of
+    ``body`` that holds a run of 17–20 digits or a Discord CDN URL, naming where and quoting
+    around the match; ``[]`` when the request is clean."""
+    findings = []
+    for where, text in request_text_parts(body):
+        for pattern in (_SNOWFLAKE, _CDN_URL):
+            match = pattern.search(text)
+            if match is not None:
+                start, end = max(0, match.start() - 60), match.end() + 60
+                findings.append(f"{where}: …{text[start:end]}…")
+    return findings
+
 
 @dataclass(frozen=True)
 class RecordedRequest:
@@ -106,8 +158,11 @@ class FakeLLMServer:
         port: int = 0,
         introduction: str = "I am the fake model {model}.",
         responder: Callable[[dict[str, Any]], ScriptItem] | None = None,
+        guard: Callable[[Any], list[str]] | None = None,
     ) -> None:
         self.requests: list[RecordedRequest] = []
+        self._guard = guard
+        self.guard_findings: list[str] = []
         self._responder = responder
         self._introduction = introduction
         self.base_url = ""
@@ -121,6 +176,7 @@ class FakeLLMServer:
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self._chat_completions)
         self.app.router.add_get("/v1/models", self._list_models)
+        self.app.router.add_post("/v1/embeddings", self._embeddings)
 
     def enqueue(self, *items: ScriptItem) -> None:
         """Append answers to the script."""
@@ -155,6 +211,34 @@ class FakeLLMServer:
         models = [{"id": name, "object": "model", "owned_by": "fake"} for name in self._models]
         return web.json_response({"object": "list", "data": models})
 
+    @property
+    def embedding_bodies(self) -> list[Any]:
+        """The bodies of the embedding requests received, in order."""
+        return [r.body for r in self.requests if r.path == "/v1/embeddings"]
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """``POST /v1/embeddings``: `HashingEmbeddings`' vectors (texts sharing words point
+        the same way), one per input, in the OpenAI response shape."""
+        try:
+            body = json.loads(await request.text())
+        except json.JSONDecodeError:
+            body = None
+        self._record(request, body)
+        texts = body.get("input") if isinstance(body, dict) else None
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return _error_response(400, "input must be a string or a list of strings")
+        data = [
+            {"object": "embedding", "index": n, "embedding": hashed_vector(text)}
+            for n, text in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": sum(len(t.split()) for t in texts)}
+        usage["total_tokens"] = usage["prompt_tokens"]
+        return web.json_response(
+            {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
+
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         raw = await request.text()
         try:
@@ -162,6 +246,9 @@ class FakeLLMServer:
         except json.JSONDecodeError:
             body = raw
         self._record(request, body)
+        if self._guard is not None:
+            number = len(self.chat_bodies)
+            self.guard_findings.extend(f"request {number}: {f}" for f in self._guard(body))
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error_response(400, "the body must be a JSON object with a messages list")
         if self._script:

@@ -146,7 +146,7 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
         ),
         ToolSpec(
             ToolName.REVEAL_MESSAGE_METADATA,
-            "Reveal who sent a message in this conversation, when, and its Discord message id.",
+            "Reveal who sent a message in this conversation, when, and what it replies to.",
             RevealMessageMetadataArguments,
         ),
         ToolSpec(

@@ -18,8 +18,8 @@ from botproject.events import UnreadCount, channel_group, publish
 from chat import selectors
 from chat.loop import ingress
 from chat.loop.ingress import OwnIdentity
-from chat.pipeline.triggers import Trigger, reactive_triggers
-from chat.pipeline.types import BlockType, HistoryMessage
+from chat.pipeline.triggers import Trigger, trigger_decision
+from chat.pipeline.types import HistoryMessage
 from chat.selectors import ChannelConfiguration
 from chat.services import TurnRequest, TurnRuntime, turn_already_answered, turn_run
 from personas.models import Persona
@@ -105,39 +105,16 @@ class ReactiveLoop:
 def trigger_plans(
     *, configuration: ChannelConfiguration, pending: list[HistoryMessage], bot_user_id: int
 ) -> list[TriggerPlan]:
-    """Each pending message with the personas that answer it (none: nobody answers).
-
-    The personas and blocks come from ``configuration``; the authors' standing (blacklisted or
-    full privacy: they trigger nothing) and which persona wrote each replied-to message are
-    read here.
-    """
-    personas = configuration.personas
-    by_name = {p.name: p for p in personas}
-    standing = selectors.user_standing(user_ids=[m.accountable_user_id for m in pending])
-    replied = selectors.replied_persona_names(
-        message_ids=[m.reference.message_id for m in pending if m.reference]
+    """Each pending message with the personas that answer it (none: nobody answers): the
+    facts gathered once for all of them (`selectors.trigger_inputs`), then the one trigger
+    decision the dashboard's preview and "why (not)?" page also make."""
+    by_name = {p.name: p for p in configuration.personas}
+    inputs = selectors.trigger_inputs(
+        configuration=configuration, messages=pending, bot_user_id=bot_user_id
     )
-    trigger_personas = [selectors.trigger_persona(p) for p in personas]
     plans = []
-    for message in pending:
-        user_id = message.accountable_user_id
-        triggers = reactive_triggers(
-            message=message,
-            personas=trigger_personas,
-            bot_user_id=bot_user_id,
-            is_dm=configuration.guild_id is None,
-            replied_persona_name=replied.get(message.reference.message_id)
-            if message.reference
-            else None,
-            silenced_for={
-                block.persona_name
-                for block in configuration.blocks
-                if block.user_id == user_id and block.type in (BlockType.MUTE, BlockType.BLOCK)
-            },
-            # A user with full privacy never appears in a prompt, so never triggers one: the
-            # model would answer a message it cannot see.
-            author_blacklisted=user_id in standing.blacklisted or user_id in standing.full_privacy,
-        )
-        answers = tuple((by_name[t.persona_name], t) for t in triggers)
-        plans.append(TriggerPlan(message=message, answers=answers))
+    for facts in inputs:
+        decision = trigger_decision(facts)
+        answers = tuple((by_name[t.persona_name], t) for t in decision.answers)
+        plans.append(TriggerPlan(message=facts.message, answers=answers))
     return plans

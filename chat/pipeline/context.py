@@ -25,6 +25,7 @@ from chat.pipeline.participants import (
     participant_note,
     prepare_participant_context,
 )
+from chat.pipeline.recall import memory_note_text
 from chat.pipeline.simplify import (
     SimplifiedEntry,
     SimplifiedHistory,
@@ -47,7 +48,7 @@ from chat.pipeline.types import (
 from chat.pipeline.window import history_window_stride, normalize_fetch_limit
 
 TURN_VARYING_TAGS = frozenset(
-    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS}
+    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS, ItemTag.MEMORY}
 )
 REUNION_MIN_GAP = timedelta(days=3)
 """How long a person must have been away from a persona for the reunion note."""
@@ -77,11 +78,13 @@ class TurnInput:
         channel_note: The channel's context note, if configured.
         global_note: The guild-wide context note, used only when neither the persona nor the
             channel has one.
-        memories: Retrieved long-term memories, as text.
+        memories: Recalled long-term memories, as prompt lines (`recall.memory_line`), best
+            first. They are shown after the dialogue, never in the system block: they change
+            with every turn, and the provider's prompt cache stops at the first change.
         stm_text: The short-term memory as the prompt shows it (`memory.visible_memory_text`:
             the caller has already left out an expired one); None when there is none.
         stm_depth: The memory's saved depth: None puts it in the system block after the
-            memories; a number places it in the dialogue like a context note at that depth.
+            system prompt; a number places it in the dialogue like a context note at that depth.
         configured_tools: Tools whose outside service is configured.
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
         stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
@@ -187,8 +190,8 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
            from ``turn.previous_history`` when it fits.
         4. Resolve participants (`participants.prepare_participant_context`).
         5. Admit tools from the triggering entry (`tools.admit_tools`).
-        6. Assemble items: system prompt, memories, STM, samples, dialogue history with its
-           spacers and notes, tail directives.
+        6. Assemble items: system prompt, STM, samples, dialogue history with its spacers and
+           notes, recalled memories, the participants note, tail directives.
         7. Count tokens (a warm build counts only new texts).
         8. Truncate to the persona's budget in stride batches.
         9. Mark the cacheable prefix on what survives.
@@ -255,6 +258,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     items = (
         *configuration,
         *place_notes(dialogue.items, (*_stm_at_depth(turn), *context_note_items(notes, macros))),
+        *_recalled_memories(turn),
     )
     participants_text = participant_note(participants)
     if participants_text:
@@ -299,14 +303,15 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
 def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | None = None) -> int:
     """Where the stable prefix ends: the index of the first item expected to change next turn.
 
-    The prefix holds the configuration (system prompt, memories, STM: they change only when a
-    memory is written or the STM maintained), the samples, and the dialogue up to the first
-    context note or short-term memory placed at depth (it moves with every new message) or the
-    newest entry (the next message may merge into it), whichever comes first, and never a tail
-    directive. ``varying_from`` ends it earlier: configuration that names the turn's user
-    (``{user}``) changes whenever someone else speaks next. Media limits can still change an
-    older entry (an image leaving the rendered-image limit); that is not predictable from one
-    turn, so the boundary does not try.
+    The prefix holds the configuration (system prompt, STM: it changes only when the STM is
+    maintained), the samples, and the dialogue up to the first context note or short-term
+    memory placed at depth (it moves with every new message) or the newest entry (the next
+    message may merge into it), whichever comes first, and never a tail directive or recalled
+    memories (they follow the dialogue and change with every turn). ``varying_from`` ends it
+    earlier: configuration that names the turn's user (``{user}``) changes whenever someone
+    else speaks next. Media limits can still change an older entry (an image leaving the
+    rendered-image limit); that is not predictable from one turn, so the boundary does not
+    try.
     """
     first_varying = next(
         (
@@ -350,7 +355,7 @@ def _known_token_counts(turn: TurnInput) -> dict[str, int]:
 def _configuration_items(
     turn: TurnInput, macros: MacroContext
 ) -> tuple[tuple[ContextItem, ...], int | None]:
-    """System prompt, memories and STM (system role), then the sample dialogue as written;
+    """System prompt and STM (system role), then the sample dialogue as written;
     and the index of the first whose template says ``{user}`` (None when none does).
 
     Completion models read the same text: configuration is prose already.
@@ -360,8 +365,6 @@ def _configuration_items(
     system_prompt = expand_macros(persona.system_prompt, macros).strip()
     if system_prompt:
         pieces.append((ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt))
-    for memory in turn.memories:
-        pieces.append((ItemTag.MEMORY, Role.SYSTEM, "", f"Memory: {memory}"))
     if turn.stm_text and turn.stm_text.strip() and turn.stm_depth is None:
         stm = f"{STM_HEADER}\n{turn.stm_text.strip()}"
         pieces.append((ItemTag.STM, Role.SYSTEM, "", stm))
@@ -371,6 +374,16 @@ def _configuration_items(
     items = tuple(ContextItem(tag=tag, role=role, text=text) for tag, role, _, text in pieces)
     templates = [template for _tag, _role, template, _text in pieces]
     return items, next((n for n, t in enumerate(templates) if names_the_user(t)), None)
+
+
+def _recalled_memories(turn: TurnInput) -> tuple[ContextItem, ...]:
+    """The recalled memories as one ``[System: …]`` item after the dialogue (`recall.py`);
+    empty when none were recalled. Not in the system block: recall changes with what is being
+    said, and anything that changes there would end the cacheable prefix at the very start."""
+    text = memory_note_text(turn.memories)
+    if text is None:
+        return ()
+    return (ContextItem(tag=ItemTag.MEMORY, role=Role.USER, text=system_note(text)),)
 
 
 def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:

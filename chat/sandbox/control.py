@@ -13,6 +13,10 @@ Discord's error body. Ids are strings in responses and strings or numbers in req
     PUT    /channels/{cid}/messages/{mid}/reactions     {user_id, emoji}
     DELETE /channels/{cid}/messages/{mid}/reactions     {user_id, emoji}
     POST   /channels/{cid}/typing               {user_id}
+    POST   /channels/{cid}/commands             {user_id, name, options?, target_message_id?,
+                                                 overridden?, wait?} -> the interaction and
+                                                 its answers, once answered (or `wait` s)
+    GET    /interactions                        every interaction and its answers
     POST   /faults                              {method, path, status, count?, retry_after?,
                                                  scope?}
     DELETE /faults
@@ -28,6 +32,8 @@ person types (`general`, `#general`, `alice`) against `GET /world`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from base64 import b64decode
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
@@ -87,6 +93,18 @@ class UserReaction(_Body):
 
 class UserTyping(_Body):
     user_id: Snowflake
+
+
+class CommandRun(_Body):
+    """A member runs an application command: `name` with its subcommands (``memory show``),
+    or a message command's name with `target_message_id`."""
+
+    user_id: Snowflake
+    name: Annotated[str, Field(min_length=1)]
+    options: dict[str, Any] = {}
+    target_message_id: Snowflake | None = None
+    overridden: bool = False
+    wait: Annotated[float, Field(ge=0, le=60)] = 5.0
 
 
 class FaultSpec(_Body):
@@ -173,6 +191,30 @@ def control_app(server: SandboxServer) -> web.Application:
         body = schemas.parse(UserTyping, await json_body(request))
         sandbox.user_types(snowflake_param(request, "channel_id"), body.user_id)
         return no_content()
+
+    @routes.post("/channels/{channel_id}/commands")
+    async def run_command(request: web.Request) -> web.Response:
+        body = schemas.parse(CommandRun, await json_body(request))
+        record = sandbox.interactions.run(
+            snowflake_param(request, "channel_id"),
+            body.user_id,
+            body.name,
+            body.options,
+            target_message_id=body.target_message_id,
+            overridden=body.overridden,
+        )
+        answered = asyncio.Event()
+        record.watchers.append(answered.set)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(body.wait):
+                while not record.answered:
+                    answered.clear()
+                    await answered.wait()
+        return json_response(record.describe())
+
+    @routes.get("/interactions")
+    async def interactions(request: web.Request) -> web.Response:
+        return json_response([r.describe() for r in sandbox.interactions.records()])
 
     @routes.post("/faults")
     async def inject_fault(request: web.Request) -> web.Response:
@@ -263,6 +305,27 @@ class ControlClient:
         if reply_to is not None:
             body["reply_to"] = str(reply_to)
         return await self._request("POST", f"/channels/{channel_id}/messages", json=body)
+
+    async def run_command(
+        self,
+        channel_id: int,
+        user_id: int,
+        name: str,
+        options: dict[str, Any] | None = None,
+        *,
+        target_message_id: int | None = None,
+        wait: float = 5.0,
+    ) -> dict[str, Any]:
+        """Run a command as `user_id`; the interaction and its answers once answered."""
+        body: dict[str, Any] = {
+            "user_id": str(user_id),
+            "name": name,
+            "options": options or {},
+            "wait": wait,
+        }
+        if target_message_id is not None:
+            body["target_message_id"] = str(target_message_id)
+        return await self._request("POST", f"/channels/{channel_id}/commands", json=body)
 
     async def messages(self, channel_id: int, *, after: int | None = None) -> list[dict[str, Any]]:
         """The channel's messages oldest first; with `after`, only newer ones."""

@@ -125,7 +125,7 @@ async def discord_errors(request: web.Request, handler: Handler) -> web.StreamRe
 
 
 def _is_public(route: str) -> bool:
-    return route == "/gateway" or "{webhook_token}" in route
+    return route == "/gateway" or "{webhook_token}" in route or "{interaction_token}" in route
 
 
 def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Application:
@@ -298,6 +298,70 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         sandbox.remove_reaction(channel_id, message_id, emoji, user_id=user_id)
         return no_content()
 
+    # --- attachments
+    @routes.post("/attachments/refresh-urls")
+    async def refresh_attachment_urls(request: web.Request) -> web.Response:
+        body = schemas.parse(schemas.AttachmentRefresh, await json_body(request))
+        return json_response(
+            {"refreshed_urls": sandbox.refresh_attachment_urls(body.attachment_urls)}
+        )
+
+    # --- application commands and interactions (`chat.sandbox.interactions`)
+    def _application_id(request: web.Request) -> int:
+        return snowflake_param(request, "application_id")
+
+    @routes.get("/applications/{application_id}/commands")
+    async def global_commands(request: web.Request) -> web.Response:
+        return json_response(sandbox.interactions.commands(_application_id(request)))
+
+    @routes.put("/applications/{application_id}/commands")
+    async def sync_global_commands(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        if not isinstance(body, list):
+            raise invalid_form_body({("_",): ("LIST_TYPE_CONVERT", "Must be a list.")})
+        return json_response(sandbox.interactions.sync(_application_id(request), None, body))
+
+    @routes.get("/applications/{application_id}/guilds/{guild_id}/commands")
+    async def guild_commands(request: web.Request) -> web.Response:
+        guild_id = snowflake_param(request, "guild_id")
+        return json_response(sandbox.interactions.commands(_application_id(request), guild_id))
+
+    @routes.put("/applications/{application_id}/guilds/{guild_id}/commands")
+    async def sync_guild_commands(request: web.Request) -> web.Response:
+        body = await json_body(request)
+        if not isinstance(body, list):
+            raise invalid_form_body({("_",): ("LIST_TYPE_CONVERT", "Must be a list.")})
+        guild_id = snowflake_param(request, "guild_id")
+        return json_response(sandbox.interactions.sync(_application_id(request), guild_id, body))
+
+    @routes.post("/interactions/{interaction_id}/{interaction_token}/callback")
+    async def interaction_callback(request: web.Request) -> web.Response:
+        payload, uploads = await message_body(request)
+        if not isinstance(payload, dict):
+            raise invalid_form_body({("type",): ("BASE_TYPE_REQUIRED", "This field is required")})
+        answer = sandbox.interactions.callback(
+            snowflake_param(request, "interaction_id"),
+            request.match_info["interaction_token"],
+            payload,
+            uploads,
+        )
+        wanted = request.query.get("with_response", "false").lower() in ("1", "true")
+        return json_response(answer) if wanted else no_content()
+
+    @routes.get("/webhooks/{webhook_id}/{webhook_token}/messages/@original")
+    async def get_original_response(request: web.Request) -> web.Response:
+        application_id = snowflake_param(request, "webhook_id")
+        token = request.match_info["webhook_token"]
+        return json_response(sandbox.interactions.original(application_id, token))
+
+    @routes.patch("/webhooks/{webhook_id}/{webhook_token}/messages/@original")
+    async def edit_original_response(request: web.Request) -> web.Response:
+        application_id = snowflake_param(request, "webhook_id")
+        payload, uploads = await message_body(request)
+        token = request.match_info["webhook_token"]
+        edited = sandbox.interactions.edit_original(application_id, token, payload, uploads)
+        return json_response(edited)
+
     # --- webhooks
     @routes.post("/channels/{channel_id}/webhooks")
     async def create_webhook(request: web.Request) -> web.Response:
@@ -333,6 +397,11 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     async def execute_webhook(request: web.Request) -> web.Response:
         webhook_id = snowflake_param(request, "webhook_id")
         payload, uploads = await message_body(request)
+        token = request.match_info["webhook_token"]
+        if sandbox.interactions.owns_token(webhook_id, token):
+            followup = sandbox.interactions.followup(webhook_id, token, payload, uploads)
+            wait = request.query.get("wait", "false").lower() in ("1", "true")
+            return json_response(followup) if wait else no_content()
         body = schemas.parse(schemas.WebhookExecute, payload)
         message = sandbox.execute_webhook(
             webhook_id,

@@ -97,6 +97,10 @@ class BulkDelete(_Schema):
     messages: Annotated[list[Snowflake], Field(min_length=2, max_length=100)]
 
 
+class AttachmentRefresh(_Schema):
+    attachment_urls: Annotated[list[str], Field(min_length=1, max_length=50)]
+
+
 class WebhookCreate(_Schema):
     name: WebhookName
     avatar: str | None = None

@@ -4,7 +4,8 @@ One aiohttp server carries everything:
 
 - `/api/v10/...`  Discord's REST API (`chat.sandbox.rest`), behind `Traffic`;
 - `/gateway`      the gateway websocket (`chat.sandbox.gateway`);
-- `/attachments/{channel_id}/{attachment_id}/{filename}`  uploaded files (the "CDN");
+- `/attachments/{channel_id}/{attachment_id}/{filename}?ex=…&hm=…`  uploaded files (the "CDN";
+  URLs are signed and expire like Discord's, see `Sandbox.attachment_url_lifetime`);
 - `/_sandbox/...` the control API for tests and other processes (`chat.sandbox.control`).
 
     async with SandboxServer(sandbox, gateway=GatewaySettings(heartbeat_interval_ms=500)) as server:
@@ -215,9 +216,13 @@ class SandboxServer:
         return web.json_response(record)
 
     async def _serve_attachment(self, request: web.Request) -> web.Response:
-        attachment = self.sandbox.attachment(snowflake_param(request, "attachment_id"))
+        attachment = self.sandbox.attachment_download(
+            snowflake_param(request, "attachment_id"),
+            ex=request.query.get("ex", ""),
+            hm=request.query.get("hm", ""),
+        )
         if attachment is None or attachment.channel_id != snowflake_param(request, "channel_id"):
-            raise web.HTTPNotFound()
+            return web.Response(status=404, text="This content is no longer available.")
         return web.Response(
             body=attachment.data,
             content_type=attachment.content_type or "application/octet-stream",

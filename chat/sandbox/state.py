@@ -25,6 +25,7 @@ from chat.sandbox.errors import (
     invalid_form_body,
     unknown,
 )
+from chat.sandbox.interactions import Interactions
 from chat.sandbox.payloads import (
     attachment_payload,
     channel_payload,
@@ -51,6 +52,8 @@ from chat.sandbox.schemas import AllowedMentions, HistoryQuery, MessageReference
 from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
 
 ADMINISTRATOR = 1 << 3
+ALL_PERMISSIONS = (1 << 51) - 1
+"""What an administrator (or the guild's owner) holds: every permission bit Discord defines."""
 EVERYONE_PERMISSIONS = (
     (1 << 0)  # create instant invite
     | (1 << 6)  # add reactions
@@ -70,6 +73,8 @@ NONCE_WINDOW_SECONDS = 300.0
 """How long Discord dedupes an `enforce_nonce` send by the same author (a few minutes)."""
 MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
+ATTACHMENT_URL_LIFETIME = 86_400.0
+_ATTACHMENT_PATH = re.compile(r"/attachments/\d+/(?P<attachment_id>\d+)/")
 MESSAGE_TYPE_DEFAULT = 0
 MESSAGE_TYPE_REPLY = 19
 MESSAGE_TYPE_THREAD_STARTER = 21
@@ -132,6 +137,11 @@ class Sandbox:
         self.token = token
         self.cdn_base_url = "http://127.0.0.1"
         """Where attachment URLs point; the server sets it to its own address."""
+        self.attachment_url_lifetime = ATTACHMENT_URL_LIFETIME
+        """Seconds a signed attachment URL works (Discord's last about a day); a URL is signed
+        when the file is uploaded and again when it is refreshed (`refresh_attachment_urls`)."""
+        self._url_secret = secrets.token_bytes(16)
+        self._attachment_expiry: dict[int, int] = {}
         self._clock = clock
         self._snowflakes = SnowflakeGenerator(clock=clock)
         self._users: dict[int, User] = {}
@@ -147,6 +157,8 @@ class Sandbox:
         self._proxy_records: dict[int, dict[str, Any]] = {}
         self.proxy_bot_id: int | None = None
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
+        self.interactions = Interactions(self)
+        """Application commands and the interactions users start (`Interactions`)."""
 
     def add_link_preview(
         self, url: str, *, title: str, description: str = "", kind: str = "article"
@@ -270,6 +282,31 @@ class Sandbox:
         member = guild.members[user_id] = Member(user_id, self._now(), nick, list(role_ids))
         data = {**member_payload(member, user=user), "guild_id": str(guild_id)}
         self._publish("GUILD_MEMBER_ADD", data, guild_id)
+
+    def add_role(self, guild_id: int, name: str, *, permissions: int) -> int:
+        """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
+        guild = self._guild(guild_id)
+        role_id = self._snowflakes.next_id()
+        guild.roles[role_id] = Role(role_id, name, permissions, position=len(guild.roles))
+        return role_id
+
+    def member_permissions(self, guild_id: int, user_id: int) -> int:
+        """The member's permissions: @everyone's and their roles' together; every permission
+        for the owner or an administrator (the sandbox has no channel overwrites)."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        permissions = guild.roles[guild.id].permissions
+        for role_id in member.role_ids:
+            role = guild.roles.get(role_id)
+            if role is not None:
+                permissions |= role.permissions
+        if user_id == guild.owner_id or permissions & ADMINISTRATOR:
+            return ALL_PERMISSIONS
+        return permissions
+
+    def next_id(self) -> int:
+        """A fresh snowflake from the world's generator."""
+        return self._snowflakes.next_id()
 
     def subscribe(self, listener: EventListener) -> Callable[[], None]:
         """Call `listener` with every gateway event from now on; returns the unsubscriber."""
@@ -438,6 +475,47 @@ class Sandbox:
     def attachment(self, attachment_id: int) -> Attachment | None:
         """An uploaded file still attached to a message, for the sandbox's stand-in CDN."""
         return self._attachments.get(attachment_id)
+
+    def attachment_download(self, attachment_id: int, *, ex: str, hm: str) -> Attachment | None:
+        """The file a signed CDN URL (``?ex=…&hm=…``) names, or ``None`` when the file is gone,
+        the signature is wrong or the URL expired (Discord's CDN answers 404 then)."""
+        attachment = self._attachments.get(attachment_id)
+        try:
+            expiry = int(ex, 16)
+        except ValueError:
+            return None
+        if attachment is None or hm != self._url_signature(attachment_id, expiry):
+            return None
+        return attachment if self._clock() < expiry else None
+
+    def refresh_attachment_urls(self, urls: Sequence[str]) -> list[dict[str, str]]:
+        """``POST /attachments/refresh-urls``: each URL of a file still stored, signed again
+        for a full lifetime, as ``{"original", "refreshed"}``; other URLs are left out."""
+        refreshed = []
+        for url in urls:
+            match = _ATTACHMENT_PATH.search(url)
+            attachment = self._attachments.get(int(match["attachment_id"])) if match else None
+            if attachment is None:
+                continue
+            self._attachment_expiry[attachment.id] = self._expiry_from_now()
+            refreshed.append({"original": url, "refreshed": self.attachment_url(attachment)})
+        return refreshed
+
+    def attachment_url(self, attachment: Attachment) -> str:
+        """The file's CDN URL as message payloads carry it: signed until its expiry."""
+        expiry = self._attachment_expiry.get(attachment.id, 0)
+        return (
+            f"{self.cdn_base_url}/attachments/{attachment.channel_id}/{attachment.id}/"
+            f"{quote(attachment.filename, safe='')}"
+            f"?ex={expiry:08x}&hm={self._url_signature(attachment.id, expiry)}"
+        )
+
+    def _expiry_from_now(self) -> int:
+        return int(self._clock() + self.attachment_url_lifetime)
+
+    def _url_signature(self, attachment_id: int, expiry: int) -> str:
+        message = f"{attachment_id}:{expiry}".encode()
+        return hashlib.blake2s(message, key=self._url_secret, digest_size=16).hexdigest()
 
     def guild_create(self, guild_id: int, *, joined: bool = False) -> dict[str, Any]:
         """GUILD_CREATE's data; like Discord without the presences intent, the member list holds
@@ -964,6 +1042,17 @@ class Sandbox:
             user_ids.append(replied_author_id)
         return user_ids, role_ids, everyone
 
+    def stored_message(self, channel_id: int, message_id: int) -> Message:
+        """The message record itself (for the world's own modules)."""
+        return self._message(channel_id, message_id)
+
+    def channel_message_ids(self, channel_id: int) -> list[int]:
+        return list(self._channel(channel_id).messages)
+
+    def store_upload(self, channel_id: int, upload: Upload) -> Attachment:
+        """Keep an uploaded file where the stand-in CDN serves it."""
+        return self._store_upload(channel_id, upload)
+
     def _store_upload(self, channel_id: int, upload: Upload) -> Attachment:
         attachment = Attachment(
             id=self._snowflakes.next_id(),
@@ -974,6 +1063,7 @@ class Sandbox:
             description=upload.description,
         )
         self._attachments[attachment.id] = attachment
+        self._attachment_expiry[attachment.id] = self._expiry_from_now()
         return attachment
 
     def _remove_message(self, channel: Channel, message_id: int) -> Message | None:
@@ -1031,11 +1121,7 @@ class Sandbox:
         return payload
 
     def _attachment_payload(self, attachment: Attachment) -> dict[str, Any]:
-        url = (
-            f"{self.cdn_base_url}/attachments/{attachment.channel_id}/{attachment.id}/"
-            f"{quote(attachment.filename, safe='')}"
-        )
-        return attachment_payload(attachment, url=url)
+        return attachment_payload(attachment, url=self.attachment_url(attachment))
 
     def _referenced_payload(self, message: Message) -> dict[str, Any]:
         """A replied-to message as Discord nests it: one level deep, no further reference."""

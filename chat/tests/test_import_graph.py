@@ -33,6 +33,8 @@ LAYERS: dict[str, int] = {
     "botproject.events": 1,
     "botproject.failures": 1,
     "chat.services": 2,
+    "chat.memory_store": 2,
+    "chat.memory_recall": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from chat.gateway.client import PersonaBotClient
 from chat.gateway.proxies import ProxyResolver
 from chat.llm.attempts import AttemptRunner, RetryPolicy
 from chat.llm.base import ModelSpec
-from chat.llm.fake_server import FakeLLMServer
+from chat.llm.fake_server import FakeLLMServer, raw_discord_identifiers
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
 from chat.sandbox import GatewaySettings, SandboxServer
@@ -162,11 +162,32 @@ def all_dispatches_acknowledged(sandbox: SandboxServer) -> Callable[[], tuple[in
     return probe
 
 
+@dataclass
+class ModelRequestGuard:
+    """What the fake model found in the requests it received."""
+
+    findings: list[str]
+
+
+@pytest.fixture(autouse=True)
+def no_raw_ids_reach_the_model() -> Iterator[ModelRequestGuard]:
+    """DESIGN §3 for every end-to-end test: the fake model checks each request it receives, and
+    the test fails when any text part held a run of 17–20 digits (a raw snowflake) or a Discord
+    CDN URL. Ids are ``ref_N``/``media_N``; people and channels are names."""
+    guard = ModelRequestGuard(findings=[])
+    yield guard
+    if guard.findings:
+        listed = "\n".join(guard.findings[:10])
+        pytest.fail(f"raw Discord ids reached the model in {len(guard.findings)} places:\n{listed}")
+
+
 @pytest.fixture
-async def world(transactional_db) -> AsyncIterator[World]:
+async def world(transactional_db, no_raw_ids_reach_the_model) -> AsyncIterator[World]:
     await sync_to_async(config_import)(data=json.loads(DEMO_CONFIG.read_text()))
     settings = GatewaySettings(heartbeat_interval_ms=500)
-    async with SandboxServer(demo_sandbox(), gateway=settings) as sandbox, FakeLLMServer() as llm:
+    llm_server = FakeLLMServer(guard=raw_discord_identifiers)
+    no_raw_ids_reach_the_model.findings = llm_server.guard_findings
+    async with SandboxServer(demo_sandbox(), gateway=settings) as sandbox, llm_server as llm:
         world = World(sandbox=sandbox, llm=llm)
         try:
             yield world

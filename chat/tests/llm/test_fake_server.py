@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
-from chat.llm.fake_server import FakeLLMServer, Reply
+from chat.llm.fake_server import FakeLLMServer, Reply, raw_discord_identifiers
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
@@ -107,3 +108,46 @@ async def test_a_responder_answers_from_the_request_once_the_script_is_empty() -
             answers.append(response.json()["choices"][0]["message"]["content"])
 
     assert answers == ["scripted", "2 messages"]
+
+
+@pytest.mark.parametrize(
+    ("content", "found"),
+    [
+        ("Alice: hi ref_3", False),
+        ("Alice: see 2026-12-01T15:30:26.123456+00:00", False),
+        ("Alice: <@123456789012345678> hi", True),
+        ("Alice: 12345678901234567890123", True),
+        ("look: https://cdn.discordapp.com/attachments/1/2/a.png?ex=1", True),
+        ("look: https://media.discordapp.net/x.png", True),
+        ("look: http://127.0.0.1:5000/attachments/11/22/a.txt?ex=0&hm=1", True),
+    ],
+)
+def test_the_request_guard_finds_raw_ids_and_cdn_urls_in_text_parts(content, found) -> None:
+    as_string = {"messages": [{"role": "tool", "content": content}]}
+    as_parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": content}]}]}
+
+    assert bool(raw_discord_identifiers(as_string)) is found
+    assert bool(raw_discord_identifiers(as_parts)) is found
+
+
+def test_the_request_guard_leaves_image_parts_and_tool_schemas_alone() -> None:
+    url = "https://cdn.discordapp.com/attachments/123456789012345678/1/a.png"
+    body = {
+        "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}
+        ],
+        "tools": [{"type": "function", "function": {"name": "x", "description": url}}],
+    }
+
+    assert raw_discord_identifiers(body) == []
+
+
+async def test_the_guard_records_what_it_found_per_request() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "Ann: 123456789012345678"}]}
+
+    async with FakeLLMServer(guard=raw_discord_identifiers) as server, httpx.AsyncClient() as http:
+        await http.post(f"{server.base_url}/chat/completions", json={"model": "m", "messages": []})
+        await http.post(f"{server.base_url}/chat/completions", json=body)
+
+    [finding] = server.guard_findings
+    assert finding.startswith("request 2: messages[0] (user): …Ann: 123456789012345678")

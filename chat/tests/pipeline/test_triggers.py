@@ -2,8 +2,16 @@ from __future__ import annotations
 
 import pytest
 
-from chat.pipeline.triggers import Trigger, TriggerPersona, TurnReason, reactive_triggers
-from chat.pipeline.types import Author, MessageReference, ProxyIdentity
+from chat.pipeline.triggers import (
+    AuthorStanding,
+    Silence,
+    Trigger,
+    TriggerInput,
+    TriggerPersona,
+    TurnReason,
+    trigger_decision,
+)
+from chat.pipeline.types import Author, BlockType, HistoryMessage, MessageReference, ProxyIdentity
 from chat.tests.factories import CHANNEL_ID, message
 
 BOT = 999
@@ -13,6 +21,20 @@ RANA = TriggerPersona("Rana", triggers=("rana",))
 SOYO = TriggerPersona("Soyo", triggers=("soyo",))
 ALL = (TOMORI, ANON, RANA, SOYO)
 OTHER_BOTS_WEBHOOK = Author(id=4242, display_name="Relay", is_bot=True, webhook_id=77)
+
+
+def decide(msg: HistoryMessage, *, personas=ALL, is_dm: bool = False, **facts) -> list[Trigger]:
+    facts.setdefault("bot_user_id", BOT)
+    decision = trigger_decision(
+        TriggerInput(message=msg, personas=tuple(personas), is_dm=is_dm, **facts)
+    )
+    return list(decision.answers)
+
+
+def silences(msg: HistoryMessage, **facts) -> dict[str, Silence | None]:
+    facts.setdefault("bot_user_id", BOT)
+    decision = trigger_decision(TriggerInput(message=msg, personas=ALL, is_dm=False, **facts))
+    return {v.persona_name: v.silence for v in decision.verdicts}
 
 
 def names(triggers: list[Trigger]) -> list[str]:
@@ -31,80 +53,124 @@ def names(triggers: list[Trigger]) -> list[str]:
     ],
 )
 def test_trigger_words_match_whole_words_in_order_of_appearance(content, expected):
-    found = reactive_triggers(
-        message=message(content=content), personas=ALL, bot_user_id=BOT, is_dm=False
-    )
-    assert names(found) == expected
+    assert names(decide(message(content=content))) == expected
 
 
 def test_at_most_three_personas_answer_one_message():
-    found = reactive_triggers(
-        message=message(content="soyo rana anon tomori"), personas=ALL, bot_user_id=BOT, is_dm=False
-    )
-    assert names(found) == ["Soyo", "Rana", "Anon"]
+    msg = message(content="soyo rana anon tomori")
+    assert names(decide(msg)) == ["Soyo", "Rana", "Anon"]
+    assert silences(msg)["Tomori"] is Silence.OVER_LIMIT
 
 
 def test_mention_of_the_bot_wakes_the_main_persona_at_its_position():
     msg = message(content=f"anon and <@{BOT}>", mention_ids=(BOT,))
-    found = reactive_triggers(message=msg, personas=ALL, bot_user_id=BOT, is_dm=False)
-    assert found == [
+    assert decide(msg) == [
         Trigger("Anon", TurnReason.TRIGGER_WORD, "anon"),
         Trigger("Tomori", TurnReason.MENTION),
     ]
 
 
+def test_without_the_bots_id_no_mention_is_seen():
+    msg = message(content=f"<@{BOT}> hi", mention_ids=(BOT,))
+    assert decide(msg, bot_user_id=None) == []
+
+
 def test_reply_to_a_persona_comes_first():
     msg = message(content="tomori what do you think", reference=MessageReference(123, CHANNEL_ID))
-    found = reactive_triggers(
-        message=msg, personas=ALL, bot_user_id=BOT, is_dm=False, replied_persona_name="Anon"
-    )
+    found = decide(msg, replied_persona_name="Anon")
     assert found[0] == Trigger("Anon", TurnReason.REPLY, "123")
     assert names(found) == ["Anon", "Tomori"]
 
 
 def test_a_direct_message_wakes_only_the_main_persona():
-    found = reactive_triggers(
-        message=message(content="anon?"), personas=ALL, bot_user_id=BOT, is_dm=True
-    )
+    found = decide(message(content="anon?"), is_dm=True)
     assert found == [Trigger("Tomori", TurnReason.DIRECT_MESSAGE)]
 
 
-def test_a_muted_user_cannot_trigger_that_persona():
-    found = reactive_triggers(
-        message=message(content="tomori anon"),
-        personas=ALL,
-        bot_user_id=BOT,
-        is_dm=False,
-        silenced_for={"Tomori"},
-    )
-    assert names(found) == ["Anon"]
+@pytest.mark.parametrize(
+    ("kind", "silence"), [(BlockType.MUTE, Silence.MUTED), (BlockType.BLOCK, Silence.BLOCKED)]
+)
+def test_a_muted_or_blocked_user_cannot_trigger_that_persona(kind, silence):
+    msg = message(content="tomori anon")
+    author = AuthorStanding(blocks=(("Tomori", kind),))
+    assert names(decide(msg, author=author)) == ["Anon"]
+    assert silences(msg, author=author)["Tomori"] is silence
 
 
-def test_blacklisted_authors_trigger_nothing():
-    found = reactive_triggers(
-        message=message(content="tomori"),
-        personas=ALL,
-        bot_user_id=BOT,
-        is_dm=False,
-        author_blacklisted=True,
+def test_a_block_wins_over_a_mute_of_the_same_persona():
+    author = AuthorStanding(blocks=(("Tomori", BlockType.MUTE), ("Tomori", BlockType.BLOCK)))
+    assert silences(message(content="tomori"), author=author)["Tomori"] is Silence.BLOCKED
+
+
+def test_a_silenced_persona_still_shows_the_rule_that_addressed_it():
+    msg = message(content="tomori")
+    decision = trigger_decision(
+        TriggerInput(
+            message=msg,
+            personas=ALL,
+            is_dm=False,
+            bot_user_id=BOT,
+            author=AuthorStanding(blocks=(("Tomori", BlockType.MUTE),)),
+        )
     )
-    assert found == []
+    verdict = decision.verdict("tomori")
+    assert verdict.addressed == Trigger("Tomori", TurnReason.TRIGGER_WORD, "tomori")
+    assert (verdict.silence, verdict.block, verdict.answers) == (
+        Silence.MUTED,
+        BlockType.MUTE,
+        False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("author", "silence"),
+    [
+        (AuthorStanding(blacklisted=True), Silence.AUTHOR_BLACKLISTED),
+        (AuthorStanding(full_privacy=True), Silence.AUTHOR_FULL_PRIVACY),
+        (AuthorStanding(blacklisted=True, full_privacy=True), Silence.AUTHOR_BLACKLISTED),
+    ],
+)
+def test_blacklisted_and_full_privacy_authors_trigger_nothing(author, silence):
+    msg = message(content="tomori anon")
+    assert decide(msg, author=author) == []
+    assert set(silences(msg, author=author).values()) == {silence}
 
 
 def test_other_bots_trigger_nothing_but_proxied_members_do():
     bot_message = message(content="tomori", author=OTHER_BOTS_WEBHOOK)
-    assert reactive_triggers(message=bot_message, personas=ALL, bot_user_id=BOT, is_dm=False) == []
+    assert decide(bot_message) == []
+    assert silences(bot_message)["Tomori"] is Silence.AUTHOR_IS_BOT
 
     proxied = message(
         content="tomori", author=OTHER_BOTS_WEBHOOK, proxy=ProxyIdentity("abcde", "Mutsumi", 42)
     )
-    found = reactive_triggers(message=proxied, personas=ALL, bot_user_id=BOT, is_dm=False)
-    assert names(found) == ["Tomori"]
+    assert names(decide(proxied)) == ["Tomori"]
+
+
+def test_a_message_a_proxy_system_replaced_is_never_answered():
+    msg = message(content="l: tomori")
+    assert decide(msg, superseded=True) == []
+    assert silences(msg, superseded=True)["Tomori"] is Silence.SUPERSEDED
 
 
 def test_disabled_personas_never_answer():
     personas = (TOMORI, TriggerPersona("Anon", triggers=("anon",), enabled=False))
-    found = reactive_triggers(
-        message=message(content="anon tomori"), personas=personas, bot_user_id=BOT, is_dm=False
+    msg = message(content="anon tomori")
+    assert names(decide(msg, personas=personas)) == ["Tomori"]
+    decision = trigger_decision(
+        TriggerInput(message=msg, personas=personas, is_dm=False, bot_user_id=BOT)
     )
-    assert names(found) == ["Tomori"]
+    assert decision.verdict("Anon").silence is Silence.DISABLED
+
+
+def test_every_persona_gets_a_verdict_in_the_order_given():
+    decision = trigger_decision(
+        TriggerInput(message=message(content="anon"), personas=ALL, is_dm=False, bot_user_id=BOT)
+    )
+    assert [v.persona_name for v in decision.verdicts] == ["Tomori", "Anon", "Rana", "Soyo"]
+    assert [v.silence for v in decision.verdicts] == [
+        Silence.NOT_ADDRESSED,
+        None,
+        Silence.NOT_ADDRESSED,
+        Silence.NOT_ADDRESSED,
+    ]

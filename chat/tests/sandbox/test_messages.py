@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import aiohttp
 import discord
+import pytest
 
 from chat.sandbox import SandboxServer, Upload
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS
@@ -156,3 +158,26 @@ async def test_attachments_round_trip_through_the_sandbox_cdn(
     ours = await bot.next_event("message")
     assert [(a.filename, a.description) for a in ours.attachments] == [("pic.png", "a pic")]
     assert await ours.attachments[0].read() == b"\x89PNG"
+
+
+async def test_an_expired_attachment_url_is_refused_until_refreshed(
+    server: SandboxServer, bot: RecordingClient, rest
+) -> None:
+    server.sandbox.attachment_url_lifetime = 0
+    server.sandbox.user_says(GENERAL, ALICE, "", attachments=[Upload("a.txt", b"hi", "text/plain")])
+    [attachment] = (await bot.next_event("message")).attachments
+    assert "?ex=" in attachment.url and "&hm=" in attachment.url
+    with pytest.raises(discord.NotFound):
+        await attachment.read()
+
+    server.sandbox.attachment_url_lifetime = 60
+    status, body = await rest(
+        "POST", "/attachments/refresh-urls", json={"attachment_urls": [attachment.url]}
+    )
+    [entry] = body["refreshed_urls"]
+    assert (status, entry["original"]) == (200, attachment.url)
+    assert entry["refreshed"] != attachment.url
+    async with aiohttp.ClientSession() as session, session.get(entry["refreshed"]) as response:
+        assert (response.status, await response.read()) == (200, b"hi")
+    async with aiohttp.ClientSession() as session, session.get(attachment.url) as response:
+        assert response.status == 404
