@@ -10,11 +10,23 @@ from hypothesis import settings
 settings.register_profile("fast", max_examples=20)
 
 
+END_TO_END_FIXTURES = {"world", "dashboard_on_world"}
+"""Fixtures that run the real worker on the sandbox (chat/tests/e2e/conftest.py)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the tests marked ``postgres_only`` when the suite runs on SQLite, naming the
-    PostgreSQL feature each one needs (CI runs on PostgreSQL, where they run)."""
+    """Two rules the markers alone cannot keep:
+
+    - a test that uses the end-to-end world is in the ``e2e`` tier even where its module
+      forgot to say so, so `make test-fast` never starts a worker;
+    - on SQLite, the tests marked ``postgres_only`` are skipped with the PostgreSQL feature each
+      one needs as the reason (CI runs on PostgreSQL, where they run).
+    """
     from django.conf import settings
 
+    for item in items:
+        if END_TO_END_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
         return
     for item in items:
