@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
+from pydantic import BaseModel
 
 _MISSING = object()
 
@@ -49,6 +50,15 @@ def _iso_or_none(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+def _dumped_rows(rows: Any) -> Any:
+    return [row.model_dump() for row in rows]
+
+
+def _dumped_json(value: BaseModel | None) -> Any:
+    """An object stored whole in a JSON column, every default written out (None: none)."""
+    return None if value is None else value.model_dump(mode="json")
+
+
 @dataclass(frozen=True)
 class Setting:
     """One key of a configuration row and the column that holds it.
@@ -57,7 +67,8 @@ class Setting:
     the validated row's value into the column's (None: the save service resolves it itself,
     e.g. a block's persona name); ``to_json`` turns the column's value into the file's.
     ``default`` is the value when the row leaves out an object on the path (a ``null``
-    ``context_note`` stores an empty note at depth 4).
+    ``context_note`` stores an empty note at depth 4). An object stored whole in one JSON
+    column (a lorebook) is one setting.
     """
 
     path: str
@@ -80,6 +91,7 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
     Setting("timezone", "timezone"),
     Setting("message_fetch_limit", "message_fetch_limit"),
     *_note(),
+    Setting("lorebook", "lorebook", to_column=_dumped_json),
 )
 """A guild's own settings (its personas, channels, blocks and users have tables of their own)."""
 
@@ -98,7 +110,7 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("short_term_memory.depth", "stm_depth"),
     Setting("force_lowercase", "force_lowercase"),
     Setting("punctuation_splits", "punctuation_splits"),
-    Setting("sample_dialogue", "sample_dialogue", to_column=_copy_list, to_json=_copy_list),
+    Setting("sample_dialogue", "sample_dialogue", to_column=_dumped_rows, to_json=_copy_list),
     Setting("llm.model", "llm_model", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("llm.temperature", "temperature"),
     Setting("llm.max_output_tokens", "max_output_tokens"),
@@ -109,6 +121,7 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("llm.merge_same_role", "llm_merge_same_role"),
     Setting("llm.reasoning_in_think_tags", "reasoning_in_think_tags"),
     Setting("llm.verbatim_tool_nudge", "verbatim_tool_nudge"),
+    Setting("lorebook", "lorebook", to_column=_dumped_json),
 )
 
 CHANNEL_SETTINGS: tuple[Setting, ...] = (
@@ -148,28 +161,32 @@ def row_from_instance(settings: tuple[Setting, ...], instance: models.Model) -> 
     return row
 
 
-def columns_from_row(settings: tuple[Setting, ...], row: Mapping[str, Any]) -> dict[str, Any]:
-    """The column values a validated row (``spec.model_dump()``) stores. Settings whose
-    ``to_column`` is None are left to the caller."""
+def columns_from_spec(settings: tuple[Setting, ...], spec: BaseModel) -> dict[str, Any]:
+    """The column values a validated row stores. Settings whose ``to_column`` is None are left
+    to the caller."""
     values = {}
     for setting in settings:
         if setting.to_column is None:
             continue
-        value = path_get(row, setting.path, setting.default)
+        value = path_get(spec, setting.path, setting.default)
         if value is _MISSING:
             raise KeyError(f"the row has no {setting.path!r}")
         values[setting.column] = setting.to_column(value)
     return values
 
 
-def path_get(row: Mapping[str, Any], path: str, default: Any = None) -> Any:
-    """The value at ``path`` (``llm.temperature``); ``default`` when a key on the way is
-    missing or an object on the way is null (a null value at the end is returned as is)."""
+def path_get(row: Mapping[str, Any] | BaseModel, path: str, default: Any = None) -> Any:
+    """The value at ``path`` (``llm.temperature``) of a row (a dict or a spec); ``default`` when
+    a key on the way is missing or an object on the way is null (a null value at the end is
+    returned as is)."""
     value: Any = row
     for key in path.split("."):
-        if not isinstance(value, Mapping) or key not in value:
+        if isinstance(value, BaseModel) and key in type(value).model_fields:
+            value = getattr(value, key)
+        elif isinstance(value, Mapping) and key in value:
+            value = value[key]
+        else:
             return default
-        value = value[key]
     return value
 
 

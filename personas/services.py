@@ -36,7 +36,7 @@ from personas.config_fields import (
     PERSONA_SETTINGS,
     USER_SETTINGS,
     Setting,
-    columns_from_row,
+    columns_from_spec,
 )
 from personas.config_schema import (
     DOCUMENT,
@@ -266,7 +266,7 @@ def block_save(
             clash = clash.exclude(pk=block.pk)
         if clash.exists():
             raise ConfigError([("user_id", "this user already has that block for that persona")])
-        values = {"persona": persona, **columns_from_row(BLOCK_SETTINGS, spec.model_dump())}
+        values = {"persona": persona, **columns_from_spec(BLOCK_SETTINGS, spec)}
         saved = _upsert(Block, report, existing=block, lookup={"guild": guild}, values=values)
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return saved
@@ -334,7 +334,7 @@ def _log_change(
 def _columns(settings: tuple[Setting, ...], spec: BaseModel, *, key: str) -> dict:
     """The column values of ``spec`` by the row's declaration, less the ``key`` column the
     caller looks the row up by."""
-    values = columns_from_row(settings, spec.model_dump())
+    values = columns_from_spec(settings, spec)
     del values[key]
     return values
 
@@ -344,7 +344,7 @@ def _guild_values(spec: GuildSpec) -> dict:
 
 
 def _persona_values(spec: PersonaSpec) -> dict:
-    return columns_from_row(PERSONA_SETTINGS, spec.model_dump())
+    return columns_from_spec(PERSONA_SETTINGS, spec)
 
 
 def _channel_values(guild: GuildConfig, spec: ChannelSpec) -> dict:
@@ -420,7 +420,7 @@ def _import_block(
 ) -> Block:
     persona = personas[spec.persona.casefold()] if spec.persona is not None else None
     lookup = {"guild": guild, "persona": persona, "user_id": int(spec.user_id), "type": spec.type}
-    values = columns_from_row(BLOCK_SETTINGS, spec.model_dump())
+    values = columns_from_spec(BLOCK_SETTINGS, spec)
     for column in lookup:
         values.pop(column, None)
     return _upsert(Block, report, lookup=lookup, values=values)

@@ -24,6 +24,8 @@ from personas.config_schema import BlockSpec, ChannelSpec, GuildSpec, PersonaSpe
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 
 ROW_COLLECTIONS = {"personas", "channels", "blocks", "users"}
+STORED_WHOLE = {"lorebook"}
+"""Objects kept whole in one JSON column."""
 NOT_SETTINGS = {"id", "guild", "created_at", "updated_at"}
 """Columns that are no key of a row: the primary key, the owning guild, timestamps."""
 
@@ -51,7 +53,7 @@ def leaf_paths(spec: type[BaseModel], prefix: str = "") -> set[str]:
     for name, field in spec.model_fields.items():
         if not prefix and spec is GuildSpec and name in ROW_COLLECTIONS:
             continue
-        nested = _nested_model(field.annotation)
+        nested = None if name in STORED_WHOLE else _nested_model(field.annotation)
         path = f"{prefix}{name}"
         paths |= leaf_paths(nested, path + ".") if nested else {path}
     return paths
