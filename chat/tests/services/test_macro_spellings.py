@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from chat.models import Turn
 from chat.services import turn_run
 from chat.tests.conftest import CHANNEL, NOW, Bench
-from chat.tests.factories import ALICE, message
+from chat.tests.factories import message
 from personas.models import Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
