@@ -110,6 +110,7 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("short_term_memory.depth", "stm_depth"),
     Setting("force_lowercase", "force_lowercase"),
     Setting("punctuation_splits", "punctuation_splits"),
+    Setting("delivery_mode", "delivery_mode", to_column=_as_str),
     Setting("sample_dialogue", "sample_dialogue", to_column=_dumped_rows, to_json=_copy_list),
     Setting("llm.model", "llm_model", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("llm.temperature", "temperature"),
