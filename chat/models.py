@@ -205,6 +205,12 @@ class Turn(models.Model):
     reply_text = models.TextField(blank=True)
     delivered_message_ids = models.JSONField(default=list, blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    lorebook = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Lorebook entries that fired (book, entry, key) and those left out "
+        "(over budget, failed roll): `LoreActivation.as_record`",
+    )
     error = models.TextField(blank=True)
     history_ms = models.FloatField(null=True, blank=True)
     participant_ms = models.FloatField(null=True, blank=True)
@@ -514,3 +520,34 @@ def forget_memories_on_private(sender: type, instance: UserPrivacy, **kwargs: ob
     every personal memory about that user and their proxied members goes, in every guild."""
     if instance.level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL):
         Memory.objects.filter(kind=Memory.Kind.PERSONAL, user_id=instance.user_id).delete()
+
+
+class DiscordName(models.Model):
+    """The name Discord shows for a guild, a channel, a thread or a user, as the gateway last
+    said it (guild and channel create/update, member updates), so the dashboard shows names
+    without asking Discord. ``guild_id`` is the guild the object belongs to (a user's: where
+    the name was last seen), ``parent_id`` a thread's channel, ``avatar_url`` a user's
+    avatar. Users with full privacy are never stored.
+    """
+
+    class Kind(models.TextChoices):
+        GUILD = "guild"
+        CHANNEL = "channel"
+        THREAD = "thread"
+        USER = "user"
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    discord_id = models.PositiveBigIntegerField()
+    name = models.CharField(max_length=100)
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    parent_id = models.PositiveBigIntegerField(null=True, blank=True)
+    avatar_url = models.URLField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "discord_id"], name="discord_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.discord_id}: {self.name}"

@@ -684,6 +684,7 @@ async def _turn_input(
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
+        lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
         previous=previous,
     )
 
@@ -1112,6 +1113,7 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
     turn.recalled = recalled_record(prepared.recalled)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
+    turn.lorebook = context.lore.as_record()
     turn.history_ms = prepared.history_ms
     turn.participant_ms = prepared.participant_ms
     turn.build_ms = prepared.build_ms

@@ -121,6 +121,7 @@ class PreviewResult:
             },
             "window": window_report(self.prepared),
             "recalled": recalled_record(self.prepared.recalled),
+            "lorebook": context.lore.as_record(),
             "triggered_by": self.triggered_by,
             "decision": self.decision_json(),
         }
