@@ -112,6 +112,14 @@ class ChannelMode(models.TextChoices):
     AUTONOMOUS = "autonomous", "Autonomous (the planner decides)"
 
 
+class DeliveryMode(models.TextChoices):
+    """How a persona's reply reaches Discord (the default: paragraph by paragraph)."""
+
+    PARAGRAPHS = "paragraphs", "Paragraph by paragraph, each as soon as it is written"
+    WHOLE = "whole", "The whole reply at once, when the model has finished"
+    EDIT = "edit", "One message, edited as the model writes (at most once a second)"
+
+
 class BlockType(models.TextChoices):
     BLOCK = "block", "Block (hidden from the persona)"
     MUTE = "mute", "Mute (cannot trigger the persona)"
@@ -196,6 +204,9 @@ class Persona(models.Model):
     )
     force_lowercase = models.BooleanField(default=False)
     punctuation_splits = models.BooleanField(default=False)
+    delivery_mode = models.CharField(
+        max_length=10, choices=DeliveryMode.choices, default=DeliveryMode.PARAGRAPHS
+    )
     llm_model = models.CharField(
         max_length=MODEL_NAME_MAX, blank=True, help_text="Empty: the deployment's LLM_MODEL"
     )
@@ -253,6 +264,10 @@ class Persona(models.Model):
             models.CheckConstraint(
                 condition=Q(temperature__gte=0.0) & Q(temperature__lte=2.0),
                 name="persona_temperature_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(delivery_mode__in=DeliveryMode.values),
+                name="persona_delivery_mode_valid",
             ),
             models.CheckConstraint(
                 condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"

@@ -366,6 +366,7 @@ def _persona_values(spec: PersonaSpec) -> dict:
         "stm_depth": spec.short_term_memory.depth,
         "force_lowercase": spec.force_lowercase,
         "punctuation_splits": spec.punctuation_splits,
+        "delivery_mode": str(spec.delivery_mode),
         "llm_model": spec.llm.model or "",
         "fallback_models": list(spec.llm.fallback_models),
         "temperature": spec.llm.temperature,
