@@ -817,6 +817,8 @@ async def _history(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = await _without_superseded(read.messages)
+    reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
+    reset_marker_id = reset.marker_id if reset is not None else None
     if messages and trigger.id < messages[0].id:
         held = await runtime.windows.read_up_to(
             channel.channel_id,
@@ -838,6 +840,7 @@ async def _history(
             anchor_id=None,
             anchor_limit=None,
             required_ids=frozenset({trigger.id}),
+            reset_marker_id=reset_marker_id,
         )
         reasons = _WindowReasons(
             rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
@@ -858,6 +861,7 @@ async def _history(
         anchor_limit=anchor.limit if fresh else None,
         required_ids=frozenset({trigger.id}),
         force_reanchor=read.force_reanchor,
+        reset_marker_id=reset_marker_id,
     )
     if selection.anchor_id is not None and not dry_run:
         await sync_to_async(_anchor_store)(
@@ -983,6 +987,9 @@ def _gather_people(
         channel_id=request.channel.channel_id,
         user_id=memory_scope_user_id(request),
     )
+    scope_user_id = memory_scope_user_id(request)
+    if scope_user_id is not None and not _remembered(scope_user_id, standing):
+        memory = None  # partial or full privacy: nothing about them is remembered or recalled
     state = memory.state if memory is not None else None
     trigger = request.trigger
     last_seen = None
@@ -1002,6 +1009,12 @@ def _gather_people(
             now=now,
         ),
     )
+
+
+def _remembered(user_id: int, standing: selectors.UserStanding) -> bool:
+    """Whether memories about ``user_id`` may be kept and shown: only at minimal privacy."""
+    level = standing.privacy.get(user_id, PrivacyLevel.MINIMAL)
+    return level is PrivacyLevel.MINIMAL and user_id not in standing.blacklisted
 
 
 def memory_scope_user_id(request: TurnRequest) -> int | None:
@@ -1195,6 +1208,10 @@ class _MemoryWriter:
     async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
+        if self._user_id is not None:
+            standing = await sync_to_async(selectors.user_standing)(user_ids=[self._user_id])
+            if not _remembered(self._user_id, standing):
+                raise ToolError("this user's privacy allows no memory about them")
         await sync_to_async(_stm_write)(
             persona=self._persona,
             channel_id=self._channel.channel_id,
@@ -1282,11 +1299,14 @@ def _stm_write(
     """A refresh: the summary (clipped to 1,500 characters) and the categories (at most five)
     replace the old memory, the raw-turn count resets, and the writing turn and time are
     kept."""
+    # A DM memory belongs to the user, whichever DM channel wrote it (one per persona and user).
+    scope = {"channel_id": channel_id} if user_id is None else {}
     memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
-        channel_id=channel_id,
         user_id=user_id,
+        **scope,
         defaults={
+            "channel_id": channel_id,
             "summary": clip_summary(summary),
             "categories": dict(list((categories or {}).items())[:MAX_CATEGORIES]),
             "guild_id": guild_id,
@@ -1648,6 +1668,10 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         now=now,
     ):
         return MemoryRefresh("skipped", "no longer due")
+    if memory.user_id is not None:
+        standing = await sync_to_async(selectors.user_standing)(user_ids=[memory.user_id])
+        if not _remembered(memory.user_id, standing):
+            return MemoryRefresh("skipped", "the user's privacy keeps nothing about them")
     configuration = await sync_to_async(selectors.channel_configuration)(
         channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
     )
@@ -1671,10 +1695,15 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    # Users with partial privacy are seen in conversation but never remembered: their lines
+    # stay out of what the memory summarises.
+    partial = {u for u, p in prepared.turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
+    authors = {m.id: m.accountable_user_id for m in prepared.turn_input.history}
     lines = [
         item.text
         for item in prepared.context.items
         if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+        and not any(authors.get(i) in partial for i in item.source_ids)
     ]
     previous = visible_memory_text(memory.state, now=now)
     names = runtime.port.names(configuration.guild_id, [])
