@@ -49,7 +49,14 @@ from personas.config_schema import (
     UserSpec,
     parse_config_document,
 )
-from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+from personas.models import (
+    Block,
+    ChannelConfig,
+    GuildConfig,
+    Persona,
+    PrivacySource,
+    UserPrivacy,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -273,16 +280,21 @@ def block_save(
 
 
 def user_privacy_save(
-    *, guild: GuildConfig, spec: UserSpec, actor: AbstractBaseUser | None = None
+    *,
+    guild: GuildConfig,
+    spec: UserSpec,
+    actor: AbstractBaseUser | None = None,
+    set_by: PrivacySource = PrivacySource.ADMIN,
 ) -> UserPrivacy:
-    """Set a user's privacy level and blacklist flag (the row is the user's, by user id)."""
+    """Set a user's privacy level and blacklist flag (the row is the user's, by user id);
+    ``set_by`` records who set it (an admin, or the user with ``/privacy``)."""
     report = ImportReport()
     with transaction.atomic():
         row = _upsert(
             UserPrivacy,
             report,
             lookup={"user_id": int(spec.id)},
-            values=_user_values(guild, spec),
+            values={**_user_values(guild, spec), "set_by": set_by},
         )
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return row
@@ -352,7 +364,11 @@ def _channel_values(guild: GuildConfig, spec: ChannelSpec) -> dict:
 
 
 def _user_values(guild: GuildConfig, spec: UserSpec) -> dict:
-    return {"guild": guild, **_columns(USER_SETTINGS, spec, key="user_id")}
+    return {
+        "guild": guild,
+        **_columns(USER_SETTINGS, spec, key="user_id"),
+        "set_by": PrivacySource.ADMIN,
+    }
 
 
 def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:

@@ -26,8 +26,9 @@ from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPriv
 ROW_COLLECTIONS = {"personas", "channels", "blocks", "users"}
 STORED_WHOLE = {"lorebook"}
 """Objects kept whole in one JSON column."""
-NOT_SETTINGS = {"id", "guild", "created_at", "updated_at"}
-"""Columns that are no key of a row: the primary key, the owning guild, timestamps."""
+NOT_SETTINGS = {"id", "guild", "created_at", "updated_at", "set_by"}
+"""Columns that are no key of a row: the primary key, the owning guild, timestamps, who set a
+user's privacy (the user or an admin)."""
 
 TABLES = [
     pytest.param(GuildSpec, GuildConfig, GUILD_SETTINGS, id="guild"),
