@@ -205,6 +205,12 @@ class Turn(models.Model):
     reply_text = models.TextField(blank=True)
     delivered_message_ids = models.JSONField(default=list, blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    lorebook = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Lorebook entries that fired (book, entry, key) and those left out "
+        "(over budget, failed roll): `LoreActivation.as_record`",
+    )
     error = models.TextField(blank=True)
     history_ms = models.FloatField(null=True, blank=True)
     participant_ms = models.FloatField(null=True, blank=True)

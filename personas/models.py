@@ -44,6 +44,14 @@ TEMPERATURE_MAX = 2.0
 MAX_OUTPUT_TOKENS_MAX = 32_768
 CONTEXT_WINDOW_MIN = 2
 CONTEXT_WINDOW_MAX = 2_000_000
+# Lorebooks (a persona's, a guild's): checked by the import schema, which the card import,
+# the dashboard's editor and the configuration file all go through.
+LORE_ENTRIES_MAX = 2_000  # entries per lorebook
+LORE_KEYS_MAX = 50  # primary or secondary keys per entry
+LORE_KEY_LENGTH_MAX = 200  # characters per key
+LORE_CONTENT_MAX = 16_000  # characters per entry
+LORE_TEXT_MAX = 4_000  # characters of a book's or an entry's name, description, comment
+LORE_SCAN_DEPTH_MAX = 100  # like the fetch limit: no more messages are read
 # Row counts: checked by the import schema (and documented for the dashboard's forms); a check
 # constraint cannot count rows. Item lengths inside JSON lists (one trigger word, one sample row)
 # are likewise the schema's; the number of items is also a check constraint.
@@ -104,6 +112,14 @@ class ChannelMode(models.TextChoices):
     AUTONOMOUS = "autonomous", "Autonomous (the planner decides)"
 
 
+class DeliveryMode(models.TextChoices):
+    """How a persona's reply reaches Discord (the default: paragraph by paragraph)."""
+
+    PARAGRAPHS = "paragraphs", "Paragraph by paragraph, each as soon as it is written"
+    WHOLE = "whole", "The whole reply at once, when the model has finished"
+    EDIT = "edit", "One message, edited as the model writes (at most once a second)"
+
+
 class BlockType(models.TextChoices):
     BLOCK = "block", "Block (hidden from the persona)"
     MUTE = "mute", "Mute (cannot trigger the persona)"
@@ -122,6 +138,11 @@ class GuildConfig(models.Model):
     )
     context_note = models.TextField(blank=True, validators=[MaxLengthValidator(NOTE_TEXT_MAX)])
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
+    lorebook = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Shared by every persona of the guild; the configuration file's lorebook",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -183,6 +204,9 @@ class Persona(models.Model):
     )
     force_lowercase = models.BooleanField(default=False)
     punctuation_splits = models.BooleanField(default=False)
+    delivery_mode = models.CharField(
+        max_length=10, choices=DeliveryMode.choices, default=DeliveryMode.PARAGRAPHS
+    )
     llm_model = models.CharField(
         max_length=MODEL_NAME_MAX, blank=True, help_text="Empty: the deployment's LLM_MODEL"
     )
@@ -216,6 +240,11 @@ class Persona(models.Model):
         default=False,
         help_text="Remind the model (custom endpoints) to call tools verbatim",
     )
+    lorebook = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The persona's lorebook (a card's character_book); the configuration file's",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -235,6 +264,10 @@ class Persona(models.Model):
             models.CheckConstraint(
                 condition=Q(temperature__gte=0.0) & Q(temperature__lte=2.0),
                 name="persona_temperature_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(delivery_mode__in=DeliveryMode.values),
+                name="persona_delivery_mode_valid",
             ),
             models.CheckConstraint(
                 condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"

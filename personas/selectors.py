@@ -45,6 +45,7 @@ def _guild(guild: GuildConfig) -> dict:
         "timezone": guild.timezone,
         "message_fetch_limit": guild.message_fetch_limit,
         "context_note": _note(guild.context_note, guild.context_note_depth),
+        "lorebook": guild.lorebook,
         "personas": [_persona(persona) for persona in guild.personas.all()],
         "channels": [
             {
@@ -91,6 +92,7 @@ def _persona(persona: Persona) -> dict:
         },
         "force_lowercase": persona.force_lowercase,
         "punctuation_splits": persona.punctuation_splits,
+        "delivery_mode": persona.delivery_mode,
         "sample_dialogue": list(persona.sample_dialogue),
         "llm": {
             "model": persona.llm_model or None,
@@ -104,6 +106,7 @@ def _persona(persona: Persona) -> dict:
             "reasoning_in_think_tags": persona.reasoning_in_think_tags,
             "verbatim_tool_nudge": persona.verbatim_tool_nudge,
         },
+        "lorebook": persona.lorebook,
     }
 
 

@@ -24,10 +24,16 @@ from chat.pipeline.types import Role
 OpenAIMessage = dict[str, Any]
 _WITHOUT_PROSE = frozenset({ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS})
 _MARKED = frozenset(
-    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.DATE_SPACER, ItemTag.STM, ItemTag.MEMORY}
+    {
+        ItemTag.CONTEXT_NOTE_INJECTION,
+        ItemTag.DATE_SPACER,
+        ItemTag.STM,
+        ItemTag.MEMORY,
+        ItemTag.LOREBOOK,
+    }
 )
-"""Items whose text is a `system_note` (STM only when placed at depth; its system-block form is
-not marked, and `system_note_content` leaves it as it is)."""
+"""Items whose text may be a `system_note` (STM and lorebook entries only when placed at depth;
+their system-block forms are not marked, and `system_note_content` leaves them as they are)."""
 
 
 @dataclass(frozen=True, slots=True)

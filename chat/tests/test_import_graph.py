@@ -74,6 +74,12 @@ ALLOWED: list[tuple[str, str, str]] = [
         "a REST-only port (a logged-in, never-connected client) for the prompt preview: it "
         "reads Discord as the worker does, but shares no state with the worker",
     ),
+    (
+        "personas.config_schema",
+        "chat.pipeline.lorebook",
+        "the schema refuses a lorebook key the activation could not read: one parser for "
+        "/pattern/flags keys, in the pure pipeline",
+    ),
 ]
 
 
