@@ -35,6 +35,7 @@ from chat.gateway.rest import (
 )
 from chat.llm.attempts import AttemptRunner, TurnCompletion
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.memory_recall import recalled_record
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.tokens import default_token_counter
@@ -92,7 +93,8 @@ class PreviewResult:
         }
 
     def as_json(self) -> dict[str, Any]:
-        """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools."""
+        """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools; and the
+        recalled long-term memories with their scores and why (`memory_recall.recalled_record`)."""
         context = self.prepared.context
         items = [
             {
@@ -118,6 +120,7 @@ class PreviewResult:
                 "warning": context.truncation.warning,
             },
             "window": window_report(self.prepared),
+            "recalled": recalled_record(self.prepared.recalled),
             "lorebook": context.lore.as_record(),
             "triggered_by": self.triggered_by,
             "decision": self.decision_json(),
