@@ -156,6 +156,21 @@ DEDUP_RETENTION_DAYS = env_positive_float("DEDUP_RETENTION_DAYS", 7.0)
 WORKER_WINDOW_CHANNELS = env_int("WORKER_WINDOW_CHANNELS", 1000, minimum=1)
 WORKER_WARM_CONTEXTS = env_int("WORKER_WARM_CONTEXTS", 2000, minimum=0)
 WORKER_RECENT_MESSAGES = env_int("WORKER_RECENT_MESSAGES", 5000, minimum=1)
+
+# Long-term memory: bounds per scope (TomoriBot's figures by default) and recall.
+MEMORY_PERSONAL_LIMIT = env_int("MEMORY_PERSONAL_LIMIT", 30, minimum=0)
+MEMORY_PERSONAL_MAX_CHARS = env_int("MEMORY_PERSONAL_MAX_CHARS", 256, minimum=1, maximum=2000)
+MEMORY_GUILD_LIMIT = env_int("MEMORY_GUILD_LIMIT", 50, minimum=0)
+MEMORY_GUILD_MAX_CHARS = env_int("MEMORY_GUILD_MAX_CHARS", 512, minimum=1, maximum=2000)
+MEMORY_PERSONA_LIMIT = env_int("MEMORY_PERSONA_LIMIT", 50, minimum=0)
+MEMORY_RECALL_K = env_int("MEMORY_RECALL_K", 6, minimum=0, maximum=50)
+MEMORY_RECALL_MIN_SCORE_PERCENT = env_int(
+    "MEMORY_RECALL_MIN_SCORE_PERCENT", 30, minimum=0, maximum=100
+)
+MEMORY_RECALL_BUDGET_PERCENT = env_int("MEMORY_RECALL_BUDGET_PERCENT", 10, minimum=0, maximum=50)
+MEMORY_DUPLICATE_SIMILARITY_PERCENT = env_int(
+    "MEMORY_DUPLICATE_SIMILARITY_PERCENT", 90, minimum=50, maximum=100
+)
 CELERY_BEAT_SCHEDULE = {
     "records-prune": {"task": "chat.tasks.records_prune_task", "schedule": 3600.0},
     "short-term-memory-maintenance": {
@@ -183,6 +198,24 @@ LLM_VISION_MODEL = env_str("LLM_VISION_MODEL")
 LLM_VISION_BASE_URL = env_str("LLM_VISION_BASE_URL")
 if LLM_VISION_BASE_URL:
     LLM_VISION_BASE_URL = env_url("LLM_VISION_BASE_URL", "", schemes=("http", "https"))
+LLM_EMBEDDING_MODEL = env_str("LLM_EMBEDDING_MODEL")
+if LLM_EMBEDDING_MODEL and any(c.isspace() for c in LLM_EMBEDDING_MODEL):
+    raise ImproperlyConfigured(
+        f"LLM_EMBEDDING_MODEL must be one model name, got {LLM_EMBEDDING_MODEL!r}"
+    )
+LLM_EMBEDDING_BASE_URL = env_str("LLM_EMBEDDING_BASE_URL")
+if LLM_EMBEDDING_BASE_URL:
+    LLM_EMBEDDING_BASE_URL = env_url("LLM_EMBEDDING_BASE_URL", "", schemes=("http", "https"))
+    if not LLM_EMBEDDING_MODEL:
+        raise ImproperlyConfigured(
+            "LLM_EMBEDDING_BASE_URL is set but LLM_EMBEDDING_MODEL is empty: name the model "
+            "the endpoint embeds with (or unset both for the offline default)"
+        )
+if LLM_EMBEDDING_MODEL and not (LLM_EMBEDDING_BASE_URL or LLM_BASE_URL):
+    raise ImproperlyConfigured(
+        "LLM_EMBEDDING_MODEL is set but neither LLM_EMBEDDING_BASE_URL nor LLM_BASE_URL is: "
+        "set LLM_EMBEDDING_BASE_URL to the endpoint serving /embeddings"
+    )
 PLURALKIT_API_BASE = env_str("PLURALKIT_API_BASE")
 if PLURALKIT_API_BASE:
     PLURALKIT_API_BASE = env_url("PLURALKIT_API_BASE", "", schemes=("http", "https"))

@@ -12,11 +12,13 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import LessThanOrEqual
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 
 from chat.fields import CompressedJSONField
 from chat.pipeline.memory import MAX_SUMMARY_CHARS, MemoryState
 from chat.pipeline.triggers import TurnReason
-from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona
+from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona, PrivacyLevel, UserPrivacy
 
 TURN_REASON_LABELS = {
     TurnReason.MENTION: "Mentioned",
@@ -26,6 +28,9 @@ TURN_REASON_LABELS = {
     TurnReason.PLANNER: "Planner decision",
     TurnReason.MAINTENANCE: "Memory maintenance",
 }
+MEMORY_TEXT_CEILING = 2000
+"""The longest memory text the database takes; the per-kind limits (settings) are lower."""
+
 TURN_REASON_CHOICES = [(str(reason), TURN_REASON_LABELS[reason]) for reason in TurnReason]
 
 
@@ -186,6 +191,12 @@ class Turn(models.Model):
         "was kept), advanced_by, message_count",
     )
     tool_allowlist = models.JSONField(default=list, blank=True)
+    recalled = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The long-term memories shown to the model, best first: key, kind, text, "
+        "score, keyword, vector, why",
+    )
     prefill = models.TextField(blank=True)
     attempts = models.JSONField(default=list, blank=True)
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -194,6 +205,12 @@ class Turn(models.Model):
     reply_text = models.TextField(blank=True)
     delivered_message_ids = models.JSONField(default=list, blank=True)
     warnings = models.JSONField(default=list, blank=True)
+    lorebook = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Lorebook entries that fired (book, entry, key) and those left out "
+        "(over budget, failed roll): `LoreActivation.as_record`",
+    )
     error = models.TextField(blank=True)
     history_ms = models.FloatField(null=True, blank=True)
     participant_ms = models.FloatField(null=True, blank=True)
@@ -412,3 +429,125 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"worker {self.holder} (shards {self.shard_ids})"
+
+
+class Memory(models.Model):
+    """A long-term memory kept in one guild (the rules of recall are in `chat.pipeline.recall`).
+
+    ``kind`` says what it is about: ``personal`` (one person: ``user_id`` is the account,
+    ``member_id`` a proxied member's id when the memory is about the member, who owns it),
+    ``guild`` (the server's shared facts) or ``persona`` (what ``persona`` said it would
+    remember). ``source`` says how it was written and ``turn``/``message_id`` where from.
+    ``embedding`` holds the text's vector as little-endian float32 bytes, from
+    ``embedding_model`` (empty: not embedded yet; a vector of another model is re-embedded).
+    Nothing is kept about a user with partial or full privacy (`chat.services.memory`).
+    """
+
+    class Kind(models.TextChoices):
+        PERSONAL = "personal", "About a person"
+        GUILD = "guild", "About the server"
+        PERSONA = "persona", "A persona's own"
+
+    class Source(models.TextChoices):
+        COMMAND = "command", "/memory command"
+        TOOL = "tool", "remember tool"
+        EXTRACTION = "extraction", "extraction"
+        ADMIN = "admin", "admin"
+
+    guild_id = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    user_id = models.PositiveBigIntegerField(null=True, blank=True)
+    member_id = models.CharField(
+        max_length=64, blank=True, help_text="A proxied member's id: the memory is the member's"
+    )
+    subject_name = models.CharField(
+        max_length=100, blank=True, help_text="The person's name when the memory was written"
+    )
+    persona = models.ForeignKey(
+        Persona,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="long_term_memories",
+    )
+    text = models.TextField()
+    source = models.CharField(max_length=10, choices=Source.choices)
+    turn = models.ForeignKey(
+        Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    message_id = models.PositiveBigIntegerField(null=True, blank=True)
+    embedding = models.BinaryField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    class Meta:
+        ordering = ["guild_id", "kind", "id"]
+        indexes = [
+            models.Index(fields=["guild_id", "kind", "user_id"], name="memory_scope"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["personal", "guild", "persona"]), name="memory_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(source__in=["command", "tool", "extraction", "admin"]),
+                name="memory_source_valid",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(kind="personal", user_id__isnull=False, persona__isnull=True)
+                    | Q(kind="guild", user_id__isnull=True, persona__isnull=True, member_id="")
+                    | Q(kind="persona", user_id__isnull=True, persona__isnull=False, member_id="")
+                ),
+                name="memory_subject_matches_kind",
+            ),
+            models.CheckConstraint(
+                condition=Q(text__regex=r"\S")
+                & LessThanOrEqual(Length("text"), MEMORY_TEXT_CEILING),
+                name="memory_text_length",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} memory {self.id} in {self.guild_id}"
+
+
+@receiver(post_save, sender=UserPrivacy, dispatch_uid="forget_memories_on_private")
+def forget_memories_on_private(sender: type, instance: UserPrivacy, **kwargs: object) -> None:
+    """Nothing is kept about a user with partial or full privacy: whenever a privacy row is
+    saved at either level (the dashboard, a configuration import, the ``/privacy`` command),
+    every personal memory about that user and their proxied members goes, in every guild."""
+    if instance.level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL):
+        Memory.objects.filter(kind=Memory.Kind.PERSONAL, user_id=instance.user_id).delete()
+
+
+class DiscordName(models.Model):
+    """The name Discord shows for a guild, a channel, a thread or a user, as the gateway last
+    said it (guild and channel create/update, member updates), so the dashboard shows names
+    without asking Discord. ``guild_id`` is the guild the object belongs to (a user's: where
+    the name was last seen), ``parent_id`` a thread's channel, ``avatar_url`` a user's
+    avatar. Users with full privacy are never stored.
+    """
+
+    class Kind(models.TextChoices):
+        GUILD = "guild"
+        CHANNEL = "channel"
+        THREAD = "thread"
+        USER = "user"
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    discord_id = models.PositiveBigIntegerField()
+    name = models.CharField(max_length=100)
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    parent_id = models.PositiveBigIntegerField(null=True, blank=True)
+    avatar_url = models.URLField(max_length=300, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "discord_id"], name="discord_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.discord_id}: {self.name}"

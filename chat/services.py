@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -30,8 +31,10 @@ from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
 from chat.llm.base import ModelSpec
+from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
+from chat.memory_recall import memories_recall_for_turn, recalled_record
 from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
@@ -55,11 +58,12 @@ from chat.pipeline.memory import (
     visible_memory_text,
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.truncation import truncate_dialogue_history
+from chat.pipeline.truncation import context_budget, truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
 from chat.pipeline.window import (
     ReanchorReason,
@@ -98,6 +102,9 @@ class TurnRuntime:
     offered."""
     max_warm_contexts: int = MAX_WARM_CONTEXTS
     """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
+    embeddings: EmbeddingModel | None = None
+    """The embedding model long-term memory recall uses; None: the process's own
+    (`memory_store.default_embedding_model`)."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
@@ -149,6 +156,7 @@ class PreparedTurn:
     history_ms: float
     participant_ms: float
     build_ms: float
+    recalled: tuple[RecalledMemory, ...] = ()
 
 
 async def turn_prepare(
@@ -165,7 +173,8 @@ async def turn_prepare(
            window ending at the trigger; store the anchor.
         2. Fetch reply targets outside the window (at most four at a time) and read privacy,
            blacklist and short-term memory for the people in it (the channel's personas and
-           blocks come from ``request.configuration``, read once).
+           blocks come from ``request.configuration``, read once); recall the long-term
+           memories that bear on the trigger (`_recall_memories`).
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
@@ -183,6 +192,8 @@ async def turn_prepare(
 
     started = time.perf_counter()
     turn_input = await _turn_input(runtime, request, history, now=now)
+    recalled = await sync_to_async(_recall_memories)(runtime, request, turn_input)
+    turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
     participant_ms = _ms_since(started)
 
     started = time.perf_counter()
@@ -207,6 +218,35 @@ async def turn_prepare(
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
+        recalled=recalled,
+    )
+
+
+def _recall_memories(
+    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput
+) -> tuple[RecalledMemory, ...]:
+    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`): its
+    query is the trigger and the message before it; the personal memories of the people
+    speaking in the window are eligible, except of those with partial or full privacy or on the
+    blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget."""
+    unremembered = frozenset(
+        user_id
+        for user_id, level in turn_input.privacy.items()
+        if level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL)
+    ) | frozenset(turn_input.blacklisted_user_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    model = turn_input.persona.model
+    budget = context_budget(model.context_window, model.max_output_tokens)
+    return memories_recall_for_turn(
+        guild_id=request.configuration.guild_id,
+        persona_id=request.persona.id,
+        people=window_people(
+            turn_input.history, trigger_id=turn_input.trigger_id, unremembered=unremembered
+        ),
+        query=recall_query(turn_input.history, trigger_id=turn_input.trigger_id, hidden=hidden),
+        token_budget=budget * settings.MEMORY_RECALL_BUDGET_PERCENT // 100,
+        count_tokens=runtime.token_counter.count,
+        embedder=runtime.embeddings,
     )
 
 
@@ -640,6 +680,7 @@ async def _turn_input(
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
+        lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
         previous=previous,
     )
 
@@ -992,8 +1033,10 @@ def _record_context(turn: Turn, prepared: PreparedTurn) -> None:
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
+    turn.recalled = recalled_record(prepared.recalled)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
+    turn.lorebook = context.lore.as_record()
     turn.history_ms = prepared.history_ms
     turn.participant_ms = prepared.participant_ms
     turn.build_ms = prepared.build_ms

@@ -179,6 +179,7 @@ def turn_list(request: HttpRequest) -> HttpResponse:
             "filters": filters,
             "query": query.urlencode(),
             "guilds": selectors.guild_filter_choices(),
+            "channels": selectors.turn_channel_ids(),
             "statuses": Turn.Status.choices,
             "reasons": TURN_REASON_CHOICES,
             "personas": sorted(set(Persona.objects.values_list("name", flat=True))),

@@ -118,6 +118,7 @@ class PreviewResult:
                 "warning": context.truncation.warning,
             },
             "window": window_report(self.prepared),
+            "lorebook": context.lore.as_record(),
             "triggered_by": self.triggered_by,
             "decision": self.decision_json(),
         }

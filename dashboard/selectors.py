@@ -190,7 +190,27 @@ class ChannelRow:
 
 
 @dataclass(frozen=True)
+class WorkerShards:
+    """A live worker serving the guild: its id (host:pid:…) and the shards it holds."""
+
+    holder: str
+    shard_ids: tuple[int, ...]
+    shard_count: int | None
+
+    @property
+    def label(self) -> str:
+        """``shards 0, 1 of 4`` (``shard 0 of 1``): the shard numbers the worker holds."""
+        ids = ", ".join(str(i) for i in self.shard_ids)
+        word = "shard" if len(self.shard_ids) == 1 else "shards"
+        return f"{word} {ids}" + (f" of {self.shard_count}" if self.shard_count else "")
+
+
+@dataclass(frozen=True)
 class GuildOverview:
+    """``shards``: the shard numbers the serving workers hold; ``shard`` the one the guild
+    lives on (Discord's ``(guild_id >> 22) % shard_count``; None when no worker says how many
+    shards there are)."""
+
     guild: GuildConfig
     shards: tuple[int, ...]
     latency_ms: float | None
@@ -198,6 +218,9 @@ class GuildOverview:
     channels: tuple[ChannelRow, ...]
     latest_turns: tuple[Turn, ...]
     errors: tuple[Turn, ...]
+    shard: int | None = None
+    shard_count: int | None = None
+    serving: tuple[WorkerShards, ...] = ()
 
 
 def overview(*, now: dt.datetime | None = None) -> tuple[GuildOverview, ...]:
@@ -245,9 +268,16 @@ def overview(*, now: dt.datetime | None = None) -> tuple[GuildOverview, ...]:
             for cid in sorted(channel_ids)
         )
         turns = Turn.objects.filter(guild_id=guild.guild_id)
+        shard_count = next((b.shard_count for b in serving if b.shard_count), None)
         result.append(
             GuildOverview(
                 guild=guild,
+                shard=(guild.guild_id >> 22) % shard_count if shard_count else None,
+                shard_count=shard_count,
+                serving=tuple(
+                    WorkerShards(b.holder, tuple(sorted(b.shard_ids)), b.shard_count)
+                    for b in serving
+                ),
                 shards=tuple(shards),
                 latency_ms=round(sum(latencies) / len(latencies) * 1000, 1) if latencies else None,
                 workers=len(serving),
@@ -425,7 +455,56 @@ def guild_filter_choices() -> Iterable[tuple[int, str]]:
     return GuildConfig.objects.order_by("name").values_list("guild_id", "name")
 
 
+def turn_channel_ids(*, limit: int = 200) -> list[int]:
+    """The channels that have turns (at most ``limit``), for the turn filters."""
+    ids = Turn.objects.order_by().values_list("channel_id", flat=True).distinct()[:limit]
+    return sorted(ids)
+
+
 def turn_counts_by_status() -> dict[str, int]:
     return dict(
         Turn.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
     )
+
+
+EXCERPT_LENGTH = 80
+
+
+def trigger_excerpt(turn: Turn, *, length: int = EXCERPT_LENGTH) -> str:
+    """The start of the turn's trigger message as the persona saw it (its line in the recorded
+    prompt, without the ``[ref_N]`` head); empty when the prompt does not hold it (no trigger,
+    or a turn recorded without its items)."""
+    if turn.trigger_message_id is None:
+        return ""
+    trigger = str(turn.trigger_message_id)
+    ref = (turn.window or {}).get("refs", {}).get(trigger)
+    for item in turn.context_items or ():
+        if trigger not in item.get("source_ids", ()):
+            continue
+        _, _, content = item.get("text", "").partition(": ")
+        lines = content.split("\n")
+        line = next((x for x in lines if ref and x.startswith(f"[{ref}")), lines[-1])
+        return _shorten(_without_head(line), length)
+    return ""
+
+
+def _without_head(line: str) -> str:
+    """A dialogue line without its ``[ref_N …]`` head (a reply's head quotes its target)."""
+    if not line.startswith("[ref_"):
+        return line
+    closing = '"] ' if ': "' in line.split("]", 1)[0] else "] "
+    head_end = line.find(closing)
+    if head_end < 0:
+        return line
+    return line[head_end + len(closing) :]
+
+
+def _shorten(text: str, length: int) -> str:
+    """``text`` on one line, cut to at most ``length`` characters at a word's end ("…")."""
+    text = " ".join(text.split())
+    if len(text) <= length:
+        return text
+    cut = text[: length - 1]
+    if " " in cut[-20:]:
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "…"

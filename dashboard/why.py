@@ -51,6 +51,8 @@ class WhyAnswer:
     answers: tuple[PersonaAnswer, ...]
     summary: str
     message: HistoryMessage | None = None
+    hidden: bool = False
+    """The author has full privacy or is blacklisted: their words are never shown."""
 
 
 @cache
@@ -213,11 +215,7 @@ def verdict_sentence(verdict: PersonaVerdict, message: HistoryMessage) -> str:
         return f"{verdict.persona_name} is disabled."
     if verdict.silence in (Silence.BLOCKED, Silence.MUTED):
         kind = "muted" if verdict.block is BlockType.MUTE else "blocked"
-        who = (
-            f"The proxied member's sender (user {message.proxy.host_user_id})"
-            if message.proxy is not None
-            else "The author"
-        )
+        who = "The proxied member's sender" if message.proxy is not None else "The author"
         return f"{who} is {kind} for {verdict.persona_name}."
     if verdict.silence is Silence.OVER_LIMIT:
         return f"{rule} fired, but three personas answer before it (at most three per message)."

@@ -20,7 +20,14 @@ How a card becomes a persona (README, "Character cards"):
 - the card's ``{{char}}`` / ``{{user}}`` macros (and the older ``<BOT>`` / ``<USER>``) become
   this product's ``{char}`` / ``{user}``; export turns them back.
 
-Everything else on a card (first message, greetings, lorebook, creator notes) is not used.
+- ``character_book`` → the persona's lorebook (`lorebook_from_card`): the spec's book and entry
+  fields, SillyTavern's entry extensions (``position``/``depth``/``role``, ``selectiveLogic``,
+  ``match_whole_words``, ``probability``/``useProbability``, ``exclude_recursion``,
+  ``prevent_recursion``) read into the lorebook's own fields, V3 ``@@depth``/``@@role``
+  decorators read and taken out of the content. Every extension is also kept as it was, so an
+  export (`character_book_from_lorebook`) gives back what was imported.
+
+Everything else on a card (first message, greetings, creator notes) is not used.
 """
 
 from __future__ import annotations
@@ -174,13 +181,194 @@ def sample_dialogue_from_card(mes_example: str) -> list[dict[str, str]]:
 def persona_row_from_card(data: dict[str, Any], *, avatar_url: str | None) -> dict[str, Any]:
     """The persona, as a configuration file row, that a card's ``data`` describes."""
     name = data["name"].strip()
-    return {
+    row = {
         "name": name,
         "avatar_url": avatar_url,
         "system_prompt": system_prompt_from_card(data),
         "triggers": [name.casefold()] if name else [],
         "sample_dialogue": sample_dialogue_from_card(data.get("mes_example") or ""),
     }
+    book = data.get("character_book")
+    if isinstance(book, dict):
+        row["lorebook"] = lorebook_from_card(book)
+    return row
+
+
+# -- lorebooks ------------------------------------------------------------------------------------
+# SillyTavern's numbers for an entry's extensions (its World Info editor's choices).
+_ST_POSITIONS = {0: "before_char", 1: "after_char", 4: "at_depth"}
+_ST_ROLES = {0: "system", 1: "user", 2: "assistant"}
+_ST_LOGIC = {0: "and_any", 1: "not_all", 2: "not_any", 3: "and_all"}
+_DECORATOR = re.compile(r"^@@(?P<name>[a-z_]+)(?:[ \t]+(?P<value>.*))?$")
+_DECORATORS_KEPT = "personabot_decorators"
+"""Where an entry's V3 ``@@`` decorator lines are kept (in its extensions) for export."""
+
+
+def _int(value: object, default: int, low: int, high: int) -> int:
+    """A card's number as an int in [low, high]; ``default`` when it is not a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return max(low, min(high, int(value)))
+
+
+def _flag(value: object, default: bool = False) -> bool:
+    return value if isinstance(value, bool) else default
+
+
+def _strings(value: object) -> list[str]:
+    return [str(item) for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def _split_decorators(content: str) -> tuple[list[str], str]:
+    """V3 decorators: the ``@@name value`` lines a content starts with, and the rest."""
+    lines = content.split("\n")
+    decorators = []
+    while lines and _DECORATOR.match(lines[0].strip()):
+        decorators.append(lines.pop(0).strip())
+    return decorators, "\n".join(lines)
+
+
+def _entry_reading(card_entry: dict[str, Any]) -> dict[str, Any]:
+    """The lorebook fields a card entry's SillyTavern extensions and decorators say."""
+    ext = card_entry.get("extensions") if isinstance(card_entry.get("extensions"), dict) else {}
+    position = _ST_POSITIONS.get(ext.get("position"))  # type: ignore[arg-type]
+    if position is None:
+        position = "after_char" if card_entry.get("position") == "after_char" else "before_char"
+    reading = {
+        "position": position,
+        "depth": _int(ext.get("depth"), 4, 0, 100),
+        "role": _ST_ROLES.get(ext.get("role"), "system"),  # type: ignore[arg-type]
+        "selective_logic": _ST_LOGIC.get(ext.get("selectiveLogic"), "and_any"),  # type: ignore[arg-type]
+        "match_whole_words": _flag(ext.get("match_whole_words")),
+        "probability": (
+            _int(ext.get("probability"), 100, 0, 100)
+            if _flag(ext.get("useProbability"), True)
+            else 100
+        ),
+        "exclude_recursion": _flag(ext.get("exclude_recursion")),
+        "prevent_recursion": _flag(ext.get("prevent_recursion")),
+        "case_sensitive": _flag(card_entry.get("case_sensitive"), _flag(ext.get("case_sensitive"))),
+    }
+    decorators, _content = _split_decorators(str(card_entry.get("content") or ""))
+    for line in decorators:
+        match = _DECORATOR.match(line)
+        assert match is not None
+        name, value = match["name"], (match["value"] or "").strip()
+        if name == "depth" and value.isdigit():
+            reading["position"], reading["depth"] = "at_depth", min(100, int(value))
+        elif name == "role" and value in ("system", "user", "assistant"):
+            reading["role"] = value
+        elif name == "constant":
+            reading["constant"] = True
+    return reading
+
+
+def lorebook_from_card(book: dict[str, Any]) -> dict[str, Any]:
+    """A card's ``character_book`` as a configuration file's ``lorebook`` (not yet validated:
+    the caller validates it with the persona row, so a problem names its path)."""
+    entries = []
+    raw_entries = book.get("entries") if isinstance(book.get("entries"), list) else []
+    for card_entry in raw_entries:
+        if not isinstance(card_entry, dict):
+            continue
+        ext = card_entry.get("extensions")
+        extensions = dict(ext) if isinstance(ext, dict) else {}
+        decorators, content = _split_decorators(str(card_entry.get("content") or ""))
+        if decorators:
+            extensions[_DECORATORS_KEPT] = decorators
+        entry_id = card_entry.get("id")
+        entry = {
+            "id": entry_id
+            if isinstance(entry_id, int) and not isinstance(entry_id, bool)
+            else None,
+            "name": _to_macros(str(card_entry.get("name") or "")),
+            "comment": str(card_entry.get("comment") or ""),
+            "keys": _strings(card_entry.get("keys")),
+            "secondary_keys": _strings(card_entry.get("secondary_keys")),
+            "content": _to_macros(content),
+            "enabled": _flag(card_entry.get("enabled"), True),
+            "constant": _flag(card_entry.get("constant")),
+            "selective": _flag(card_entry.get("selective")),
+            "insertion_order": _int(card_entry.get("insertion_order"), 100, -(10**6), 10**6),
+            "priority": _int(card_entry.get("priority"), 0, -(10**6), 10**6),
+            "use_regex": _flag(card_entry.get("use_regex")),
+            "extensions": extensions,
+        }
+        entry.update(_entry_reading(card_entry))
+        entries.append(entry)
+    extensions = book.get("extensions")
+    token_budget = book.get("token_budget")
+    return {
+        "name": str(book.get("name") or ""),
+        "description": str(book.get("description") or ""),
+        "scan_depth": _int(book.get("scan_depth"), 2, 0, 100),
+        "token_budget": (
+            _int(token_budget, 1, 1, 2_000_000) if isinstance(token_budget, int | float) else None
+        ),
+        "recursive_scanning": _flag(book.get("recursive_scanning")),
+        "extensions": dict(extensions) if isinstance(extensions, dict) else {},
+        "entries": entries,
+    }
+
+
+def character_book_from_lorebook(book: dict[str, Any]) -> dict[str, Any]:
+    """A stored lorebook as a card's ``character_book``: the spec's fields, and each entry's
+    SillyTavern extensions as imported, with what was changed here written over them."""
+    card_book: dict[str, Any] = {
+        "name": book.get("name", ""),
+        "description": book.get("description", ""),
+        "scan_depth": book.get("scan_depth", 2),
+        "recursive_scanning": book.get("recursive_scanning", False),
+        "extensions": dict(book.get("extensions") or {}),
+        "entries": [_card_entry(entry) for entry in book.get("entries", [])],
+    }
+    if book.get("token_budget") is not None:
+        card_book["token_budget"] = book["token_budget"]
+    return card_book
+
+
+def _card_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    extensions = dict(entry.get("extensions") or {})
+    decorators = extensions.pop(_DECORATORS_KEPT, [])
+    content = _from_macros(entry.get("content", ""))
+    card_entry: dict[str, Any] = {
+        "id": entry.get("id"),
+        "name": entry.get("name", ""),
+        "comment": entry.get("comment", ""),
+        "keys": list(entry.get("keys", [])),
+        "secondary_keys": list(entry.get("secondary_keys", [])),
+        "content": "\n".join([*decorators, content]) if decorators else content,
+        "enabled": entry.get("enabled", True),
+        "constant": entry.get("constant", False),
+        "selective": entry.get("selective", False),
+        "insertion_order": entry.get("insertion_order", 100),
+        "priority": entry.get("priority", 0),
+        "case_sensitive": entry.get("case_sensitive", False),
+        "position": "before_char" if entry.get("position") == "before_char" else "after_char",
+        "extensions": extensions,
+    }
+    if entry.get("use_regex"):  # a V3 field: written only when it says something
+        card_entry["use_regex"] = True
+    # Write SillyTavern's extensions only where they no longer say what the entry says.
+    said = _entry_reading(card_entry)
+    wanted = {key: entry.get(key, said[key]) for key in said if key in entry}
+    numbers = {
+        "position": {v: k for k, v in _ST_POSITIONS.items()},
+        "role": {v: k for k, v in _ST_ROLES.items()},
+        "selective_logic": {v: k for k, v in _ST_LOGIC.items()},
+    }
+    names = {"selective_logic": "selectiveLogic"}
+    for key, value in wanted.items():
+        if said.get(key) == value or key == "case_sensitive":
+            continue
+        if key == "probability":
+            extensions["probability"], extensions["useProbability"] = value, True
+        elif key in numbers:
+            extensions[names.get(key, key)] = numbers[key][value]
+        else:
+            extensions[key] = value
+        said = _entry_reading(card_entry)
+    return card_entry
 
 
 def card_import(
@@ -246,6 +434,11 @@ def card_from_persona(persona: Persona) -> dict[str, Any]:
             "tags": [],
             "creator": "",
             "character_version": "",
+            **(
+                {"character_book": character_book_from_lorebook(persona.lorebook)}
+                if persona.lorebook
+                else {}
+            ),
             "extensions": {
                 "personabot": {
                     "triggers": list(persona.triggers),
@@ -290,4 +483,6 @@ __all__ = [
     "card_import",
     "card_png",
     "card_read",
+    "character_book_from_lorebook",
+    "lorebook_from_card",
 ]

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import zoneinfo
 from collections.abc import Iterable, Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -27,6 +28,7 @@ from pydantic import (
     ValidationError,
 )
 
+from chat.pipeline.lorebook import parse_regex_key
 from personas.models import (
     AVATAR_URL_MAX,
     BLOCK_REASON_MAX,
@@ -40,6 +42,12 @@ from personas.models import (
     FETCH_LIMIT_MIN,
     GUILD_NAME_MAX,
     GUILDS_MAX,
+    LORE_CONTENT_MAX,
+    LORE_ENTRIES_MAX,
+    LORE_KEY_LENGTH_MAX,
+    LORE_KEYS_MAX,
+    LORE_SCAN_DEPTH_MAX,
+    LORE_TEXT_MAX,
     MAX_OUTPUT_TOKENS_MAX,
     MODEL_NAME_MAX,
     NOTE_DEPTH_MAX,
@@ -232,6 +240,64 @@ class LLMSpec(_Strict):
     """Remind the model at depth 3 to call tools verbatim (custom endpoints that need it)."""
 
 
+def _check_key(value: str) -> str:
+    try:
+        parse_regex_key(value.strip())
+    except re.error as error:
+        raise ValueError(f"is not a valid /regular expression/: {error}") from None
+    return value
+
+
+LoreKey = Annotated[
+    str, StringConstraints(max_length=LORE_KEY_LENGTH_MAX), AfterValidator(_check_key)
+]
+LoreText = Annotated[str, StringConstraints(max_length=LORE_TEXT_MAX)]
+Extensions = Annotated[dict[str, Any], Field(max_length=100)]
+
+
+class LoreEntrySpec(_Strict):
+    """One lorebook entry: a Character Card V2/V3 ``character_book`` entry's fields, with
+    SillyTavern's extensions (depth, role, logic, whole words, probability, recursion) as
+    plain fields. ``extensions`` keeps whatever else a card carried, for export."""
+
+    id: Annotated[int, Field(strict=True, ge=0, le=SNOWFLAKE_MAX)] | None = None
+    name: LoreText = ""
+    comment: LoreText = ""
+    keys: Annotated[list[LoreKey], Field(max_length=LORE_KEYS_MAX)] = []
+    secondary_keys: Annotated[list[LoreKey], Field(max_length=LORE_KEYS_MAX)] = []
+    content: Annotated[str, StringConstraints(max_length=LORE_CONTENT_MAX)] = ""
+    enabled: bool = True
+    constant: bool = False
+    selective: bool = False
+    selective_logic: Literal["and_any", "and_all", "not_any", "not_all"] = "and_any"
+    insertion_order: Annotated[int, Field(strict=True, ge=-(10**6), le=10**6)] = 100
+    priority: Annotated[int, Field(strict=True, ge=-(10**6), le=10**6)] = 0
+    case_sensitive: bool = False
+    match_whole_words: bool = False
+    use_regex: bool = False
+    position: Literal["before_char", "after_char", "at_depth"] = "before_char"
+    depth: Depth = 4
+    role: Literal["system", "user", "assistant"] = "system"
+    probability: Annotated[int, Field(strict=True, ge=0, le=100)] = 100
+    exclude_recursion: bool = False
+    prevent_recursion: bool = False
+    extensions: Extensions = {}
+
+
+class LorebookSpec(_Strict):
+    """A persona's or a guild's lorebook (a card's ``character_book``). ``scan_depth``: how
+    many of the newest messages are scanned; ``token_budget`` null: a quarter of the model's
+    context window."""
+
+    name: LoreText = ""
+    description: LoreText = ""
+    scan_depth: Annotated[int, Field(strict=True, ge=0, le=LORE_SCAN_DEPTH_MAX)] = 2
+    token_budget: Annotated[int, Field(strict=True, ge=1, le=CONTEXT_WINDOW_MAX)] | None = None
+    recursive_scanning: bool = False
+    extensions: Extensions = {}
+    entries: Annotated[list[LoreEntrySpec], Field(max_length=LORE_ENTRIES_MAX)] = []
+
+
 class ShortTermMemorySpec(_Strict):
     """How the persona keeps its short-term memory: refreshed after ``refresh_every`` of its
     replies; shown in the system prompt (``depth`` null) or at that depth in the dialogue."""
@@ -256,6 +322,7 @@ class PersonaSpec(_Strict):
     punctuation_splits: bool = False
     sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     llm: LLMSpec = LLMSpec()
+    lorebook: LorebookSpec | None = None
 
 
 class ChannelSpec(_Strict):
@@ -290,6 +357,7 @@ class GuildSpec(_Strict):
     ] = "UTC"
     message_fetch_limit: FetchLimit = FETCH_LIMIT_DEFAULT
     context_note: ContextNoteSpec | None = None
+    lorebook: LorebookSpec | None = None
     personas: Annotated[list[PersonaSpec], Field(max_length=PERSONAS_PER_GUILD_MAX)] = []
     channels: Annotated[list[ChannelSpec], Field(max_length=CHANNELS_PER_GUILD_MAX)] = []
     blocks: Annotated[list[BlockSpec], Field(max_length=BLOCKS_PER_GUILD_MAX)] = []
@@ -410,6 +478,13 @@ def _cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, s
                     f"{where}.personas[{p}].llm.context_window",
                     "must be larger than max_output_tokens",
                 )
+        books = [(f"{where}.lorebook", guild.lorebook)] + [
+            (f"{where}.personas[{p}].lorebook", persona.lorebook)
+            for p, persona in enumerate(guild.personas)
+        ]
+        for path, book in books:
+            if book is not None:
+                yield from lorebook_problems(book, path)
         known = {persona.name.casefold() for persona in guild.personas}
         for b, block in enumerate(guild.blocks):
             if block.persona is not None and block.persona.casefold() not in known:
@@ -424,6 +499,31 @@ def _cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, s
             ),
             "block (same persona, user and type)",
         )
+
+
+def lorebook_problems(book: LorebookSpec, where: str) -> Iterable[tuple[str, str]]:
+    """What no single field of a lorebook shows: two entries with one id, and keys of a
+    ``use_regex`` entry that are not valid patterns."""
+    yield from _duplicates(
+        (
+            (f"{where}.entries[{e}].id", entry.id)
+            for e, entry in enumerate(book.entries)
+            if entry.id is not None
+        ),
+        "entry id",
+    )
+    for e, entry in enumerate(book.entries):
+        if not entry.use_regex:
+            continue
+        for kind in ("keys", "secondary_keys"):
+            for k, key in enumerate(getattr(entry, kind)):
+                try:
+                    re.compile(key.strip())
+                except re.error as error:
+                    yield (
+                        f"{where}.entries[{e}].{kind}[{k}]",
+                        f"is not a valid regular expression (use_regex is on): {error}",
+                    )
 
 
 def _fold(name: str | None) -> str | None:

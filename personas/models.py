@@ -44,6 +44,14 @@ TEMPERATURE_MAX = 2.0
 MAX_OUTPUT_TOKENS_MAX = 32_768
 CONTEXT_WINDOW_MIN = 2
 CONTEXT_WINDOW_MAX = 2_000_000
+# Lorebooks (a persona's, a guild's): checked by the import schema, which the card import,
+# the dashboard's editor and the configuration file all go through.
+LORE_ENTRIES_MAX = 2_000  # entries per lorebook
+LORE_KEYS_MAX = 50  # primary or secondary keys per entry
+LORE_KEY_LENGTH_MAX = 200  # characters per key
+LORE_CONTENT_MAX = 16_000  # characters per entry
+LORE_TEXT_MAX = 4_000  # characters of a book's or an entry's name, description, comment
+LORE_SCAN_DEPTH_MAX = 100  # like the fetch limit: no more messages are read
 # Row counts: checked by the import schema (and documented for the dashboard's forms); a check
 # constraint cannot count rows. Item lengths inside JSON lists (one trigger word, one sample row)
 # are likewise the schema's; the number of items is also a check constraint.
@@ -122,6 +130,11 @@ class GuildConfig(models.Model):
     )
     context_note = models.TextField(blank=True, validators=[MaxLengthValidator(NOTE_TEXT_MAX)])
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
+    lorebook = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Shared by every persona of the guild; the configuration file's lorebook",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -215,6 +228,11 @@ class Persona(models.Model):
     verbatim_tool_nudge = models.BooleanField(
         default=False,
         help_text="Remind the model (custom endpoints) to call tools verbatim",
+    )
+    lorebook = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The persona's lorebook (a card's character_book); the configuration file's",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

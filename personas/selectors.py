@@ -45,6 +45,7 @@ def _guild(guild: GuildConfig) -> dict:
         "timezone": guild.timezone,
         "message_fetch_limit": guild.message_fetch_limit,
         "context_note": _note(guild.context_note, guild.context_note_depth),
+        "lorebook": guild.lorebook,
         "personas": [_persona(persona) for persona in guild.personas.all()],
         "channels": [
             {
@@ -104,6 +105,7 @@ def _persona(persona: Persona) -> dict:
             "reasoning_in_think_tags": persona.reasoning_in_think_tags,
             "verbatim_tool_nudge": persona.verbatim_tool_nudge,
         },
+        "lorebook": persona.lorebook,
     }
 
 

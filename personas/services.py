@@ -36,6 +36,7 @@ from personas.config_schema import (
     ConfigError,
     ContextNoteSpec,
     GuildSpec,
+    LorebookSpec,
     PersonaSpec,
     UserSpec,
     parse_config_document,
@@ -337,7 +338,13 @@ def _guild_values(spec: GuildSpec) -> dict:
         "message_fetch_limit": spec.message_fetch_limit,
         "context_note": note.text,
         "context_note_depth": note.depth,
+        "lorebook": _lorebook_value(spec.lorebook),
     }
+
+
+def _lorebook_value(book: LorebookSpec | None) -> dict | None:
+    """A lorebook as stored: the spec's fields, every default written out (None: no book)."""
+    return None if book is None else book.model_dump(mode="json")
 
 
 def _persona_values(spec: PersonaSpec) -> dict:
@@ -369,6 +376,7 @@ def _persona_values(spec: PersonaSpec) -> dict:
         "llm_merge_same_role": spec.llm.merge_same_role,
         "reasoning_in_think_tags": spec.llm.reasoning_in_think_tags,
         "verbatim_tool_nudge": spec.llm.verbatim_tool_nudge,
+        "lorebook": _lorebook_value(spec.lorebook),
     }
 
 

@@ -13,12 +13,15 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import discord
+from asgiref.sync import sync_to_async
 
 from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
+from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
 from chat.loop.ingress import OwnIdentity
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
+from chat.names import NameRecord, names_record
 from chat.windows import MAX_CHANNELS, WindowRegistry
 
 logger = logging.getLogger(__name__)
@@ -143,6 +146,44 @@ class PersonaBotClient(discord.AutoShardedClient):
     def _wake_scheduler(self) -> None:
         if self.scheduler is not None:
             self.scheduler.wake()
+
+    # -- names for the dashboard -------------------------------------------------------------
+
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        await self._record_names(guild_names(guild))
+
+    async def on_guild_join(self, guild: discord.Guild) -> None:
+        await self._record_names(guild_names(guild))
+
+    async def on_guild_update(self, before: discord.Guild, after: discord.Guild) -> None:
+        await self._record_names([guild_name(after)])
+
+    async def on_guild_channel_create(self, channel: discord.abc.GuildChannel) -> None:
+        await self._record_names(channel_names([channel]))
+
+    async def on_guild_channel_update(
+        self, before: discord.abc.GuildChannel, after: discord.abc.GuildChannel
+    ) -> None:
+        await self._record_names(channel_names([after]))
+
+    async def on_thread_create(self, thread: discord.Thread) -> None:
+        await self._record_names(channel_names([thread]))
+
+    async def on_thread_update(self, before: discord.Thread, after: discord.Thread) -> None:
+        await self._record_names(channel_names([after]))
+
+    async def on_member_join(self, member: discord.Member) -> None:
+        await self._record_names(member_names([member]))
+
+    async def on_member_update(self, before: discord.Member, after: discord.Member) -> None:
+        await self._record_names(member_names([after]))
+
+    async def _record_names(self, names: list[NameRecord]) -> None:
+        """Store names for the dashboard; a failure is logged and never stops the gateway."""
+        try:
+            await sync_to_async(names_record)(names=names)
+        except Exception:
+            logger.warning("could not store %d Discord names", len(names), exc_info=True)
 
     # -- change signals for window reuse -----------------------------------------------------
 

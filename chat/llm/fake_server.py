@@ -1,7 +1,8 @@
 """A local OpenAI-compatible server for tests and the demo: scripted answers and injected faults.
 
 Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks ending with
-``data: [DONE]`` when ``stream`` is true) and ``GET /v1/models``. Every request is recorded in
+``data: [DONE]`` when ``stream`` is true), ``POST /v1/embeddings`` (deterministic vectors of
+hashed words, `embeddings.HashingEmbeddings`') and ``GET /v1/models``. Every request is recorded in
 ``requests``. Each chat request takes the next item of the script, a queue of:
 
 - ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated);
@@ -44,6 +45,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
+
+from chat.llm.embeddings import hashed_vector
 
 
 class FaultKind(StrEnum):
@@ -173,6 +176,7 @@ class FakeLLMServer:
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self._chat_completions)
         self.app.router.add_get("/v1/models", self._list_models)
+        self.app.router.add_post("/v1/embeddings", self._embeddings)
 
     def enqueue(self, *items: ScriptItem) -> None:
         """Append answers to the script."""
@@ -206,6 +210,34 @@ class FakeLLMServer:
         self._record(request, None)
         models = [{"id": name, "object": "model", "owned_by": "fake"} for name in self._models]
         return web.json_response({"object": "list", "data": models})
+
+    @property
+    def embedding_bodies(self) -> list[Any]:
+        """The bodies of the embedding requests received, in order."""
+        return [r.body for r in self.requests if r.path == "/v1/embeddings"]
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """``POST /v1/embeddings``: `HashingEmbeddings`' vectors (texts sharing words point
+        the same way), one per input, in the OpenAI response shape."""
+        try:
+            body = json.loads(await request.text())
+        except json.JSONDecodeError:
+            body = None
+        self._record(request, body)
+        texts = body.get("input") if isinstance(body, dict) else None
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+            return _error_response(400, "input must be a string or a list of strings")
+        data = [
+            {"object": "embedding", "index": n, "embedding": hashed_vector(text)}
+            for n, text in enumerate(texts)
+        ]
+        usage = {"prompt_tokens": sum(len(t.split()) for t in texts)}
+        usage["total_tokens"] = usage["prompt_tokens"]
+        return web.json_response(
+            {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
+        )
 
     async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         raw = await request.text()

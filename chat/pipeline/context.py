@@ -16,6 +16,15 @@ from zoneinfo import ZoneInfo
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
 from chat.pipeline.items import ContextItem, ItemTag, system_note
+from chat.pipeline.lorebook import (
+    NO_ACTIVATION,
+    CompiledLorebook,
+    LoreActivation,
+    LoreHit,
+    LorePosition,
+    activate_lorebooks,
+    lore_budget,
+)
 from chat.pipeline.macros import MacroContext, expand_macros, names_the_user
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
 from chat.pipeline.memory import STM_HEADER
@@ -25,7 +34,9 @@ from chat.pipeline.participants import (
     participant_note,
     prepare_participant_context,
 )
+from chat.pipeline.recall import memory_note_text
 from chat.pipeline.simplify import (
+    EntryKind,
     SimplifiedEntry,
     SimplifiedHistory,
     blocked_user_ids,
@@ -34,7 +45,12 @@ from chat.pipeline.simplify import (
 )
 from chat.pipeline.tokens import TokenCounter, count_item_tokens
 from chat.pipeline.tools import admit_tools
-from chat.pipeline.truncation import TruncationReport, context_budget, truncate_dialogue_history
+from chat.pipeline.truncation import (
+    TruncationReport,
+    context_budget,
+    is_placed_at_depth,
+    truncate_dialogue_history,
+)
 from chat.pipeline.types import (
     ContextNote,
     HistoryMessage,
@@ -47,7 +63,7 @@ from chat.pipeline.types import (
 from chat.pipeline.window import history_window_stride, normalize_fetch_limit
 
 TURN_VARYING_TAGS = frozenset(
-    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS}
+    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS, ItemTag.MEMORY}
 )
 REUNION_MIN_GAP = timedelta(days=3)
 """How long a person must have been away from a persona for the reunion note."""
@@ -77,11 +93,13 @@ class TurnInput:
         channel_note: The channel's context note, if configured.
         global_note: The guild-wide context note, used only when neither the persona nor the
             channel has one.
-        memories: Retrieved long-term memories, as text.
+        memories: Recalled long-term memories, as prompt lines (`recall.memory_line`), best
+            first. They are shown after the dialogue, never in the system block: they change
+            with every turn, and the provider's prompt cache stops at the first change.
         stm_text: The short-term memory as the prompt shows it (`memory.visible_memory_text`:
             the caller has already left out an expired one); None when there is none.
         stm_depth: The memory's saved depth: None puts it in the system block after the
-            memories; a number places it in the dialogue like a context note at that depth.
+            system prompt; a number places it in the dialogue like a context note at that depth.
         configured_tools: Tools whose outside service is configured.
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
         stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
@@ -92,6 +110,8 @@ class TurnInput:
             presence, before this turn); at least `REUNION_MIN_GAP` before ``now``, the turn
             gets a reunion note naming that day. None: no presence recorded.
         impersonated_user_id: A user the persona speaks as this turn; None when not.
+        lorebooks: The persona's lorebook, then the guild's (compiled once per book,
+            `lorebook.compile_lorebook`); their entries fire on the newest messages.
         previous: The channel's previous context for this persona (None when cold). A warm
             build reuses what still fits: simplification resumes from its history (same
             settings, its messages a prefix of this window), unchanged entries keep their
@@ -126,6 +146,7 @@ class TurnInput:
     reunion_note: str | None = None
     reunion_last_seen: datetime | None = None
     impersonated_user_id: int | None = None
+    lorebooks: tuple[CompiledLorebook, ...] = ()
     previous: TurnContext | None = None
 
 
@@ -148,6 +169,7 @@ class TurnContext:
         token_counter: Which tokenizer counted ``items``.
         simplified_history: The simplified history, for the next turn to resume from.
         dialogue: The rendered dialogue entries, for the next turn to reuse.
+        lore: Which lorebook entries fired, on which key, and which were left out.
     """
 
     persona_name: str
@@ -162,6 +184,7 @@ class TurnContext:
     token_counter: str
     simplified_history: SimplifiedHistory
     dialogue: RenderedDialogue
+    lore: LoreActivation = NO_ACTIVATION
 
     @property
     def message_ids(self) -> Mapping[str, int]:
@@ -187,8 +210,10 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
            from ``turn.previous_history`` when it fits.
         4. Resolve participants (`participants.prepare_participant_context`).
         5. Admit tools from the triggering entry (`tools.admit_tools`).
-        6. Assemble items: system prompt, memories, STM, samples, dialogue history with its
-           spacers and notes, tail directives.
+        6. Activate the lorebooks on the newest visible messages (`lorebook.py`). Assemble
+           items: constant lorebook entries around the system prompt, STM, samples, dialogue
+           history with its spacers, notes and the other fired entries, recalled memories, the
+           participants note, tail directives.
         7. Count tokens (a warm build counts only new texts).
         8. Truncate to the persona's budget in stride batches.
         9. Mark the cacheable prefix on what survives.
@@ -251,10 +276,14 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         verbatim_tool_nudge=turn.verbatim_tool_nudge,
         reunion_note=turn.reunion_note or _reunion_note(turn, trigger, timezone),
     )
-    configuration, naming_the_user_from = _configuration_items(turn, macros)
+    lore = _activate_lore(turn, entries)
+    configuration, naming_the_user_from = _configuration_items(turn, macros, lore)
+    notes_at_depth = (*_stm_at_depth(turn), *context_note_items(notes, macros))
+    lore_at_depth = _lore_at_depth(lore, macros, place_notes(dialogue.items, notes_at_depth))
     items = (
         *configuration,
-        *place_notes(dialogue.items, (*_stm_at_depth(turn), *context_note_items(notes, macros))),
+        *place_notes(dialogue.items, (*notes_at_depth, *lore_at_depth)),
+        *_recalled_memories(turn),
     )
     participants_text = participant_note(participants)
     if participants_text:
@@ -293,17 +322,19 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         token_counter=turn.token_counter.name,
         simplified_history=simplified,
         dialogue=dialogue.with_counted(counted),
+        lore=lore,
     )
 
 
 def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | None = None) -> int:
     """Where the stable prefix ends: the index of the first item expected to change next turn.
 
-    The prefix holds the configuration (system prompt, memories, STM: they change only when a
-    memory is written or the STM maintained), the samples, and the dialogue up to the first
-    context note or short-term memory placed at depth (it moves with every new message) or the
-    newest entry (the next message may merge into it), whichever comes first, and never a tail
-    directive. ``varying_from`` ends it earlier: configuration that names the turn's user
+    The prefix holds the configuration (system prompt, STM: it changes only when the STM is
+    maintained; constant lorebook entries), the samples, and the dialogue up to the first
+    context note, short-term memory or lorebook entry placed at depth (it moves with every new
+    message) or the newest entry (the next message may merge into it), whichever comes first,
+    and never a tail directive or recalled memories (they follow the dialogue and change with
+    every turn). ``varying_from`` ends it earlier: configuration that names the turn's user
     (``{user}``) changes whenever someone else speaks next. Media limits can still change an
     older entry (an image leaving the rendered-image limit); that is not predictable from one
     turn, so the boundary does not try.
@@ -312,7 +343,7 @@ def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | No
         (
             index
             for index, item in enumerate(items)
-            if item.tag in TURN_VARYING_TAGS or (item.tag is ItemTag.STM and item.depth is not None)
+            if item.tag in TURN_VARYING_TAGS or is_placed_at_depth(item)
         ),
         len(items),
     )
@@ -348,20 +379,28 @@ def _known_token_counts(turn: TurnInput) -> dict[str, int]:
 
 
 def _configuration_items(
-    turn: TurnInput, macros: MacroContext
+    turn: TurnInput, macros: MacroContext, lore: LoreActivation
 ) -> tuple[tuple[ContextItem, ...], int | None]:
-    """System prompt, memories and STM (system role), then the sample dialogue as written;
-    and the index of the first whose template says ``{user}`` (None when none does).
+    """Constant lorebook entries placed before the character definitions, the system prompt,
+    those placed after it, and STM (system role), then the sample dialogue as written; and the
+    index of the first whose template says ``{user}`` (None when none does).
 
     Completion models read the same text: configuration is prose already.
     """
     persona = turn.persona
     pieces: list[tuple[ItemTag, Role, str, str]] = []  # (tag, role, template, text)
-    system_prompt = expand_macros(persona.system_prompt, macros).strip()
-    if system_prompt:
-        pieces.append((ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt))
-    for memory in turn.memories:
-        pieces.append((ItemTag.MEMORY, Role.SYSTEM, "", f"Memory: {memory}"))
+    for position in (LorePosition.BEFORE_CHAR, None, LorePosition.AFTER_CHAR):
+        if position is None:
+            system_prompt = expand_macros(persona.system_prompt, macros).strip()
+            if system_prompt:
+                pieces.append(
+                    (ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt)
+                )
+            continue
+        for hit in lore.inserted:
+            if _in_configuration(hit) and hit.entry.position is position:
+                text = expand_macros(hit.entry.content, macros).strip()
+                pieces.append((ItemTag.LOREBOOK, Role.SYSTEM, hit.entry.content, text))
     if turn.stm_text and turn.stm_text.strip() and turn.stm_depth is None:
         stm = f"{STM_HEADER}\n{turn.stm_text.strip()}"
         pieces.append((ItemTag.STM, Role.SYSTEM, "", stm))
@@ -371,6 +410,75 @@ def _configuration_items(
     items = tuple(ContextItem(tag=tag, role=role, text=text) for tag, role, _, text in pieces)
     templates = [template for _tag, _role, template, _text in pieces]
     return items, next((n for n, t in enumerate(templates) if names_the_user(t)), None)
+
+
+def _activate_lore(turn: TurnInput, entries: Sequence[SimplifiedEntry]) -> LoreActivation:
+    """The turn's lorebook activation over the visible messages' words (blocked notices and
+    hidden users are not scanned: they are not in the prompt either), seeded with the
+    trigger's id so a preview rolls as its turn does."""
+    if not turn.lorebooks:
+        return NO_ACTIVATION
+    messages = [
+        entry.prose for entry in entries if entry.kind is not EntryKind.BLOCKED and entry.prose
+    ]
+    return activate_lorebooks(
+        turn.lorebooks,
+        messages=messages,
+        seed=str(turn.trigger_id),
+        budget=lore_budget(turn.persona.model.context_window, turn.lorebooks),
+        count_tokens=turn.token_counter.count,
+    )
+
+
+def _in_configuration(hit: LoreHit) -> bool:
+    """A constant entry placed before or after the character definitions stays in the system
+    block (stable: it may sit in the cacheable prefix); every other fired entry goes into the
+    dialogue."""
+    return hit.entry.constant and hit.entry.position is not LorePosition.AT_DEPTH
+
+
+def _lore_at_depth(
+    lore: LoreActivation, macros: MacroContext, dialogue: Sequence[ContextItem]
+) -> tuple[ContextItem, ...]:
+    """Fired entries that go into the dialogue, each with its depth, in prompt order.
+
+    An ``AT_DEPTH`` entry keeps its depth and role (a ``system`` role becomes a ``[System: …]``
+    note: system-role items would move into the system block). An entry activated by its keys
+    to go before or after the character definitions is placed right after the cacheable
+    prefix of ``dialogue`` (the dialogue with its notes), as a note: it changes from turn to
+    turn, and there it costs the provider's prompt cache nothing (DESIGN §3).
+    """
+    after_prefix = _entries_after_prefix(dialogue)
+    placed = []
+    for position in (LorePosition.BEFORE_CHAR, LorePosition.AFTER_CHAR, LorePosition.AT_DEPTH):
+        for hit in lore.inserted:
+            if _in_configuration(hit) or hit.entry.position is not position:
+                continue
+            entry = hit.entry
+            text = expand_macros(entry.content, macros).strip()
+            if position is LorePosition.AT_DEPTH and entry.role is not Role.SYSTEM:
+                role, depth = entry.role, entry.depth
+            else:
+                role, text = Role.USER, system_note(text)
+                depth = entry.depth if position is LorePosition.AT_DEPTH else after_prefix
+            placed.append(ContextItem(tag=ItemTag.LOREBOOK, role=role, text=text, depth=depth))
+    return tuple(placed)
+
+
+def _entries_after_prefix(dialogue: Sequence[ContextItem]) -> int:
+    """How many dialogue entries follow the cacheable prefix's end within ``dialogue``."""
+    end = cacheable_prefix_end(dialogue)
+    return sum(1 for item in dialogue[end:] if item.tag is ItemTag.DIALOGUE_HISTORY)
+
+
+def _recalled_memories(turn: TurnInput) -> tuple[ContextItem, ...]:
+    """The recalled memories as one ``[System: …]`` item after the dialogue (`recall.py`);
+    empty when none were recalled. Not in the system block: recall changes with what is being
+    said, and anything that changes there would end the cacheable prefix at the very start."""
+    text = memory_note_text(turn.memories)
+    if text is None:
+        return ()
+    return (ContextItem(tag=ItemTag.MEMORY, role=Role.USER, text=system_note(text)),)
 
 
 def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:

@@ -26,6 +26,7 @@ class ItemTag(StrEnum):
     DATE_SPACER = "date_spacer"
     TAIL_DIRECTIVE = "tail_directive"
     PARTICIPANTS = "participants"
+    LOREBOOK = "lorebook"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The same context serves every attempt, fallbacks included; only the projection differs:
 
 - `to_openai_messages`: Chat Completions messages. System content first (persona prompt,
-  memories, STM), then every other item in order. Images become ``image_url`` parts for a vision
+  STM), then every other item in order. Images become ``image_url`` parts for a vision
   model; a blind model gets a notice instead, which names the image tool only when this attempt
   offers it. The prefill becomes a final ``assistant`` message ``Name: text`` where the model
   takes one, else an instruction.
@@ -23,9 +23,17 @@ from chat.pipeline.types import Role
 
 OpenAIMessage = dict[str, Any]
 _WITHOUT_PROSE = frozenset({ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS})
-_MARKED = frozenset({ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.DATE_SPACER, ItemTag.STM})
-"""Items whose text is a `system_note` (STM only when placed at depth; its system-block form is
-not marked, and `system_note_content` leaves it as it is)."""
+_MARKED = frozenset(
+    {
+        ItemTag.CONTEXT_NOTE_INJECTION,
+        ItemTag.DATE_SPACER,
+        ItemTag.STM,
+        ItemTag.MEMORY,
+        ItemTag.LOREBOOK,
+    }
+)
+"""Items whose text may be a `system_note` (STM and lorebook entries only when placed at depth;
+their system-block forms are not marked, and `system_note_content` leaves them as they are)."""
 
 
 @dataclass(frozen=True, slots=True)

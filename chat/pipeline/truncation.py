@@ -3,8 +3,9 @@
 When a prompt exceeds its budget, whole stride batches of the oldest dialogue entries go, so the
 prompt's start moves in the same coarse steps as the history window and the provider's prompt
 cache survives between those steps. What is never removed: system items (persona prompt,
-memories, STM), sample dialogue, context notes and a short-term memory at its saved depth (they
-are re-placed at their depths on what survives), the newest user request, and tail directives.
+memories, STM, constant lorebook entries), sample dialogue, context notes, a short-term memory
+and lorebook entries at a depth (they are re-placed at their depths on what survives), the
+newest user request, and tail directives.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ BUDGET_SHARE_PERCENT = 90
 DIALOGUE_TAGS = frozenset(
     {ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER, ItemTag.CONTEXT_NOTE_INJECTION}
 )
+
+_PLACED_WHEN_DEPTH_SET = frozenset({ItemTag.STM, ItemTag.LOREBOOK})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,9 +120,10 @@ def _total(items: Sequence[ContextItem]) -> int:
 
 
 def is_placed_at_depth(item: ContextItem) -> bool:
-    """A note, or the short-term memory at its saved depth: re-placed on surviving history."""
+    """A note, or the short-term memory or a lorebook entry at a depth: re-placed on
+    surviving history."""
     return item.tag is ItemTag.CONTEXT_NOTE_INJECTION or (
-        item.tag is ItemTag.STM and item.depth is not None
+        item.tag in _PLACED_WHEN_DEPTH_SET and item.depth is not None
     )
 
 

@@ -8,9 +8,9 @@ Protocol, as a bot sees it:
    `resume_gateway_url`, `shard`, `application`), then one GUILD_CREATE per guild of the
    session's shard (`(guild_id >> 22) % shard_count == shard_id`). A wrong token closes with
    4004, an impossible shard with 4010, missing intents with 4013.
-3. World changes (messages, reactions, typing; guilds, channels and members added later)
-   arrive as dispatches (op 0) with a per-session sequence number, filtered by shard and
-   intents. Without MESSAGE_CONTENT, message content, embeds and attachments are
+3. World changes (messages, reactions, typing; guilds, channels, threads and members added
+   or renamed later) arrive as dispatches (op 0) with a per-session sequence number, filtered
+   by shard and intents. Without MESSAGE_CONTENT, message content, embeds and attachments are
    blanked unless the bot wrote the message or is mentioned in it, as on Discord.
 4. A session outlives its connection for `resume_ttl` seconds and keeps its last
    `replay_buffer` dispatches: RESUME (op 6) replays what the client missed, then RESUMED.
@@ -85,8 +85,13 @@ class Intent(IntFlag):
 
 EVENT_INTENTS: Mapping[str, Intent] = {
     "GUILD_CREATE": Intent.GUILDS,
+    "GUILD_UPDATE": Intent.GUILDS,
     "CHANNEL_CREATE": Intent.GUILDS,
+    "CHANNEL_UPDATE": Intent.GUILDS,
+    "THREAD_CREATE": Intent.GUILDS,
+    "THREAD_UPDATE": Intent.GUILDS,
     "GUILD_MEMBER_ADD": Intent.GUILD_MEMBERS,
+    "GUILD_MEMBER_UPDATE": Intent.GUILD_MEMBERS,
     "MESSAGE_CREATE": Intent.GUILD_MESSAGES,
     "MESSAGE_UPDATE": Intent.GUILD_MESSAGES,
     "MESSAGE_DELETE": Intent.GUILD_MESSAGES,

@@ -284,6 +284,30 @@ class Sandbox:
         data = {**member_payload(member, user=user), "guild_id": str(guild_id)}
         self._publish("GUILD_MEMBER_ADD", data, guild_id)
 
+    def rename_guild(self, guild_id: int, name: str) -> None:
+        """An admin renames the guild; dispatches GUILD_UPDATE (the guild object, as
+        `GET /guilds/{id}` returns it)."""
+        guild = self._guild(guild_id)
+        guild.name = name
+        self._publish("GUILD_UPDATE", {**guild_payload(guild), "guild_id": str(guild_id)}, guild_id)
+
+    def rename_channel(self, channel_id: int, name: str) -> None:
+        """An admin renames a channel or a thread; dispatches CHANNEL_UPDATE (THREAD_UPDATE
+        for a thread) with the whole channel object, as Discord does."""
+        channel = self._channel(channel_id)
+        channel.name = name
+        event = "THREAD_UPDATE" if channel.parent_id is not None else "CHANNEL_UPDATE"
+        self._publish(event, channel_payload(channel), channel.guild_id)
+
+    def set_nick(self, guild_id: int, user_id: int, nick: str | None) -> None:
+        """The member's nickname in the guild changes (None: back to their global name);
+        dispatches GUILD_MEMBER_UPDATE with the member and its user, as Discord does."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        member.nick = nick
+        data = {**member_payload(member, user=self._user(user_id)), "guild_id": str(guild_id)}
+        self._publish("GUILD_MEMBER_UPDATE", data, guild_id)
+
     def add_role(self, guild_id: int, name: str, *, permissions: int) -> int:
         """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
         guild = self._guild(guild_id)

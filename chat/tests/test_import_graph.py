@@ -33,6 +33,9 @@ LAYERS: dict[str, int] = {
     "botproject.events": 1,
     "botproject.failures": 1,
     "chat.services": 2,
+    "chat.names": 2,
+    "chat.memory_store": 2,
+    "chat.memory_recall": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
@@ -70,6 +73,12 @@ ALLOWED: list[tuple[str, str, str]] = [
         "chat.gateway.rest",
         "a REST-only port (a logged-in, never-connected client) for the prompt preview: it "
         "reads Discord as the worker does, but shares no state with the worker",
+    ),
+    (
+        "personas.config_schema",
+        "chat.pipeline.lorebook",
+        "the schema refuses a lorebook key the activation could not read: one parser for "
+        "/pattern/flags keys, in the pure pipeline",
     ),
 ]
 

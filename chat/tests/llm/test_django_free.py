@@ -11,7 +11,16 @@ PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_model_access_imports_without_django() -> None:
-    modules = ["base", "capabilities", "openai_compat", "attempts", "reply", "tools", "fake_server"]
+    modules = [
+        "base",
+        "capabilities",
+        "openai_compat",
+        "attempts",
+        "reply",
+        "tools",
+        "fake_server",
+        "embeddings",
+    ]
     # Every module of the package: it has no Django-aware part left.
     assert sorted([*modules, "__init__"]) == sorted(
         p.stem for p in (PROJECT_ROOT / "chat" / "llm").glob("*.py")

@@ -78,14 +78,13 @@ def test_the_whole_prompt_in_order():
         turn_input(
             history,
             persona=persona,
-            memories=("Alice likes tea",),
+            memories=("About Alice: likes tea",),
             stm_text="Morning greetings.",
         )
     )
 
     assert [(item.tag, item.role, item.text) for item in context.items] == [
         (ItemTag.SYSTEM_PROMPT, Role.SYSTEM, "You are Tomori, talking with Alice."),
-        (ItemTag.MEMORY, Role.SYSTEM, "Memory: Alice likes tea"),
         (ItemTag.STM, Role.SYSTEM, "Short-term memory of this conversation:\nMorning greetings."),
         (ItemTag.SAMPLE_DIALOGUE, Role.USER, "Alice: hi"),
         (ItemTag.SAMPLE_DIALOGUE, Role.ASSISTANT, "Tomori: hey!"),
@@ -97,6 +96,12 @@ def test_the_whole_prompt_in_order():
             Role.USER,
             "Alice: [ref_3] Tomori, what's this? "
             "[System: notes.txt is attached as media_1. Call read_file with media_1 to read it.]",
+        ),
+        (
+            ItemTag.MEMORY,
+            Role.USER,
+            "[System: Things you remember that may bear on this conversation:\n"
+            "- About Alice: likes tea]",
         ),
         (
             ItemTag.TAIL_DIRECTIVE,

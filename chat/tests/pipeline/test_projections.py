@@ -6,6 +6,7 @@ import pytest
 
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_completion_text, to_openai_messages
+from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.types import ContextNote, PersonaSpec, Reaction
 from chat.tests.factories import BOB, TOMORI, gif, image, message, reply_to, turn_input
 
@@ -28,7 +29,9 @@ def context():
         message(2, "so cute", author=TOMORI, minutes=1, reactions=(Reaction("❤", 2),)),
         message(3, "and this?", minutes=2, reference=reply_to(1), attachments=(gif(102),)),
     ]
-    return build_turn_context(turn_input(history, persona=PERSONA, memories=("Bob has a cat",)))
+    return build_turn_context(
+        turn_input(history, persona=PERSONA, memories=("About Bob: has a cat",))
+    )
 
 
 def test_blind_model_gets_notices_naming_only_tools_it_offers():
@@ -37,7 +40,7 @@ def test_blind_model_gets_notices_naming_only_tools_it_offers():
     )
 
     assert messages == [
-        {"role": "system", "content": "You are Tomori.\n\nMemory: Bob has a cat"},
+        {"role": "system", "content": "You are Tomori."},
         {
             "role": "user",
             "content": "Bob: [ref_1] look at my cat "
@@ -52,6 +55,7 @@ def test_blind_model_gets_notices_naming_only_tools_it_offers():
             "[System: media_1 cannot be shown to you.]",
         },
         {"role": "user", "content": "[System: Be kind.]"},
+        {"role": "user", "content": f"[System: {MEMORY_HEADER}\n- About Bob: has a cat]"},
         {"role": "user", "content": STOP},
         {"role": "user", "content": '[System: Begin your reply with "Hmm,".]'},
     ]
@@ -111,7 +115,9 @@ def test_merging_same_role_joins_text_and_parts():
         "text",
         "text",
         "text",
+        "text",
     ]
+    assert last[-3]["text"] == f"[System: {MEMORY_HEADER}\n- About Bob: has a cat]"
     assert last[-1]["text"] == '[System: Begin your reply with "Hmm,".]'
 
 
@@ -119,11 +125,11 @@ def test_completion_text_is_prose_without_annotations():
     assert to_completion_text(context()) == "\n".join(
         [
             "You are Tomori.",
-            "Memory: Bob has a cat",
             "Bob: look at my cat",
             "Tomori: so cute",
             "Alice: and this?",
             "Be kind.",
+            f"{MEMORY_HEADER}\n- About Bob: has a cat",
             "Tomori: Hmm,",
         ]
     )

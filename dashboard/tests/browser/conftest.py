@@ -143,4 +143,4 @@ def screenshots() -> Path:
 
 
 # The end-to-end world (sandbox, fake model, the real bot worker), shared with chat's tests.
-from chat.tests.e2e.conftest import world  # noqa: E402, F401
+from chat.tests.e2e.conftest import no_raw_ids_reach_the_model, world  # noqa: E402, F401

@@ -53,7 +53,7 @@ async def test_a_moderator_watches_a_channel_previews_a_message_and_replays_the_
 
     # The overview: the worker's heartbeat (shards, latency) and the demo guild's channels.
     await page.goto(f"{live_site}/")
-    await expect(page.locator(".guild-overview .gateway")).to_contain_text("shards 0")
+    await expect(page.locator(".guild-overview .gateway")).to_contain_text("shard 0 of 1")
     await expect(page.locator(".guild-overview .latency")).to_contain_text("ms")
     await page.screenshot(path=screenshots / "overview.png", full_page=True)
 

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from chat.tests.e2e.conftest import world  # noqa: F401
+from chat.tests.e2e.conftest import no_raw_ids_reach_the_model, world  # noqa: F401
 from dashboard.access import MODERATORS_GROUP
 
 

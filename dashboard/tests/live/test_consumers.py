@@ -132,7 +132,7 @@ async def test_an_admin_watches_the_overview_follow_worker_pulses(guild_async):
         guild_ids=[1100000000000000001],
     )
     pushed = await _receive_until(socket, "latency")
-    assert "shards 0" in pushed and "50.0 ms" in pushed
+    assert "shard 0 of 1" in pushed and "50.0 ms" in pushed
     # The overview also listens to the configured channels' groups.
     await publish(OVERVIEW_GROUP, WorkerPulse(holder="h:1:a", shard_ids=[0]))
     await _receive_until(socket, 'id="overview"')

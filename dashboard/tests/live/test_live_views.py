@@ -133,7 +133,7 @@ def test_moderators_and_admins_read_every_live_screen(request, who, recorded):
 def test_the_overview_shows_shards_latency_queues_and_turns(moderator_client, recorded):
     html = moderator_client.get("/").content.decode()
     assert 'ws-connect="/ws/overview/"' in html
-    assert "shards 0" in html and "42.0 ms" in html
+    assert "shard 0 of 1" in html and "42.0 ms" in html
     assert f'id="overview-channel-{CHANNEL}"' in html
     assert "I am fine." not in html  # the overview lists turns, not replies
     assert f"#{recorded.pk}" in html

@@ -1,0 +1,209 @@
+"""Recall of long-term memories: one guild's memories indexed in process, searched per turn.
+
+Each process keeps one `MemoryIndex` per guild (the vectors as one matrix, the terms as an
+inverted index) and rebuilds it when the guild's memories change: a cheap aggregate (count,
+newest change, highest id) tells. Ranking is the pure `chat.pipeline.recall`.
+
+`memories_recall_for_turn` is what every turn calls: the trigger and the message before it are
+the query; the speaking persona's own memories, the guild's, and the personal memories of the
+people speaking in the window (never anyone else's) are eligible.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+from django.conf import settings
+from django.db.models import Count, Max
+
+from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
+from chat.memory_store import default_embedding_model, memories_embed_missing
+from chat.models import Memory
+from chat.pipeline.recall import (
+    MemoryIndex,
+    MemoryKind,
+    MemoryRecord,
+    RecalledMemory,
+    RecallScope,
+    RecallWeights,
+    build_memory_index,
+    memory_line,
+    recall,
+)
+
+
+@dataclass(frozen=True)
+class _Cached:
+    version: tuple
+    index: MemoryIndex
+
+
+_indexes: dict[tuple[int, str], _Cached] = {}
+_lock = threading.Lock()
+
+
+def _version(guild_id: int) -> tuple:
+    stats = Memory.objects.filter(guild_id=guild_id).aggregate(
+        count=Count("id"), changed=Max("updated_at"), newest=Max("id")
+    )
+    return (stats["count"], stats["changed"], stats["newest"])
+
+
+def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryIndex:
+    """The guild's memories indexed for ``embedder``'s vectors, rebuilt only when they changed.
+    Memories without a vector of this model are embedded first (`memories_embed_missing`)."""
+    key = (guild_id, embedder.name)
+    version = _version(guild_id)
+    cached = _indexes.get(key)
+    if cached is not None and cached.version == version:
+        return cached.index
+    if Memory.objects.filter(guild_id=guild_id).exclude(embedding_model=embedder.name).exists():
+        memories_embed_missing(guild_id=guild_id, embedder=embedder)
+        version = _version(guild_id)
+    rows = list(
+        Memory.objects.filter(guild_id=guild_id)
+        .order_by("id")
+        .values_list(
+            "id",
+            "kind",
+            "text",
+            "user_id",
+            "member_id",
+            "persona_id",
+            "subject_name",
+            "embedding",
+            "embedding_model",
+        )
+    )
+    records = [
+        MemoryRecord(
+            id=row[0],
+            kind=MemoryKind(row[1]),
+            text=row[2],
+            user_id=row[3],
+            member_id=row[4],
+            persona_id=row[5],
+            subject=row[6],
+        )
+        for row in rows
+    ]
+    vectors = [
+        vector_from_bytes(row[7]) if row[7] and row[8] == embedder.name else None for row in rows
+    ]
+    dimensions = next((len(v) for v in vectors if v is not None), 0)
+    matrix = np.zeros((len(rows), dimensions), dtype=np.float32)
+    for n, vector in enumerate(vectors):
+        if vector is not None and len(vector) == dimensions:
+            matrix[n] = vector
+    index = build_memory_index(records, matrix)
+    with _lock:
+        _indexes[key] = _Cached(version, index)
+    return index
+
+
+def recall_weights() -> RecallWeights:
+    return RecallWeights()
+
+
+def memory_search(
+    *,
+    guild_id: int,
+    query: str,
+    k: int = 20,
+    scope: RecallScope | None = None,
+    min_score: float = 0.0,
+    embedder: EmbeddingModel | None = None,
+) -> tuple[RecalledMemory, ...]:
+    """The guild's memories ranked for ``query`` as a turn ranks them (scores included), best
+    first; ``scope`` None searches every memory of the guild (the dashboard's view)."""
+    embedder = embedder or default_embedding_model()
+    index = guild_memory_index(guild_id=guild_id, embedder=embedder)
+    if len(index) == 0:
+        return ()
+    return recall(
+        index,
+        query=query,
+        query_vector=_query_vector(embedder, query),
+        scope=scope,
+        k=k,
+        min_score=min_score,
+        weights=recall_weights(),
+    )
+
+
+def memories_recall_for_turn(
+    *,
+    guild_id: int | None,
+    persona_id: int,
+    people: Mapping[tuple[int, str], str],
+    query: str,
+    token_budget: int,
+    count_tokens: Callable[[str], int],
+    embedder: EmbeddingModel | None = None,
+) -> tuple[RecalledMemory, ...]:
+    """What one persona turn recalls.
+
+    ``people`` maps each ``(user_id, member_id)`` speaking in the window (privacy already
+    applied: nobody with partial or full privacy) to the name the window shows; their personal
+    memories are eligible and shown under that name. ``token_budget`` caps the recalled lines
+    (``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget); ``MEMORY_RECALL_K`` and
+    ``MEMORY_RECALL_MIN_SCORE_PERCENT`` bound the rest. A DM (no guild) recalls nothing.
+    """
+    if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
+        return ()
+    embedder = embedder or default_embedding_model()
+    if not Memory.objects.filter(guild_id=guild_id).exists():
+        return ()
+    index = guild_memory_index(guild_id=guild_id, embedder=embedder)
+    recalled = recall(
+        index,
+        query=query,
+        query_vector=_query_vector(embedder, query),
+        scope=RecallScope(persona_id=persona_id, people=frozenset(people)),
+        k=settings.MEMORY_RECALL_K,
+        min_score=settings.MEMORY_RECALL_MIN_SCORE_PERCENT / 100,
+        weights=recall_weights(),
+        token_budget=token_budget,
+        count_tokens=count_tokens,
+    )
+    return tuple(_named(memory, people) for memory in recalled)
+
+
+def _named(memory: RecalledMemory, people: Mapping[tuple[int, str], str]) -> RecalledMemory:
+    """A personal memory shown under the name its person has in the window now."""
+    record = memory.record
+    if record.kind is not MemoryKind.PERSONAL or record.user_id is None:
+        return memory
+    name = people.get((record.user_id, record.member_id))
+    if not name or name == record.subject:
+        return memory
+    return replace(memory, record=replace(record, subject=name))
+
+
+def _query_vector(embedder: EmbeddingModel, query: str) -> np.ndarray | None:
+    """The query's vector; None when the model fails (ranking then uses keywords alone)."""
+    try:
+        return embedder.embed([query])[0]
+    except EmbeddingError:
+        return None
+
+
+def recalled_record(memories: tuple[RecalledMemory, ...]) -> list[dict]:
+    """What the turn record keeps of each recalled memory (JSON-ready)."""
+    return [
+        {
+            "key": memory.record.key,
+            "kind": str(memory.record.kind),
+            "id": memory.record.id,
+            "line": memory_line(memory.record),
+            "score": round(memory.score, 4),
+            "keyword": round(memory.keyword, 4),
+            "vector": round(memory.vector, 4),
+            "tokens": memory.tokens,
+            "why": memory.why,
+        }
+        for memory in memories
+    ]

@@ -1,0 +1,437 @@
+"""Long-term memory recall: which stored memories and document passages a turn is shown.
+
+Memories are short facts kept per guild: *personal* ones about one person (a proxied member's
+belong to the member), *guild* ones about the server, *persona* ones a persona said it would
+remember, and passages of the guild's *documents*. A turn ranks them against what is being said
+(`recall`) and shows the best few after the cacheable prefix (`context.build_turn_context`), so
+the provider's prompt cache keeps what it keeps without them.
+
+Ranking is a hybrid of two similarities, each in [0, 1]:
+
+- **keyword**: BM25-style term weights (rare words count more, repeated words saturate, long
+  texts are damped), divided by what a text holding every query word once would score, so a text
+  matching all the query's known words scores about 1;
+- **vector**: the cosine of the embedding vectors (unit rows: a dot product), below 0 as 0.
+
+``score = weights.vector × vector + weights.keyword × keyword``; texts under ``min_score`` are
+never shown, the rest go best first until ``k`` or the token budget is reached.
+
+Who may be recalled is decided here too (`RecallScope`): a personal memory only when its person
+speaks in the window, the persona's own only for that persona.
+
+Pure: vectors, texts, weights and the token counter come in; numpy does the arithmetic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+
+from chat.pipeline.types import HistoryMessage
+
+MEMORY_HEADER = "Things you remember that may bear on this conversation:"
+"""The first line of the prompt item that shows recalled memories."""
+
+
+class MemoryKind(StrEnum):
+    """What a stored memory is about. Values are stored in the database."""
+
+    PERSONAL = "personal"
+    GUILD = "guild"
+    PERSONA = "persona"
+    DOCUMENT = "document"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """A stored memory (or document passage) as ranking sees it.
+
+    Attributes:
+        id: The row's id (a document passage's own id; ids of different kinds may repeat).
+        kind: What it is about.
+        text: The fact or passage.
+        user_id: A personal memory's person (the account; for a proxied member, the member's
+            account), else None.
+        member_id: A proxied member's id in the proxy system ('' for the account itself).
+        persona_id: A persona memory's persona, else None.
+        subject: How the prompt names what it is about: the person's name, the document's
+            title ('' for guild and persona memories).
+    """
+
+    id: int
+    kind: MemoryKind
+    text: str
+    user_id: int | None = None
+    member_id: str = ""
+    persona_id: int | None = None
+    subject: str = ""
+
+    @property
+    def key(self) -> str:
+        """A key unique across kinds: ``personal:12``, ``document:3``."""
+        return f"{self.kind}:{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecallWeights:
+    """How the hybrid score mixes its parts, and BM25's two constants."""
+
+    vector: float = 0.6
+    keyword: float = 0.4
+    k1: float = 1.2
+    b: float = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class RecallScope:
+    """What one turn may be shown.
+
+    Attributes:
+        persona_id: The persona speaking: its own memories are eligible, other personas' not.
+        people: ``(user_id, member_id)`` of everyone speaking in the window (``member_id`` ''
+            for an account speaking as itself): only their personal memories are eligible.
+        kinds: The kinds considered at all.
+    """
+
+    persona_id: int | None
+    people: frozenset[tuple[int, str]]
+    kinds: frozenset[MemoryKind] = frozenset(MemoryKind)
+
+
+@dataclass(frozen=True, slots=True)
+class RecalledMemory:
+    """One memory chosen for a turn, with its scores and why it was chosen."""
+
+    record: MemoryRecord
+    score: float
+    keyword: float
+    vector: float
+    tokens: int = 0
+
+    @property
+    def why(self) -> str:
+        """A short reason for the dashboard: the eligibility rule and the two similarities."""
+        eligible = {
+            MemoryKind.PERSONAL: f"about {self.record.subject or 'a person'}, who is in the window",
+            MemoryKind.GUILD: "a server memory",
+            MemoryKind.PERSONA: "this persona's own memory",
+            MemoryKind.DOCUMENT: f"a passage of {self.record.subject or 'a document'}",
+        }[self.record.kind]
+        return f"{eligible}; keyword {self.keyword:.2f}, vector {self.vector:.2f}"
+
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_STOPWORDS_TEXT = """
+    a about above after again all am an and any are as at be been before being below between
+    both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me
+    more most my myself no nor not now of off on once only or other our ours ourselves out over
+    own same she should so some such than that the their theirs them themselves then there these
+    they this those through to too under until up very was we were what when where which while
+    who whom why will with would you your yours yourself yourselves s t don ever tell know
+    remember"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+
+
+def terms(text: str) -> list[str]:
+    """The words keyword ranking compares: lowercase, stop words dropped, a light suffix
+    stemming (``cats`` → ``cat``, ``baking`` → ``bak``, ``played`` → ``play``) so that
+    inflections of one word meet."""
+    found = []
+    for word in _WORD.findall(text.lower()):
+        if word in STOPWORDS:
+            continue
+        found.append(_stem(word))
+    return found
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ies", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+@dataclass(frozen=True)
+class MemoryIndex:
+    """The memories of one guild ready for ranking: their vectors as one matrix and an inverted
+    index of their terms. Built once (`build_memory_index`) and searched many times.
+
+    Attributes:
+        records: The memories, row ``n`` of every array below describing ``records[n]``.
+        vectors: Unit float32 rows, shape (n, d); a memory without a vector has a zero row.
+        postings: term → (rows holding it, how often each holds it).
+        lengths: Each memory's number of terms.
+    """
+
+    records: tuple[MemoryRecord, ...]
+    vectors: np.ndarray
+    postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(repr=False)
+    lengths: np.ndarray = field(repr=False)
+    kinds: np.ndarray = field(repr=False)
+    persona_ids: np.ndarray = field(repr=False)
+    people: np.ndarray = field(repr=False)
+    """Row → index into ``people_keys`` (-1: not personal)."""
+    people_keys: tuple[tuple[int, str], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def average_length(self) -> float:
+        return float(self.lengths.mean()) if len(self.lengths) else 0.0
+
+
+_KIND_CODES = {kind: code for code, kind in enumerate(MemoryKind)}
+
+
+def build_memory_index(
+    records: Sequence[MemoryRecord], vectors: np.ndarray | None, *, dimensions: int = 0
+) -> MemoryIndex:
+    """Index ``records``; ``vectors`` holds one unit row per record (None or a zero row for one
+    without a vector)."""
+    count = len(records)
+    if vectors is None:
+        vectors = np.zeros((count, dimensions), dtype=np.float32)
+    vectors = np.asarray(vectors, dtype=np.float32).reshape(count, -1)
+    postings_lists: dict[str, tuple[list[int], list[int]]] = {}
+    lengths = np.zeros(count, dtype=np.float32)
+    people_codes: dict[tuple[int, str], int] = {}
+    people = np.full(count, -1, dtype=np.int64)
+    for row, record in enumerate(records):
+        record_terms = terms(record.text)
+        lengths[row] = len(record_terms)
+        for term, frequency in Counter(record_terms).items():
+            rows, frequencies = postings_lists.setdefault(term, ([], []))
+            rows.append(row)
+            frequencies.append(frequency)
+        if record.kind is MemoryKind.PERSONAL and record.user_id is not None:
+            person = (record.user_id, record.member_id)
+            people[row] = people_codes.setdefault(person, len(people_codes))
+    return MemoryIndex(
+        records=tuple(records),
+        vectors=vectors,
+        postings={
+            term: (np.array(rows, dtype=np.int64), np.array(freq, dtype=np.float32))
+            for term, (rows, freq) in postings_lists.items()
+        },
+        lengths=lengths,
+        kinds=np.array([_KIND_CODES[r.kind] for r in records], dtype=np.int8),
+        persona_ids=np.array(
+            [r.persona_id if r.persona_id is not None else -1 for r in records], dtype=np.int64
+        ),
+        people=people,
+        people_keys=tuple(people_codes),
+    )
+
+
+def keyword_scores(index: MemoryIndex, query: str, weights: RecallWeights) -> np.ndarray:
+    """Each memory's keyword similarity to ``query`` in [0, 1] (see the module docstring);
+    all zeros when no query word occurs in any memory."""
+    scores = np.zeros(len(index), dtype=np.float32)
+    query_terms = set(terms(query))
+    known = [term for term in query_terms if term in index.postings]
+    if not known:
+        return scores
+    count, average = len(index), max(index.average_length, 1.0)
+    best = 0.0
+    for term in known:
+        rows, frequencies = index.postings[term]
+        idf = math.log(1.0 + (count - len(rows) + 0.5) / (len(rows) + 0.5))
+        damping = weights.k1 * (1.0 - weights.b + weights.b * index.lengths[rows] / average)
+        scores[rows] += idf * frequencies * (weights.k1 + 1.0) / (frequencies + damping)
+        best += idf
+    return np.minimum(scores / best, 1.0)
+
+
+def vector_scores(index: MemoryIndex, query_vector: np.ndarray | None) -> np.ndarray:
+    """Each memory's cosine similarity to ``query_vector`` (unit rows), negatives as 0; zeros
+    when there is no query vector or its dimensions differ from the index's."""
+    if (
+        query_vector is None
+        or len(index) == 0
+        or index.vectors.shape[1] != np.asarray(query_vector).reshape(-1).shape[0]
+    ):
+        return np.zeros(len(index), dtype=np.float32)
+    return np.maximum(index.vectors @ np.asarray(query_vector, dtype=np.float32).reshape(-1), 0.0)
+
+
+def eligible_rows(index: MemoryIndex, scope: RecallScope | None) -> np.ndarray:
+    """A boolean mask of the memories ``scope`` may be shown (None: every memory, as the
+    dashboard's search sees them)."""
+    if scope is None:
+        return np.ones(len(index), dtype=bool)
+    wanted = {_KIND_CODES[kind] for kind in scope.kinds}
+    mask = np.isin(index.kinds, list(wanted))
+    personal = index.kinds == _KIND_CODES[MemoryKind.PERSONAL]
+    present = [code for code, person in enumerate(index.people_keys) if person in scope.people]
+    mask &= ~personal | np.isin(index.people, present)
+    persona = index.kinds == _KIND_CODES[MemoryKind.PERSONA]
+    own = index.persona_ids == (scope.persona_id if scope.persona_id is not None else -2)
+    mask &= ~persona | own
+    return mask
+
+
+def recall(
+    index: MemoryIndex,
+    *,
+    query: str,
+    query_vector: np.ndarray | None,
+    scope: RecallScope | None,
+    k: int,
+    min_score: float,
+    weights: RecallWeights = RecallWeights(),
+    token_budget: int | None = None,
+    count_tokens: Callable[[str], int] | None = None,
+) -> tuple[RecalledMemory, ...]:
+    """The memories to show for ``query``, best first.
+
+    Steps:
+        1. Score every memory: keyword and vector similarity, mixed by ``weights``.
+        2. Keep those ``scope`` allows and that reach ``min_score``.
+        3. Take them best first (ties: the newer id first) until ``k`` are taken or the next one's
+           prompt line (`memory_line`, counted by ``count_tokens``) would pass ``token_budget``;
+           a line too long for what is left is skipped, a shorter one after it may still fit.
+
+    ``weights.vector`` 0 gives keyword-only ranking, ``weights.keyword`` 0 vector-only.
+    """
+    if len(index) == 0 or k <= 0:
+        return ()
+    keyword = (
+        keyword_scores(index, query, weights)
+        if weights.keyword
+        else np.zeros(len(index), dtype=np.float32)
+    )
+    vector = (
+        vector_scores(index, query_vector)
+        if weights.vector
+        else np.zeros(len(index), dtype=np.float32)
+    )
+    score = weights.vector * vector + weights.keyword * keyword
+    candidates = np.flatnonzero(eligible_rows(index, scope) & (score >= min_score))
+    if len(candidates) == 0:
+        return ()
+    ids = np.array([index.records[row].id for row in candidates], dtype=np.int64)
+    order = candidates[np.lexsort((-ids, -score[candidates]))]
+    chosen: list[RecalledMemory] = []
+    spent = 0
+    for row in order:
+        record = index.records[int(row)]
+        tokens = count_tokens(memory_line(record)) if count_tokens is not None else 0
+        if token_budget is not None and spent + tokens > token_budget:
+            continue
+        spent += tokens
+        chosen.append(
+            RecalledMemory(
+                record=record,
+                score=float(score[row]),
+                keyword=float(keyword[row]),
+                vector=float(vector[row]),
+                tokens=tokens,
+            )
+        )
+        if len(chosen) >= k:
+            break
+    return tuple(chosen)
+
+
+def memory_line(record: MemoryRecord) -> str:
+    """How the prompt shows one memory: ``About Alice: …`` for a person, ``About the server:``
+    for the guild, ``You said you would remember: …`` for the persona's own, ``From <title>:``
+    for a document passage."""
+    text = " ".join(record.text.split())
+    match record.kind:
+        case MemoryKind.PERSONAL:
+            return f"About {record.subject or 'someone here'}: {text}"
+        case MemoryKind.GUILD:
+            return f"About the server: {text}"
+        case MemoryKind.PERSONA:
+            return f"You said you would remember: {text}"
+        case MemoryKind.DOCUMENT:
+            return f"From {record.subject or 'a document'}: {text}"
+
+
+def memory_note_text(lines: Iterable[str]) -> str | None:
+    """The recalled memories as one note's text (`MEMORY_HEADER`, then ``- line`` each); None
+    when there are none."""
+    shown = [f"- {line}" for line in lines if line.strip()]
+    return "\n".join([MEMORY_HEADER, *shown]) if shown else None
+
+
+def window_people(
+    history: Iterable[HistoryMessage], *, trigger_id: int, unremembered: frozenset[int]
+) -> dict[tuple[int, str], str]:
+    """Who speaks in the window up to the trigger, whose personal memories a turn may recall:
+    ``(account id, proxied member id or '')`` → the name the window shows. Personas, other
+    bots and the accounts in ``unremembered`` (partial or full privacy, blacklisted) are left
+    out; a proxied member counts as themself, not as their account."""
+    people: dict[tuple[int, str], str] = {}
+    for message in history:
+        if message.id > trigger_id or message.author.persona_name is not None:
+            continue
+        if message.author.is_bot and message.proxy is None:
+            continue
+        if message.accountable_user_id in unremembered:
+            continue
+        member = message.proxy.member_id if message.proxy is not None else ""
+        people[(message.accountable_user_id, member)] = message.shown_name
+    return people
+
+
+def recall_query(
+    history: Sequence[HistoryMessage], *, trigger_id: int, hidden: frozenset[int], last: int = 2
+) -> str:
+    """What a turn searches its memories with: the texts of the newest ``last`` messages up to
+    the trigger (the trigger and the one before it), newest last; hidden users' words never
+    (full privacy, blacklisted)."""
+    texts = [
+        message.content
+        for message in history
+        if message.id <= trigger_id
+        and message.accountable_user_id not in hidden
+        and message.content.strip()
+    ]
+    return "\n".join(texts[-last:])
+
+
+def normalized_text(text: str) -> str:
+    """``text`` compared for exact duplicates: lowercase words, punctuation and spacing
+    ignored."""
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def near_duplicate(
+    text: str,
+    vector: np.ndarray | None,
+    existing: Sequence[tuple[int, str, np.ndarray | None]],
+    *,
+    min_similarity: float,
+) -> int | None:
+    """The id of the stored memory ``text`` repeats, or None.
+
+    A memory repeats another when their words are the same (`normalized_text`), or when their
+    vectors' cosine similarity reaches ``min_similarity`` ("likes green tea" after "likes tea";
+    "likes coffee" stays apart). The most similar one wins. ``existing`` holds ``(id, text,
+    unit vector or None)`` of the memories in the same scope.
+    """
+    wanted = normalized_text(text)
+    for memory_id, other, _ in existing:
+        if normalized_text(other) == wanted:
+            return memory_id
+    if vector is None:
+        return None
+    query = np.asarray(vector, dtype=np.float32).reshape(-1)
+    best_id, best = None, min_similarity
+    for memory_id, _, other_vector in existing:
+        if other_vector is None or np.asarray(other_vector).shape[-1] != query.shape[0]:
+            continue
+        similarity = float(np.dot(np.asarray(other_vector, dtype=np.float32), query))
+        if similarity >= best:
+            best_id, best = memory_id, similarity
+    return best_id

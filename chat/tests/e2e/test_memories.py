@@ -1,0 +1,101 @@
+"""Long-term memories through the real worker on the sandbox: a fact kept about a person reaches
+a later prompt of any persona of the guild when it bears on what is said and that person is in
+the conversation; never when they are not; privacy forgets it."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from chat.memory_store import MemoryScope, memory_add
+from chat.models import Memory, Turn
+from chat.pipeline.recall import MEMORY_HEADER
+from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
+from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from personas.config_schema import UserSpec
+from personas.models import GuildConfig
+from personas.services import user_privacy_save
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+POETRY = DEMO_CHANNEL_IDS["poetry"]
+FACT = "Alice's cat is called Miso and loves tuna"
+
+
+def _remember_alices_cat() -> None:
+    memory_add(
+        scope=MemoryScope.personal(DEMO_GUILD_ID, ALICE, name="alice"), text=FACT, source="command"
+    )
+
+
+def _turns() -> list[Turn]:
+    return list(Turn.objects.order_by("id"))
+
+
+def _memory_items(body: dict) -> list[str]:
+    return [
+        m["content"]
+        for m in body["messages"]
+        if isinstance(m["content"], str) and m["content"].startswith(f"[System: {MEMORY_HEADER}")
+    ]
+
+
+async def _answered(world, count: int) -> list[dict]:
+    await eventually(lambda: len(world.llm.chat_bodies) >= count)
+    await world.drained()
+    return world.llm.chat_bodies
+
+
+async def test_a_fact_about_a_person_reaches_any_personas_prompt_while_they_take_part(world):
+    await sync_to_async(_remember_alices_cat)()
+    await world.start_worker()
+
+    world.say("anon, what is my cat called again?", author=ALICE)
+    [body] = await _answered(world, 1)
+
+    [item] = _memory_items(body)
+    assert f"- About Alice: {FACT}" in item
+    messages = body["messages"]
+    assert messages.index({"role": "user", "content": item}) > max(
+        n for n, m in enumerate(messages) if str(m["content"]).startswith("Alice: [ref_")
+    )
+    [turn] = await sync_to_async(_turns)()
+    assert turn.persona_name == "Anon"
+    [recalled] = turn.recalled
+    assert recalled["line"] == f"About Alice: {FACT}" and recalled["kind"] == "personal"
+    assert recalled["score"] > 0.3 and "who is in the window" in recalled["why"]
+    assert all(i["tag"] != "memory" for i in turn.context_items[: turn.cache_prefix_end])
+
+    world.say("tomori, does my cat like fish?", author=ALICE)
+    bodies = await _answered(world, 2)
+    assert f"- About Alice: {FACT}" in _memory_items(bodies[1])[0]
+
+
+async def test_a_personal_memory_never_reaches_a_window_without_its_person(world):
+    await sync_to_async(_remember_alices_cat)()
+    await world.start_worker()
+
+    world.say("tomori, what is alice's cat called?", channel_id=POETRY, author=BOB)
+    [body] = await _answered(world, 1)
+
+    assert _memory_items(body) == []
+    assert "Miso" not in str(body)
+    [turn] = await sync_to_async(_turns)()
+    assert turn.recalled == []
+
+
+@pytest.mark.parametrize("level", ["partial", "full"])
+async def test_choosing_privacy_forgets_what_was_kept(world, level):
+    await sync_to_async(_remember_alices_cat)()
+    await world.start_worker()
+    world.say("tomori, what is my cat called again?", author=ALICE)
+    [first] = await _answered(world, 1)
+    assert _memory_items(first)
+
+    guild = await sync_to_async(GuildConfig.objects.get)(guild_id=DEMO_GUILD_ID)
+    await sync_to_async(user_privacy_save)(guild=guild, spec=UserSpec(id=str(ALICE), privacy=level))
+    assert await sync_to_async(Memory.objects.count)() == 0
+
+    world.say("tomori, what is my cat called again?", author=BOB, channel_id=GENERAL)
+    bodies = await _answered(world, 2)
+    assert "Miso" not in str(bodies[1])

@@ -1,0 +1,75 @@
+"""Embedding models: the offline WordLlama default, the OpenAI-compatible endpoint (against the
+fake model server over HTTP) and the deterministic hashing model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from chat.llm.embeddings import (
+    EmbeddingError,
+    HashingEmbeddings,
+    OpenAIEmbeddings,
+    WordLlamaEmbeddings,
+    hashed_vector,
+    unit_rows,
+    vector_bytes,
+    vector_from_bytes,
+)
+from chat.llm.fake_server import FakeLLMServer
+
+
+def test_wordllama_loads_from_its_package_and_ranks_a_paraphrase_first():
+    model = WordLlamaEmbeddings()
+    facts = ["Alice works as a nurse", "Alice keeps two cats", "Bob sings in a choir"]
+
+    vectors = model.embed([*facts, "does alice have pets", "who is a singer"])
+
+    assert vectors.shape == (5, 256) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert int(np.argmax(vectors[:3] @ vectors[3])) == 1
+    assert int(np.argmax(vectors[:3] @ vectors[4])) == 2
+
+
+def test_hashing_vectors_are_deterministic_and_share_direction_with_shared_words():
+    model = HashingEmbeddings()
+    a, b, c = model.embed(["green tea", "likes green tea", "a red truck"])
+    assert np.array_equal(a, model.embed(["green tea"])[0])
+    assert float(a @ b) > float(a @ c)
+
+
+async def test_the_openai_compatible_endpoint_is_asked_in_batches_and_read_in_order():
+    async with FakeLLMServer() as server:
+        model = OpenAIEmbeddings(base_url=server.base_url, model="embed-small", batch_size=2)
+        vectors = await asyncio.to_thread(model.embed, ["one fish", "two fish", "red fish"])
+
+        assert [body["input"] for body in server.embedding_bodies] == [
+            ["one fish", "two fish"],
+            ["red fish"],
+        ]
+        assert server.embedding_bodies[0]["model"] == "embed-small"
+    expected = unit_rows(np.array([hashed_vector(t) for t in ["one fish", "two fish", "red fish"]]))
+    assert np.allclose(vectors, expected)
+
+
+async def test_an_endpoint_error_is_an_embedding_error_naming_the_url():
+    async with FakeLLMServer() as server:
+        model = OpenAIEmbeddings(base_url=server.base_url + "/missing", model="m")
+        with pytest.raises(EmbeddingError, match="/missing/embeddings answered HTTP 404") as error:
+            await asyncio.to_thread(model.embed, ["x"])
+    assert error.value.permanent
+
+
+def test_an_unreachable_endpoint_is_a_transient_embedding_error():
+    model = OpenAIEmbeddings(base_url="http://127.0.0.1:9/v1", model="m", timeout=1)
+    with pytest.raises(EmbeddingError) as error:
+        model.embed(["x"])
+    assert not error.value.permanent
+
+
+def test_vectors_round_trip_through_their_stored_bytes():
+    vector = unit_rows(np.array([3.0, 4.0]))[0]
+    assert np.array_equal(vector_from_bytes(vector_bytes(vector)), vector)
+    assert len(vector_bytes(vector)) == 8

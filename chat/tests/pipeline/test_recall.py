@@ -1,0 +1,154 @@
+"""Long-term memory recall (`chat.pipeline.recall`): hybrid ranking with hand-made vectors,
+who may be recalled, the token budget, near duplicates, and where the prompt shows them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chat.pipeline.context import build_turn_context
+from chat.pipeline.items import ItemTag
+from chat.pipeline.recall import (
+    MEMORY_HEADER,
+    MemoryKind,
+    MemoryRecord,
+    RecallScope,
+    RecallWeights,
+    build_memory_index,
+    keyword_scores,
+    memory_line,
+    near_duplicate,
+    recall,
+    terms,
+)
+from chat.tests.factories import message, turn_input
+
+ALICE, BOB, CAROL = 1, 2, 3
+
+
+def unit(*values: float) -> np.ndarray:
+    vector = np.array(values, dtype=np.float32)
+    return vector / np.linalg.norm(vector)
+
+
+def personal(memory_id: int, user_id: int, text: str, member_id: str = "") -> MemoryRecord:
+    return MemoryRecord(
+        id=memory_id,
+        kind=MemoryKind.PERSONAL,
+        text=text,
+        user_id=user_id,
+        member_id=member_id,
+        subject={ALICE: "Alice", BOB: "Bob", CAROL: "Carol"}.get(user_id, "Lilya"),
+    )
+
+
+RECORDS = [
+    personal(1, ALICE, "Alice keeps two cats named Miso and Tofu"),
+    personal(2, BOB, "Bob plays bass in a jazz band"),
+    MemoryRecord(id=3, kind=MemoryKind.GUILD, text="Movie night is every Friday"),
+    MemoryRecord(id=4, kind=MemoryKind.PERSONA, text="promised to write a haiku", persona_id=7),
+    MemoryRecord(id=5, kind=MemoryKind.PERSONA, text="owes Bob a song", persona_id=8),
+]
+VECTORS = np.stack(
+    [unit(1, 0, 0, 0), unit(0, 1, 0, 0), unit(0, 0, 1, 0), unit(0, 0, 0, 1), unit(0, 1, 0, 1)]
+)
+INDEX = build_memory_index(RECORDS, VECTORS)
+EVERYONE = RecallScope(persona_id=7, people=frozenset({(ALICE, ""), (BOB, ""), (CAROL, "")}))
+
+
+def ranked(**kwargs) -> list[int]:
+    options = {"k": 5, "min_score": 0.1, "scope": EVERYONE, "query_vector": None} | kwargs
+    return [memory.record.id for memory in recall(INDEX, **options)]
+
+
+def test_the_vector_alone_finds_a_paraphrase_with_no_shared_word():
+    assert ranked(query="any pets at home?", query_vector=unit(1, 0.1, 0, 0))[:1] == [1]
+
+
+def test_keywords_alone_find_a_rare_word():
+    keyword_only = RecallWeights(vector=0, keyword=1)
+    assert ranked(query="who knows Miso?", weights=keyword_only) == [1]
+
+
+def test_hybrid_score_is_the_weighted_sum_of_its_parts():
+    [best, *_] = recall(
+        INDEX, query="bass band", query_vector=unit(0, 1, 0, 0), scope=EVERYONE, k=1, min_score=0
+    )
+    weights = RecallWeights()
+    assert best.record.id == 2
+    assert best.vector == pytest.approx(1.0)
+    assert 0.5 < best.keyword <= 1.0
+    assert best.score == pytest.approx(
+        weights.vector * best.vector + weights.keyword * best.keyword
+    )
+    assert "keyword" in best.why and "who is in the window" in best.why
+
+
+def test_nothing_under_the_minimum_score_is_recalled():
+    assert ranked(query="weather tomorrow", query_vector=unit(-1, -1, -1, -1), min_score=0.2) == []
+
+
+@pytest.mark.parametrize(
+    ("people", "expected"),
+    [
+        (frozenset({(ALICE, "")}), {1, 3, 4}),
+        (frozenset({(BOB, "")}), {2, 3, 4}),
+        (frozenset(), {3, 4}),
+        (frozenset({(ALICE, "lilya")}), {3, 4}),  # a proxied member is not their account
+    ],
+)
+def test_personal_memories_only_of_people_in_the_window_and_only_this_personas_own(
+    people, expected
+):
+    scope = RecallScope(persona_id=7, people=people)
+    got = recall(INDEX, query="", query_vector=unit(1, 1, 1, 1), scope=scope, k=9, min_score=0)
+    assert {memory.record.id for memory in got} == expected
+
+
+def test_a_proxied_members_memories_belong_to_the_member():
+    records = [personal(1, ALICE, "likes tea"), personal(2, ALICE, "likes rain", "lilya")]
+    index = build_memory_index(records, np.stack([unit(1, 0), unit(1, 0)]))
+    scope = RecallScope(persona_id=None, people=frozenset({(ALICE, "lilya")}))
+    got = recall(index, query="likes", query_vector=unit(1, 0), scope=scope, k=5, min_score=0)
+    assert [m.record.id for m in got] == [2]
+
+
+def test_top_k_and_the_token_budget_bound_what_is_recalled():
+    query = {"query": "", "query_vector": unit(1, 1, 1, 1), "min_score": 0}
+    assert len(ranked(k=2, **query)) == 2
+    lines = {record.id: memory_line(record) for record in RECORDS}
+    budget = len(lines[1]) + len(lines[2])
+    got = recall(INDEX, scope=EVERYONE, k=5, token_budget=budget, count_tokens=len, **query)
+    assert sum(memory.tokens for memory in got) <= budget
+    assert {memory.record.id for memory in got} < {1, 2, 3, 4}
+
+
+def test_keyword_scores_stay_between_zero_and_one_and_ignore_stop_words():
+    scores = keyword_scores(INDEX, "what are the cats Miso and Tofu", RecallWeights())
+    assert scores.max() <= 1.0 and scores[0] == pytest.approx(scores.max())
+    assert keyword_scores(INDEX, "what is it", RecallWeights()).max() == 0
+    assert terms("Cats playing") == ["cat", "play"]
+
+
+def test_near_duplicates_are_found_by_words_or_by_vector():
+    existing = [(10, "Likes green tea.", unit(1, 0.1)), (11, "likes coffee", unit(0, 1))]
+    assert near_duplicate("likes GREEN tea", None, existing, min_similarity=0.9) == 10
+    assert near_duplicate("enjoys green tea", unit(1, 0.12), existing, min_similarity=0.9) == 10
+    assert near_duplicate("likes jazz", unit(1, 1), existing, min_similarity=0.9) is None
+
+
+def test_recalled_memories_follow_the_dialogue_and_leave_the_cacheable_prefix_alone():
+    history = [message(1, "hi"), message(2, "tell me about cats", minutes=1)]
+    without = build_turn_context(turn_input(history))
+    recalled = build_turn_context(turn_input(history, memories=("About Alice: has two cats",)))
+
+    [memory] = [item for item in recalled.items if item.tag is ItemTag.MEMORY]
+    tags = [item.tag for item in recalled.items]
+    newest_entry = max(n for n, tag in enumerate(tags) if tag is ItemTag.DIALOGUE_HISTORY)
+    assert tags.index(ItemTag.MEMORY) > newest_entry
+    assert memory.text == f"[System: {MEMORY_HEADER}\n- About Alice: has two cats]"
+    assert recalled.cacheable_prefix_end == without.cacheable_prefix_end
+    assert (
+        recalled.items[: recalled.cacheable_prefix_end]
+        == without.items[: without.cacheable_prefix_end]
+    )

@@ -1,0 +1,24 @@
+"""``{% load turns %}``: ``{{ turn|trigger_excerpt }}``, the start of the turn's trigger
+message (`dashboard.selectors.trigger_excerpt`)."""
+
+from __future__ import annotations
+
+from django import template
+
+from chat.models import Turn
+from dashboard import selectors
+
+register = template.Library()
+
+
+@register.filter
+def trigger_excerpt(turn: Turn) -> str:
+    return selectors.trigger_excerpt(turn)
+
+
+@register.simple_tag
+def message_url(guild_id: int | None, channel_id: int, message_id: int | str | None) -> str:
+    """The message's link in Discord (empty without a message)."""
+    if not message_id:
+        return ""
+    return f"https://discord.com/channels/{guild_id or '@me'}/{channel_id}/{message_id}"

@@ -1,0 +1,110 @@
+"""Names, not numbers: the dashboard shows guilds, channels, threads and users by the names the
+gateway gave (the raw id in a tooltip), a user with full privacy as such, and each turn's
+trigger as an excerpt with links."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from chat.models import DiscordName, Turn, WorkerHeartbeat
+
+GUILD = 1100000000000000001
+GENERAL = 1200000000000000001
+THREAD = 1200000000000000009
+ALICE = 1300000000000000009
+BLOCKED = 1300000000000000001
+HIDDEN = 1300000000000000003  # full privacy in the personas fixture
+
+
+@pytest.fixture
+def named(guild):
+    rows = [
+        ("guild", GUILD, "Hoshimi Lounge (Discord)", None, None),
+        ("channel", GENERAL, "general", GUILD, None),
+        ("thread", THREAD, "set list", GUILD, GENERAL),
+        ("user", ALICE, "Alice", GUILD, None),
+        ("user", BLOCKED, "Rikki", GUILD, None),
+        ("user", HIDDEN, "Secret Name", GUILD, None),  # stored before they chose full privacy
+    ]
+    for kind, discord_id, name, guild_id, parent_id in rows:
+        DiscordName.objects.create(
+            kind=kind, discord_id=discord_id, name=name, guild_id=guild_id, parent_id=parent_id
+        )
+    return Turn.objects.create(
+        guild_id=GUILD,
+        channel_id=GENERAL,
+        persona_name="Tomori",
+        trigger_message_id=1400000000000000010,
+        trigger_author_id=ALICE,
+        reason="trigger_word",
+        reason_detail={"rule": "trigger_word", "detail": "tomori"},
+        status=Turn.Status.REPLIED,
+        context_items=[
+            {"tag": "system_prompt", "role": "system", "text": "Be Tomori.", "tokens": 3},
+            {
+                "tag": "dialogue_history",
+                "role": "user",
+                "text": 'Alice: [ref_1] hi\n[ref_2, replying to ref_1 Alice: "hi"] tomori, how '
+                "are you doing on this fine morning after the long rehearsal last night?",
+                "tokens": 30,
+                "source_ids": ["1400000000000000009", "1400000000000000010"],
+            },
+        ],
+        window={"refs": {"1400000000000000009": "ref_1", "1400000000000000010": "ref_2"}},
+        reply_text="I am fine.",
+    )
+
+
+def _named(html: str, text: str, discord_id: int) -> bool:
+    """``text`` is shown as a name whose tooltip holds the raw id."""
+    pattern = (
+        rf'<span class="name[^"]*" title="[a-z]+ id {discord_id}[^"]*"[^>]*>{re.escape(text)}<'
+    )
+    return re.search(pattern, html) is not None
+
+
+def test_the_overview_names_channels_and_says_which_shard_the_worker_holds(moderator_client, named):
+    WorkerHeartbeat.objects.create(
+        holder="host:1:abc", shard_ids=[2, 3], shard_count=4, guild_ids=[str(GUILD)]
+    )
+    html = moderator_client.get("/").content.decode()
+    assert _named(html, "#general", GENERAL)
+    assert f"shard {(GUILD >> 22) % 4} of 4" in html
+    assert "worker host:1:abc holds shards 2, 3 of 4" in html
+
+
+def test_the_channel_page_and_the_turn_page_name_everything(moderator_client, named):
+    html = moderator_client.get(f"/channels/{GENERAL}/").content.decode()
+    assert _named(html, "#general", GENERAL)
+    assert _named(html, "Hoshimi Lounge (Discord)", GUILD)
+    assert _named(html, "Alice", ALICE)
+    excerpt = "“tomori, how are you doing on this fine morning after the long rehearsal last…”"
+    assert excerpt in html
+    assert f"/why/?message={named.trigger_message_id}" in html
+
+    html = moderator_client.get(f"/turns/{named.pk}/").content.decode()
+    assert _named(html, "Alice", ALICE) and _named(html, "#general", GENERAL)
+    link = f"https://discord.com/channels/{GUILD}/{GENERAL}/{named.trigger_message_id}"
+    assert f'href="{link}"' in html and excerpt in html
+    html = moderator_client.get("/turns/").content.decode()
+    assert _named(html, "#general", GENERAL) and excerpt in html
+
+
+def test_a_thread_is_named_with_its_channel(moderator_client, named):
+    html = moderator_client.get(f"/channels/{THREAD}/").content.decode()
+    assert _named(html, "#general › set list", THREAD)
+
+
+def test_a_user_with_full_privacy_is_never_shown_by_name(moderator_client, admin_client, named):
+    html = admin_client.get(f"/guilds/{GUILD}/users/").content.decode()
+    assert "Secret Name" not in html
+    assert _named(html, "a user with full privacy", HIDDEN)
+    html = admin_client.get(f"/guilds/{GUILD}/blocks/").content.decode()
+    assert _named(html, "Rikki", BLOCKED)
+
+
+def test_an_id_nobody_named_yet_is_shown_as_the_id(moderator_client, named):
+    html = moderator_client.get("/channels/1200000000000000002/").content.decode()
+    assert '<span class="name channel unnamed" title="channel id 1200000000000000002 (no' in html
