@@ -52,6 +52,7 @@ class EventType(StrEnum):
     UNREAD_COUNT = "unread.count"
     WINDOW_CHANGED = "window.changed"
     TURN_STARTED = "turn.started"
+    TURN_DELIVERED = "turn.delivered"
     TURN_FINISHED = "turn.finished"
     CONFIG_CHANGED = "config.changed"
     WORKER_PULSE = "worker.pulse"
@@ -113,6 +114,16 @@ class TurnStarted(Event):
 
 
 @dataclass(frozen=True)
+class TurnDelivered(Event):
+    """A streamed reply sent one more piece (``pieces``: how many so far)."""
+
+    type: ClassVar[EventType] = EventType.TURN_DELIVERED
+    turn_id: int
+    persona: str
+    pieces: int
+
+
+@dataclass(frozen=True)
 class TurnFinished(Event):
     type: ClassVar[EventType] = EventType.TURN_FINISHED
     turn_id: int
@@ -145,6 +156,7 @@ _BY_TYPE: dict[str, type[Event]] = {
         UnreadCount,
         WindowChanged,
         TurnStarted,
+        TurnDelivered,
         TurnFinished,
         ConfigChanged,
         WorkerPulse,

@@ -156,6 +156,10 @@ DEDUP_RETENTION_DAYS = env_positive_float("DEDUP_RETENTION_DAYS", 7.0)
 WORKER_WINDOW_CHANNELS = env_int("WORKER_WINDOW_CHANNELS", 1000, minimum=1)
 WORKER_WARM_CONTEXTS = env_int("WORKER_WARM_CONTEXTS", 2000, minimum=0)
 WORKER_RECENT_MESSAGES = env_int("WORKER_RECENT_MESSAGES", 5000, minimum=1)
+# Slash commands are synced at start as guild commands of every configured guild (they appear at
+# once); with DISCORD_GLOBAL_COMMANDS=1 as global commands instead (every guild, and Discord may
+# take a while to show changes).
+DISCORD_GLOBAL_COMMANDS = env_bool("DISCORD_GLOBAL_COMMANDS", False)
 
 # Long-term memory: bounds per scope (TomoriBot's figures by default) and recall.
 MEMORY_PERSONAL_LIMIT = env_int("MEMORY_PERSONAL_LIMIT", 30, minimum=0)

@@ -150,6 +150,13 @@ class DiscordPort(Protocol):
         (Webhooks take no nonce; `find_delivery` covers them after a crash.)"""
         ...
 
+    async def edit_message(
+        self, *, channel_id: int, speaker: Speaker, message_id: int, text: str
+    ) -> None:
+        """Replace the text of a message ``speaker`` sent (at most 2,000 characters: the
+        caller cuts). Raises DeliveryError."""
+        ...
+
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
         """Add a reaction; raises DeliveryError."""
         ...

@@ -13,6 +13,7 @@ from django.db.models import F
 from chat.llm.base import ModelSpec
 from chat.llm.capabilities import model_capabilities
 from chat.models import (
+    ChannelResetMarker,
     ChannelWindowAnchor,
     EventQueue,
     MessageIndex,
@@ -509,6 +510,16 @@ def last_presence(*, persona_id: int, user_id: int) -> dt.datetime | None:
 
 def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
     return ChannelWindowAnchor.objects.filter(channel_id=channel_id).first()
+
+
+def configured_guild_ids() -> list[int]:
+    """Every configured guild's id (where the slash commands are synced)."""
+    return list(GuildConfig.objects.order_by("guild_id").values_list("guild_id", flat=True))
+
+
+def channel_reset_marker(*, channel_id: int) -> ChannelResetMarker | None:
+    """The channel's newest ``/reset`` (its window starts after ``marker_id``); None: never."""
+    return ChannelResetMarker.objects.filter(channel_id=channel_id).first()
 
 
 def _note(text: str, depth: int) -> ContextNote | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -27,9 +28,16 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
+from botproject.events import (
+    TurnDelivered,
+    TurnFinished,
+    TurnStarted,
+    WindowChanged,
+    channel_group,
+    publish,
+)
 from chat import selectors
-from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, TurnCompletion
+from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, Restart, TurnCompletion
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
@@ -59,6 +67,7 @@ from chat.pipeline.memory import (
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
+from chat.pipeline.reply_pieces import MAX_REPLY_PIECES, ReplyPieces, edit_pieces, paragraph_pieces
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
@@ -74,7 +83,7 @@ from chat.pipeline.window_reuse import RestReason
 from chat.ports import Delivered, DeliveryError, DiscordPort, Speaker
 from chat.selectors import ChannelConfiguration, ChannelSettings
 from chat.windows import WindowRegistry
-from personas.models import Persona
+from personas.models import DeliveryMode, Persona
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +274,8 @@ async def turn_run(
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
+           A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
+           model writes: ``abort_if`` is asked before the first piece goes out.
         5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
            maintenance.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
@@ -281,21 +292,26 @@ async def turn_run(
         message_ids = [str(m.id) for m in prepared.turn_input.history]
         await publish(group, WindowChanged(message_ids=message_ids))
 
-        async with runtime.port.typing(channel.channel_id):
-            completion = await runtime.llm.complete_turn(
-                models=prepared.models,
-                render=prepared.render,
-                persona_name=persona.name,
-                toolbox=prepared.toolbox,
+        if persona.delivery_mode != DeliveryMode.WHOLE:
+            await reply_stream_deliver(
+                runtime=runtime, request=request, turn=turn, prepared=prepared, abort_if=abort_if
             )
-        _record_completion(turn, completion)
-        await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
-        abort_reason = await abort_if() if abort_if and completion.error is None else None
-        if abort_reason:
-            turn.status, turn.error = Turn.Status.ABORTED, abort_reason
-            await sync_to_async(_turn_save)(turn)
         else:
-            await _finish(runtime, request, turn, completion)
+            async with runtime.port.typing(channel.channel_id):
+                completion = await runtime.llm.complete_turn(
+                    models=prepared.models,
+                    render=prepared.render,
+                    persona_name=persona.name,
+                    toolbox=prepared.toolbox,
+                )
+            _record_completion(turn, completion)
+            await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
+            abort_reason = await abort_if() if abort_if and completion.error is None else None
+            if abort_reason:
+                turn.status, turn.error = Turn.Status.ABORTED, abort_reason
+                await sync_to_async(_turn_save)(turn)
+            else:
+                await _finish(runtime, request, turn, completion)
     except asyncio.CancelledError:
         # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
         # start, and a replied one stays replied (its record may be saving as we stop).
@@ -376,7 +392,9 @@ async def turns_reconcile_interrupted(
       they run again.
     - ``delivering`` turns are checked against the channel (`DiscordPort.find_delivery`): a
       reply that is there makes the turn ``replied`` and is indexed, so it is not sent again;
-      a reply that is not there makes it ``aborted``, and the trigger runs again. A channel
+      a reply that is not there makes it ``aborted``, and the trigger runs again. A streamed
+      reply whose pieces were recorded is ``replied`` with what was sent (the pieces on
+      record, and any sent but not recorded yet): it is neither continued nor sent again. A channel
       that cannot be read leaves the turn ``delivering`` for the next start (never a guess that
       could answer twice).
     """
@@ -400,10 +418,17 @@ async def turns_reconcile_interrupted(
         indexed = await sync_to_async(selectors.indexed_message_ids)(
             message_ids=[item.message_id for item in found]
         )
-        sent = [item for item in found if item.message_id not in indexed]
-        if sent:
+        recorded = [int(i) for i in turn.delivered_message_ids]
+        sent = [i for i in found if i.message_id not in indexed or i.message_id in recorded]
+        if sent or recorded:
             turn.status = Turn.Status.REPLIED
-            turn.delivered_message_ids = [str(item.message_id) for item in sent]
+            ids = sorted({*recorded, *(item.message_id for item in sent)})
+            turn.delivered_message_ids = [str(i) for i in ids]
+            if recorded:
+                turn.error = (
+                    f"the worker stopped while the reply was being delivered: {len(ids)} "
+                    "messages were sent, the rest was not"
+                )
             await sync_to_async(_turn_delivered_record)(turn, sent)
             replied += 1
         else:
@@ -441,15 +466,8 @@ async def _finish(
         return
     runtime.failure_notices.pop(channel_id, None)
     persona = request.persona
-    speaker = Speaker(
-        persona_id=persona.id,
-        name=persona.name,
-        is_main=persona.is_main,
-        avatar_url=persona.avatar_url,
-    )
-    notice = None
-    if request.is_queued_turn and not speaker.is_main:
-        notice = f"Replying to {request.trigger.shown_name}…"
+    speaker = _speaker(persona)
+    notice = _queued_notice(request, speaker)
     turn.status = Turn.Status.DELIVERING
     try:
         await sync_to_async(_turn_save_status)(turn)
@@ -489,6 +507,23 @@ async def _finish(
     )
 
 
+def _speaker(persona: Persona) -> Speaker:
+    return Speaker(
+        persona_id=persona.id,
+        name=persona.name,
+        is_main=persona.is_main,
+        avatar_url=persona.avatar_url,
+    )
+
+
+def _queued_notice(request: TurnRequest, speaker: Speaker) -> str | None:
+    """The "Replying to …" line a webhook persona sends before a queued reply (the bot account
+    replies natively instead)."""
+    if request.is_queued_turn and not speaker.is_main:
+        return f"Replying to {request.trigger.shown_name}…"
+    return None
+
+
 async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
     """One short notice per failure burst: none again until a reply succeeds or time passes."""
     channel_id, now = request.channel.channel_id, runtime.clock()
@@ -508,6 +543,226 @@ async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
         )
     except DeliveryError:
         logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
+
+
+# -- streaming delivery ---------------------------------------------------------------------------
+
+EDIT_INTERVAL_S = 1.0
+"""``edit`` delivery edits at most once a second (Discord rate-limits edits)."""
+CUT_NOTICE = "(The rest of this reply was lost: the model stopped answering.)"
+
+
+async def reply_stream_deliver(
+    *,
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    turn: Turn,
+    prepared: PreparedTurn,
+    abort_if: AbortCheck | None = None,
+) -> None:
+    """Ask the model and deliver its reply as it is written (the persona's delivery mode is
+    ``paragraphs`` or ``edit``), recording each piece; ``turn`` ends with its final status.
+
+    Steps:
+        1. Stream the model's reply (`AttemptRunner.stream_turn`: label, prefill and reasoning
+           handled, tool rounds first) while typing, until the last piece is out. The text is
+           humanized as a whole reply is, then cut by `paragraph_pieces` (each paragraph as
+           soon as it is complete) or `edit_pieces` (one message, edited at most once a
+           second, continued in a new one at 2,000 characters).
+        2. Before the first piece: ``abort_if`` (the planner's send safety check), then the
+           claim that this turn answers its trigger (``delivering``); a refusal of either
+           cancels the model call and ends the turn ``aborted``, nothing sent. Messages that
+           arrive after the first piece do not cut the reply.
+        3. Each piece goes out with its own nonce (a queued webhook reply's "Replying to …"
+           line before the first) and is recorded on the turn and in the message index before
+           the next; the channel's dashboard hears of it (``turn.delivered``).
+        4. At the reply cap (`MAX_REPLY_PIECES` messages) the last piece ends with "[…]" and
+           the model call is cancelled.
+        5. A model failure before anything was sent ends the turn as a whole reply's does
+           (``failed``, one failure notice); after, the sent pieces stand, `CUT_NOTICE` follows
+           them, and the turn is ``replied`` with the error kept. A piece Discord refuses
+           ends the reply there the same way, without a notice.
+    """
+    persona = request.persona
+    delivery = _StreamDelivery(runtime, request, turn, abort_if)
+    stream = runtime.llm.stream_turn(
+        models=prepared.models,
+        render=prepared.render,
+        persona_name=persona.name,
+        toolbox=prepared.toolbox,
+        delivered=lambda: bool(delivery.sent),
+    )
+    text = ""
+    async with runtime.port.typing(request.channel.channel_id):
+        async for event in stream:
+            text = "" if isinstance(event, Restart) else text + event
+            await delivery.show(text, final=False)
+            if delivery.stop_reason:
+                await stream.stop(delivery.stop_reason)
+                break
+        else:
+            if stream.result().error is None:
+                await delivery.show(text, final=True)
+        completion = stream.result()
+        pieces = len(delivery.shown)
+        if delivery.sent and completion.error is not None and delivery.failure is None:
+            await delivery.send(CUT_NOTICE)
+    _record_completion(turn, completion)
+    turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
+    if delivery.refusal:
+        turn.status, turn.error = Turn.Status.ABORTED, delivery.refusal
+        await sync_to_async(_turn_save)(turn)
+        return
+    if not delivery.sent:
+        turn.status = Turn.Status.FAILED
+        if delivery.failure is not None:
+            turn.error = f"delivery failed: {delivery.failure}"
+        await sync_to_async(_turn_save)(turn)
+        if delivery.failure is None:
+            await _failure_notice(runtime, request)
+        return
+    if completion.error is not None or delivery.failure is not None:
+        cause = completion.error or f"delivery failed: {delivery.failure}"
+        turn.error = f"the reply was cut after {pieces} of its messages: {cause}"
+    turn.status = Turn.Status.REPLIED
+    await sync_to_async(_turn_delivered_record)(
+        turn, [], memory_user_id=memory_scope_user_id(request), now=runtime.clock()
+    )
+
+
+class _StreamDelivery:
+    """The delivering side of one streamed reply: what it has sent and shown so far.
+
+    ``sent`` holds every message sent (a "Replying to …" line included), ``shown`` the text
+    each reply message shows now. ``stop_reason`` is set when no more may be sent (refused,
+    capped, or Discord failed), ``refusal`` when the turn may not answer at all, ``failure``
+    when Discord refused a piece.
+    """
+
+    def __init__(
+        self,
+        runtime: TurnRuntime,
+        request: TurnRequest,
+        turn: Turn,
+        abort_if: AbortCheck | None,
+    ) -> None:
+        self.runtime, self.request, self.turn, self.abort_if = runtime, request, turn, abort_if
+        self.persona = request.persona
+        self.speaker = _speaker(self.persona)
+        self.channel_id = request.channel.channel_id
+        self.edits = self.persona.delivery_mode == DeliveryMode.EDIT
+        self.sent: list[Delivered] = []
+        self.shown: list[str] = []
+        self.message_ids: list[int] = []
+        self.stop_reason = ""
+        self.refusal = ""
+        self.failure: DeliveryError | None = None
+        self.deliver_s = 0.0
+        self._last_edit = -math.inf
+
+    async def show(self, text: str, *, final: bool) -> None:
+        """Bring the channel up to ``text`` (the reply so far; all of it when ``final``)."""
+        reply = humanize_stably(
+            text,
+            force_lowercase=self.persona.force_lowercase,
+            punctuation_splits=self.persona.punctuation_splits,
+        )
+        if self.edits:
+            cut, writing = edit_pieces(reply, final=final)
+            await self._show_edited(cut, writing, final=final)
+        else:
+            cut = paragraph_pieces(reply, final=final)
+            for piece in cut.pieces[len(self.shown) :]:
+                await self.send(piece)
+                if self.stop_reason:
+                    return
+        if cut.capped:
+            self.stop_reason = f"the reply reached its cap of {MAX_REPLY_PIECES} messages"
+
+    async def _show_edited(self, cut: ReplyPieces, writing: str, *, final: bool) -> None:
+        """New messages go out at once; a message whose text changed is edited, at most one
+        edit a second (at the end, every stale message is edited, each waiting its turn)."""
+        wanted = [*cut.pieces, writing] if writing else list(cut.pieces)
+        for piece in wanted[len(self.shown) :]:
+            await self.send(piece)
+            if self.stop_reason:
+                return
+        while stale := [i for i, text in enumerate(self.shown) if text != wanted[i]]:
+            wait = self._last_edit + EDIT_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                if not (final or cut.capped):
+                    return
+                await asyncio.sleep(wait)
+            index = stale[0]
+            try:
+                await self.runtime.port.edit_message(
+                    channel_id=self.channel_id,
+                    speaker=self.speaker,
+                    message_id=self.message_ids[index],
+                    text=wanted[index],
+                )
+            except DeliveryError as error:
+                self.failure, self.stop_reason = error, f"delivery failed: {error}"
+                return
+            finally:
+                # Counted from the answer: Discord saw this edit before that, so the next one
+                # reaches it more than a second later.
+                self._last_edit = time.monotonic()
+            self.shown[index] = wanted[index]
+
+    async def send(self, piece: str) -> None:
+        """Send one piece as the next message of the reply, and record it."""
+        if not self.sent and not await self._claim():
+            return
+        index = len(self.shown)
+        trigger = self.request.trigger
+        started = time.perf_counter()
+        try:
+            delivered = await self.runtime.port.deliver(
+                channel_id=self.channel_id,
+                speaker=self.speaker,
+                text=piece,
+                reply_to=trigger.id if index == 0 else None,
+                notice=_queued_notice(self.request, self.speaker) if index == 0 else None,
+                nonce_seed=f"{trigger.id}:{self.persona.id}:{index}",
+            )
+        except DeliveryError as error:
+            self.failure, self.stop_reason = error, f"delivery failed: {error}"
+            return
+        finally:
+            self.deliver_s += time.perf_counter() - started
+        for item in delivered:
+            self.runtime.windows.record_delivery(self.channel_id, item.message, item.message_id)
+        self.sent += delivered
+        self.shown.append(piece)
+        self.message_ids.append(delivered[-1].message_id)
+        turn = self.turn
+        turn.delivered_message_ids = [str(item.message_id) for item in self.sent]
+        turn.reply_text = "\n\n".join(self.shown)
+        await sync_to_async(_turn_piece_record)(turn, delivered)
+        await publish(
+            channel_group(self.channel_id),
+            TurnDelivered(turn_id=turn.id, persona=self.persona.name, pieces=len(self.shown)),
+        )
+
+    async def _claim(self) -> bool:
+        """Whether this turn may answer: the send safety check, then the ``delivering`` claim
+        (at most one answer per trigger and persona); False sets ``refusal``."""
+        reason = await self.abort_if() if self.abort_if is not None else None
+        if reason:
+            self.refusal = self.stop_reason = reason
+            return False
+        self.turn.status = Turn.Status.DELIVERING
+        try:
+            await sync_to_async(_turn_save_status)(self.turn)
+        except IntegrityError:
+            self.turn.status = Turn.Status.RUNNING
+            self.refusal = self.stop_reason = (
+                "another turn already answered this message as this persona"
+            )
+            return False
+        self.runtime.failure_notices.pop(self.channel_id, None)
+        return True
 
 
 # -- reading --------------------------------------------------------------------------------------
@@ -558,6 +813,8 @@ async def _history(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = await _without_superseded(read.messages)
+    reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
+    reset_marker_id = reset.marker_id if reset is not None else None
     if messages and trigger.id < messages[0].id:
         held = await runtime.windows.read_up_to(
             channel.channel_id,
@@ -579,6 +836,7 @@ async def _history(
             anchor_id=None,
             anchor_limit=None,
             required_ids=frozenset({trigger.id}),
+            reset_marker_id=reset_marker_id,
         )
         reasons = _WindowReasons(
             rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
@@ -599,6 +857,7 @@ async def _history(
         anchor_limit=anchor.limit if fresh else None,
         required_ids=frozenset({trigger.id}),
         force_reanchor=read.force_reanchor,
+        reset_marker_id=reset_marker_id,
     )
     if selection.anchor_id is not None and not dry_run:
         await sync_to_async(_anchor_store)(
@@ -721,6 +980,9 @@ def _gather_people(
         channel_id=request.channel.channel_id,
         user_id=memory_scope_user_id(request),
     )
+    scope_user_id = memory_scope_user_id(request)
+    if scope_user_id is not None and not _remembered(scope_user_id, standing):
+        memory = None  # partial or full privacy: nothing about them is remembered or recalled
     state = memory.state if memory is not None else None
     trigger = request.trigger
     last_seen = None
@@ -740,6 +1002,12 @@ def _gather_people(
             now=now,
         ),
     )
+
+
+def _remembered(user_id: int, standing: selectors.UserStanding) -> bool:
+    """Whether memories about ``user_id`` may be kept and shown: only at minimal privacy."""
+    level = standing.privacy.get(user_id, PrivacyLevel.MINIMAL)
+    return level is PrivacyLevel.MINIMAL and user_id not in standing.blacklisted
 
 
 def memory_scope_user_id(request: TurnRequest) -> int | None:
@@ -924,6 +1192,10 @@ class _MemoryWriter:
     async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
+        if self._user_id is not None:
+            standing = await sync_to_async(selectors.user_standing)(user_ids=[self._user_id])
+            if not _remembered(self._user_id, standing):
+                raise ToolError("this user's privacy allows no memory about them")
         await sync_to_async(_stm_write)(
             persona=self._persona,
             channel_id=self._channel.channel_id,
@@ -950,11 +1222,14 @@ def _stm_write(
     """A refresh: the summary (clipped to 1,500 characters) and the categories (at most five)
     replace the old memory, the raw-turn count resets, and the writing turn and time are
     kept."""
+    # A DM memory belongs to the user, whichever DM channel wrote it (one per persona and user).
+    scope = {"channel_id": channel_id} if user_id is None else {}
     memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
-        channel_id=channel_id,
         user_id=user_id,
+        **scope,
         defaults={
+            "channel_id": channel_id,
             "summary": clip_summary(summary),
             "categories": dict(list((categories or {}).items())[:MAX_CATEGORIES]),
             "guild_id": guild_id,
@@ -1111,19 +1386,31 @@ def _turn_delivered_record(
     reply)."""
     with transaction.atomic():
         _turn_save(turn)
-        for item in delivered:
-            MessageIndex.objects.update_or_create(
-                message_id=item.message_id,
-                defaults={
-                    "channel_id": turn.channel_id,
-                    "guild_id": turn.guild_id,
-                    "persona": turn.persona,
-                    "author_id": item.author_id,
-                    "webhook_id": item.webhook_id,
-                },
-            )
+        _index_delivered(turn, delivered)
         if now is not None:
             _stm_count_turn(turn, user_id=memory_user_id, now=now)
+
+
+def _turn_piece_record(turn: Turn, delivered: list[Delivered]) -> None:
+    """One more piece of a streamed reply is out: the turn's delivered messages and reply so
+    far, and the piece's index rows, in one transaction (a crash leaves them known)."""
+    with transaction.atomic():
+        turn.save(update_fields=["delivered_message_ids", "reply_text"])
+        _index_delivered(turn, delivered)
+
+
+def _index_delivered(turn: Turn, delivered: list[Delivered]) -> None:
+    for item in delivered:
+        MessageIndex.objects.update_or_create(
+            message_id=item.message_id,
+            defaults={
+                "channel_id": turn.channel_id,
+                "guild_id": turn.guild_id,
+                "persona": turn.persona,
+                "author_id": item.author_id,
+                "webhook_id": item.webhook_id,
+            },
+        )
 
 
 def _stm_count_turn(turn: Turn, *, user_id: int | None, now: dt.datetime) -> None:
@@ -1304,6 +1591,10 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         now=now,
     ):
         return MemoryRefresh("skipped", "no longer due")
+    if memory.user_id is not None:
+        standing = await sync_to_async(selectors.user_standing)(user_ids=[memory.user_id])
+        if not _remembered(memory.user_id, standing):
+            return MemoryRefresh("skipped", "the user's privacy keeps nothing about them")
     configuration = await sync_to_async(selectors.channel_configuration)(
         channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
     )
@@ -1327,10 +1618,15 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    # Users with partial privacy are seen in conversation but never remembered: their lines
+    # stay out of what the memory summarises.
+    partial = {u for u, p in prepared.turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
+    authors = {m.id: m.accountable_user_id for m in prepared.turn_input.history}
     lines = [
         item.text
         for item in prepared.context.items
         if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+        and not any(authors.get(i) in partial for i in item.source_ids)
     ]
     previous = visible_memory_text(memory.state, now=now)
     names = runtime.port.names(configuration.guild_id, [])

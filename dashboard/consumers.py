@@ -86,7 +86,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     # Channels calls the method named after the event type (dots → underscores).
     loop_state = loop_step = unread_count = window_changed = _on_event
-    turn_started = turn_finished = worker_pulse = _on_event
+    turn_started = turn_delivered = turn_finished = worker_pulse = _on_event
 
 
 class ChannelConsumer(_LiveConsumer):
@@ -109,7 +109,7 @@ class ChannelConsumer(_LiveConsumer):
                 "dashboard/_planner_step.html", {"step": event, "oob": "beforeend:#planner-steps"}
             )
         state = event.state if isinstance(event, LoopState) else None
-        full = event.type in ("turn.started", "window.changed", "turn.finished")
+        full = event.type in ("turn.started", "window.changed", "turn.delivered", "turn.finished")
         return await database_sync_to_async(_channel_fragments)(self.channel_id, state, full)
 
 

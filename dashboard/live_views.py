@@ -21,6 +21,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chat import selectors as chat_selectors
 from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
 from chat.pipeline.types import HistoryMessage
 from dashboard import playground as sandbox_playground
@@ -63,7 +64,12 @@ def channel_live(request: HttpRequest, channel_id: int) -> HttpResponse:
     return render(
         request,
         "dashboard/channel_live.html",
-        {"window": window, "personas": personas, "channel_id": channel_id},
+        {
+            "window": window,
+            "personas": personas,
+            "channel_id": channel_id,
+            "reset": chat_selectors.channel_reset_marker(channel_id=channel_id),
+        },
     )
 
 

@@ -447,6 +447,7 @@ def card_from_persona(persona: Persona) -> dict[str, Any]:
                         "text": persona.context_note,
                         "depth": persona.context_note_depth,
                     },
+                    "delivery_mode": persona.delivery_mode,
                 }
             },
         },

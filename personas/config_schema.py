@@ -67,6 +67,7 @@ from personas.models import (
     USERS_PER_GUILD_MAX,
     BlockType,
     ChannelMode,
+    DeliveryMode,
     PrivacyLevel,
 )
 
@@ -320,6 +321,9 @@ class PersonaSpec(_Strict):
     short_term_memory: ShortTermMemorySpec = ShortTermMemorySpec()
     force_lowercase: bool = False
     punctuation_splits: bool = False
+    delivery_mode: DeliveryMode = DeliveryMode.PARAGRAPHS
+    """How replies reach Discord: ``paragraphs`` (each as soon as it is written), ``whole``
+    (once the model has finished) or ``edit`` (one message edited as it is written)."""
     sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     llm: LLMSpec = LLMSpec()
     lorebook: LorebookSpec | None = None

@@ -107,9 +107,24 @@ class PrivacyLevel(models.TextChoices):
     FULL = "full", "Full (never shown to the model, previews or records)"
 
 
+class PrivacySource(models.TextChoices):
+    """Who set a user's privacy level last."""
+
+    ADMIN = "admin", "An admin"
+    USER = "user", "The user (/privacy)"
+
+
 class ChannelMode(models.TextChoices):
     REACTIVE = "reactive", "Reactive (trigger rules decide)"
     AUTONOMOUS = "autonomous", "Autonomous (the planner decides)"
+
+
+class DeliveryMode(models.TextChoices):
+    """How a persona's reply reaches Discord (the default: paragraph by paragraph)."""
+
+    PARAGRAPHS = "paragraphs", "Paragraph by paragraph, each as soon as it is written"
+    WHOLE = "whole", "The whole reply at once, when the model has finished"
+    EDIT = "edit", "One message, edited as the model writes (at most once a second)"
 
 
 class BlockType(models.TextChoices):
@@ -196,6 +211,9 @@ class Persona(models.Model):
     )
     force_lowercase = models.BooleanField(default=False)
     punctuation_splits = models.BooleanField(default=False)
+    delivery_mode = models.CharField(
+        max_length=10, choices=DeliveryMode.choices, default=DeliveryMode.PARAGRAPHS
+    )
     llm_model = models.CharField(
         max_length=MODEL_NAME_MAX, blank=True, help_text="Empty: the deployment's LLM_MODEL"
     )
@@ -253,6 +271,10 @@ class Persona(models.Model):
             models.CheckConstraint(
                 condition=Q(temperature__gte=0.0) & Q(temperature__lte=2.0),
                 name="persona_temperature_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(delivery_mode__in=DeliveryMode.values),
+                name="persona_delivery_mode_valid",
             ),
             models.CheckConstraint(
                 condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"
@@ -398,8 +420,11 @@ class UserPrivacy(models.Model):
     """A Discord user's privacy level and blacklist flag.
 
     The level is the user's own and applies everywhere; ``full`` means the user never appears in
-    prompts, previews, turn records or memories. ``guild`` records which guild's configuration
-    set the row (so ``exportconfig`` can list it there); it is empty when set outside one.
+    prompts, previews, turn records or memories; ``partial``: seen in conversation, but nothing
+    about them is remembered or retrieved. ``guild`` records which guild's configuration set
+    the row (so ``exportconfig`` can list it there); it is empty when set outside one.
+    ``set_by`` says who set the level last (an admin, or the user with ``/privacy``), at
+    ``updated_at``.
     """
 
     user_id = models.PositiveBigIntegerField(unique=True)
@@ -409,6 +434,9 @@ class UserPrivacy(models.Model):
     blacklisted = models.BooleanField(default=False)
     guild = models.ForeignKey(
         GuildConfig, on_delete=models.SET_NULL, null=True, blank=True, related_name="users"
+    )
+    set_by = models.CharField(
+        max_length=8, choices=PrivacySource.choices, default=PrivacySource.ADMIN
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -92,6 +92,7 @@ def _persona(persona: Persona) -> dict:
         },
         "force_lowercase": persona.force_lowercase,
         "punctuation_splits": persona.punctuation_splits,
+        "delivery_mode": persona.delivery_mode,
         "sample_dialogue": list(persona.sample_dialogue),
         "llm": {
             "model": persona.llm_model or None,

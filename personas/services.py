@@ -41,7 +41,14 @@ from personas.config_schema import (
     UserSpec,
     parse_config_document,
 )
-from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+from personas.models import (
+    Block,
+    ChannelConfig,
+    GuildConfig,
+    Persona,
+    PrivacySource,
+    UserPrivacy,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -272,16 +279,21 @@ def block_save(
 
 
 def user_privacy_save(
-    *, guild: GuildConfig, spec: UserSpec, actor: AbstractBaseUser | None = None
+    *,
+    guild: GuildConfig,
+    spec: UserSpec,
+    actor: AbstractBaseUser | None = None,
+    set_by: PrivacySource = PrivacySource.ADMIN,
 ) -> UserPrivacy:
-    """Set a user's privacy level and blacklist flag (the row is the user's, by user id)."""
+    """Set a user's privacy level and blacklist flag (the row is the user's, by user id);
+    ``set_by`` records who set it (an admin, or the user with ``/privacy``)."""
     report = ImportReport()
     with transaction.atomic():
         row = _upsert(
             UserPrivacy,
             report,
             lookup={"user_id": int(spec.id)},
-            values=_user_values(guild, spec),
+            values={**_user_values(guild, spec), "set_by": set_by},
         )
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return row
@@ -366,6 +378,7 @@ def _persona_values(spec: PersonaSpec) -> dict:
         "stm_depth": spec.short_term_memory.depth,
         "force_lowercase": spec.force_lowercase,
         "punctuation_splits": spec.punctuation_splits,
+        "delivery_mode": str(spec.delivery_mode),
         "llm_model": spec.llm.model or "",
         "fallback_models": list(spec.llm.fallback_models),
         "temperature": spec.llm.temperature,
@@ -393,7 +406,12 @@ def _channel_values(guild: GuildConfig, spec: ChannelSpec) -> dict:
 
 
 def _user_values(guild: GuildConfig, spec: UserSpec) -> dict:
-    return {"level": spec.privacy, "blacklisted": spec.blacklisted, "guild": guild}
+    return {
+        "level": spec.privacy,
+        "blacklisted": spec.blacklisted,
+        "guild": guild,
+        "set_by": PrivacySource.ADMIN,
+    }
 
 
 def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:

@@ -438,6 +438,28 @@ class DiscordAdapter:
             permanent = 400 <= error.status < 500 and error.status != 429
             raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
 
+    async def edit_message(
+        self, *, channel_id: int, speaker: Speaker, message_id: int, text: str
+    ) -> None:
+        try:
+            channel = await self._channel(channel_id)
+            if speaker.is_main:
+                await channel.get_partial_message(message_id).edit(
+                    content=text, allowed_mentions=NO_MENTIONS_BUT_USERS
+                )
+                return
+            thread = channel if isinstance(channel, discord.Thread) else None
+            webhook = await self._webhook(thread.parent_id if thread is not None else channel_id)
+            await webhook.edit_message(
+                message_id,
+                content=text,
+                allowed_mentions=NO_MENTIONS_BUT_USERS,
+                thread=thread or discord.utils.MISSING,
+            )
+        except discord.HTTPException as error:
+            permanent = 400 <= error.status < 500 and error.status != 429
+            raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
+
     async def _deliver_as_bot(
         self,
         channel_id: int,

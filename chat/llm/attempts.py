@@ -22,6 +22,17 @@ The steps:
 Every HTTP call is recorded (``AttemptRecord``); nothing raises for a model failure: a turn
 whose every model failed comes back with ``error`` set.
 
+``AttemptRunner.stream_turn`` runs the same steps and gives the persona's words as the model
+writes them (``ReplyStream``), for delivery as they come:
+
+6. Text is given only once it is settled (`chat.llm.reply.settled_reply`: no reasoning, no
+   ``Name:`` label, the prefill first). A call that offers tools gives its text only once the
+   answer is known to be text, so tool rounds finish before the persona's words flow.
+7. An attempt that fails after giving text gives ``Restart`` (the text so far is void) and the
+   next attempt or fallback model starts the reply over — unless the caller says some of it
+   was delivered (``delivered``): then nothing is retried, and the stream ends with the error
+   and the text given so far.
+
 The loop is written out rather than handed to a retry library because each retry is a product
 decision: it re-renders, may drop history or switch model, and is recorded for moderators.
 """
@@ -29,9 +40,10 @@ decision: it re-renders, may drop history or switch model, and is recorded for m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +58,7 @@ from chat.llm.base import (
     ToolCall,
     Usage,
 )
-from chat.llm.reply import strip_name_label, strip_reasoning
+from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
 from chat.llm.tools import ToolBox, ToolName
 
 MAX_TOOL_ROUNDS = 3
@@ -188,6 +200,23 @@ class AttemptRunner:
             return exchange.result(reply_text="", error=error)
         return exchange.result(reply_text=reply)
 
+    def stream_turn(
+        self,
+        *,
+        models: Sequence[ModelSpec],
+        render: Render,
+        persona_name: str,
+        toolbox: ToolBox | None = None,
+        delivered: Callable[[], bool] = lambda: False,
+    ) -> ReplyStream:
+        """The reply of ``complete_turn``, given as the model writes it (module docstring,
+        steps 6 and 7). ``delivered`` says whether any of the text given so far has been
+        delivered. Raises ``ValueError`` for an empty ``models``."""
+        if not models:
+            raise ValueError("stream_turn needs at least one model")
+        exchange = _Exchange(self, models=models, render=render, persona_name=persona_name)
+        return ReplyStream(exchange, toolbox, delivered)
+
     def first_request_body(
         self, *, models: Sequence[ModelSpec], render: Render, toolbox: ToolBox | None = None
     ) -> dict[str, Any]:
@@ -207,6 +236,60 @@ class AttemptRunner:
             tools=toolbox.definitions() if toolbox is not None else (),
             stream=self.stream,
         )
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The text given so far is void: its attempt failed before any of it was delivered, and
+    the next attempt starts the reply over."""
+
+    error: str
+
+
+class ReplyStream:
+    """One persona reply as the model writes it (`AttemptRunner.stream_turn`).
+
+    Iterate it for the reply's text pieces (``str``, in order; joined and stripped they are
+    the reply) and ``Restart``s; then ``result()`` is the turn's record, as ``complete_turn``
+    returns it (``reply_text`` is the text given, ``error`` set when the model failed). Stop
+    early with ``stop``: the model call is cancelled.
+    """
+
+    def __init__(
+        self, exchange: _Exchange, toolbox: ToolBox | None, delivered: Callable[[], bool]
+    ) -> None:
+        self._exchange = exchange
+        self._error: LLMError | None = None
+        self._given: list[str] = []
+        self._iterator = self._iterate(exchange.stream_converse(toolbox, delivered))
+
+    def __aiter__(self) -> AsyncIterator[str | Restart]:
+        return self._iterator
+
+    async def _iterate(
+        self, events: AsyncGenerator[str | Restart, None]
+    ) -> AsyncGenerator[str | Restart, None]:
+        async with contextlib.aclosing(events):
+            try:
+                async for event in events:
+                    if isinstance(event, Restart):
+                        self._given.clear()
+                    else:
+                        self._given.append(event)
+                    yield event
+            except LLMError as error:
+                self._error = error
+
+    async def stop(self, reason: str) -> None:
+        """Cancel the model call; the reply ends with the text given so far (``reason`` is
+        kept among the turn's warnings)."""
+        await self._iterator.aclose()
+        self._exchange.warn(reason)
+
+    def result(self) -> TurnCompletion:
+        """The turn's record so far (whole once the iteration has ended)."""
+        text = "".join(self._given).strip()
+        return self._exchange.result(reply_text=text, error=self._error)
 
 
 @dataclass(frozen=True)
@@ -256,6 +339,35 @@ class _Exchange:
         )
         answer = await self._call(MAX_TOOL_ROUNDS, transcript, None)
         return answer.reply
+
+    async def stream_converse(
+        self, toolbox: ToolBox | None, delivered: Callable[[], bool]
+    ) -> AsyncIterator[str | Restart]:
+        """``converse``, giving the reply's text as it is written. Raises ``LLMError`` when
+        no model answered, or when one failed after some of its text was delivered."""
+        transcript: list[Message] = []
+        for round_number in range(MAX_TOOL_ROUNDS + 1):
+            offered = toolbox if round_number < MAX_TOOL_ROUNDS else None
+            if round_number == MAX_TOOL_ROUNDS:
+                self.warn(
+                    f"the model used all {MAX_TOOL_ROUNDS} tool rounds; it answered without tools"
+                )
+            answers: list[_Answer] = []
+            events = self._stream_call(round_number, transcript, offered, delivered)
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    if isinstance(event, _Answer):
+                        answers.append(event)
+                    else:
+                        yield event
+            [answer] = answers
+            if not answer.tool_calls:
+                return
+            assert toolbox is not None  # tool calls are only accepted when tools were offered
+            transcript += await self._exchange_tools(toolbox, answer)
+
+    def warn(self, warning: str) -> None:
+        self._warnings.append(warning)
 
     def result(self, *, reply_text: str, error: LLMError | None = None) -> TurnCompletion:
         usage = sum((record.usage for record in self._records), self._tool_usage)
@@ -323,6 +435,99 @@ class _Exchange:
             self._record(plan, round_number, started, completion)
             return answer
 
+    async def _stream_call(
+        self,
+        round_number: int,
+        transcript: list[Message],
+        toolbox: ToolBox | None,
+        delivered: Callable[[], bool],
+    ) -> AsyncIterator[str | Restart | _Answer]:
+        """``_call``, streaming: the reply's text as it comes, then the ``_Answer``. No
+        fallback model once some text was delivered: the error is raised."""
+        while True:
+            model = self._models[self._model_index]
+            events = self._stream_model(model, round_number, transcript, toolbox, delivered)
+            try:
+                async with contextlib.aclosing(events):
+                    async for event in events:
+                        yield event
+                return
+            except LLMError as error:
+                if self._model_index + 1 == len(self._models) or delivered():
+                    raise
+                self._model_index += 1
+                fallback = self._models[self._model_index].name
+                self._warnings.append(f"{model.name} failed ({error}); fell back to {fallback}")
+
+    async def _stream_model(
+        self,
+        model: ModelSpec,
+        round_number: int,
+        transcript: list[Message],
+        toolbox: ToolBox | None,
+        delivered: Callable[[], bool],
+    ) -> AsyncIterator[str | Restart | _Answer]:
+        """``_call_model``, streaming (module docstring, steps 6 and 7)."""
+        runner = self._runner
+        tools = toolbox.offered if toolbox is not None else ()
+        empty_retried = False
+        attempt_number = 0
+        while True:
+            attempt_number += 1
+            plan = AttemptPlan(model=model, shorten_batches=self._shorten_batches, tools=tools)
+            messages = _with_transcript(self._render(plan), transcript)
+            request = runner._chat_request(plan, messages, toolbox)
+            self._request = request.body()
+            prefill = _prefill(messages)
+            started = time.perf_counter()
+            completion: Completion | None = None
+            raw, given = "", ""
+            try:
+                async with contextlib.aclosing(runner.client.stream(request)) as chunks:
+                    async for item in chunks:
+                        if isinstance(item, Completion):
+                            completion = item
+                            continue
+                        raw += item
+                        if tools:
+                            continue  # held until the answer is known to be text
+                        settled = settled_reply(raw, name=self._persona_name, prefill=prefill)
+                        if len(settled) > len(given):
+                            yield settled[len(given) :]
+                            given = settled
+                if completion is None:
+                    raise LLMError(
+                        "the stream gave no completion", kind=ErrorKind.MALFORMED, permanent=False
+                    )
+                answer = self._judge(completion, messages, tools_offered=bool(tools))
+            except LLMError as error:
+                if given and delivered():
+                    self._record(plan, round_number, started, completion, error)
+                    raise
+                pause = self._pause_after(error, attempt_number, empty_retried)
+                self._record(plan, round_number, started, completion, error, pause or 0.0)
+                if given:
+                    yield Restart(str(error))
+                if pause is None:
+                    raise
+                if error.kind is ErrorKind.EMPTY_ANSWER:
+                    empty_retried = True
+                    self._shorten_batches += 1
+                if pause:
+                    await runner.sleep(pause)
+                continue
+            except BaseException:
+                # Stopped by the caller (the reply cap, a cancelled turn): the call is recorded.
+                self._record(plan, round_number, started, completion, outcome="stopped")
+                raise
+            self._record(plan, round_number, started, completion)
+            # The rest of the text, whole: what was held, and what the end settled.
+            rest = answer.reply[len(given) :] if answer.reply.startswith(given) else ""
+            if rest and not answer.tool_calls:
+                yield rest
+            yield answer
+            return
+
     def _pause_after(
         self, error: LLMError, attempt_number: int, empty_retried: bool
     ) -> float | None:
@@ -383,6 +588,8 @@ class _Exchange:
         completion: Completion | None,
         error: LLMError | None = None,
         wait_s: float = 0.0,
+        *,
+        outcome: str = "",
     ) -> None:
         self._records.append(
             AttemptRecord(
@@ -390,7 +597,7 @@ class _Exchange:
                 tool_round=round_number,
                 shorten_batches=plan.shorten_batches,
                 latency_ms=(time.perf_counter() - started) * 1000,
-                outcome=str(error.kind) if error is not None else "ok",
+                outcome=outcome or (str(error.kind) if error is not None else "ok"),
                 error=error.message if error is not None else "",
                 status=error.status if error is not None else None,
                 retry_after=error.retry_after if error is not None else None,

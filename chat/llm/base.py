@@ -1,13 +1,14 @@
 """The one protocol every caller of a model goes through, and the data it speaks.
 
 ``LLMClient.complete`` sends one Chat Completions request and returns one ``Completion`` or raises
-``LLMError``; nothing else escapes it. Retries, fallbacks and tool rounds are built on top of it
+``LLMError``; nothing else escapes it. ``LLMClient.stream`` sends the same request and yields the
+text as the model writes it. Retries, fallbacks and tool rounds are built on top of it
 (``chat.llm.attempts``), so every caller reaches a model the same way. Nothing here needs Django.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -177,3 +178,8 @@ class LLMClient(Protocol):
     """
 
     async def complete(self, request: ChatRequest) -> Completion: ...
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[str | Completion]:
+        """Send ``request`` once; yield its text as it arrives, then the whole ``Completion``.
+        Raises ``LLMError`` as ``complete`` does; closing the iterator cancels the call."""
+        ...

@@ -10,6 +10,11 @@ hashed words, `embeddings.HashingEmbeddings`') and ``GET /v1/models``. Every req
   past the client's limit), a malformed JSON body, a stream cut off before ``[DONE]``, an empty
   answer, or a reasoning-only answer.
 
+A streamed answer goes out a word at a time; with a ``StreamPace`` (the server's, or a
+``Reply``'s own) it goes out at that pace — the first word after ``first_token_s``, then
+``words_per_s`` — as a model writes (the demo model streams at a human pace). A client that
+hangs up before the end (a cancelled call) is recorded in ``abandoned``.
+
 With the script empty, a ``responder`` (when given) chooses the answer from the request body
 (benchmarks script a planner policy this way); without one, the default rule answers "I am the
 fake model <model>. You said: <the last user message>"; the introduction is a constructor
@@ -48,6 +53,8 @@ from aiohttp import web
 
 from chat.llm.embeddings import hashed_vector
 
+_WORD = re.compile(r"\s*\S+\s*")
+
 
 class FaultKind(StrEnum):
     HTTP_ERROR = "http_error"  # answer with ``status`` (and ``Retry-After`` when given)
@@ -59,11 +66,31 @@ class FaultKind(StrEnum):
 
 
 @dataclass(frozen=True)
+class StreamPace:
+    """How fast a streamed answer is written: the first word after ``first_token_s`` seconds,
+    then ``words_per_s`` words a second (each word is one chunk: one token, for the tests)."""
+
+    first_token_s: float = 0.0
+    words_per_s: float = 0.0
+
+    def pause_before(self, index: int) -> float:
+        """Seconds to wait before chunk ``index`` (0: the first word)."""
+        if index == 0:
+            return self.first_token_s
+        return 1 / self.words_per_s if self.words_per_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class Fault:
+    """An injected failure. ``CUT_STREAM`` sends the first half of ``text`` (the default
+    answer when empty), at ``pace``, then drops the connection."""
+
     kind: FaultKind
     status: int = 500
     retry_after: str | None = None
     delay: float = 30.0
+    text: str = ""
+    pace: StreamPace | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +109,8 @@ class Reply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_prompt_tokens: int | None = None
+    pace: StreamPace | None = None
+    """How fast this answer is streamed; None: the server's pace."""
 
     @classmethod
     def calling(cls, name: str, arguments: str | dict[str, Any] = "{}") -> Reply:
@@ -158,9 +187,13 @@ class FakeLLMServer:
         port: int = 0,
         introduction: str = "I am the fake model {model}.",
         responder: Callable[[dict[str, Any]], ScriptItem] | None = None,
+        pace: StreamPace = StreamPace(),
         guard: Callable[[Any], list[str]] | None = None,
     ) -> None:
         self.requests: list[RecordedRequest] = []
+        self.abandoned: list[int] = []
+        """Indices (in ``chat_bodies``) of streamed answers whose client hung up first."""
+        self.pace = pace
         self._guard = guard
         self.guard_findings: list[str] = []
         self._responder = responder
@@ -286,7 +319,7 @@ class FakeLLMServer:
                     return await _send_events(request, ['{"choices": [{"delta": '])
                 return web.Response(text='{"choices": [', content_type="application/json")
             case FaultKind.CUT_STREAM:
-                return await self._cut_off(request, body)
+                return await self._cut_off(request, body, fault)
             case FaultKind.EMPTY_ANSWER:
                 return await self._answer(request, body, Reply(""))
             case FaultKind.REASONING_ONLY:
@@ -305,21 +338,44 @@ class FakeLLMServer:
         if not body.get("stream"):
             return web.json_response(answer.response())
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return await _send_events(request, [*answer.chunks(include_usage), "[DONE]"])
+        events = [*answer.chunks(include_usage), "[DONE]"]
+        return await self._stream(request, events, reply.pace or self.pace, answer.words)
 
-    async def _cut_off(self, request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, events: Sequence[str], pace: StreamPace, words: int
+    ) -> web.StreamResponse:
+        """`_send_events` with its ``words`` word events at ``pace``; a client that hangs up
+        before the last event is recorded in ``abandoned``."""
+        index = len(self.chat_bodies) - 1
+        try:
+            return await _send_events(request, events, pace, words)
+        except (ConnectionResetError, asyncio.CancelledError):
+            self.abandoned.append(index)
+            raise
+
+    async def _cut_off(
+        self, request: web.Request, body: dict[str, Any], fault: Fault
+    ) -> web.StreamResponse:
         """Send the first half of an answer, then drop the connection (no ``[DONE]``)."""
-        answer = _Answer("chatcmpl-cut", str(body.get("model", "")), self._default_reply(body), {})
+        reply = Reply(fault.text) if fault.text else self._default_reply(body)
+        answer = _Answer("chatcmpl-cut", str(body.get("model", "")), reply, {})
         response = web.StreamResponse(status=200)
         if body.get("stream"):
             response.content_type = "text/event-stream"
             chunks = list(answer.chunks(include_usage=False))
-            payload = "".join(f"data: {chunk}\n\n" for chunk in chunks[: len(chunks) // 2])
-        else:
-            full = json.dumps(answer.response())
-            response.content_type = "application/json"
-            response.content_length = len(full)
-            payload = full[: len(full) // 2]
+            await response.prepare(request)
+            pace = fault.pace or self.pace
+            for index, chunk in enumerate(chunks[: len(chunks) // 2]):
+                if index and (pause := pace.pause_before(index - 1)):
+                    await asyncio.sleep(pause)
+                await response.write(f"data: {chunk}\n\n".encode())
+            assert request.transport is not None
+            request.transport.close()
+            return response
+        full = json.dumps(answer.response())
+        response.content_type = "application/json"
+        response.content_length = len(full)
+        payload = full[: len(full) // 2]
         await response.prepare(request)
         await response.write(payload.encode())
         assert request.transport is not None
@@ -381,12 +437,17 @@ class _Answer:
             "usage": self.usage,
         }
 
+    @property
+    def words(self) -> int:
+        """How many text chunks `chunks` gives (one per word)."""
+        return len(_WORD.findall(self.reply.text))
+
     def chunks(self, include_usage: bool) -> Iterator[str]:
         """The answer as ``chat.completion.chunk`` JSON texts: the role, the text a word at a
         time, each tool call's name then its arguments in two pieces, the finish reason, and
         (when asked for) a final usage chunk with no choices."""
         yield self._chunk({"role": "assistant", "content": ""})
-        for word in re.findall(r"\s*\S+\s*", self.reply.text):
+        for word in _WORD.findall(self.reply.text):
             yield self._chunk({"content": word})
         for index, call in enumerate(self.tool_calls()):
             name, arguments = call["function"]["name"], call["function"]["arguments"]
@@ -413,12 +474,17 @@ class _Answer:
         }
 
 
-async def _send_events(request: web.Request, events: Sequence[str]) -> web.StreamResponse:
-    """Send ``events`` as server-sent events (``data: …`` and a blank line each)."""
+async def _send_events(
+    request: web.Request, events: Sequence[str], pace: StreamPace = StreamPace(), words: int = 0
+) -> web.StreamResponse:
+    """Send ``events`` as server-sent events (``data: …`` and a blank line each); with a
+    ``pace``, the ``words`` events after the first (the role) wait their turn."""
     response = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache"})
     response.content_type = "text/event-stream"
     await response.prepare(request)
-    for event in events:
+    for index, event in enumerate(events):
+        if 1 <= index <= words and (pause := pace.pause_before(index - 1)):
+            await asyncio.sleep(pause)
         await response.write(f"data: {event}\n\n".encode())
     await response.write_eof()
     return response

@@ -17,9 +17,10 @@ API never break parsing while a missing ``choices`` list does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -82,21 +83,49 @@ class OpenAICompatibleClient:
 
         Raises ``LLMError`` for every failure (see the module docstring), nothing else.
         """
-        try:
+        with _as_llm_errors():
             async with asyncio.timeout(self._timeouts.total):
                 return await self._send(request)
-        except (TimeoutError, httpx.TimeoutException) as error:
-            raise LLMError(
-                f"no complete answer within the time limit ({type(error).__name__})",
-                kind=ErrorKind.TIMEOUT,
-                permanent=False,
-            ) from error
-        except httpx.TransportError as error:
-            raise LLMError(
-                f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT],
-                kind=ErrorKind.CONNECTION,
-                permanent=False,
-            ) from error
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[str | Completion]:
+        """Send ``request`` once and yield its text as it arrives, then the assembled
+        ``Completion`` last (a request that does not ask for a stream gives its whole text at
+        once). Raises ``LLMError`` for every failure, as ``complete`` does; the total time
+        limit counts from the request, and never while the caller holds a yielded piece.
+        Closing the iterator early cancels the call: the connection is closed, so the
+        provider stops generating.
+        """
+        if not request.stream:
+            completion = await self.complete(request)
+            if completion.text:
+                yield completion.text
+            yield completion
+            return
+        deadline = asyncio.get_running_loop().time() + self._timeouts.total
+        with _as_llm_errors():
+            async with self._http.stream(
+                "POST", "chat/completions", json=request.body()
+            ) as response:
+                if not response.is_success:
+                    await response.aread()
+                    raise status_error(response.status_code, response.text, response.headers)
+                assembly = _StreamAssembly()
+                events = aiter(iter_sse_data(response.aiter_lines()))
+                while True:
+                    async with asyncio.timeout_at(deadline):
+                        data = await anext(events, None)
+                    if data is None:
+                        raise LLMError(
+                            "the stream ended before data: [DONE]",
+                            kind=ErrorKind.MALFORMED,
+                            permanent=False,
+                        )
+                    if data.strip() == "[DONE]":
+                        break
+                    text = assembly.add(_validate(_Chunk, data))
+                    if text:
+                        yield text
+            yield assembly.completion()
 
     async def _send(self, request: ChatRequest) -> Completion:
         async with self._http.stream("POST", "chat/completions", json=request.body()) as response:
@@ -106,6 +135,25 @@ class OpenAICompatibleClient:
             if request.stream:
                 return await read_completion_stream(response.aiter_lines())
             return parse_completion(await response.aread())
+
+
+@contextlib.contextmanager
+def _as_llm_errors() -> Iterator[None]:
+    """Turn timeouts and transport failures into ``LLMError``."""
+    try:
+        yield
+    except (TimeoutError, httpx.TimeoutException) as error:
+        raise LLMError(
+            f"no complete answer within the time limit ({type(error).__name__})",
+            kind=ErrorKind.TIMEOUT,
+            permanent=False,
+        ) from error
+    except httpx.TransportError as error:
+        raise LLMError(
+            f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT],
+            kind=ErrorKind.CONNECTION,
+            permanent=False,
+        ) from error
 
 
 def status_error(status: int, body: str, headers: httpx.Headers) -> LLMError:
@@ -228,7 +276,8 @@ class _StreamAssembly:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
 
-    def add(self, chunk: _Chunk) -> None:
+    def add(self, chunk: _Chunk) -> str:
+        """Take one chunk in; returns the text it added (``""``: none)."""
         if chunk.error is not None:
             raise LLMError(
                 f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
@@ -237,11 +286,14 @@ class _StreamAssembly:
             )
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
+        added = ""
         for choice in chunk.choices[:1]:
-            self.text.append(choice.delta.content or "")
+            added = choice.delta.content or ""
+            self.text.append(added)
             self.finish_reason = choice.finish_reason or self.finish_reason
             for delta in choice.delta.tool_calls or ():
                 self._add_tool_call_delta(delta)
+        return added
 
     def _add_tool_call_delta(self, delta: _ToolCallDelta) -> None:
         parts = self.calls.setdefault(delta.index, _ToolCallParts())

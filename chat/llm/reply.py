@@ -32,3 +32,47 @@ def strip_name_label(text: str, *, name: str) -> str:
         return text.strip()
     label = re.compile(rf"^\s*(\*\*)?{re.escape(name)}(\*\*)?\s*:(\*\*)?\s*", re.IGNORECASE)
     return label.sub("", text, count=1).strip()
+
+
+_THINK_OPEN = "<think>"
+
+
+def settled_reply(raw: str, *, name: str, prefill: str = "") -> str:
+    """The words of a reply still being written that more text cannot change.
+
+    ``raw`` is the model's text so far and ``prefill`` what the request put in the persona's
+    mouth; the reply, once complete, is ``strip_name_label(prefill + strip_reasoning(raw),
+    name=name)``, and what this returns is always the start of that (give or take whitespace
+    at its end). Held back until decided: a ``<think>`` block not closed yet (and a tail that
+    may be the start of ``<think>``), and a start that may still become the ``Name:`` label.
+    Leading whitespace is dropped; trailing whitespace is kept, because a blank line there
+    ends a paragraph.
+    """
+    text = _THINK_BLOCK.sub("", raw)
+    opened = text.lower().find(_THINK_OPEN)
+    if opened != -1:
+        text = text[:opened]
+    else:
+        for length in range(min(len(_THINK_OPEN) - 1, len(text)), 0, -1):
+            if _THINK_OPEN.startswith(text[-length:].lower()):
+                text = text[:-length]
+                break
+    text = (prefill + text).lstrip()
+    if not name:
+        return text
+    label = re.compile(rf"^(\*\*)?{re.escape(name)}(\*\*)?\s*:(\*\*)?\s*", re.IGNORECASE)
+    found = label.match(text)
+    if found is not None:
+        rest = text[found.end() :]
+        return "" if rest == "*" else rest  # "*" may yet close a bold label ("**Name:**")
+    return "" if _may_become_label(text, name) else text
+
+
+def _may_become_label(text: str, name: str) -> bool:
+    """Whether more text could make ``text`` (stripped at its start) the ``Name:`` label."""
+    bare = text.removeprefix("**").removeprefix("*")
+    if name.lower().startswith(bare.lower()):
+        return True
+    if not bare.lower().startswith(name.lower()):
+        return False
+    return not bare[len(name) :].strip(" \t\n*")

@@ -28,7 +28,13 @@ from chat.sandbox.control import control_app
 from chat.sandbox.gateway import Gateway, GatewaySettings
 from chat.sandbox.rest import GatewayInfo, discord_errors, rest_app, snowflake_param
 from chat.sandbox.state import Sandbox
-from chat.sandbox.traffic import RateLimitPolicy, RateLimitScope, RouteKey, Traffic
+from chat.sandbox.traffic import (
+    RateLimitPolicy,
+    RateLimitScope,
+    RequestRecord,
+    RouteKey,
+    Traffic,
+)
 
 API_PREFIX = "/api/v10"
 GATEWAY_PATH = "/gateway"
@@ -179,6 +185,10 @@ class SandboxServer:
         """REST requests so far by (method, route template), e.g.
         ``("POST", "/channels/{channel_id}/messages")``; faulted and rate-limited ones count."""
         return self._traffic.request_counts
+
+    def requests(self, method: str | None = None, route: str | None = None) -> list[RequestRecord]:
+        """REST requests so far with their arrival times; see `Traffic.requests`."""
+        return self._traffic.requests(method, route)
 
     # ---------------------------------------------------------------------------- gateway
 

@@ -17,7 +17,7 @@ import fnmatch
 import hashlib
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -37,6 +37,8 @@ RateLimitScope = Literal["user", "shared", "global"]
 """Whose limit a 429 reports: the bot's own, a resource's shared one, or the global one."""
 
 _MAJOR_PARAMETERS = ("channel_id", "guild_id", "webhook_id")
+REQUEST_LOG_MAX = 50_000
+"""How many of the newest REST requests `Traffic.requests` keeps (a long demo stays bounded)."""
 _MAX_BUCKETS = 10_000
 """Past this many buckets, idle ones are forgotten (paths of unknown routes make new ones)."""
 
@@ -48,6 +50,17 @@ class RateLimitPolicy:
 
     limit: int = 50
     window: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One REST request as it arrived: when (the traffic clock, monotonic seconds), its
+    method, route template and concrete path (relative to the API base)."""
+
+    at: float
+    method: str
+    route: str
+    path: str
 
 
 @dataclass(slots=True)
@@ -173,6 +186,7 @@ class Traffic:
         self._clock = clock
         self._wall_clock = wall_clock
         self._counts: Counter[RouteKey] = Counter()
+        self._log: deque[RequestRecord] = deque(maxlen=REQUEST_LOG_MAX)
         self._faults: list[Fault] = []
         self._holds: list[Hold] = []
         self._buckets: dict[str, _Bucket] = {}
@@ -181,6 +195,16 @@ class Traffic:
     def request_counts(self) -> Mapping[RouteKey, int]:
         """Requests seen so far (faulted and rate-limited ones included), by route."""
         return dict(self._counts)
+
+    def requests(self, method: str | None = None, route: str | None = None) -> list[RequestRecord]:
+        """The REST requests so far (the newest `REQUEST_LOG_MAX`), in arrival order, or
+        those with this method and route template (edits of the bot's messages:
+        ``("PATCH", "/channels/{channel_id}/messages/{message_id}")``)."""
+        return [
+            r
+            for r in self._log
+            if (method is None or r.method == method) and (route is None or r.route == route)
+        ]
 
     def inject_fault(
         self,
@@ -229,6 +253,7 @@ class Traffic:
         path = request.path.removeprefix(self._prefix)
         self._counts[(request.method, route)] += 1
         now = self._clock()
+        self._log.append(RequestRecord(now, request.method, route, path))
         bucket = self._bucket(request, route, now)
         fault = self._take_fault(request.method, route, path)
         if fault is not None:

@@ -42,6 +42,7 @@ class FakeDiscord:
     cached: dict[int, list[HistoryMessage]] = field(default_factory=dict)
     places: dict[int, ChannelPlace] = field(default_factory=dict)
     delivered: list[tuple[Speaker, str, int | None, str | None]] = field(default_factory=list)
+    edits: list[tuple[int, str]] = field(default_factory=list)
     refuse_delivery: DeliveryError | None = None
     hold_delivery: asyncio.Event | None = None
     """While set to an unset event, a delivery waits on it (a send in flight)."""
@@ -139,6 +140,11 @@ class FakeDiscord:
             for m in later
             if m.author.is_bot and m.author.persona_name == speaker.name
         ]
+
+    async def edit_message(
+        self, *, channel_id: int, speaker: Speaker, message_id: int, text: str
+    ) -> None:
+        self.edits.append((message_id, text))
 
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
         return None

@@ -13,6 +13,7 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from botproject.events import CONTROL_GROUP
+from chat.command_services import privacy_set
 from chat.pipeline.tokens import default_token_counter
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_export
@@ -384,3 +385,19 @@ def test_the_persona_page_says_what_user_in_a_system_prompt_costs(guild, admin_c
     page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, tomori.pk]))
 
     assert "cannot reuse its cached prompt" in page.content.decode()
+
+
+def test_the_user_privacy_screen_says_who_set_each_level(guild, admin_client):
+    url = reverse("dashboard:user_list", args=[guild.guild_id])
+    admin_client.post(url, {"user_id": "1300000000000000050", "privacy": "partial"})
+    privacy_set(guild_id=guild.guild_id, user_id=1300000000000000051, level="full")
+
+    page = admin_client.get(url).content.decode()
+
+    assert UserPrivacy.objects.get(user_id=1300000000000000050).set_by == "admin"
+    assert UserPrivacy.objects.get(user_id=1300000000000000051).set_by == "user"
+    assert "An admin, " in page.split('data-id="1300000000000000050"', 1)[1].split("</tr>")[0]
+    assert (
+        "The user (/privacy), "
+        in page.split('data-id="1300000000000000051"', 1)[1].split("</tr>")[0]
+    )

@@ -74,11 +74,12 @@ class World:
         shard_count: int | None = None,
         vision_model: str | None = None,
         proxies: bool = False,
+        stream: bool = False,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
         the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
         with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
-        makes it."""
+        makes it; with ``stream`` its model requests stream, as the product's do."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -91,7 +92,7 @@ class World:
         runner = AttemptRunner(
             client=llm_client,
             policy=RetryPolicy(backoff_base=0.01, backoff_cap=0.05),
-            stream=False,
+            stream=stream,
         )
         vision = None
         if vision_model is not None:

@@ -42,6 +42,7 @@ async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):
         "unread.count",
         "turn.started",
         "window.changed",
+        "turn.delivered",  # the reply's one paragraph went out
         "turn.finished",
         "loop.state",
     ]

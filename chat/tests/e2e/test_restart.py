@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
 
-from chat.llm.fake_server import Fault, FaultKind, Reply
+from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.models import Turn
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from chat.tests.e2e.tcp_proxy import CuttableProxy
@@ -354,3 +354,45 @@ async def test_a_restarted_worker_reads_each_personas_own_lines_back_from_discor
         lambda: list(Turn.objects.order_by("id").values_list("window", flat=True))
     )()
     assert windows[2]["rest_reason"] == "no_previous_window"
+
+
+async def test_kill_9_between_two_pieces_of_a_streamed_reply_repeats_nothing(world):
+    paragraphs = ["First, the beginning.", "Then, the middle part.", "Last, the end."]
+    # Two words a second: the kill lands while the second paragraph is being written.
+    world.llm.enqueue(
+        Reply("\n\n".join(paragraphs), pace=StreamPace(first_token_s=0.1, words_per_s=2))
+    )
+    worker = start_runbot(world, "--lease-seconds", "2")
+    try:
+        await eventually(lambda: world.sandbox.sessions(), within=30)
+        trigger = world.say("tomori, tell me slowly")["id"]
+        # The first paragraph is out and on record; the second is being written: kill.
+        await eventually(lambda: world.bot_messages(GENERAL), within=30)
+
+        async def first_piece_recorded() -> bool:
+            turn = await Turn.objects.filter(trigger_message_id=int(trigger)).afirst()
+            return turn is not None and len(turn.delivered_message_ids) == 1
+
+        await eventually(first_piece_recorded, within=30)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(timeout=10)
+        [first] = world.bot_messages(GENERAL)
+        assert first["content"] == paragraphs[0]
+        stuck = await Turn.objects.aget(trigger_message_id=int(trigger))
+        assert (stuck.status, stuck.delivered_message_ids) == ("delivering", [first["id"]])
+
+        worker = start_runbot(world, "--lease-seconds", "2")
+        await eventually(lambda: connected_sessions(world), within=30)
+        # Barrier: a later trigger answered means the restarted worker got past the first one.
+        sentinel = world.say("tomori, still there?")["id"]
+        await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=20)
+
+    contents = [m["content"] for m in world.bot_messages(GENERAL)]
+    assert contents[0] == paragraphs[0] and len(contents) == 2  # no repeat, no second answer
+    assert replies_by_trigger(world) == {trigger: 1, sentinel: 1}
+    turn = await Turn.objects.aget(trigger_message_id=int(trigger))
+    assert turn.status == "replied" and turn.delivered_message_ids == [first["id"]]
+    assert "stopped while the reply was being delivered" in turn.error

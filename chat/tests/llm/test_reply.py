@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from chat.llm.reply import strip_name_label, strip_reasoning
+from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
 
 
 @pytest.mark.parametrize(
@@ -46,3 +48,42 @@ def test_strip_name_label_removes_only_the_personas_own_leading_label(raw: str, 
 def test_a_name_with_regex_characters_is_matched_literally() -> None:
     assert strip_name_label("Dr. K (bot): hi", name="Dr. K (bot)") == "hi"
     assert strip_name_label("Drx K (bot): hi", name="Dr. K (bot)") == "Drx K (bot): hi"
+
+
+@pytest.mark.parametrize(
+    ("raw", "prefill", "settled"),
+    [
+        ("", "", ""),
+        ("Tom", "", ""),  # may still become "Tomori:"
+        ("Tomori", "", ""),
+        ("Tomori:", "", ""),
+        ("Tomori: hi", "", "hi"),
+        ("**Tomori:*", "", ""),
+        ("**Tomori:** hi", "", "hi"),
+        ("Tomorrow is", "", "Tomorrow is"),
+        ("Tomori is here", "", "Tomori is here"),
+        ("Hello <thi", "", "Hello "),
+        ("Hello <think>plan", "", "Hello "),
+        ("Hello <think>plan</think> there\n\n", "", "Hello  there\n\n"),
+        ("<think>plan</think>Tomori: hi", "", "hi"),
+        (" waves", "*smiles*", "*smiles* waves"),
+    ],
+)
+def test_settled_reply_holds_back_what_more_text_could_change(raw, prefill, settled):
+    assert settled_reply(raw, name="Tomori", prefill=prefill) == settled
+
+
+_pieces = st.sampled_from(
+    ["Tomori", ":", "**", "*", " ", "\n\n", "<think>", "</think>", "<th", "ink>", "hi", "Tom"]
+)
+
+
+@given(parts=st.lists(_pieces, max_size=12), prefill=st.sampled_from(["", "*smiles*", "Tomori:"]))
+def test_settled_text_only_grows_and_starts_the_final_reply(parts, prefill):
+    given_so_far = ""
+    for end in range(len(parts) + 1):
+        settled = settled_reply("".join(parts[:end]), name="Tomori", prefill=prefill)
+        assert settled.startswith(given_so_far)
+        given_so_far = settled
+    final = strip_name_label(prefill + strip_reasoning("".join(parts)), name="Tomori")
+    assert final.startswith(given_so_far.rstrip())

@@ -1,0 +1,121 @@
+"""A reply given as the model writes it: settled text only, restarts, no retry once delivered,
+and a stop that cancels the call; over real HTTP to the fake model server."""
+
+from __future__ import annotations
+
+import asyncio
+
+from chat.llm.attempts import AttemptRunner, ReplyStream, Restart
+from chat.llm.base import ErrorKind, ModelSpec
+from chat.llm.fake_server import FakeLLMServer, Fault, FaultKind, Reply, StreamPace
+from chat.llm.tools import ToolBox
+from chat.pipeline.tools import ToolName
+from chat.tests.llm.conftest import RecordingRender
+from chat.tests.llm.test_tools import FakeMessageMetadata
+
+PRIMARY = ModelSpec("primary-model", supports_prefill=True)
+BACKUP = ModelSpec("backup-model")
+THREE_PARAGRAPHS = "Tomori: First part here.\n\nSecond part here.\n\nThird part."
+
+
+async def drain(stream: ReplyStream) -> list[str | Restart]:
+    return [event async for event in stream]
+
+
+async def test_the_reply_arrives_in_pieces_without_its_label(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    fake_server.enqueue(Reply(THREE_PARAGRAPHS))
+
+    stream = runner.stream_turn(models=[PRIMARY], render=render, persona_name="Tomori")
+    events = await drain(stream)
+
+    assert len(events) > 3 and all(isinstance(e, str) for e in events)
+    assert "".join(events).strip() == "First part here.\n\nSecond part here.\n\nThird part."
+    result = stream.result()
+    assert result.reply_text == "First part here.\n\nSecond part here.\n\nThird part."
+    assert result.error is None and [a.outcome for a in result.attempts] == ["ok"]
+
+
+async def test_a_prefill_comes_first(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    render.messages.append({"role": "assistant", "content": "Tomori: *yawns*"})
+    fake_server.enqueue(Reply(" Morning, Ann."))
+
+    stream = runner.stream_turn(models=[PRIMARY], render=render, persona_name="Tomori")
+
+    assert "".join(await drain(stream)).strip() == "*yawns* Morning, Ann."
+
+
+async def test_a_failure_after_delivered_text_is_not_retried_and_keeps_the_text(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    fake_server.enqueue(Fault(FaultKind.CUT_STREAM, text=THREE_PARAGRAPHS), Reply("again"))
+
+    stream = runner.stream_turn(
+        models=[PRIMARY, BACKUP], render=render, persona_name="Tomori", delivered=lambda: True
+    )
+    events = await drain(stream)
+
+    assert not any(isinstance(e, Restart) for e in events)
+    result = stream.result()
+    assert result.error is not None and result.error.kind is ErrorKind.CONNECTION
+    assert result.reply_text == "First part here."  # the first half of the answer
+    assert len(fake_server.chat_bodies) == 1  # no retry, no fallback
+
+
+async def test_a_failure_before_anything_was_delivered_starts_over_on_the_fallback(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    failing = AttemptRunner(runner.client, policy=runner.policy.__class__(attempts_per_model=1))
+    fake_server.enqueue(Fault(FaultKind.CUT_STREAM, text=THREE_PARAGRAPHS), Reply("Fresh start."))
+
+    stream = failing.stream_turn(models=[PRIMARY, BACKUP], render=render, persona_name="Tomori")
+    events = await drain(stream)
+
+    restart = next(i for i, e in enumerate(events) if isinstance(e, Restart))
+    assert "".join(events[restart + 1 :]).strip() == "Fresh start."
+    assert stream.result().reply_text == "Fresh start."
+    assert [body["model"] for body in fake_server.chat_bodies] == ["primary-model", "backup-model"]
+
+
+async def test_stopping_cancels_the_model_call(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    fake_server.enqueue(Reply("word " * 200, pace=StreamPace(words_per_s=200)))
+
+    stream = runner.stream_turn(models=[PRIMARY], render=render, persona_name="Tomori")
+    async for _piece in stream:
+        break
+    await stream.stop("the reply reached its cap")
+
+    await asyncio.wait_for(_until(lambda: fake_server.abandoned == [0]), 5)
+    result = stream.result()
+    assert result.reply_text == "word"
+    assert [a.outcome for a in result.attempts] == ["stopped"]
+    assert "the reply reached its cap" in result.warnings
+
+
+async def test_a_call_offering_tools_gives_its_text_only_once_it_is_known_to_be_text(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    fake_server.enqueue(
+        Reply.calling("reveal_message_metadata", {"ref": "ref_1"}), Reply(THREE_PARAGRAPHS)
+    )
+    toolbox = ToolBox(
+        allowlist=(ToolName.REVEAL_MESSAGE_METADATA,), message_metadata=FakeMessageMetadata()
+    )
+
+    stream = runner.stream_turn(
+        models=[PRIMARY], render=render, persona_name="Tomori", toolbox=toolbox
+    )
+    events = await drain(stream)
+
+    assert events == ["First part here.\n\nSecond part here.\n\nThird part."]
+    assert len(fake_server.chat_bodies) == 2
+
+
+async def _until(check) -> None:
+    while not check():  # noqa: ASYNC110 - the fake server offers no event to wait on
+        await asyncio.sleep(0.01)
