@@ -43,9 +43,11 @@ from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.memory_recall import memories_recall_for_turn, recalled_record
+from chat.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
+    Memory,
     MessageIndex,
     PlannerStep,
     ShortTermMemory,
@@ -66,7 +68,13 @@ from chat.pipeline.memory import (
     visible_memory_text,
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
-from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
+from chat.pipeline.recall import (
+    RecalledMemory,
+    memory_line,
+    names_someone_else,
+    recall_query,
+    window_people,
+)
 from chat.pipeline.reply_pieces import MAX_REPLY_PIECES, ReplyPieces, edit_pieces, paragraph_pieces
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
@@ -535,7 +543,11 @@ async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
     text = f"({request.persona.name} could not answer just now; the model did not respond.)"
     try:
         await runtime.port.deliver(
-            channel_id=channel_id, speaker=main, text=text, reply_to=request.trigger.id
+            channel_id=channel_id,
+            speaker=main,
+            text=text,
+            reply_to=request.trigger.id,
+            as_notice=True,
         )
     except DeliveryError:
         logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
@@ -930,7 +942,7 @@ async def _turn_input(
         global_note=channel.global_note,
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
-        configured_tools=_configured_tools(runtime),
+        configured_tools=_configured_tools(runtime, request),
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -940,10 +952,13 @@ async def _turn_input(
     )
 
 
-def _configured_tools(runtime: TurnRuntime) -> frozenset[str]:
-    """The tools whose outside service this worker has: ``analyze_image`` with a vision
-    model."""
-    return frozenset({ToolName.ANALYZE_IMAGE}) if runtime.vision is not None else frozenset()
+def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
+    """The tools whose outside service this turn has: ``analyze_image`` with a vision
+    model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    configured = {ToolName.ANALYZE_IMAGE} if runtime.vision is not None else set()
+    if request.configuration.guild_id is not None:
+        configured.add(ToolName.REMEMBER)
+    return frozenset(configured)
 
 
 @dataclass(frozen=True)
@@ -1122,6 +1137,15 @@ def _toolbox(
         short_term_memory=_MemoryWriter(
             persona, channel, turn_id, user_id=_scope_of(channel, turn_input), clock=runtime.clock
         ),
+        long_term_memory=_LongTermMemoryWriter(
+            channel.guild.guild_id,
+            turn_id,
+            context.message_ids,
+            by_id,
+            embedder=runtime.embeddings,
+        )
+        if channel.guild is not None
+        else None,
         vision=runtime.vision,
     )
 
@@ -1202,6 +1226,67 @@ class _MemoryWriter:
             turn_id=self._turn_id,
             now=self._clock(),
         )
+
+
+class _LongTermMemoryWriter:
+    """``remember``: keeps a fact in the guild's long-term memory for the turn ``turn_id``
+    (a dry run has none). A personal fact is about the author of the cited message, who must
+    be in this turn's conversation and a person (a proxied member counts as themself); the
+    store refuses private users, full scopes and over-long facts."""
+
+    def __init__(
+        self,
+        guild_id: int,
+        turn_id: int | None,
+        keys: Mapping[str, int],
+        messages: Mapping[int, HistoryMessage],
+        *,
+        embedder: EmbeddingModel | None,
+    ) -> None:
+        self._guild_id, self._turn_id = guild_id, turn_id
+        self._keys, self._messages, self._embedder = keys, messages, embedder
+
+    async def remember(self, *, scope: str, fact: str, ref: str) -> str:
+        if self._turn_id is None:
+            raise ToolError("a dry run remembers nothing")
+        message = self._messages.get(self._keys.get(ref, -1))
+        if message is None:
+            raise ToolError(f"{ref} is not a message in this conversation")
+        if scope == "user":
+            if message.author.persona_name is not None or (
+                message.author.is_bot and message.proxy is None
+            ):
+                raise ToolError(f"{ref} was not written by a person: save facts people told you")
+            other = names_someone_else(
+                fact,
+                author=message.shown_name,
+                others={m.shown_name for m in self._messages.values()},
+            )
+            if other is not None:
+                raise ToolError(
+                    f"the fact names {other}, but {ref} is {message.shown_name}'s: save only "
+                    "what people say about themselves, citing their own message"
+                )
+            memory_scope = MemoryScope.personal(
+                self._guild_id,
+                message.accountable_user_id,
+                member_id=message.proxy.member_id if message.proxy is not None else "",
+                name=message.shown_name,
+            )
+        else:
+            memory_scope = MemoryScope.guild(self._guild_id)
+        try:
+            written = await sync_to_async(memory_add)(
+                scope=memory_scope,
+                text=fact,
+                source=Memory.Source.TOOL,
+                turn_id=self._turn_id,
+                message_id=message.id,
+                embedder=self._embedder,
+            )
+        except MemoryRefused as refusal:
+            raise ToolError(str(refusal)) from None
+        return written.outcome
 
 
 def _stm_write(

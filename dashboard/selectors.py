@@ -94,6 +94,12 @@ class ChannelWindow:
     def unread_count(self) -> int:
         return len(self.unread)
 
+    @property
+    def anchor_entry(self) -> WindowEntry | None:
+        """The window entry holding the anchor message (None: not in the window)."""
+        anchor = self.anchor_message_id
+        return next((e for e in self.entries if anchor and anchor in e.message_ids), None)
+
 
 def channel_window(*, channel_id: int) -> ChannelWindow:
     """The channel's live window (see `ChannelWindow`). ``loop_state`` is ``busy`` while a turn
