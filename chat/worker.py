@@ -1,4 +1,5 @@
-"""The bot worker's composition root: client, adapter, runtime, scheduler, control listener.
+"""The bot worker's composition root: client, adapter, runtime, scheduler, control listener,
+slash commands (synced at start).
 
 `run_worker` is what ``manage.py runbot`` runs (and nothing else imports this module but the
 command and the tests); the end-to-end tests run it too, against the sandbox, with the same code
@@ -27,6 +28,7 @@ from django.db import DatabaseError
 from botproject.events import EventType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
+from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.proxies import ProxyResolver
 from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
@@ -38,6 +40,7 @@ from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.runtime import gateway_runtime
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
+from chat.services.turn_request import TurnRuntime
 from chat.shards import EVERY_SHARD, ShardSet
 
 logger = logging.getLogger(__name__)
@@ -88,6 +91,7 @@ def build_client(
     system's API (None: proxied members are not recognised)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
+    runtimes: list[TurnRuntime] = []
 
     async def start(client: PersonaBotClient) -> None:
         # Where catch-up starts is fixed before the gateway can deliver anything new.
@@ -114,6 +118,12 @@ def build_client(
             shards=config.shards,
         )
         client.scheduler.start()
+        runtimes.append(runtime)
+        synced = await tree.sync_commands(
+            guild_ids=await sync_to_async(selectors.configured_guild_ids)(),
+            global_scope=settings.DISCORD_GLOBAL_COMMANDS,
+        )
+        logger.info("slash commands synced (%s scope(s))", synced)
 
         async def config_changed(message: Mapping[str, Any]) -> None:
             await _load_main_personas(client)
@@ -124,7 +134,7 @@ def build_client(
         client.background(_heartbeat(client, config, holder))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
-    return PersonaBotClient(
+    client = PersonaBotClient(
         shard_ids=config.shard_ids,
         shard_count=config.shard_count,
         on_start=start,
@@ -132,6 +142,10 @@ def build_client(
         window_channels=settings.WORKER_WINDOW_CHANNELS,
         recent_messages=settings.WORKER_RECENT_MESSAGES,
     )
+    tree = client.tree = PersonaCommandTree(
+        client, runtime=lambda: runtimes[0] if runtimes else None
+    )
+    return client
 
 
 def known_latencies(latencies: Iterable[tuple[int, float]]) -> dict[int, float]:

@@ -27,6 +27,7 @@ from django.conf import settings
 
 from chat import selectors
 from chat.llm.attempts import AttemptRunner, TurnCompletion, request_body
+from chat.memory_recall import recalled_record
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.triggers import TriggerDecision, TurnReason, trigger_decision
@@ -38,7 +39,7 @@ from chat.selectors import ChannelConfiguration
 from chat.services.turn_record import window_report
 from chat.services.turn_request import PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
-from dashboard.why import rule_label, verdict_sentence
+from chat.why import rule_label, verdict_sentence
 from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")
@@ -85,7 +86,8 @@ class PreviewResult:
         }
 
     def as_json(self) -> dict[str, Any]:
-        """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools."""
+        """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools; and the
+        recalled long-term memories with their scores and why (`memory_recall.recalled_record`)."""
         context = self.prepared.context
         items = [
             {
@@ -111,6 +113,7 @@ class PreviewResult:
                 "warning": context.truncation.warning,
             },
             "window": window_report(self.prepared),
+            "recalled": recalled_record(self.prepared.recalled),
             "lorebook": context.lore.as_record(),
             "triggered_by": self.triggered_by,
             "decision": self.decision_json(),

@@ -252,7 +252,7 @@ class AutonomousLoop:
             iteration=iteration,
             max_iterations=MAX_LOOP_ITERATIONS,
         )
-        completion = await self._runtime.llm.complete_turn(
+        completion = await self._runtime.runner.complete_turn(
             models=selectors.persona_model_specs(personas[0]),
             render=lambda plan: messages,
             persona_name="planner",

@@ -19,6 +19,7 @@ from chat.pipeline.memory import (
     visible_memory_text,
 )
 from chat.pipeline.triggers import TurnReason
+from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.services.short_term_memory import short_term_memory_release, short_term_memory_write
 from chat.services.turn_record import (
@@ -81,6 +82,10 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         now=now,
     ):
         return MemoryRefresh("skipped", "no longer due")
+    if memory.user_id is not None:
+        standing = await sync_to_async(selectors.user_standing)(user_ids=[memory.user_id])
+        if not standing.remembers(memory.user_id):
+            return MemoryRefresh("skipped", "the user's privacy keeps nothing about them")
     configuration = await sync_to_async(selectors.channel_configuration)(
         channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
     )
@@ -104,10 +109,15 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    # Users with partial privacy are seen in conversation but never remembered: their lines
+    # stay out of what the memory summarises.
+    partial = {u for u, p in prepared.turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
+    authors = {m.id: m.accountable_user_id for m in prepared.turn_input.history}
     lines = [
         item.text
         for item in prepared.context.items
         if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+        and not any(authors.get(i) in partial for i in item.source_ids)
     ]
     previous = visible_memory_text(memory.state, now=now)
     names = runtime.port.names(configuration.guild_id, [])

@@ -58,11 +58,14 @@ def short_term_memory_write(
     """A refresh: the summary (clipped to 1,500 characters) and the categories (at most five)
     replace the old memory, the raw-turn count resets, and the writing turn and time are
     kept."""
+    # A DM memory belongs to the user, whichever DM channel wrote it (one per persona and user).
+    scope = {"channel_id": channel_id} if user_id is None else {}
     memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
-        channel_id=channel_id,
         user_id=user_id,
+        **scope,
         defaults={
+            "channel_id": channel_id,
             "summary": clip_summary(summary),
             "categories": dict(list((categories or {}).items())[:MAX_CATEGORIES]),
             "guild_id": guild_id,

@@ -91,7 +91,11 @@ async def failure_notice_send(runtime: TurnRuntime, request: TurnRequest) -> Non
     text = f"({request.persona.name} could not answer just now; the model did not respond.)"
     try:
         await runtime.port.deliver(
-            channel_id=channel_id, speaker=main, text=text, reply_to=request.trigger.id
+            channel_id=channel_id,
+            speaker=main,
+            text=text,
+            reply_to=request.trigger.id,
+            as_notice=True,
         )
     except DeliveryError:
         logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)

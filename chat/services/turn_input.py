@@ -82,6 +82,8 @@ async def turn_window_read(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = await _without_superseded(read.messages)
+    reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
+    reset_marker_id = reset.marker_id if reset is not None else None
     if messages and trigger.id < messages[0].id:
         held = await runtime.windows.read_up_to(
             channel.channel_id,
@@ -103,6 +105,7 @@ async def turn_window_read(
             anchor_id=None,
             anchor_limit=None,
             required_ids=frozenset({trigger.id}),
+            reset_marker_id=reset_marker_id,
         )
         reasons = WindowReasons(
             rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
@@ -123,6 +126,7 @@ async def turn_window_read(
         anchor_limit=anchor.limit if fresh else None,
         required_ids=frozenset({trigger.id}),
         force_reanchor=read.force_reanchor,
+        reset_marker_id=reset_marker_id,
     )
     if selection.anchor_id is not None and not dry_run:
         await sync_to_async(window_anchor_store)(
@@ -199,7 +203,7 @@ async def turn_input_gather(
         global_note=channel.global_note,
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
-        configured_tools=_configured_tools(runtime),
+        configured_tools=_configured_tools(runtime, request),
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -209,10 +213,13 @@ async def turn_input_gather(
     )
 
 
-def _configured_tools(runtime: TurnRuntime) -> frozenset[str]:
-    """The tools whose outside service this worker has: ``analyze_image`` with a vision
-    model."""
-    return frozenset({ToolName.ANALYZE_IMAGE}) if runtime.vision is not None else frozenset()
+def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
+    """The tools whose outside service this turn has: ``analyze_image`` with a vision
+    model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    configured = {ToolName.ANALYZE_IMAGE} if runtime.vision is not None else set()
+    if request.configuration.guild_id is not None:
+        configured.add(ToolName.REMEMBER)
+    return frozenset(configured)
 
 
 @dataclass(frozen=True)
@@ -245,6 +252,9 @@ def _gather_people(
         channel_id=request.channel.channel_id,
         user_id=request.memory_user_id,
     )
+    scope_user_id = request.memory_user_id
+    if scope_user_id is not None and not standing.remembers(scope_user_id):
+        memory = None  # partial or full privacy: nothing about them is remembered or recalled
     state = memory.state if memory is not None else None
     trigger = request.trigger
     last_seen = None

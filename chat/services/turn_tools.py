@@ -10,10 +10,15 @@ from collections.abc import Callable, Mapping
 
 from asgiref.sync import sync_to_async
 
+from chat import selectors
+from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
+from chat.memory_store import MemoryRefused, MemoryScope, memory_add
+from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.markup import scrub_snowflakes
+from chat.pipeline.recall import names_someone_else
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
@@ -64,6 +69,15 @@ def turn_toolbox(
             user_id=request.memory_user_id,
             clock=runtime.clock,
         ),
+        long_term_memory=_LongTermMemoryWriter(
+            request.channel.guild.guild_id,
+            turn_id,
+            context.message_ids,
+            by_id,
+            embedder=runtime.embeddings,
+        )
+        if request.channel.guild is not None
+        else None,
         vision=runtime.vision,
     )
 
@@ -123,6 +137,10 @@ class _MemoryWriter:
     async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
+        if self._user_id is not None:
+            standing = await sync_to_async(selectors.user_standing)(user_ids=[self._user_id])
+            if not standing.remembers(self._user_id):
+                raise ToolError("this user's privacy allows no memory about them")
         await sync_to_async(short_term_memory_write)(
             persona=self._persona,
             channel_id=self._channel.channel_id,
@@ -133,3 +151,64 @@ class _MemoryWriter:
             turn_id=self._turn_id,
             now=self._clock(),
         )
+
+
+class _LongTermMemoryWriter:
+    """``remember``: keeps a fact in the guild's long-term memory for the turn ``turn_id``
+    (a dry run has none). A personal fact is about the author of the cited message, who must
+    be in this turn's conversation and a person (a proxied member counts as themself); the
+    store refuses private users, full scopes and over-long facts."""
+
+    def __init__(
+        self,
+        guild_id: int,
+        turn_id: int | None,
+        keys: Mapping[str, int],
+        messages: Mapping[int, HistoryMessage],
+        *,
+        embedder: EmbeddingModel | None,
+    ) -> None:
+        self._guild_id, self._turn_id = guild_id, turn_id
+        self._keys, self._messages, self._embedder = keys, messages, embedder
+
+    async def remember(self, *, scope: str, fact: str, ref: str) -> str:
+        if self._turn_id is None:
+            raise ToolError("a dry run remembers nothing")
+        message = self._messages.get(self._keys.get(ref, -1))
+        if message is None:
+            raise ToolError(f"{ref} is not a message in this conversation")
+        if scope == "user":
+            if message.author.persona_name is not None or (
+                message.author.is_bot and message.proxy is None
+            ):
+                raise ToolError(f"{ref} was not written by a person: save facts people told you")
+            other = names_someone_else(
+                fact,
+                author=message.shown_name,
+                others={m.shown_name for m in self._messages.values()},
+            )
+            if other is not None:
+                raise ToolError(
+                    f"the fact names {other}, but {ref} is {message.shown_name}'s: save only "
+                    "what people say about themselves, citing their own message"
+                )
+            memory_scope = MemoryScope.personal(
+                self._guild_id,
+                message.accountable_user_id,
+                member_id=message.proxy.member_id if message.proxy is not None else "",
+                name=message.shown_name,
+            )
+        else:
+            memory_scope = MemoryScope.guild(self._guild_id)
+        try:
+            written = await sync_to_async(memory_add)(
+                scope=memory_scope,
+                text=fact,
+                source=Memory.Source.TOOL,
+                turn_id=self._turn_id,
+                message_id=message.id,
+                embedder=self._embedder,
+            )
+        except MemoryRefused as refusal:
+            raise ToolError(str(refusal)) from None
+        return written.outcome

@@ -18,7 +18,7 @@ from chat.services.event_queue import event_ingest_many
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 from personas.models import Block, GuildConfig, UserPrivacy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 RAW_ID = re.compile(r"\d{15,}")
 CAROL = DEMO_USER_IDS["carol"]
