@@ -13,7 +13,7 @@ from chat.models import MessageIndex, Turn
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import BOB, DEMO_BOT_ID, GENERAL, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def turns(**filters) -> list[Turn]:

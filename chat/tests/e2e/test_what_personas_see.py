@@ -18,7 +18,7 @@ from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
 from personas.models import Block, GuildConfig, Persona, UserPrivacy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 
