@@ -45,8 +45,8 @@ from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DiscordPort
 from chat.selectors import ChannelConfiguration
 from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
+from chat.why import rule_label, verdict_sentence
 from chat.windows import WindowRegistry
-from dashboard.why import rule_label, verdict_sentence
 from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")
@@ -179,7 +179,7 @@ async def preview_prepare(
     configuration, persona = await sync_to_async(preview_configuration)(
         channel_id=channel_id, persona_name=persona_name, now=now
     )
-    async with _preview_port() as port:
+    async with preview_port() as port:
         hypothetical = None
         if as_user_id is not None and text:
             guild_id = configuration.guild_id or 0
@@ -330,7 +330,7 @@ async def preview_runtime(
 
 
 @contextlib.asynccontextmanager
-async def _preview_port() -> AsyncIterator[RestDiscordAdapter]:
+async def preview_port() -> AsyncIterator[RestDiscordAdapter]:
     """The REST-only port, attributing messages as the worker does (its webhooks, the main
     personas); raises `DiscordUnavailable` without a Discord to read."""
     webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
@@ -371,7 +371,7 @@ async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage |
     """One message read from Discord over the REST port, attributed as the worker attributes
     it; None when there is no Discord to read (no token) or the message cannot be read."""
     try:
-        async with _preview_port() as port:
+        async with preview_port() as port:
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None

@@ -19,7 +19,7 @@ from personas.config_schema import UserSpec
 from personas.models import GuildConfig
 from personas.services import user_privacy_save
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 POETRY = DEMO_CHANNEL_IDS["poetry"]
 FACT = "Alice's cat is called Miso and loves tuna"

@@ -153,7 +153,10 @@ def test_the_channel_page_shows_the_window_the_pool_and_never_a_hidden_users_wor
     assert f'ws-connect="/ws/channels/{CHANNEL}/"' in html
     assert "<code>ref_1</code><code>ref_2</code>" in html
     assert "2 merged" in html
-    assert "anchor <code>1400000000000000009</code>" in html
+    assert (
+        'starts at <span class="anchor" title="anchor: message id 1400000000000000009">'
+        "ref_1 (Alice)</span>"
+    ) in html
     assert "full privacy or blacklisted: never shown" in html
     assert "anyone there?" in html
     assert "my private words" not in html and "Secret" not in html
