@@ -100,6 +100,8 @@ def _persona(persona: Persona) -> dict:
             "max_output_tokens": persona.max_output_tokens,
             "context_window": persona.context_window,
             "fallback_models": list(persona.fallback_models),
+            "api": persona.llm_api,
+            "instruct_template": persona.instruct_template,
             "vision": persona.llm_vision,
             "prefill": persona.llm_prefill,
             "merge_same_role": persona.llm_merge_same_role,

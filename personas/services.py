@@ -36,6 +36,7 @@ from personas.config_schema import (
     ConfigError,
     ContextNoteSpec,
     GuildSpec,
+    InstructTemplateSpec,
     LorebookSpec,
     PersonaSpec,
     UserSpec,
@@ -342,6 +343,13 @@ def _guild_values(spec: GuildSpec) -> dict:
     }
 
 
+def _instruct_value(template: InstructTemplateSpec | None) -> str | dict | None:
+    """A template's name, or an imported preset's fields (its other fields kept)."""
+    if template is None or isinstance(template, str):
+        return template
+    return template.model_dump(mode="json")
+
+
 def _lorebook_value(book: LorebookSpec | None) -> dict | None:
     """A lorebook as stored: the spec's fields, every default written out (None: no book)."""
     return None if book is None else book.model_dump(mode="json")
@@ -368,7 +376,11 @@ def _persona_values(spec: PersonaSpec) -> dict:
         "punctuation_splits": spec.punctuation_splits,
         "delivery_mode": str(spec.delivery_mode),
         "llm_model": spec.llm.model or "",
-        "fallback_models": list(spec.llm.fallback_models),
+        "fallback_models": [
+            f if isinstance(f, str) else f.model_dump(mode="json") for f in spec.llm.fallback_models
+        ],
+        "llm_api": spec.llm.api,
+        "instruct_template": _instruct_value(spec.llm.instruct_template),
         "temperature": spec.llm.temperature,
         "max_output_tokens": spec.llm.max_output_tokens,
         "context_window": spec.llm.context_window,
