@@ -520,23 +520,14 @@ class UserPrivacyForm(SpecForm):
 
 
 class ConfigUploadForm(forms.Form):
-    """A configuration file (JSON, at most ``MAX_BYTES``)."""
-
-    MAX_BYTES = 1024 * 1024
+    """A configuration file; `personas.config_schema.parse_config_bytes` reads it, as it reads
+    ``importconfig``'s (size, encoding, JSON, then the schema)."""
 
     file = forms.FileField(label="Configuration file (JSON)")
     prune = forms.BooleanField(
         required=False,
         label="Also delete rows of these guilds that the file does not list",
     )
-
-    def clean_file(self):
-        upload = self.cleaned_data["file"]
-        if upload.size > self.MAX_BYTES:
-            raise forms.ValidationError(
-                f"The file is {upload.size:,} bytes; the limit is {self.MAX_BYTES:,} (1 MB)."
-            )
-        return upload
 
 
 class CardUploadForm(forms.Form):

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('personas', '0007_persona_delivery_mode'),
+        ('personas', '0008_privacy_source'),
     ]
 
     operations = [
