@@ -109,15 +109,22 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
-    # Users with partial privacy are seen in conversation but never remembered: their lines
-    # stay out of what the memory summarises.
-    partial = {u for u, p in prepared.turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
-    authors = {m.id: m.accountable_user_id for m in prepared.turn_input.history}
+    # Users with partial privacy are seen in conversation but never remembered: their lines,
+    # and lines quoting them in a reply, stay out of what the memory summarises.
+    turn_input = prepared.turn_input
+    partial = {u for u, p in turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
+    known = (*turn_input.history, *turn_input.reply_targets.values())
+    authors = {m.id: m.accountable_user_id for m in known}
+    replied = {m.id: m.reference.message_id for m in known if m.reference is not None}
+
+    def about_partial(message_id: int) -> bool:
+        return authors.get(message_id) in partial or authors.get(replied.get(message_id)) in partial
+
     lines = [
         item.text
         for item in prepared.context.items
         if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
-        and not any(authors.get(i) in partial for i in item.source_ids)
+        and not any(about_partial(i) for i in item.source_ids)
     ]
     previous = visible_memory_text(memory.state, now=now)
     names = runtime.port.names(configuration.guild_id, [])

@@ -16,8 +16,10 @@ from django.conf import settings
 
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, Render
+from chat.llm.base import ModelApi
 from chat.memory_recall import memories_recall_for_turn
 from chat.pipeline.context import TurnContext, TurnInput
+from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
 from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, recall_query, window_people
@@ -319,8 +321,10 @@ def turn_renderer(context: TurnContext, *, limit: int) -> Render:
     """The attempt runner's ``render``: projects the context for each attempt's model."""
     stride = history_window_stride(limit)
 
-    def render(plan: AttemptPlan) -> list[dict]:
+    def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
         shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if plan.model.api is ModelApi.COMPLETIONS:
+            return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(
             model=plan.model.name,
             supports_vision=plan.model.supports_vision,
