@@ -10,7 +10,8 @@ one way. The dashboard reaches Discord and the sandbox only through this module'
 - `gateway_runtime`: the worker's runtime over its gateway port.
 - `discord_rest_port`: a logged-in, never-connected Discord client behind `RestDiscordPort`,
   taught what the worker knows (its webhooks, the main personas).
-- `memory_runtime`: a REST-only runtime that asks the model (Celery's memory refresh).
+- `memory_runtime`: a REST-only runtime that asks the model (Celery's memory refresh and
+  extraction).
 - `dry_run_runtime`: a runtime with no model client at all; it prepares turns and renders their
   requests (`chat.services.turns.turn_prepare` with ``dry_run``).
 - `sandbox_control`: the local sandbox's control API behind `SandboxControl`.
@@ -118,7 +119,8 @@ async def discord_rest_port() -> AsyncIterator[RestDiscordPort]:
 
 @contextlib.asynccontextmanager
 async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
-    """A runtime for a process with no gateway that asks the model (Celery's memory refresh):
+    """A runtime for a process with no gateway that asks the model (Celery's memory refresh
+    and extraction):
     a REST-only port with the guild's channel and role names loaded, a fresh window registry,
     and an unstreamed attempt runner on ``LLM_BASE_URL``. Everything closes on exit.
 

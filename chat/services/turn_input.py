@@ -25,7 +25,6 @@ from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, recall_query, window_people
 from chat.pipeline.simplify import hidden_user_ids
 from chat.pipeline.tools import ToolName
-from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import context_budget, truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
@@ -260,7 +259,7 @@ def _gather_people(
     state = memory.state if memory is not None else None
     trigger = request.trigger
     last_seen = None
-    if trigger.author.persona_name is None and request.reason != TurnReason.MAINTENANCE:
+    if trigger.author.persona_name is None and not request.reason.answers_no_message:
         last_seen = selectors.last_presence(
             persona_id=persona.id, user_id=trigger.accountable_user_id
         )

@@ -122,10 +122,10 @@ def _jsonable(value: object) -> object:
 
 
 def turn_create(request: TurnRequest) -> Turn:
-    """The turn's row, ``running``. A maintenance turn answers no message: it names no
-    trigger (so it never counts as the persona's answer to one); its ``reason_detail`` says
-    where the summarised window ended."""
-    maintenance = request.reason == TurnReason.MAINTENANCE
+    """The turn's row, ``running``. A maintenance or extraction turn answers no message: it
+    names no trigger (so it never counts as the persona's answer to one); its
+    ``reason_detail`` says where the window it read ended."""
+    maintenance = TurnReason(request.reason).answers_no_message
     detail = dict(request.reason_detail)
     if maintenance:
         detail["window_newest_message_id"] = str(request.trigger.id)
