@@ -9,7 +9,7 @@ from django.conf import settings
 from django.test import Client
 from django.urls import URLPattern, reverse
 
-from chat.models import Turn
+from chat.models import Memory, Turn
 from dashboard import urls as dashboard_urls
 from personas.models import Block, GuildConfig, Persona
 
@@ -45,6 +45,8 @@ POST_ONLY = {
     "channel_delete",
     "block_delete",
     "user_delete",
+    "memory_edit",
+    "memory_delete",
     "card_import",
     "token_count",
     "turn_replay",
@@ -66,8 +68,16 @@ def _kwargs(pattern: URLPattern, guild: GuildConfig) -> dict:
         "user_id": 1300000000000000003,
         "fmt": "json",
         "turn_id": turn.pk,
+        "memory_id": _memory(guild).pk,
     }
     return {name: values[name] for name in pattern.pattern.converters}
+
+
+def _memory(guild: GuildConfig) -> Memory:
+    memory, _ = Memory.objects.get_or_create(
+        guild_id=guild.guild_id, kind="guild", defaults={"text": "Movie night", "source": "admin"}
+    )
+    return memory
 
 
 def dashboard_urls_list(guild: GuildConfig) -> list[tuple[str, str]]:
