@@ -21,7 +21,7 @@ from django.db.models import Count, Max
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
 from chat.memory_store import default_embedding_model, memories_embed_missing
-from chat.models import Memory
+from chat.models import Document, DocumentChunk, Memory
 from chat.pipeline.recall import (
     MemoryIndex,
     MemoryKind,
@@ -46,10 +46,14 @@ _lock = threading.Lock()
 
 
 def _version(guild_id: int) -> tuple:
+    """What changes whenever the guild's memories or ready documents do."""
     stats = Memory.objects.filter(guild_id=guild_id).aggregate(
         count=Count("id"), changed=Max("updated_at"), newest=Max("id")
     )
-    return (stats["count"], stats["changed"], stats["newest"])
+    documents = Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).aggregate(
+        count=Count("id"), newest=Max("id")
+    )
+    return (stats["count"], stats["changed"], stats["newest"], *documents.values())
 
 
 def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryIndex:
@@ -93,8 +97,18 @@ def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryInde
     vectors = [
         vector_from_bytes(row[7]) if row[7] and row[8] == embedder.name else None for row in rows
     ]
+    passages = DocumentChunk.objects.filter(
+        document__guild_id=guild_id, document__status=Document.Status.READY
+    ).values_list("id", "text", "document__name", "embedding", "embedding_model")
+    for chunk_id, text, title, embedding, model in passages:
+        records.append(
+            MemoryRecord(id=chunk_id, kind=MemoryKind.DOCUMENT, text=text, subject=title)
+        )
+        vectors.append(
+            vector_from_bytes(embedding) if embedding and model == embedder.name else None
+        )
     dimensions = next((len(v) for v in vectors if v is not None), 0)
-    matrix = np.zeros((len(rows), dimensions), dtype=np.float32)
+    matrix = np.zeros((len(records), dimensions), dtype=np.float32)
     for n, vector in enumerate(vectors):
         if vector is not None and len(vector) == dimensions:
             matrix[n] = vector
@@ -155,7 +169,10 @@ def memories_recall_for_turn(
     if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
         return ()
     embedder = embedder or default_embedding_model()
-    if not Memory.objects.filter(guild_id=guild_id).exists():
+    if not (
+        Memory.objects.filter(guild_id=guild_id).exists()
+        or Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).exists()
+    ):
         return ()
     index = guild_memory_index(guild_id=guild_id, embedder=embedder)
     recalled = recall(

@@ -11,6 +11,8 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   ``memory_extraction_task`` per guild channel quiet for ``MEMORY_EXTRACTION_QUIET_SECONDS``
   (600 s) with at least ``MEMORY_EXTRACTION_MIN_MESSAGES`` (4) new messages since its last
   extraction.
+
+Queued by the dashboard: ``document_embed_task`` once per uploaded document.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from django.utils import timezone
 from chat import selectors
 from chat.gateway.rest import rest_discord
 from chat.llm.attempts import AttemptRunner
+from chat.memory_documents import document_embed
 from chat.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
@@ -189,3 +192,12 @@ async def _extract(channel_id: int, guild_id: int) -> Extraction:
             return await memories_extract(runtime=runtime, channel_id=channel_id, guild_id=guild_id)
     finally:
         await sync_to_async(connections.close_all)()
+
+
+@shared_task(ignore_result=True)
+def document_embed_task(document_id: int) -> str:
+    """Cut an uploaded document into passages and embed them (`document_embed`), counting
+    progress on the row; returns its status (``gone`` when it was deleted meanwhile). An
+    embedding failure leaves it ``failed`` with the error; uploading it again retries."""
+    document = document_embed(document_id=document_id)
+    return "gone" if document is None else document.status

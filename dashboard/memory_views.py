@@ -1,14 +1,21 @@
-"""The long-term memory screen of a guild: what the personas remember, searched with the same
-ranking a turn uses (scores shown), filtered by person or persona; admins add, edit and delete.
-The extractions that wrote memories are listed with links to their turn records."""
+"""The long-term memory screens of a guild.
+
+- Memories: what the personas remember, searched with the same ranking a turn uses (scores
+  shown), filtered by person or persona; admins add, edit and delete. The extractions that
+  wrote memories are listed with links to their turn records.
+- Documents: the texts turns recall passages of; admins upload (text, Markdown, PDF) and
+  delete; the page follows each document's embedding progress.
+"""
 
 from __future__ import annotations
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chat.memory_documents import DocumentRefused, document_delete, document_upload
 from chat.memory_recall import memory_search
 from chat.memory_store import (
     MemoryRefused,
@@ -18,9 +25,10 @@ from chat.memory_store import (
     memory_update,
     scope_of,
 )
-from chat.models import Memory, Turn
+from chat.models import Document, Memory, Turn
 from chat.pipeline.recall import MemoryKind, RecallScope
 from chat.pipeline.triggers import TurnReason
+from chat.tasks import document_embed_task
 from dashboard.access import admin_required, viewer_required
 from dashboard.views import _require_admin
 from personas.models import GuildConfig, Persona
@@ -153,3 +161,61 @@ def _int(value: str | None) -> int | None:
         return int(value) if value not in (None, "") else None
     except ValueError:
         return None
+
+
+@require_http_methods(["GET", "POST"])
+@viewer_required
+def document_list(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's documents and their embedding progress; an admin's POST uploads one
+    (``file``): read now (a broken file is refused with the reason, nothing stored), cut and
+    embedded by Celery after the commit."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    error = ""
+    if request.method == "POST":
+        _require_admin(request)
+        upload = request.FILES.get("file")
+        if upload is None:
+            error = "Choose a file to upload."
+        else:
+            try:
+                with transaction.atomic():
+                    document = document_upload(
+                        guild_id=guild_id, name=upload.name, data=upload.read()
+                    )
+                    transaction.on_commit(lambda: document_embed_task.delay(document.id))
+            except DocumentRefused as refusal:
+                error = str(refusal)
+            else:
+                messages.success(request, f"Uploaded {document.name}; it is being embedded.")
+                return redirect("dashboard:document_list", guild_id=guild_id)
+    return render(
+        request,
+        "dashboard/document_list.html",
+        {"guild": guild, "section": "documents", "error": error, **_documents(guild_id)},
+        status=400 if error else 200,
+    )
+
+
+@require_GET
+@viewer_required
+def document_rows(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The documents table alone (htmx polls it while a document is being embedded)."""
+    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    return render(
+        request, "dashboard/_document_rows.html", {"guild": guild, **_documents(guild_id)}
+    )
+
+
+@require_POST
+@admin_required
+def document_remove(request: HttpRequest, guild_id: int, document_id: int) -> HttpResponse:
+    document = get_object_or_404(Document, pk=document_id, guild_id=guild_id)
+    document_delete(document_id=document.id)
+    messages.success(request, f"Deleted {document.name}.")
+    return redirect("dashboard:document_list", guild_id=guild_id)
+
+
+def _documents(guild_id: int) -> dict:
+    documents = list(Document.objects.filter(guild_id=guild_id).order_by("-created_at"))
+    busy = any(d.status in (Document.Status.PENDING, Document.Status.EMBEDDING) for d in documents)
+    return {"documents": documents, "busy": busy}

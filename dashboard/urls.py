@@ -33,6 +33,13 @@ urlpatterns = [
     path(guild + "users/<int:user_id>/delete/", views.user_delete, name="user_delete"),
     path(guild + "memories/", memory_views.memory_list, name="memory_list"),
     path(guild + "memories/<int:memory_id>/edit/", memory_views.memory_edit, name="memory_edit"),
+    path(guild + "documents/", memory_views.document_list, name="document_list"),
+    path(guild + "documents/rows/", memory_views.document_rows, name="document_rows"),
+    path(
+        guild + "documents/<int:document_id>/delete/",
+        memory_views.document_remove,
+        name="document_delete",
+    ),
     path(
         guild + "memories/<int:memory_id>/delete/",
         memory_views.memory_delete,

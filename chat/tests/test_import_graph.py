@@ -39,6 +39,7 @@ LAYERS: dict[str, int] = {
     "chat.memory_store": 2,
     "chat.memory_recall": 2,
     "chat.memory_extraction": 2,
+    "chat.memory_documents": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
