@@ -127,3 +127,19 @@ def document_delete(*, document_id: int) -> int:
     """Delete a document and its passages; returns how many documents went (0 or 1)."""
     _, by_model = Document.objects.filter(id=document_id).delete()
     return by_model.get(Document._meta.label, 0)
+
+
+def documents_embed_stale(*, embedder: EmbeddingModel | None = None) -> list[int]:
+    """Embed again every ready document with a passage of another model than ``embedder``'s
+    (the model changed; each shows its progress again while it runs); returns their ids."""
+    embedder = embedder or default_embedding_model()
+    stale = sorted(
+        set(
+            DocumentChunk.objects.filter(document__status=Document.Status.READY)
+            .exclude(embedding_model=embedder.name)
+            .values_list("document_id", flat=True)
+        )
+    )
+    for document_id in stale:
+        document_embed(document_id=document_id, embedder=embedder)
+    return stale

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
 from chat.memory_store import default_embedding_model, memories_embed_missing
@@ -41,32 +41,41 @@ class _Cached:
     index: MemoryIndex
 
 
+EMBED_WHILE_INDEXING = 32
 _indexes: dict[tuple[int, str], _Cached] = {}
 _lock = threading.Lock()
 
 
-def _version(guild_id: int) -> tuple:
-    """What changes whenever the guild's memories or ready documents do."""
+def _version(guild_id: int, model: str) -> tuple:
+    """What changes whenever the guild's memories or ready documents do, or more of them get a
+    vector of ``model``."""
     stats = Memory.objects.filter(guild_id=guild_id).aggregate(
-        count=Count("id"), changed=Max("updated_at"), newest=Max("id")
+        count=Count("id"),
+        changed=Max("updated_at"),
+        newest=Max("id"),
+        embedded=Count("id", filter=Q(embedding_model=model)),
     )
     documents = Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).aggregate(
         count=Count("id"), newest=Max("id")
     )
-    return (stats["count"], stats["changed"], stats["newest"], *documents.values())
+    return (*stats.values(), *documents.values())
 
 
 def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryIndex:
-    """The guild's memories indexed for ``embedder``'s vectors, rebuilt only when they changed.
-    Memories without a vector of this model are embedded first (`memories_embed_missing`)."""
+    """The guild's memories and ready document passages indexed for ``embedder``'s vectors,
+    rebuilt only when they changed. A few memories without a vector of this model (at most
+    `EMBED_WHILE_INDEXING`: written while the endpoint failed) are embedded first; more (the
+    model changed) are left to the background task (`memories_embed_missing`), ranked by
+    keywords alone until then."""
     key = (guild_id, embedder.name)
-    version = _version(guild_id)
+    version = _version(guild_id, embedder.name)
     cached = _indexes.get(key)
     if cached is not None and cached.version == version:
         return cached.index
-    if Memory.objects.filter(guild_id=guild_id).exclude(embedding_model=embedder.name).exists():
+    missing = Memory.objects.filter(guild_id=guild_id).exclude(embedding_model=embedder.name)
+    if 0 < missing.count() <= EMBED_WHILE_INDEXING:
         memories_embed_missing(guild_id=guild_id, embedder=embedder)
-        version = _version(guild_id)
+        version = _version(guild_id, embedder.name)
     rows = list(
         Memory.objects.filter(guild_id=guild_id)
         .order_by("id")

@@ -12,6 +12,10 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   (600 s) with at least ``MEMORY_EXTRACTION_MIN_MESSAGES`` (4) new messages since its last
   extraction.
 
+- ``memory_embed_task`` every ``MEMORY_EMBED_SECONDS`` (300 s): embeds the memories and
+  document passages that have no vector of the configured embedding model (written while its
+  endpoint failed, or the model changed).
+
 Queued by the dashboard: ``document_embed_task`` once per uploaded document.
 """
 
@@ -30,8 +34,9 @@ from django.utils import timezone
 from chat import selectors
 from chat.gateway.rest import rest_discord
 from chat.llm.attempts import AttemptRunner
-from chat.memory_documents import document_embed
+from chat.memory_documents import document_embed, documents_embed_stale
 from chat.memory_extraction import Extraction, memories_extract, memory_extraction_due
+from chat.memory_store import memories_embed_missing
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.pipeline.tokens import default_token_counter
@@ -201,3 +206,14 @@ def document_embed_task(document_id: int) -> str:
     embedding failure leaves it ``failed`` with the error; uploading it again retries."""
     document = document_embed(document_id=document_id)
     return "gone" if document is None else document.status
+
+
+@shared_task(ignore_result=True)
+def memory_embed_task() -> dict[str, int]:
+    """Periodic (Celery beat): embed the memories without a vector of the configured model
+    (`memories_embed_missing`), then the documents with passages of another model
+    (`documents_embed_stale`). Not retried: the next run finds what is left."""
+    memories = memories_embed_missing()
+    documents = documents_embed_stale()
+    logger.info("embedded %d memories and %d documents", memories, len(documents))
+    return {"memories": memories, "documents": len(documents)}

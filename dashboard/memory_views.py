@@ -20,6 +20,7 @@ from chat.memory_recall import memory_search
 from chat.memory_store import (
     MemoryRefused,
     MemoryScope,
+    default_embedding_model,
     memory_add,
     memory_forget,
     memory_update,
@@ -95,6 +96,7 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
             "persona_filter": persona_id,
             "personas": personas,
             "extractions": extractions,
+            "embedding": _embedding_progress(guild_id),
             "error": error,
             "posted": request.POST if error else {},
         },
@@ -219,3 +221,15 @@ def _documents(guild_id: int) -> dict:
     documents = list(Document.objects.filter(guild_id=guild_id).order_by("-created_at"))
     busy = any(d.status in (Document.Status.PENDING, Document.Status.EMBEDDING) for d in documents)
     return {"documents": documents, "busy": busy}
+
+
+def _embedding_progress(guild_id: int) -> dict:
+    """How many of the guild's memories have a vector of the configured model (after a change
+    of model, the background task embeds the rest)."""
+    model = default_embedding_model().name
+    rows = Memory.objects.filter(guild_id=guild_id)
+    return {
+        "model": model,
+        "total": rows.count(),
+        "done": rows.filter(embedding_model=model).count(),
+    }

@@ -9,7 +9,13 @@ import pytest
 from django.test import override_settings
 
 from chat.llm.embeddings import EmbeddingError, HashingEmbeddings
-from chat.memory_documents import DocumentRefused, document_delete, document_embed, document_upload
+from chat.memory_documents import (
+    DocumentRefused,
+    document_delete,
+    document_embed,
+    document_upload,
+    documents_embed_stale,
+)
 from chat.memory_recall import memories_recall_for_turn
 from chat.models import Document, DocumentChunk
 from chat.pipeline.documents import chunk_text
@@ -136,3 +142,13 @@ def test_passages_overlap_and_cover_the_text(size, overlap):
     assert passages[0].startswith("word0 ") and passages[-1].endswith("word1999")
     for first, second in itertools.pairwise(passages):
         assert second.split()[0] in first  # each passage starts inside the previous one
+
+
+def test_a_change_of_model_embeds_the_documents_again():
+    document = document_upload(guild_id=GUILD, name="a.txt", data=b"The pier opens at noon.")
+    document_embed(document_id=document.id, embedder=HashingEmbeddings())
+    other = HashingEmbeddings(dimensions=32)
+
+    assert documents_embed_stale(embedder=other) == [document.id]
+    assert set(DocumentChunk.objects.values_list("embedding_model", flat=True)) == {other.name}
+    assert documents_embed_stale(embedder=other) == []
