@@ -71,8 +71,8 @@ class ChannelWindowAnchorAdmin(admin.ModelAdmin):
 
 @admin.register(Memory)
 class MemoryAdmin(admin.ModelAdmin):
-    """Read-only here: writes go through `chat.memory_store` (bounds, privacy, vectors), which
-    the dashboard's memories screen uses."""
+    """Read-only here: writes go through `chat.services.memory_store` (bounds, privacy,
+    vectors), which the dashboard's memories screen uses."""
 
     list_display = ("guild_id", "kind", "user_id", "persona", "text", "source", "updated_at")
     list_filter = ("kind", "source")

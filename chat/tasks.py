@@ -32,13 +32,13 @@ from django.db import connections
 from django.utils import timezone
 
 from chat import selectors
-from chat.memory_documents import document_embed, documents_embed_stale
-from chat.memory_extraction import Extraction, memories_extract, memory_extraction_due
-from chat.memory_store import memories_embed_missing
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.runtime import memory_runtime
+from chat.services.memory_documents import document_embed, documents_embed_stale
+from chat.services.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.services.memory_refresh import MemoryRefresh, short_term_memory_refresh
+from chat.services.memory_store import memories_embed_missing
 from chat.services.retention import Retention, records_prune
 from chat.services.short_term_memory import (
     short_term_memory_claim,

@@ -15,9 +15,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat.memory_documents import DocumentRefused, document_delete, document_upload
-from chat.memory_recall import memory_search
-from chat.memory_store import (
+from chat.models import Document, Memory, Turn
+from chat.pipeline.recall import MemoryKind, RecallScope
+from chat.pipeline.triggers import TurnReason
+from chat.services.memory_documents import DocumentRefused, document_delete, document_upload
+from chat.services.memory_recall import memory_search
+from chat.services.memory_store import (
     MemoryRefused,
     MemoryScope,
     default_embedding_model,
@@ -26,9 +29,6 @@ from chat.memory_store import (
     memory_update,
     scope_of,
 )
-from chat.models import Document, Memory, Turn
-from chat.pipeline.recall import MemoryKind, RecallScope
-from chat.pipeline.triggers import TurnReason
 from chat.tasks import document_embed_task
 from dashboard.access import admin_required, viewer_required
 from dashboard.views import _require_admin

@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 
 from chat.llm.embeddings import HashingEmbeddings
-from chat.memory_store import MemoryScope, memory_add
 from chat.models import Memory, Turn
+from chat.services.memory_store import MemoryScope, memory_add
 from personas.models import Persona
 
 pytestmark = pytest.mark.django_db

@@ -9,17 +9,17 @@ import pytest
 from django.test import override_settings
 
 from chat.llm.embeddings import EmbeddingError, HashingEmbeddings
-from chat.memory_documents import (
+from chat.models import Document, DocumentChunk
+from chat.pipeline.documents import chunk_text
+from chat.pipeline.recall import MemoryKind
+from chat.services.memory_documents import (
     DocumentRefused,
     document_delete,
     document_embed,
     document_upload,
     documents_embed_stale,
 )
-from chat.memory_recall import memories_recall_for_turn
-from chat.models import Document, DocumentChunk
-from chat.pipeline.documents import chunk_text
-from chat.pipeline.recall import MemoryKind
+from chat.services.memory_recall import memories_recall_for_turn
 
 pytestmark = pytest.mark.django_db
 

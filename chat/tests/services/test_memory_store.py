@@ -7,8 +7,10 @@ import pytest
 from django.test import override_settings
 
 from chat.llm.embeddings import HashingEmbeddings
-from chat.memory_recall import memories_recall_for_turn, memory_search
-from chat.memory_store import (
+from chat.models import Memory
+from chat.pipeline.recall import MemoryKind
+from chat.services.memory_recall import memories_recall_for_turn, memory_search
+from chat.services.memory_store import (
     MemoryRefused,
     MemoryScope,
     memories_embed_missing,
@@ -17,8 +19,6 @@ from chat.memory_store import (
     memory_forget,
     memory_update,
 )
-from chat.models import Memory
-from chat.pipeline.recall import MemoryKind
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
 from personas.services import user_privacy_save

@@ -20,7 +20,6 @@ from django.conf import settings
 from django.db.models import Count, Max, Q
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
-from chat.memory_store import default_embedding_model, memories_embed_missing
 from chat.models import Document, DocumentChunk, Memory
 from chat.pipeline.recall import (
     MemoryIndex,
@@ -33,6 +32,7 @@ from chat.pipeline.recall import (
     memory_line,
     recall,
 )
+from chat.services.memory_store import default_embedding_model, memories_embed_missing
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from django.conf import settings
 from django.db import transaction
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_bytes
-from chat.memory_store import default_embedding_model
 from chat.models import Document, DocumentChunk
 from chat.pipeline.documents import chunk_text
+from chat.services.memory_store import default_embedding_model
 
 logger = logging.getLogger(__name__)
 
