@@ -33,6 +33,7 @@ urlpatterns = [
     path(guild + "users/<int:user_id>/delete/", views.user_delete, name="user_delete"),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
+    path("lorebook/test/", views.lorebook_test, name="lorebook_test"),
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),
     path("config/export/", views.config_export_view, name="config_export"),
     path("config/import/", views.config_import_view, name="config_import"),
