@@ -15,6 +15,9 @@ MODULES = (
     "benchmarks.model_calls",
     "benchmarks.ingest",
     "benchmarks.memory",
+    "benchmarks.live_push",
+    "benchmarks.recall",
+    "benchmarks.lorebook",
 )
 
 

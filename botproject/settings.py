@@ -105,6 +105,22 @@ TEMPLATES = [
 # --- Data -------------------------------------------------------------------------------------
 
 DATABASES = {"default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")}
+
+# The embedded default, SQLite, is written from several threads at once (the worker's intake,
+# its channel loops, daphne, Celery). SQLite allows one writer at a time; these settings make
+# the others wait their turn instead of failing with "database is locked":
+# - WAL: readers never block the writer nor the writer the readers;
+# - a busy timeout (seconds): a writer waits up to that long for the lock;
+# - IMMEDIATE transactions: a transaction takes the write lock when it begins. A deferred one
+#   (SQLite's default) reads first and fails at once, without waiting, when it later needs to
+#   write while another connection wrote in between.
+SQLITE_BUSY_TIMEOUT = 30
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": SQLITE_BUSY_TIMEOUT,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
@@ -172,6 +188,9 @@ MEMORY_RECALL_MIN_SCORE_PERCENT = env_int(
     "MEMORY_RECALL_MIN_SCORE_PERCENT", 30, minimum=0, maximum=100
 )
 MEMORY_RECALL_BUDGET_PERCENT = env_int("MEMORY_RECALL_BUDGET_PERCENT", 10, minimum=0, maximum=50)
+MEMORY_EXTRACTION_SECONDS = env_positive_float("MEMORY_EXTRACTION_SECONDS", 300.0)
+MEMORY_EXTRACTION_QUIET_SECONDS = env_int("MEMORY_EXTRACTION_QUIET_SECONDS", 600, minimum=0)
+MEMORY_EXTRACTION_MIN_MESSAGES = env_int("MEMORY_EXTRACTION_MIN_MESSAGES", 4, minimum=1)
 MEMORY_DUPLICATE_SIMILARITY_PERCENT = env_int(
     "MEMORY_DUPLICATE_SIMILARITY_PERCENT", 90, minimum=50, maximum=100
 )
@@ -180,6 +199,10 @@ CELERY_BEAT_SCHEDULE = {
     "short-term-memory-maintenance": {
         "task": "chat.tasks.short_term_memory_maintenance_task",
         "schedule": STM_MAINTENANCE_SECONDS,
+    },
+    "memory-extraction": {
+        "task": "chat.tasks.memory_extraction_schedule_task",
+        "schedule": MEMORY_EXTRACTION_SECONDS,
     },
 }
 

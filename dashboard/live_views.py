@@ -27,9 +27,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from chat import selectors as chat_selectors
 from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
 from chat.pipeline.types import HistoryMessage
+from chat.why import WhyAnswer, why_message
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
+from dashboard.ids import parse_id
 from dashboard.names import NameBook
 from dashboard.preview import (
     DiscordUnavailable,
@@ -39,7 +41,6 @@ from dashboard.preview import (
     preview_prepare,
     turn_replay,
 )
-from dashboard.why import WhyAnswer, why_message
 from personas.models import GuildConfig, Persona
 
 PAGE_SIZE = 25
@@ -105,11 +106,13 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     }
     error = None
     result = None
-    if as_raw and not as_raw.isdigit():
+    as_user_id = parse_id(as_raw)
+    message_id = parse_id(message_raw)
+    if as_raw and as_user_id is None:
         error = "“as” must be a user id (digits)."
     elif bool(as_raw) != bool(text):
         error = "Give both a user (“as”) and a text, or neither."
-    elif message_raw and not message_raw.isdigit():
+    elif message_raw and message_id is None:
         error = "“message” must be a message id (digits)."
     elif message_raw and as_raw:
         error = "Preview either a message or a hypothetical text, not both."
@@ -118,9 +121,9 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
             result = async_to_sync(preview_prepare)(
                 channel_id=channel_id,
                 persona_name=persona,
-                as_user_id=int(as_raw) if as_raw else None,
+                as_user_id=as_user_id,
                 text=text or None,
-                trigger_message_id=int(message_raw) if message_raw else None,
+                trigger_message_id=message_id,
                 now=timezone.now(),
             )
         except (PreviewError, DiscordUnavailable) as problem:
@@ -170,8 +173,8 @@ def _preview_context(result: PreviewResult) -> dict[str, Any]:
 def turn_list(request: HttpRequest) -> HttpResponse:
     """Turns, newest first, filtered by guild, channel, persona, status, reason and date."""
     filters = selectors.TurnFilters(
-        guild=_int(request.GET.get("guild")),
-        channel=_int(request.GET.get("channel")),
+        guild=parse_id(request.GET.get("guild")),
+        channel=parse_id(request.GET.get("channel")),
         persona=request.GET.get("persona", "").strip(),
         status=request.GET.get("status", ""),
         reason=request.GET.get("reason", ""),
@@ -266,9 +269,10 @@ def why_view(request: HttpRequest) -> HttpResponse:
     raw = request.GET.get("message", "").strip()
     answer = error = None
     if raw:
-        if raw.isdigit():
+        message_id = parse_id(raw)
+        if message_id is not None:
             answer = why_message(
-                message_id=int(raw),
+                message_id=message_id,
                 bot_user_id=_bot_user_id(),
                 now=timezone.now(),
                 fetch=_fetch_over_rest,
@@ -350,9 +354,9 @@ def playground(request: HttpRequest) -> HttpResponse:
         return render(request, "dashboard/playground.html", {"world": None})
     channels = sandbox_playground.channels(world)
     users = sandbox_playground.users(world)
-    channel_id = _int(request.POST.get("channel") or request.GET.get("channel"))
+    channel_id = parse_id(request.POST.get("channel") or request.GET.get("channel"))
     channel_id = channel_id or (channels[0][0] if channels else None)
-    author_id = _int(request.POST.get("author") or request.GET.get("as"))
+    author_id = parse_id(request.POST.get("author") or request.GET.get("as"))
     sent = error = None
     if request.method == "POST":
         content = request.POST.get("content", "").strip()
@@ -411,11 +415,6 @@ def _personas_for(guild: GuildConfig | None) -> list[Persona]:
     if guild is None:
         return []
     return list(guild.personas.filter(enabled=True).order_by("-is_main", "name"))
-
-
-def _int(value: str | None) -> int | None:
-    value = (value or "").strip()
-    return int(value) if value.isdigit() else None
 
 
 def _date(value: str | None) -> dt.date | None:

@@ -26,7 +26,7 @@ from chat.tests.e2e.conftest import ALICE, GENERAL, eventually
 from dashboard.tests.browser.conftest import running_daphne
 from dashboard.tests.browser.test_dashboard_browser import PASSWORD, _create_user, log_in
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Counts the websocket extension's opened sockets (registered before any page script runs).
 COUNT_SOCKETS = """
