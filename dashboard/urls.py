@@ -47,6 +47,7 @@ urlpatterns = [
     ),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
+    path("lorebook/test/", views.lorebook_test, name="lorebook_test"),
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),
     path("config/export/", views.config_export_view, name="config_export"),
     path("config/import/", views.config_import_view, name="config_import"),
