@@ -8,6 +8,7 @@ import asyncio
 from chat.llm.attempts import AttemptRunner, ReplyStream, Restart
 from chat.llm.base import ErrorKind, ModelSpec
 from chat.llm.fake_server import FakeLLMServer, Fault, FaultKind, Reply, StreamPace
+from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import ToolBox
 from chat.pipeline.tools import ToolName
 from chat.tests.llm.conftest import RecordingRender
@@ -119,3 +120,20 @@ async def test_a_call_offering_tools_gives_its_text_only_once_it_is_known_to_be_
 async def _until(check) -> None:
     while not check():  # noqa: ASYNC110 - the fake server offers no event to wait on
         await asyncio.sleep(0.01)
+
+
+async def test_the_demo_model_writes_paragraphs_at_a_human_pace(render: RecordingRender) -> None:
+    from chat.management.commands.runsandbox import DEMO_MODEL_INTRODUCTION, DEMO_MODEL_PACE
+
+    demo = FakeLLMServer(introduction=DEMO_MODEL_INTRODUCTION, pace=DEMO_MODEL_PACE)
+    async with demo, OpenAICompatibleClient(base_url=demo.base_url) as client:
+        runner = AttemptRunner(client)
+        started = asyncio.get_running_loop().time()
+        arrivals = []
+        stream = runner.stream_turn(models=[PRIMARY], render=render, persona_name="Tomori")
+        async for _piece in stream:
+            arrivals.append(asyncio.get_running_loop().time() - started)
+
+    assert arrivals[0] >= 0.8  # the first word, as a real model's first token
+    assert arrivals[-1] - arrivals[0] > 2.0  # then about ten words a second
+    assert stream.result().reply_text.count("\n\n") == 2  # three paragraphs to watch arrive
