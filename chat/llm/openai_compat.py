@@ -29,7 +29,15 @@ from typing import Any, Self, TypeVar
 import httpx
 from pydantic import BaseModel, Field, ValidationError
 
-from chat.llm.base import ChatRequest, Completion, ErrorKind, LLMError, ToolCall, Usage
+from chat.llm.base import (
+    ChatRequest,
+    Completion,
+    ErrorKind,
+    LLMError,
+    ToolCall,
+    ToolCallStarted,
+    Usage,
+)
 
 ERROR_TEXT_LIMIT = 500
 """Longest provider error message kept on an ``LLMError`` (it ends up on the turn record)."""
@@ -87,16 +95,21 @@ class OpenAICompatibleClient:
             async with asyncio.timeout(self._timeouts.total):
                 return await self._send(request)
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[str | Completion]:
-        """Send ``request`` once and yield its text as it arrives, then the assembled
-        ``Completion`` last (a request that does not ask for a stream gives its whole text at
-        once). Raises ``LLMError`` for every failure, as ``complete`` does; the total time
-        limit counts from the request, and never while the caller holds a yielded piece.
+    async def stream(
+        self, request: ChatRequest
+    ) -> AsyncIterator[str | ToolCallStarted | Completion]:
+        """Send ``request`` once and yield its text as it arrives (and ``ToolCallStarted``
+        once, at the first tool-call delta), then the assembled ``Completion`` last (a request
+        that does not ask for a stream gives its whole text and calls at once). Raises
+        ``LLMError`` for every failure, as ``complete`` does; the total time limit counts from
+        the request, and never while the caller holds a yielded piece.
         Closing the iterator early cancels the call: the connection is closed, so the
         provider stops generating.
         """
         if not request.stream:
             completion = await self.complete(request)
+            if completion.tool_calls:
+                yield ToolCallStarted()  # known at once: the text is a tool round's
             if completion.text:
                 yield completion.text
             yield completion
@@ -122,9 +135,12 @@ class OpenAICompatibleClient:
                         )
                     if data.strip() == "[DONE]":
                         break
+                    calling = bool(assembly.calls)
                     text = assembly.add(_validate(_Chunk, data))
                     if text:
                         yield text
+                    if assembly.calls and not calling:
+                        yield ToolCallStarted()
             yield assembly.completion()
 
     async def _send(self, request: ChatRequest) -> Completion:
