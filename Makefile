@@ -10,7 +10,7 @@ PORT ?= 8000
 # Local development defaults; any of them can be overridden from the environment.
 export DJANGO_DEBUG ?= 1
 
-.PHONY: run test lint format migrate services bench clean
+.PHONY: run test test-fast lint format migrate services bench clean
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) is required (set PYTHON=...)"; exit 1; }
@@ -33,9 +33,20 @@ migrate: $(VENV)/.installed services | var/staticfiles
 run: migrate
 	HOST=$(HOST) PORT=$(PORT) scripts/run-product
 
+# `make test` is the whole suite and names its slowest 25 tests; `make test-fast` leaves out
+# the slow tiers (the end-to-end worker, the browser, the real Celery worker: pytest markers)
+# and tries each Hypothesis property on 20 examples instead of 100.
+SLOW_TIERS := e2e or browser or celery
+
 test: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q --durations=25
+
+test-fast: $(VENV)/.installed services | var/staticfiles
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q --durations=10 -m "not ($(SLOW_TIERS))" --hypothesis-profile=fast
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

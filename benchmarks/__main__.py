@@ -15,6 +15,7 @@ MODULES = (
     "benchmarks.model_calls",
     "benchmarks.ingest",
     "benchmarks.memory",
+    "benchmarks.live_push",
     "benchmarks.streaming",
 )
 

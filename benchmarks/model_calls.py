@@ -74,9 +74,8 @@ def _setup_django(directory: str) -> str:
     database's name for `_teardown_django`.
 
     PostgreSQL (or any server database ``DATABASE_URL`` names) gets a test database of its own;
-    otherwise a SQLite file in ``directory``. (On SQLite the intake's writer thread and the
-    channel loops contend for the one file lock, and passes fail with "database is locked":
-    the product runs on PostgreSQL.)
+    otherwise a SQLite file in ``directory`` (its writers wait for the one file lock: see
+    the SQLite settings in `botproject.settings`).
     """
     if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
         os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"

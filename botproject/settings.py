@@ -105,6 +105,22 @@ TEMPLATES = [
 # --- Data -------------------------------------------------------------------------------------
 
 DATABASES = {"default": env_database("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}")}
+
+# The embedded default, SQLite, is written from several threads at once (the worker's intake,
+# its channel loops, daphne, Celery). SQLite allows one writer at a time; these settings make
+# the others wait their turn instead of failing with "database is locked":
+# - WAL: readers never block the writer nor the writer the readers;
+# - a busy timeout (seconds): a writer waits up to that long for the lock;
+# - IMMEDIATE transactions: a transaction takes the write lock when it begins. A deferred one
+#   (SQLite's default) reads first and fails at once, without waiting, when it later needs to
+#   write while another connection wrote in between.
+SQLITE_BUSY_TIMEOUT = 30
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": SQLITE_BUSY_TIMEOUT,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_url("REDIS_URL", "redis://127.0.0.1:6379/0", schemes=("redis", "rediss", "unix"))
@@ -156,6 +172,10 @@ DEDUP_RETENTION_DAYS = env_positive_float("DEDUP_RETENTION_DAYS", 7.0)
 WORKER_WINDOW_CHANNELS = env_int("WORKER_WINDOW_CHANNELS", 1000, minimum=1)
 WORKER_WARM_CONTEXTS = env_int("WORKER_WARM_CONTEXTS", 2000, minimum=0)
 WORKER_RECENT_MESSAGES = env_int("WORKER_RECENT_MESSAGES", 5000, minimum=1)
+# Slash commands are synced at start as guild commands of every configured guild (they appear at
+# once); with DISCORD_GLOBAL_COMMANDS=1 as global commands instead (every guild, and Discord may
+# take a while to show changes).
+DISCORD_GLOBAL_COMMANDS = env_bool("DISCORD_GLOBAL_COMMANDS", False)
 
 # Long-term memory: bounds per scope (TomoriBot's figures by default) and recall.
 MEMORY_PERSONAL_LIMIT = env_int("MEMORY_PERSONAL_LIMIT", 30, minimum=0)

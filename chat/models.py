@@ -378,6 +378,25 @@ class ChannelWindowAnchor(models.Model):
         return f"{self.channel_id} from {self.anchor_message_id} (limit {self.limit})"
 
 
+class ChannelResetMarker(models.Model):
+    """A ``/reset`` of a channel: its personas see only what is said after ``marker_id``.
+
+    ``marker_id`` is a snowflake of the moment of the reset (the command's interaction id), so
+    every later message has a greater id; the anchored selection starts the window after it
+    (DESIGN §5: a reset marker newer than the anchor wins). One per channel: a new reset
+    replaces the old. ``reset_by`` is the member who ran the command.
+    """
+
+    channel_id = models.PositiveBigIntegerField(unique=True)
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
+    marker_id = models.PositiveBigIntegerField()
+    reset_by = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.channel_id} reset after {self.marker_id}"
+
+
 class ShardLease(models.Model):
     """Who runs a gateway shard: one worker at a time (DESIGN §2, scale-out).
 

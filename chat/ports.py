@@ -132,11 +132,17 @@ class DiscordPort(Protocol):
         reply_to: int | None,
         notice: str | None = None,
         nonce_seed: str | None = None,
+        as_notice: bool = False,
     ) -> list[Delivered]:
         """Send ``text`` as ``speaker``, split into as many messages as Discord needs; the
         first replies to ``reply_to`` when the speaker can reply natively (the bot account),
         else ``notice`` is sent first. Returns the sent messages in order. Raises
         DeliveryError.
+
+        Notices (``notice``, and ``text`` itself with ``as_notice``: a failure notice) are the
+        product talking, not the speaker: they are sent silent (Discord's
+        SUPPRESS_NOTIFICATIONS flag), which is how history tells them from the speaker's lines
+        (`HistoryMessage.is_notice`), after a restart too.
 
         With ``nonce_seed`` every message the bot account sends carries a nonce derived from
         it and its position, with Discord's ``enforce_nonce``: sending the same reply again

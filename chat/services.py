@@ -43,9 +43,11 @@ from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.memory_recall import memories_recall_for_turn, recalled_record
+from chat.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
+    Memory,
     MessageIndex,
     PlannerStep,
     ShortTermMemory,
@@ -66,7 +68,13 @@ from chat.pipeline.memory import (
     visible_memory_text,
 )
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
-from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
+from chat.pipeline.recall import (
+    RecalledMemory,
+    memory_line,
+    names_someone_else,
+    recall_query,
+    window_people,
+)
 from chat.pipeline.reply_pieces import MAX_REPLY_PIECES, ReplyPieces, edit_pieces, paragraph_pieces
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
@@ -535,7 +543,11 @@ async def _failure_notice(runtime: TurnRuntime, request: TurnRequest) -> None:
     text = f"({request.persona.name} could not answer just now; the model did not respond.)"
     try:
         await runtime.port.deliver(
-            channel_id=channel_id, speaker=main, text=text, reply_to=request.trigger.id
+            channel_id=channel_id,
+            speaker=main,
+            text=text,
+            reply_to=request.trigger.id,
+            as_notice=True,
         )
     except DeliveryError:
         logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
@@ -809,6 +821,8 @@ async def _history(
         channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = await _without_superseded(read.messages)
+    reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
+    reset_marker_id = reset.marker_id if reset is not None else None
     if messages and trigger.id < messages[0].id:
         held = await runtime.windows.read_up_to(
             channel.channel_id,
@@ -830,6 +844,7 @@ async def _history(
             anchor_id=None,
             anchor_limit=None,
             required_ids=frozenset({trigger.id}),
+            reset_marker_id=reset_marker_id,
         )
         reasons = _WindowReasons(
             rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
@@ -850,6 +865,7 @@ async def _history(
         anchor_limit=anchor.limit if fresh else None,
         required_ids=frozenset({trigger.id}),
         force_reanchor=read.force_reanchor,
+        reset_marker_id=reset_marker_id,
     )
     if selection.anchor_id is not None and not dry_run:
         await sync_to_async(_anchor_store)(
@@ -926,7 +942,7 @@ async def _turn_input(
         global_note=channel.global_note,
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
-        configured_tools=_configured_tools(runtime),
+        configured_tools=_configured_tools(runtime, request),
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -936,10 +952,13 @@ async def _turn_input(
     )
 
 
-def _configured_tools(runtime: TurnRuntime) -> frozenset[str]:
-    """The tools whose outside service this worker has: ``analyze_image`` with a vision
-    model."""
-    return frozenset({ToolName.ANALYZE_IMAGE}) if runtime.vision is not None else frozenset()
+def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
+    """The tools whose outside service this turn has: ``analyze_image`` with a vision
+    model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    configured = {ToolName.ANALYZE_IMAGE} if runtime.vision is not None else set()
+    if request.configuration.guild_id is not None:
+        configured.add(ToolName.REMEMBER)
+    return frozenset(configured)
 
 
 @dataclass(frozen=True)
@@ -972,6 +991,9 @@ def _gather_people(
         channel_id=request.channel.channel_id,
         user_id=memory_scope_user_id(request),
     )
+    scope_user_id = memory_scope_user_id(request)
+    if scope_user_id is not None and not _remembered(scope_user_id, standing):
+        memory = None  # partial or full privacy: nothing about them is remembered or recalled
     state = memory.state if memory is not None else None
     trigger = request.trigger
     last_seen = None
@@ -991,6 +1013,12 @@ def _gather_people(
             now=now,
         ),
     )
+
+
+def _remembered(user_id: int, standing: selectors.UserStanding) -> bool:
+    """Whether memories about ``user_id`` may be kept and shown: only at minimal privacy."""
+    level = standing.privacy.get(user_id, PrivacyLevel.MINIMAL)
+    return level is PrivacyLevel.MINIMAL and user_id not in standing.blacklisted
 
 
 def memory_scope_user_id(request: TurnRequest) -> int | None:
@@ -1109,6 +1137,15 @@ def _toolbox(
         short_term_memory=_MemoryWriter(
             persona, channel, turn_id, user_id=_scope_of(channel, turn_input), clock=runtime.clock
         ),
+        long_term_memory=_LongTermMemoryWriter(
+            channel.guild.guild_id,
+            turn_id,
+            context.message_ids,
+            by_id,
+            embedder=runtime.embeddings,
+        )
+        if channel.guild is not None
+        else None,
         vision=runtime.vision,
     )
 
@@ -1175,6 +1212,10 @@ class _MemoryWriter:
     async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
+        if self._user_id is not None:
+            standing = await sync_to_async(selectors.user_standing)(user_ids=[self._user_id])
+            if not _remembered(self._user_id, standing):
+                raise ToolError("this user's privacy allows no memory about them")
         await sync_to_async(_stm_write)(
             persona=self._persona,
             channel_id=self._channel.channel_id,
@@ -1185,6 +1226,67 @@ class _MemoryWriter:
             turn_id=self._turn_id,
             now=self._clock(),
         )
+
+
+class _LongTermMemoryWriter:
+    """``remember``: keeps a fact in the guild's long-term memory for the turn ``turn_id``
+    (a dry run has none). A personal fact is about the author of the cited message, who must
+    be in this turn's conversation and a person (a proxied member counts as themself); the
+    store refuses private users, full scopes and over-long facts."""
+
+    def __init__(
+        self,
+        guild_id: int,
+        turn_id: int | None,
+        keys: Mapping[str, int],
+        messages: Mapping[int, HistoryMessage],
+        *,
+        embedder: EmbeddingModel | None,
+    ) -> None:
+        self._guild_id, self._turn_id = guild_id, turn_id
+        self._keys, self._messages, self._embedder = keys, messages, embedder
+
+    async def remember(self, *, scope: str, fact: str, ref: str) -> str:
+        if self._turn_id is None:
+            raise ToolError("a dry run remembers nothing")
+        message = self._messages.get(self._keys.get(ref, -1))
+        if message is None:
+            raise ToolError(f"{ref} is not a message in this conversation")
+        if scope == "user":
+            if message.author.persona_name is not None or (
+                message.author.is_bot and message.proxy is None
+            ):
+                raise ToolError(f"{ref} was not written by a person: save facts people told you")
+            other = names_someone_else(
+                fact,
+                author=message.shown_name,
+                others={m.shown_name for m in self._messages.values()},
+            )
+            if other is not None:
+                raise ToolError(
+                    f"the fact names {other}, but {ref} is {message.shown_name}'s: save only "
+                    "what people say about themselves, citing their own message"
+                )
+            memory_scope = MemoryScope.personal(
+                self._guild_id,
+                message.accountable_user_id,
+                member_id=message.proxy.member_id if message.proxy is not None else "",
+                name=message.shown_name,
+            )
+        else:
+            memory_scope = MemoryScope.guild(self._guild_id)
+        try:
+            written = await sync_to_async(memory_add)(
+                scope=memory_scope,
+                text=fact,
+                source=Memory.Source.TOOL,
+                turn_id=self._turn_id,
+                message_id=message.id,
+                embedder=self._embedder,
+            )
+        except MemoryRefused as refusal:
+            raise ToolError(str(refusal)) from None
+        return written.outcome
 
 
 def _stm_write(
@@ -1201,11 +1303,14 @@ def _stm_write(
     """A refresh: the summary (clipped to 1,500 characters) and the categories (at most five)
     replace the old memory, the raw-turn count resets, and the writing turn and time are
     kept."""
+    # A DM memory belongs to the user, whichever DM channel wrote it (one per persona and user).
+    scope = {"channel_id": channel_id} if user_id is None else {}
     memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
-        channel_id=channel_id,
         user_id=user_id,
+        **scope,
         defaults={
+            "channel_id": channel_id,
             "summary": clip_summary(summary),
             "categories": dict(list((categories or {}).items())[:MAX_CATEGORIES]),
             "guild_id": guild_id,
@@ -1567,6 +1672,10 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         now=now,
     ):
         return MemoryRefresh("skipped", "no longer due")
+    if memory.user_id is not None:
+        standing = await sync_to_async(selectors.user_standing)(user_ids=[memory.user_id])
+        if not _remembered(memory.user_id, standing):
+            return MemoryRefresh("skipped", "the user's privacy keeps nothing about them")
     configuration = await sync_to_async(selectors.channel_configuration)(
         channel_id=memory.channel_id, guild_id=memory.guild_id, now=now
     )
@@ -1590,10 +1699,22 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+    # Users with partial privacy are seen in conversation but never remembered: their lines,
+    # and lines quoting them in a reply, stay out of what the memory summarises.
+    turn_input = prepared.turn_input
+    partial = {u for u, p in turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
+    known = (*turn_input.history, *turn_input.reply_targets.values())
+    authors = {m.id: m.accountable_user_id for m in known}
+    replied = {m.id: m.reference.message_id for m in known if m.reference is not None}
+
+    def about_partial(message_id: int) -> bool:
+        return authors.get(message_id) in partial or authors.get(replied.get(message_id)) in partial
+
     lines = [
         item.text
         for item in prepared.context.items
         if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
+        and not any(about_partial(i) for i in item.source_ids)
     ]
     previous = visible_memory_text(memory.state, now=now)
     names = runtime.port.names(configuration.guild_id, [])

@@ -1,4 +1,5 @@
-"""The bot worker's composition root: client, adapter, runtime, scheduler, control listener.
+"""The bot worker's composition root: client, adapter, runtime, scheduler, control listener,
+slash commands (synced at start).
 
 `run_worker` is what ``manage.py runbot`` runs; the end-to-end tests run it too, against the
 sandbox, with the same code path. This module assembles the parts; the database work it needs at
@@ -27,6 +28,7 @@ from django.db import DatabaseError
 from botproject.events import EventType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
+from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.proxies import ProxyResolver
 from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
@@ -126,6 +128,7 @@ def build_client(
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     token_counter = default_token_counter()
+    runtimes: list[TurnRuntime] = []
 
     async def start(client: PersonaBotClient) -> None:
         # Where catch-up starts is fixed before the gateway can deliver anything new.
@@ -154,6 +157,12 @@ def build_client(
             shards=config.shards,
         )
         client.scheduler.start()
+        runtimes.append(runtime)
+        synced = await tree.sync_commands(
+            guild_ids=await sync_to_async(selectors.configured_guild_ids)(),
+            global_scope=settings.DISCORD_GLOBAL_COMMANDS,
+        )
+        logger.info("slash commands synced (%s scope(s))", synced)
 
         async def config_changed(message: Mapping[str, Any]) -> None:
             await _load_main_personas(client)
@@ -164,7 +173,7 @@ def build_client(
         client.background(_heartbeat(client, config, holder))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
-    return PersonaBotClient(
+    client = PersonaBotClient(
         shard_ids=config.shard_ids,
         shard_count=config.shard_count,
         on_start=start,
@@ -172,6 +181,10 @@ def build_client(
         window_channels=settings.WORKER_WINDOW_CHANNELS,
         recent_messages=settings.WORKER_RECENT_MESSAGES,
     )
+    tree = client.tree = PersonaCommandTree(
+        client, runtime=lambda: runtimes[0] if runtimes else None
+    )
+    return client
 
 
 def known_latencies(latencies: Iterable[tuple[int, float]]) -> dict[int, float]:

@@ -32,6 +32,8 @@ from botproject.events import (
 )
 from dashboard import selectors
 from dashboard.access import is_admin, is_moderator
+from dashboard.names import NameBook
+from dashboard.playground import playground_chat
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not await database_sync_to_async(_may_view)(user):
+        if user is None or not await database_sync_to_async(self.may_view)(user):
             await self.close(code=REFUSED)
             return
         self.joined = await self.groups_to_join()
@@ -64,6 +66,10 @@ class _LiveConsumer(AsyncWebsocketConsumer):
                 await self.channel_layer.group_discard(group, self.channel_name)
             except Exception:  # the layer is down: the group entry expires on its own
                 logger.info("could not leave %s", group, exc_info=True)
+
+    def may_view(self, user: AbstractBaseUser | AnonymousUser) -> bool:
+        """Admins and moderators watch the live screens."""
+        return _may_view(user)
 
     async def groups_to_join(self) -> list[str]:
         raise NotImplementedError
@@ -111,6 +117,33 @@ class ChannelConsumer(_LiveConsumer):
         state = event.state if isinstance(event, LoopState) else None
         full = event.type in ("turn.started", "window.changed", "turn.delivered", "turn.finished")
         return await database_sync_to_async(_channel_fragments)(self.channel_id, state, full)
+
+
+class PlaygroundConsumer(ChannelConsumer):
+    """``/ws/playground/<id>/``: the channel page's partials and the playground's chat,
+    read anew (from the sandbox, over the REST port) whenever a message reached the bot or a
+    turn ended, so each reply appears as it is delivered."""
+
+    CHAT_EVENTS = ("unread.count", "window.changed", "turn.finished")
+
+    def may_view(self, user: AbstractBaseUser | AnonymousUser) -> bool:
+        """The playground is for admins only."""
+        return is_admin(user)
+
+    async def render_all(self) -> str:
+        return await super().render_all() + await self._chat()
+
+    async def render_event(self, event: Event) -> str:
+        html = await super().render_event(event)
+        if event.type in self.CHAT_EVENTS:
+            html += await self._chat()
+        return html
+
+    async def _chat(self) -> str:
+        chat = await playground_chat(channel_id=self.channel_id)
+        title = await database_sync_to_async(lambda: NameBook().channel(self.channel_id).text)()
+        context = {"chat": chat, "channel_title": title, "oob": True}
+        return render_to_string("dashboard/_playground_chat.html", context)
 
 
 def _channel_fragments(channel_id: int, loop_state: str | None, full: bool) -> str:

@@ -10,6 +10,7 @@ names. A valid form holds the row's pydantic spec in ``spec``, ready for the sav
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any, ClassVar
 
 from django import forms
@@ -33,6 +34,34 @@ from personas.models import (
 
 def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+class LorebookField(forms.CharField):
+    """A lorebook as JSON text (the configuration file's ``lorebook``); empty: none. Only JSON
+    syntax is checked here: the schema checks the rest and names the path of each problem."""
+
+    widget = forms.Textarea(attrs={"rows": 6, "spellcheck": "false"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("label", "Lorebook (JSON)")
+        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
+        super().__init__(strip=True, **kwargs)
+
+    def to_python(self, value: Any) -> Any:
+        text = super().to_python(value)
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
+            raise forms.ValidationError(message) from None
+
+    def prepare_value(self, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        return json.dumps(value, indent=1, ensure_ascii=False)
 
 
 class SpecForm(forms.Form):
@@ -69,6 +98,8 @@ class SpecForm(forms.Form):
             field = self.field_for(path)
             if field is None:
                 self.add_error(None, f"{path}: {message}" if path != "(row)" else message)
+            elif isinstance(self.fields[field], LorebookField) and path != "lorebook":
+                self.add_error(field, f"{path}: {message}")  # where, inside the JSON
             else:
                 self.add_error(field, message)
 
@@ -91,6 +122,7 @@ class GuildForm(SpecForm):
         "context_note.text": "note_text",
         "context_note.depth": "note_depth",
         "context_note": "note_text",
+        "lorebook": "lorebook",
     }
 
     guild_id = forms.CharField(label="Discord server id", required=False)
@@ -106,10 +138,12 @@ class GuildForm(SpecForm):
         help_text="Used where neither the persona nor the channel has a note",
     )
     note_depth = forms.IntegerField(label="Guild note depth", help_text="Messages from the end")
+    lorebook = LorebookField(label="Guild lorebook (JSON)", help_text="Shared by every persona")
 
     @classmethod
     def initial_for(cls, guild: GuildConfig) -> dict[str, Any]:
         return {
+            "lorebook": guild.lorebook,
             "guild_id": str(guild.guild_id),
             "name": guild.name,
             "timezone": guild.timezone,
@@ -125,6 +159,7 @@ class GuildForm(SpecForm):
             "timezone": cleaned["timezone"].strip(),
             "message_fetch_limit": cleaned["message_fetch_limit"],
             "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
+            "lorebook": cleaned["lorebook"],
         }
 
 
@@ -158,6 +193,7 @@ class PersonaForm(SpecForm):
         "llm.reasoning_in_think_tags": "reasoning_in_think_tags",
         "llm.verbatim_tool_nudge": "verbatim_tool_nudge",
         "sample_dialogue": "sample_dialogue",
+        "lorebook": "lorebook",
     }
 
     name = forms.CharField(required=False)
@@ -240,6 +276,7 @@ class PersonaForm(SpecForm):
     verbatim_tool_nudge = forms.BooleanField(
         label="Remind the model to call tools verbatim", required=False
     )
+    lorebook = LorebookField()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -282,6 +319,7 @@ class PersonaForm(SpecForm):
             "reasoning_in_think_tags": persona.reasoning_in_think_tags,
             "verbatim_tool_nudge": persona.verbatim_tool_nudge,
             "sample_dialogue": list(persona.sample_dialogue),
+            "lorebook": persona.lorebook,
         }
 
     def add_problems(self, problems: list[tuple[str, str]]) -> None:
@@ -323,6 +361,7 @@ class PersonaForm(SpecForm):
                 "reasoning_in_think_tags": cleaned["reasoning_in_think_tags"],
                 "verbatim_tool_nudge": cleaned["verbatim_tool_nudge"],
             },
+            "lorebook": cleaned["lorebook"],
         }
 
 
@@ -435,23 +474,14 @@ class UserPrivacyForm(SpecForm):
 
 
 class ConfigUploadForm(forms.Form):
-    """A configuration file (JSON, at most ``MAX_BYTES``)."""
-
-    MAX_BYTES = 1024 * 1024
+    """A configuration file; `personas.config_schema.parse_config_bytes` reads it, as it reads
+    ``importconfig``'s (size, encoding, JSON, then the schema)."""
 
     file = forms.FileField(label="Configuration file (JSON)")
     prune = forms.BooleanField(
         required=False,
         label="Also delete rows of these guilds that the file does not list",
     )
-
-    def clean_file(self):
-        upload = self.cleaned_data["file"]
-        if upload.size > self.MAX_BYTES:
-            raise forms.ValidationError(
-                f"The file is {upload.size:,} bytes; the limit is {self.MAX_BYTES:,} (1 MB)."
-            )
-        return upload
 
 
 class CardUploadForm(forms.Form):

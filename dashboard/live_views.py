@@ -12,20 +12,27 @@ from __future__ import annotations
 import datetime as dt
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from chat import selectors as chat_selectors
 from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
 from chat.pipeline.types import HistoryMessage
+from chat.why import WhyAnswer, why_message
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
+from dashboard.ids import parse_id
+from dashboard.names import NameBook
 from dashboard.preview import (
     DiscordUnavailable,
     PreviewError,
@@ -34,7 +41,6 @@ from dashboard.preview import (
     preview_prepare,
     turn_replay,
 )
-from dashboard.why import WhyAnswer, why_message
 from personas.models import GuildConfig, Persona
 
 PAGE_SIZE = 25
@@ -63,7 +69,12 @@ def channel_live(request: HttpRequest, channel_id: int) -> HttpResponse:
     return render(
         request,
         "dashboard/channel_live.html",
-        {"window": window, "personas": personas, "channel_id": channel_id},
+        {
+            "window": window,
+            "personas": personas,
+            "channel_id": channel_id,
+            "reset": chat_selectors.channel_reset_marker(channel_id=channel_id),
+        },
     )
 
 
@@ -95,11 +106,13 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     }
     error = None
     result = None
-    if as_raw and not as_raw.isdigit():
+    as_user_id = parse_id(as_raw)
+    message_id = parse_id(message_raw)
+    if as_raw and as_user_id is None:
         error = "“as” must be a user id (digits)."
     elif bool(as_raw) != bool(text):
         error = "Give both a user (“as”) and a text, or neither."
-    elif message_raw and not message_raw.isdigit():
+    elif message_raw and message_id is None:
         error = "“message” must be a message id (digits)."
     elif message_raw and as_raw:
         error = "Preview either a message or a hypothetical text, not both."
@@ -108,9 +121,9 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
             result = async_to_sync(preview_prepare)(
                 channel_id=channel_id,
                 persona_name=persona,
-                as_user_id=int(as_raw) if as_raw else None,
+                as_user_id=as_user_id,
                 text=text or None,
-                trigger_message_id=int(message_raw) if message_raw else None,
+                trigger_message_id=message_id,
                 now=timezone.now(),
             )
         except (PreviewError, DiscordUnavailable) as problem:
@@ -160,8 +173,8 @@ def _preview_context(result: PreviewResult) -> dict[str, Any]:
 def turn_list(request: HttpRequest) -> HttpResponse:
     """Turns, newest first, filtered by guild, channel, persona, status, reason and date."""
     filters = selectors.TurnFilters(
-        guild=_int(request.GET.get("guild")),
-        channel=_int(request.GET.get("channel")),
+        guild=parse_id(request.GET.get("guild")),
+        channel=parse_id(request.GET.get("channel")),
         persona=request.GET.get("persona", "").strip(),
         status=request.GET.get("status", ""),
         reason=request.GET.get("reason", ""),
@@ -256,9 +269,10 @@ def why_view(request: HttpRequest) -> HttpResponse:
     raw = request.GET.get("message", "").strip()
     answer = error = None
     if raw:
-        if raw.isdigit():
+        message_id = parse_id(raw)
+        if message_id is not None:
             answer = why_message(
-                message_id=int(raw),
+                message_id=message_id,
                 bot_user_id=_bot_user_id(),
                 now=timezone.now(),
                 fetch=_fetch_over_rest,
@@ -325,9 +339,14 @@ def _bot_user_id() -> int | None:
 @require_http_methods(["GET", "POST"])
 @admin_required
 def playground(request: HttpRequest) -> HttpResponse:
-    """Type as a demo user into a sandbox channel and watch the window, reply and turn live.
-    Only while the sandbox runs (it answers at ``DISCORD_API_BASE``'s host); otherwise the page
-    says so and a POST answers 404."""
+    """A sandbox channel as a conversation: its messages as a chat (each with its author,
+    avatar and time; persona replies arrive live over ``/ws/playground/<id>/``), a box to type
+    as a demo user, and beside them the window the bot saw and its turns. Only while the
+    sandbox runs (it answers at ``DISCORD_API_BASE``'s host); otherwise the page says so and a
+    POST answers 404.
+
+    A POST without htmx answers with a redirect back to the channel (the new message is then
+    in the chat); with htmx it answers the status line and the chat, swapped in place."""
     world = async_to_sync(sandbox_playground.sandbox_world)(settings.DISCORD_API_BASE)
     if world is None:
         if request.method == "POST":
@@ -335,25 +354,32 @@ def playground(request: HttpRequest) -> HttpResponse:
         return render(request, "dashboard/playground.html", {"world": None})
     channels = sandbox_playground.channels(world)
     users = sandbox_playground.users(world)
-    channel_id = _int(request.POST.get("channel") or request.GET.get("channel"))
+    channel_id = parse_id(request.POST.get("channel") or request.GET.get("channel"))
     channel_id = channel_id or (channels[0][0] if channels else None)
+    author_id = parse_id(request.POST.get("author") or request.GET.get("as"))
     sent = error = None
     if request.method == "POST":
-        author = _int(request.POST.get("author"))
         content = request.POST.get("content", "").strip()
-        if author is None or channel_id is None or not content:
+        if author_id is None or channel_id is None or not content:
             error = "Choose a channel and a user, and type something."
         else:
             try:
                 sent = async_to_sync(sandbox_playground.say)(
-                    settings.DISCORD_API_BASE, channel_id, author, content
+                    settings.DISCORD_API_BASE, channel_id, author_id, content
                 )
             except sandbox_playground.SandboxUnavailable as problem:
                 error = str(problem)
         if request.htmx:
-            return render(
-                request, "dashboard/_playground_sent.html", {"sent": sent, "error": error}
-            )
+            context = {"sent": sent, "error": error}
+            if sent is not None:
+                context.update(_playground_chat_context(channel_id, oob=True))
+            html = render_to_string("dashboard/_playground_sent.html", context, request)
+            if sent is not None:
+                html += render_to_string("dashboard/_playground_chat.html", context, request)
+            return HttpResponse(html)
+        if error is None:
+            query = urlencode({"channel": channel_id, "as": author_id})
+            return redirect(f"{reverse('dashboard:playground')}?{query}#playground-chat")
     window = selectors.channel_window(channel_id=channel_id) if channel_id else None
     return render(
         request,
@@ -363,11 +389,23 @@ def playground(request: HttpRequest) -> HttpResponse:
             "channels": channels,
             "users": users,
             "channel_id": channel_id,
+            "author_id": author_id,
             "window": window,
             "sent": sent,
             "error": error,
+            **(_playground_chat_context(channel_id) if channel_id else {}),
         },
+        status=400 if error else 200,
     )
+
+
+def _playground_chat_context(channel_id: int, *, oob: bool = False) -> dict[str, Any]:
+    """The chat partial's context: the conversation and the channel's name."""
+    return {
+        "chat": async_to_sync(sandbox_playground.playground_chat)(channel_id=channel_id),
+        "channel_title": NameBook().channel(channel_id).text,
+        "oob": oob,
+    }
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -377,11 +415,6 @@ def _personas_for(guild: GuildConfig | None) -> list[Persona]:
     if guild is None:
         return []
     return list(guild.personas.filter(enabled=True).order_by("-is_main", "name"))
-
-
-def _int(value: str | None) -> int | None:
-    value = (value or "").strip()
-    return int(value) if value.isdigit() else None
 
 
 def _date(value: str | None) -> dt.date | None:

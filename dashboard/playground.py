@@ -1,5 +1,6 @@
 """The playground's link to the local Discord sandbox, through its control API
-(`chat.sandbox.control`).
+(`chat.sandbox.control`), and its conversation: the channel's messages read over the REST port,
+as a chat.
 
 The sandbox is where ``DISCORD_API_BASE`` points when it runs (``make run`` without a
 ``DISCORD_TOKEN``): its control API answers at the same host under ``/_sandbox``. Against the
@@ -9,12 +10,21 @@ real Discord there is no control API, and the playground is not offered.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import yarl
+from asgiref.sync import sync_to_async
 
+from chat import selectors as chat_selectors
+from chat.pipeline.types import HistoryMessage
+from chat.ports import DeliveryError
 from chat.sandbox.control import ControlClient, ControlError
+from dashboard.names import NameBook
+from dashboard.preview import DiscordUnavailable, preview_port
+from personas.models import Persona
 
 PROBE_SECONDS = 2.0
 
@@ -76,3 +86,119 @@ def users(world: dict[str, Any]) -> list[tuple[int, str]]:
                 continue
             seen.setdefault(int(user["id"]), user.get("global_name") or user["username"])
     return list(seen.items())
+
+
+# -- the conversation ------------------------------------------------------------------------
+
+CHAT_MESSAGES = 50
+"""How many of the channel's newest messages the playground shows."""
+
+
+@dataclass(frozen=True)
+class ChatLine:
+    """One message of the playground's conversation as the channel shows it: ``author`` the
+    shown name (a persona's, a proxied member's, a person's; "a user with full privacy" for
+    one), ``persona`` whether one of the bot's personas spoke it, ``proxied_for`` the account a
+    proxied member speaks for, ``text`` None when the author's words are never shown (full
+    privacy, blacklisted), ``reply_to`` who and what it answers."""
+
+    message_id: int
+    author: str
+    author_id: int
+    avatar_url: str
+    persona: bool
+    proxied_for: str
+    hidden: bool
+    created_at: dt.datetime
+    text: str | None
+    reply_to: str
+    attachments: tuple[str, ...]
+
+    @property
+    def initial(self) -> str:
+        return (self.author.strip()[:1] or "?").upper()
+
+    @property
+    def hue(self) -> int:
+        """A stable colour for the author's initial badge."""
+        return sum(self.author.encode()) * 37 % 360
+
+
+@dataclass(frozen=True)
+class Chat:
+    """The conversation (oldest first), or why it cannot be read (``error``)."""
+
+    lines: tuple[ChatLine, ...] = ()
+    error: str = ""
+
+
+async def playground_chat(*, channel_id: int, limit: int = CHAT_MESSAGES) -> Chat:
+    """The channel's newest ``limit`` messages, read from Discord (the sandbox) over the REST
+    port the way the worker reads them, as `ChatLine`s."""
+    try:
+        async with preview_port() as port:
+            messages = await port.fetch_history(channel_id, limit)
+    except DiscordUnavailable as error:
+        return Chat(error=str(error))
+    except DeliveryError as error:
+        return Chat(error=f"the channel cannot be read: {error}")
+    ordered = sorted(messages, key=lambda m: m.id)
+    return Chat(lines=tuple(await sync_to_async(chat_lines)(messages=ordered)))
+
+
+def chat_lines(*, messages: list[HistoryMessage]) -> list[ChatLine]:
+    """``messages`` as the playground shows them: personas with their configured avatars,
+    people with theirs (kept from the gateway), users with full privacy (or blacklisted)
+    without their words."""
+    book = NameBook()
+    accounts = {m.accountable_user_id for m in messages}
+    book.prefetch_users(accounts)
+    standing = chat_selectors.user_standing(user_ids=accounts)
+    persona_names = {m.author.persona_name for m in messages if m.author.persona_name}
+    avatars = dict(
+        Persona.objects.filter(name__in=persona_names)
+        .exclude(avatar_url="")
+        .values_list("name", "avatar_url")
+    )
+    by_id = {m.id: m for m in messages}
+    lines = []
+    for message in messages:
+        account = book.user(message.accountable_user_id)
+        hidden = account.hidden or message.accountable_user_id in standing.blacklisted
+        persona = message.author.persona_name
+        if persona:
+            author, avatar = persona, avatars.get(persona, "")
+        elif account.hidden:
+            author, avatar = account.text, ""
+        else:
+            author = message.shown_name
+            avatar = account.avatar_url if message.proxy is None else ""
+        lines.append(
+            ChatLine(
+                message_id=message.id,
+                author=author,
+                author_id=message.accountable_user_id,
+                avatar_url=avatar,
+                persona=persona is not None,
+                proxied_for=account.text if message.proxy is not None and not hidden else "",
+                hidden=hidden,
+                created_at=message.created_at,
+                text=None if hidden else message.content,
+                reply_to=_reply_label(message, by_id, book),
+                attachments=tuple(a.filename for a in message.attachments),
+            )
+        )
+    return lines
+
+
+def _reply_label(message: HistoryMessage, by_id: dict[int, HistoryMessage], book: NameBook) -> str:
+    if message.reference is None:
+        return ""
+    target = by_id.get(message.reference.message_id)
+    if target is None:
+        return "an earlier message"
+    if book.user(target.accountable_user_id).hidden:
+        return book.user(target.accountable_user_id).text
+    words = " ".join(target.content.split())
+    excerpt = words if len(words) <= 60 else words[:59].rstrip() + "…"
+    return f"{target.shown_name}: {excerpt}" if excerpt else target.shown_name

@@ -35,6 +35,7 @@ from chat.gateway.rest import (
 )
 from chat.llm.attempts import AttemptRunner, TurnCompletion
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.memory_recall import recalled_record
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.tokens import default_token_counter
@@ -44,8 +45,8 @@ from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DiscordPort
 from chat.selectors import ChannelConfiguration
 from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
+from chat.why import rule_label, verdict_sentence
 from chat.windows import WindowRegistry
-from dashboard.why import rule_label, verdict_sentence
 from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")
@@ -92,7 +93,8 @@ class PreviewResult:
         }
 
     def as_json(self) -> dict[str, Any]:
-        """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools."""
+        """DESIGN §3's preview JSON: request, items, tokens, cache_prefix_end, tools; and the
+        recalled long-term memories with their scores and why (`memory_recall.recalled_record`)."""
         context = self.prepared.context
         items = [
             {
@@ -118,6 +120,7 @@ class PreviewResult:
                 "warning": context.truncation.warning,
             },
             "window": window_report(self.prepared),
+            "recalled": recalled_record(self.prepared.recalled),
             "lorebook": context.lore.as_record(),
             "triggered_by": self.triggered_by,
             "decision": self.decision_json(),
@@ -176,7 +179,7 @@ async def preview_prepare(
     configuration, persona = await sync_to_async(preview_configuration)(
         channel_id=channel_id, persona_name=persona_name, now=now
     )
-    async with _preview_port() as port:
+    async with preview_port() as port:
         hypothetical = None
         if as_user_id is not None and text:
             guild_id = configuration.guild_id or 0
@@ -327,7 +330,7 @@ async def preview_runtime(
 
 
 @contextlib.asynccontextmanager
-async def _preview_port() -> AsyncIterator[RestDiscordAdapter]:
+async def preview_port() -> AsyncIterator[RestDiscordAdapter]:
     """The REST-only port, attributing messages as the worker does (its webhooks, the main
     personas); raises `DiscordUnavailable` without a Discord to read."""
     webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
@@ -368,7 +371,7 @@ async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage |
     """One message read from Discord over the REST port, attributed as the worker attributes
     it; None when there is no Discord to read (no token) or the message cannot be read."""
     try:
-        async with _preview_port() as port:
+        async with preview_port() as port:
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None

@@ -45,7 +45,12 @@ from dashboard.forms import (
     UserPrivacyForm,
 )
 from personas import cards
-from personas.config_schema import ConfigError, PersonaSpec
+from personas.config_schema import (
+    CONFIG_FILE_MAX_BYTES,
+    ConfigError,
+    PersonaSpec,
+    parse_config_bytes,
+)
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_changes, config_export, persona_names
 from personas.services import (
@@ -502,25 +507,17 @@ def config_import_view(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             upload = form.cleaned_data["file"]
             try:
-                data = json.loads(upload.read().decode("utf-8"))
-            except UnicodeDecodeError:
-                form.add_error("file", "The file is not UTF-8 text.")
-            except json.JSONDecodeError as error:
-                form.add_error(
-                    "file",
-                    f"The file is not valid JSON: {error.msg} at line {error.lineno}, "
-                    f"column {error.colno}.",
+                document = parse_config_bytes(
+                    upload.read(CONFIG_FILE_MAX_BYTES + 1), source=upload.name
                 )
+                report = config_import(
+                    data=document, prune=form.cleaned_data["prune"], actor=request.user
+                )
+            except ConfigError as error:
+                problems = error.problems
             else:
-                try:
-                    report = config_import(
-                        data=data, prune=form.cleaned_data["prune"], actor=request.user
-                    )
-                except ConfigError as error:
-                    problems = error.problems
-                else:
-                    summary = report.summary()
-                    status = 200
+                summary = report.summary()
+                status = 200
     return render(
         request,
         "dashboard/config_import.html",

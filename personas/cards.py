@@ -254,7 +254,7 @@ def _entry_reading(card_entry: dict[str, Any]) -> dict[str, Any]:
         match = _DECORATOR.match(line)
         assert match is not None
         name, value = match["name"], (match["value"] or "").strip()
-        if name == "depth" and value.isdigit():
+        if name == "depth" and value.isascii() and value.isdigit():
             reading["position"], reading["depth"] = "at_depth", min(100, int(value))
         elif name == "role" and value in ("system", "user", "assistant"):
             reading["role"] = value

@@ -107,6 +107,13 @@ class PrivacyLevel(models.TextChoices):
     FULL = "full", "Full (never shown to the model, previews or records)"
 
 
+class PrivacySource(models.TextChoices):
+    """Who set a user's privacy level last."""
+
+    ADMIN = "admin", "An admin"
+    USER = "user", "The user (/privacy)"
+
+
 class ChannelMode(models.TextChoices):
     REACTIVE = "reactive", "Reactive (trigger rules decide)"
     AUTONOMOUS = "autonomous", "Autonomous (the planner decides)"
@@ -413,8 +420,11 @@ class UserPrivacy(models.Model):
     """A Discord user's privacy level and blacklist flag.
 
     The level is the user's own and applies everywhere; ``full`` means the user never appears in
-    prompts, previews, turn records or memories. ``guild`` records which guild's configuration
-    set the row (so ``exportconfig`` can list it there); it is empty when set outside one.
+    prompts, previews, turn records or memories; ``partial``: seen in conversation, but nothing
+    about them is remembered or retrieved. ``guild`` records which guild's configuration set
+    the row (so ``exportconfig`` can list it there); it is empty when set outside one.
+    ``set_by`` says who set the level last (an admin, or the user with ``/privacy``), at
+    ``updated_at``.
     """
 
     user_id = models.PositiveBigIntegerField(unique=True)
@@ -424,6 +434,9 @@ class UserPrivacy(models.Model):
     blacklisted = models.BooleanField(default=False)
     guild = models.ForeignKey(
         GuildConfig, on_delete=models.SET_NULL, null=True, blank=True, related_name="users"
+    )
+    set_by = models.CharField(
+        max_length=8, choices=PrivacySource.choices, default=PrivacySource.ADMIN
     )
     updated_at = models.DateTimeField(auto_now=True)
 

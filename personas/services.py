@@ -26,27 +26,41 @@ from typing import TYPE_CHECKING, TypeVar
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connection, models, transaction
+from pydantic import BaseModel
 
 from botproject.events import CONTROL_GROUP, ConfigChanged, publish_on_commit
+from personas.config_fields import (
+    BLOCK_SETTINGS,
+    CHANNEL_SETTINGS,
+    GUILD_SETTINGS,
+    PERSONA_SETTINGS,
+    USER_SETTINGS,
+    Setting,
+    columns_from_spec,
+)
 from personas.config_schema import (
     DOCUMENT,
     BlockSpec,
     ChannelSpec,
     ConfigDocument,
     ConfigError,
-    ContextNoteSpec,
     GuildSpec,
-    LorebookSpec,
     PersonaSpec,
     UserSpec,
     parse_config_document,
 )
-from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+from personas.models import (
+    Block,
+    ChannelConfig,
+    GuildConfig,
+    Persona,
+    PrivacySource,
+    UserPrivacy,
+)
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
-_DEFAULT_NOTE = ContextNoteSpec()
 M = TypeVar("M", bound=models.Model)
 
 
@@ -259,29 +273,28 @@ def block_save(
             clash = clash.exclude(pk=block.pk)
         if clash.exists():
             raise ConfigError([("user_id", "this user already has that block for that persona")])
-        values = {
-            "persona": persona,
-            "user_id": int(spec.user_id),
-            "type": spec.type,
-            "reason": spec.reason,
-            "expires_at": spec.expires_at,
-        }
+        values = {"persona": persona, **columns_from_spec(BLOCK_SETTINGS, spec)}
         saved = _upsert(Block, report, existing=block, lookup={"guild": guild}, values=values)
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return saved
 
 
 def user_privacy_save(
-    *, guild: GuildConfig, spec: UserSpec, actor: AbstractBaseUser | None = None
+    *,
+    guild: GuildConfig,
+    spec: UserSpec,
+    actor: AbstractBaseUser | None = None,
+    set_by: PrivacySource = PrivacySource.ADMIN,
 ) -> UserPrivacy:
-    """Set a user's privacy level and blacklist flag (the row is the user's, by user id)."""
+    """Set a user's privacy level and blacklist flag (the row is the user's, by user id);
+    ``set_by`` records who set it (an admin, or the user with ``/privacy``)."""
     report = ImportReport()
     with transaction.atomic():
         row = _upsert(
             UserPrivacy,
             report,
             lookup={"user_id": int(spec.id)},
-            values=_user_values(guild, spec),
+            values={**_user_values(guild, spec), "set_by": set_by},
         )
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return row
@@ -330,71 +343,32 @@ def _log_change(
     )
 
 
+def _columns(settings: tuple[Setting, ...], spec: BaseModel, *, key: str) -> dict:
+    """The column values of ``spec`` by the row's declaration, less the ``key`` column the
+    caller looks the row up by."""
+    values = columns_from_spec(settings, spec)
+    del values[key]
+    return values
+
+
 def _guild_values(spec: GuildSpec) -> dict:
-    note = spec.context_note or _DEFAULT_NOTE
-    return {
-        "name": spec.name,
-        "timezone": spec.timezone,
-        "message_fetch_limit": spec.message_fetch_limit,
-        "context_note": note.text,
-        "context_note_depth": note.depth,
-        "lorebook": _lorebook_value(spec.lorebook),
-    }
-
-
-def _lorebook_value(book: LorebookSpec | None) -> dict | None:
-    """A lorebook as stored: the spec's fields, every default written out (None: no book)."""
-    return None if book is None else book.model_dump(mode="json")
+    return _columns(GUILD_SETTINGS, spec, key="guild_id")
 
 
 def _persona_values(spec: PersonaSpec) -> dict:
-    note = spec.context_note or _DEFAULT_NOTE
-    return {
-        "name": spec.name,
-        "is_main": spec.main,
-        "enabled": spec.enabled,
-        "avatar_url": spec.avatar_url or "",
-        "system_prompt": spec.system_prompt,
-        "triggers": list(spec.triggers),
-        "sample_dialogue": [s.model_dump() for s in spec.sample_dialogue],
-        "prefill": spec.prefill,
-        "context_note": note.text,
-        "context_note_depth": note.depth,
-        "deliberate_tool_mode": spec.deliberate_tool_mode,
-        "tools_enabled": spec.tools_enabled,
-        "stm_refresh_every": spec.short_term_memory.refresh_every,
-        "stm_depth": spec.short_term_memory.depth,
-        "force_lowercase": spec.force_lowercase,
-        "punctuation_splits": spec.punctuation_splits,
-        "delivery_mode": str(spec.delivery_mode),
-        "llm_model": spec.llm.model or "",
-        "fallback_models": list(spec.llm.fallback_models),
-        "temperature": spec.llm.temperature,
-        "max_output_tokens": spec.llm.max_output_tokens,
-        "context_window": spec.llm.context_window,
-        "llm_vision": spec.llm.vision,
-        "llm_prefill": spec.llm.prefill,
-        "llm_merge_same_role": spec.llm.merge_same_role,
-        "reasoning_in_think_tags": spec.llm.reasoning_in_think_tags,
-        "verbatim_tool_nudge": spec.llm.verbatim_tool_nudge,
-        "lorebook": _lorebook_value(spec.lorebook),
-    }
+    return columns_from_spec(PERSONA_SETTINGS, spec)
 
 
 def _channel_values(guild: GuildConfig, spec: ChannelSpec) -> dict:
-    note = spec.context_note or _DEFAULT_NOTE
-    return {
-        "guild": guild,
-        "mode": spec.mode,
-        "enabled": spec.enabled,
-        "message_fetch_limit": spec.message_fetch_limit,
-        "context_note": note.text,
-        "context_note_depth": note.depth,
-    }
+    return {"guild": guild, **_columns(CHANNEL_SETTINGS, spec, key="channel_id")}
 
 
 def _user_values(guild: GuildConfig, spec: UserSpec) -> dict:
-    return {"level": spec.privacy, "blacklisted": spec.blacklisted, "guild": guild}
+    return {
+        "guild": guild,
+        **_columns(USER_SETTINGS, spec, key="user_id"),
+        "set_by": PrivacySource.ADMIN,
+    }
 
 
 def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:
@@ -462,9 +436,10 @@ def _import_block(
 ) -> Block:
     persona = personas[spec.persona.casefold()] if spec.persona is not None else None
     lookup = {"guild": guild, "persona": persona, "user_id": int(spec.user_id), "type": spec.type}
-    return _upsert(
-        Block, report, lookup=lookup, values={"reason": spec.reason, "expires_at": spec.expires_at}
-    )
+    values = columns_from_spec(BLOCK_SETTINGS, spec)
+    for column in lookup:
+        values.pop(column, None)
+    return _upsert(Block, report, lookup=lookup, values=values)
 
 
 def _upsert(

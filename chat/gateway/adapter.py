@@ -422,12 +422,18 @@ class DiscordAdapter:
         reply_to: int | None,
         notice: str | None = None,
         nonce_seed: str | None = None,
+        as_notice: bool = False,
     ) -> list[Delivered]:
         pieces = split_reply(text)
         try:
             if speaker.is_main:
-                return await self._deliver_as_bot(channel_id, speaker, pieces, reply_to, nonce_seed)
-            return await self._deliver_by_webhook(channel_id, speaker, pieces, notice)
+                return await self._deliver_as_bot(
+                    channel_id, speaker, pieces, reply_to, nonce_seed, silent=as_notice
+                )
+            notices = [notice] if notice else []
+            if as_notice:
+                notices, pieces = notices + list(pieces), []
+            return await self._deliver_by_webhook(channel_id, speaker, pieces, notices)
         except discord.HTTPException as error:
             permanent = 400 <= error.status < 500 and error.status != 429
             raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
@@ -461,6 +467,8 @@ class DiscordAdapter:
         pieces: Sequence[str],
         reply_to: int | None,
         nonce_seed: str | None,
+        *,
+        silent: bool,
     ) -> list[Delivered]:
         channel = await self._channel(channel_id)
         delivered = []
@@ -475,21 +483,27 @@ class DiscordAdapter:
                 reference=reference,
                 allowed_mentions=NO_MENTIONS_BUT_USERS,
                 nonce=message_nonce(nonce_seed, index) if nonce_seed else None,
+                silent=silent,
             )
             self.recent.record(sent.id, speaker.name)
             delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))
         return delivered
 
     async def _deliver_by_webhook(
-        self, channel_id: int, speaker: Speaker, pieces: Sequence[str], notice: str | None
+        self,
+        channel_id: int,
+        speaker: Speaker,
+        pieces: Sequence[str],
+        notices: Sequence[str],
     ) -> list[Delivered]:
         # In a thread, the parent channel's webhook posts into the thread.
         channel = await self._channel(channel_id)
         thread = channel if isinstance(channel, discord.Thread) else None
         hooked_id = thread.parent_id if thread is not None else channel_id
         delivered = []
-        for piece in ([notice] if notice else []) + list(pieces):
-            sent = await self._webhook_send(hooked_id, speaker, piece, thread=thread)
+        sends = [(notice, True) for notice in notices] + [(piece, False) for piece in pieces]
+        for piece, silent in sends:
+            sent = await self._webhook_send(hooked_id, speaker, piece, thread=thread, silent=silent)
             self.recent.record(sent.id, speaker.name)
             delivered.append(
                 Delivered(
@@ -502,7 +516,13 @@ class DiscordAdapter:
         return delivered
 
     async def _webhook_send(
-        self, channel_id: int, speaker: Speaker, text: str, *, thread: discord.Thread | None
+        self,
+        channel_id: int,
+        speaker: Speaker,
+        text: str,
+        *,
+        thread: discord.Thread | None,
+        silent: bool = False,
     ):
         for attempt in range(2):
             webhook = await self._webhook(channel_id)
@@ -513,6 +533,7 @@ class DiscordAdapter:
                     avatar_url=speaker.avatar_url or discord.utils.MISSING,
                     allowed_mentions=NO_MENTIONS_BUT_USERS,
                     thread=thread or discord.utils.MISSING,
+                    silent=silent,
                     wait=True,
                 )
             except discord.NotFound as error:

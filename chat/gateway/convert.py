@@ -73,6 +73,9 @@ def convert_message(
         mention_ids=tuple(message.raw_mentions),
         reactions=tuple(Reaction(emoji=str(r.emoji), count=r.count) for r in message.reactions),
         proxy=proxy,
+        # Our notices are sent silent (`DiscordPort.deliver`); a silent message of anyone
+        # else's is an ordinary message.
+        is_notice=persona_name is not None and message.flags.suppress_notifications,
     )
 
 

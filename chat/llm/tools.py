@@ -12,6 +12,7 @@ tool                        dependency
 read_file                   ``attachments`` lookup and an ``AttachmentReader``
 reveal_message_metadata     a ``MessageMetadataLookup`` (``ref_N`` → author, time, refs)
 update_short_term_memory    a ``ShortTermMemoryWriter`` (at most one write per turn)
+remember                    a ``LongTermMemoryWriter`` (a guild's turn; at most three per turn)
 analyze_image               ``attachments`` lookup and a ``VisionModel`` (a vision model call)
 ==========================  =================================================================
 
@@ -27,7 +28,7 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import (
     BaseModel,
@@ -46,6 +47,8 @@ from chat.pipeline.tools import ToolName
 READ_FILE_LIMIT_BYTES = 16_384
 """Most bytes of one file ``read_file`` hands to the model (about 4,000 tokens)."""
 
+MAX_REMEMBERED_PER_TURN = 3
+"""Facts ``remember`` saves in one turn; further calls get an error result."""
 MAX_CALLS_PER_ROUND = 8
 """Calls run in one round; further calls of the same round get an error result, unrun."""
 
@@ -106,6 +109,28 @@ class UpdateShortTermMemoryArguments(_Arguments):
         return self
 
 
+class RememberArguments(_Arguments):
+    scope: Literal["user", "server"] = Field(
+        description=(
+            '"user": a fact about the person who wrote the message ref names, that they said '
+            'about themselves. "server": a fact the whole server shares.'
+        )
+    )
+    fact: str = Field(
+        min_length=1,
+        max_length=2000,
+        description=(
+            "The fact, short and in the third person, naming the person "
+            '(e.g. "Alice\'s cat is called Miso").'
+        ),
+    )
+    ref: str = Field(
+        pattern=r"^ref_\d+$",
+        description="The message (ref_N) in which it was said; for scope user, written by "
+        "the person the fact is about.",
+    )
+
+
 class AnalyzeImageArguments(_Arguments):
     media_id: str = Field(
         pattern=r"^media_\d+$",
@@ -156,6 +181,16 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             UpdateShortTermMemoryArguments,
         ),
         ToolSpec(
+            ToolName.REMEMBER,
+            "Save a durable fact to your long-term memory of this server, for later "
+            "conversations. Save only what a person said about themselves (their preferences, "
+            "life, plans: scope user, citing their own message) or the server's shared facts "
+            "(events, rules, traditions: scope server). Never save guesses, what someone said "
+            "about another person, or anything they asked you to keep to yourself. A fact you "
+            "already know is updated, not repeated.",
+            RememberArguments,
+        ),
+        ToolSpec(
             ToolName.ANALYZE_IMAGE,
             "Look at an image attached to a message in this conversation and answer a question "
             "about it.",
@@ -204,6 +239,15 @@ class MessageMetadataLookup(Protocol):
         ...
 
 
+class LongTermMemoryWriter(Protocol):
+    async def remember(self, *, scope: str, fact: str, ref: str) -> str:
+        """Keep ``fact`` (scope ``user``: about the author of the message ``ref``; ``server``:
+        the guild's); return ``added`` or ``updated`` (a near duplicate); raise ``ToolError``
+        when it may not be kept (the person is not in the conversation or chose privacy, the
+        memory is full, the fact is too long)."""
+        ...
+
+
 class ShortTermMemoryWriter(Protocol):
     async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         """Store ``summary`` and ``categories`` (either may be empty, not both) as the persona's
@@ -241,6 +285,7 @@ class ToolBox:
         attachment_reader: AttachmentReader | None = None,
         message_metadata: MessageMetadataLookup | None = None,
         short_term_memory: ShortTermMemoryWriter | None = None,
+        long_term_memory: LongTermMemoryWriter | None = None,
         vision: VisionModel | None = None,
         read_limit_bytes: int = READ_FILE_LIMIT_BYTES,
     ) -> None:
@@ -251,10 +296,13 @@ class ToolBox:
         self._vision = vision
         self._read_limit = read_limit_bytes
         self._memory_written = False
+        self._long_term = long_term_memory
+        self._remembered = 0
         configured = {
             ToolName.READ_FILE: attachment_reader is not None and attachments is not None,
             ToolName.REVEAL_MESSAGE_METADATA: message_metadata is not None,
             ToolName.UPDATE_SHORT_TERM_MEMORY: short_term_memory is not None,
+            ToolName.REMEMBER: long_term_memory is not None,
             ToolName.ANALYZE_IMAGE: vision is not None and attachments is not None,
         }
         self.offered: tuple[ToolName, ...] = tuple(
@@ -278,6 +326,7 @@ class ToolBox:
             ToolName.READ_FILE: self._read_file,
             ToolName.REVEAL_MESSAGE_METADATA: self._reveal_metadata,
             ToolName.UPDATE_SHORT_TERM_MEMORY: self._update_memory,
+            ToolName.REMEMBER: self._remember,
             ToolName.ANALYZE_IMAGE: self._analyze_image,
         }
         try:
@@ -339,6 +388,16 @@ class ToolBox:
         await self._memory.write(summary=arguments.summary, categories=arguments.categories)
         self._memory_written = True
         return _result(updated=True)
+
+    async def _remember(self, arguments: RememberArguments) -> ToolResult:
+        if self._remembered >= MAX_REMEMBERED_PER_TURN:
+            raise ToolError(f"at most {MAX_REMEMBERED_PER_TURN} facts are saved per reply")
+        assert self._long_term is not None
+        outcome = await self._long_term.remember(
+            scope=arguments.scope, fact=arguments.fact, ref=arguments.ref
+        )
+        self._remembered += 1
+        return _result(saved=outcome)
 
     async def _analyze_image(self, arguments: AnalyzeImageArguments) -> ToolResult:
         attachment = self._attachment(arguments.media_id)

@@ -4,6 +4,12 @@ Each unread message, oldest first, goes through the trigger rules (`chat.pipelin
 every trigger gets its own turn in arrival order, and the message leaves the pool once its turns
 are done, so a worker killed mid-burst answers the rest after a restart, and a turn that already
 replied is not run again.
+
+A turn is *queued* (seed 000's queued-reply guidance; an alter persona's "Replying to…" notice)
+only when its trigger waited: it arrived before the previous message's reply was delivered, or
+other messages stand between the trigger and the reply. A message posted after the previous
+reply appeared, with nothing after it, is answered as an ordinary turn even within a busy
+stretch; personas answering the same message are co-responders, never queued behind each other.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ class ReactiveLoop:
         (messages that arrive meanwhile are answered in the same stretch). The configuration
         is read anew for each batch of messages, so a change applies from the next batch."""
         channel_id = configuration.channel_id
-        answered_earlier = False  # a turn for an earlier message ran in this busy stretch
+        last_delivered_id: int | None = None  # the newest reply to an earlier message
         # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
         # the member's message, is.
         port = self._runtime.port
@@ -63,14 +69,19 @@ class ReactiveLoop:
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
             for plan in plans:
                 later = frozenset(i for i in trigger_ids if i > plan.message.id)
-                ran_for_this_message = False
+                queued = trigger_waited(
+                    plan.message.id,
+                    previous_reply_id=last_delivered_id,
+                    pending_ids=[m.id for m in pending],
+                )
+                delivered_ids: list[int] = []
                 for persona, trigger in plan.answers:
                     answered = await sync_to_async(turn_already_answered)(
                         trigger_id=plan.message.id, persona_id=persona.id
                     )
                     if answered:
                         continue
-                    await turn_run(
+                    turn = await turn_run(
                         runtime=self._runtime,
                         request=TurnRequest(
                             configuration=configuration,
@@ -78,15 +89,13 @@ class ReactiveLoop:
                             trigger=plan.message,
                             reason=trigger.reason,
                             reason_detail={"rule": str(trigger.reason), "detail": trigger.detail},
-                            # Queued: the message waited behind another message's turns.
-                            # Personas answering the same message are co-responders, not
-                            # queued behind each other.
-                            is_queued_turn=answered_earlier,
+                            is_queued_turn=queued,
                             later_queued_trigger_ids=later,
                         ),
                     )
-                    ran_for_this_message = True
-                answered_earlier = answered_earlier or ran_for_this_message
+                    delivered_ids += [int(i) for i in turn.delivered_message_ids]
+                if delivered_ids:
+                    last_delivered_id = max(delivered_ids)
                 await sync_to_async(ingress.unread_pool_take)(
                     channel_id=channel_id, up_to_message_id=plan.message.id
                 )
@@ -100,6 +109,16 @@ class ReactiveLoop:
                 logger.info("channel %s is no longer served; %d dropped", channel_id, len(taken))
                 return
             configuration = reread
+
+
+def trigger_waited(
+    message_id: int, *, previous_reply_id: int | None, pending_ids: list[int]
+) -> bool:
+    """Whether the turns answering ``message_id`` are queued turns: the message arrived before
+    the reply to an earlier message was delivered (snowflakes order by time), or other unread
+    messages came after it, so the reply will not sit right below it."""
+    arrived_before_reply = previous_reply_id is not None and message_id < previous_reply_id
+    return arrived_before_reply or any(i > message_id for i in pending_ids)
 
 
 def trigger_plans(

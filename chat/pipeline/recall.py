@@ -384,6 +384,21 @@ def window_people(
     return people
 
 
+def names_someone_else(fact: str, *, author: str, others: Iterable[str]) -> str | None:
+    """For a personal fact attributed to ``author``: the name of another person of the
+    conversation it names while not naming ``author`` (whole words, any case), or None. "Alice
+    hates the oboe" cited from Bob's message names Alice: it is not Bob's to tell."""
+    words = set(normalized_text(fact).split())
+
+    def named(name: str) -> bool:
+        parts = normalized_text(name).split()
+        return bool(parts) and all(part in words for part in parts)
+
+    if named(author):
+        return None
+    return next((name for name in others if name != author and named(name)), None)
+
+
 def recall_query(
     history: Sequence[HistoryMessage], *, trigger_id: int, hidden: frozenset[int], last: int = 2
 ) -> str:

@@ -154,7 +154,8 @@ def build_simplified_history(
     """Turn a window of messages into simplified history entries, registering compact ids.
 
     Steps, per message in order (privacy and blocks judge the accountable user: a proxy's host):
-        1. A hidden user's message is dropped without a trace.
+        1. A hidden user's message, and a notice this bot posted ("Replying to …", a failure
+           notice: nobody's line), is dropped without a trace.
         2. A blocked user's message joins a BLOCKED entry; a run of them becomes one entry.
         3. Any other message is rendered: its ``ref_N`` is registered, then its reply target's,
            then the ``media_N`` keys of its own, forwarded and carried attachments.
@@ -188,7 +189,7 @@ def build_simplified_history(
     renderer = _MessageRenderer(id_map, settings, {message.id: message for message in window})
     for message in window[start:]:
         user_id = message.accountable_user_id
-        if user_id in hidden_user_ids:
+        if user_id in hidden_user_ids or message.is_notice:
             continue
         blocked = user_id in blocked_user_ids
         entry = _blocked_entry(message) if blocked else renderer.render(message)

@@ -7,7 +7,9 @@ tool is offered only when the turn gives a reason:
 - media on the triggering entry — and only that entry, so older media never keeps a tool
   exposed: a text file → read_file, a non-emoji image → analyze_image, a GIF also
   process_gif, a YouTube link → process_youtube_video;
-- short-term memory maintenance being due → update_short_term_memory.
+- short-term memory maintenance being due → update_short_term_memory;
+- ``remember`` (long-term memory) on words that announce a fact worth keeping ("remember",
+  "my birthday", "i like" …); it needs a guild (configured per turn: never in a DM).
 
 Either way a tool needing an outside service is never offered until that service is configured.
 The catalogue names only tools the model access layer implements (`chat.llm.tools.TOOL_SPECS`)
@@ -33,6 +35,7 @@ class ToolName(StrEnum):
     READ_FILE = "read_file"
     REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
     UPDATE_SHORT_TERM_MEMORY = "update_short_term_memory"
+    REMEMBER = "remember"
     ANALYZE_IMAGE = "analyze_image"
     PROCESS_GIF = "process_gif"
     PROCESS_YOUTUBE_VIDEO = "process_youtube_video"
@@ -63,6 +66,24 @@ TOOL_CATALOGUE: tuple[ToolSpec, ...] = (
     ),
     ToolSpec(
         ToolName.UPDATE_SHORT_TERM_MEMORY, False, ("remember", "don't forget", "keep in mind")
+    ),
+    ToolSpec(
+        ToolName.REMEMBER,
+        True,
+        (
+            "remember",
+            "don't forget",
+            "keep in mind",
+            "note that",
+            "for the record",
+            "my name is",
+            "i like",
+            "i love",
+            "i hate",
+            "my birthday",
+            "i live",
+            "i work",
+        ),
     ),
     ToolSpec(ToolName.ANALYZE_IMAGE, True, ("image", "picture", "photo", "screenshot", "look at")),
     ToolSpec(ToolName.PROCESS_GIF, True, ("gif",)),

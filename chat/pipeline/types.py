@@ -222,6 +222,9 @@ class HistoryMessage:
     mention_ids: tuple[int, ...] = ()
     reactions: tuple[Reaction, ...] = ()
     proxy: ProxyIdentity | None = None
+    is_notice: bool = False
+    """A notice this bot posted ("Replying to …", a failure notice): the product talking, not
+    the persona it was sent as, so it is never shown as that persona's line."""
 
     @property
     def shown_name(self) -> str:

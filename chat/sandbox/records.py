@@ -90,6 +90,8 @@ class Message:
     """Unicode emoji -> ids of the users who reacted with it, in reaction order."""
     type: int | None = None
     """Discord's message type when it is not implied (21: a thread's starter message)."""
+    flags: int = 0
+    """Message flags the sender set (SUPPRESS_EMBEDS 1<<2, SUPPRESS_NOTIFICATIONS 1<<12)."""
 
 
 @dataclass(slots=True)

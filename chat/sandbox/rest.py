@@ -242,6 +242,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             tts=body.tts,
             nonce=body.nonce,
             enforce_nonce=body.enforce_nonce,
+            flags=body.flags,
         )
         return json_response(message)
 
@@ -413,6 +414,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             uploads=uploads,
             allowed_mentions=body.allowed_mentions,
             tts=body.tts,
+            flags=body.flags,
             thread_id=int(request.query["thread_id"]) if "thread_id" in request.query else None,
         )
         wait = request.query.get("wait", "false").lower() in ("1", "true")

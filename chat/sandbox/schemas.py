@@ -82,6 +82,7 @@ class MessageCreate(_Schema):
     allowed_mentions: AllowedMentions | None = None
     message_reference: MessageReference | None = None
     attachments: list[AttachmentRef] = []
+    flags: int = 0
 
 
 class MessageEdit(_Schema):
@@ -114,6 +115,7 @@ class WebhookExecute(_Schema):
     embeds: list[dict[str, Any]] = []
     allowed_mentions: AllowedMentions | None = None
     attachments: list[AttachmentRef] = []
+    flags: int = 0
 
 
 class HistoryQuery(_Schema):

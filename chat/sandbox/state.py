@@ -73,6 +73,7 @@ NONCE_WINDOW_SECONDS = 300.0
 """How long Discord dedupes an `enforce_nonce` send by the same author (a few minutes)."""
 MAX_EMBEDS = 10
 MAX_WEBHOOKS_PER_CHANNEL = 15
+SENDABLE_MESSAGE_FLAGS = (1 << 2) | (1 << 12)  # SUPPRESS_EMBEDS, SUPPRESS_NOTIFICATIONS
 ATTACHMENT_URL_LIFETIME = 86_400.0
 _ATTACHMENT_PATH = re.compile(r"/attachments/\d+/(?P<attachment_id>\d+)/")
 MESSAGE_TYPE_DEFAULT = 0
@@ -594,6 +595,7 @@ class Sandbox:
         nonce: int | str | None = None,
         enforce_nonce: bool = False,
         webhook: WebhookAuthor | None = None,
+        flags: int = 0,
     ) -> dict[str, Any]:
         """Post a message as user `author_id`, or as `webhook` (then `author_id` is its id).
 
@@ -601,6 +603,7 @@ class Sandbox:
         `fail_if_not_exists` is false, in which case the message is posted without it.
         With `enforce_nonce`, a `nonce` this author used in the last `NONCE_WINDOW_SECONDS`
         returns that earlier message instead of posting again (Discord's duplicate guard).
+        Only the flags a sender may set are kept (`SENDABLE_MESSAGE_FLAGS`).
         Dispatches MESSAGE_CREATE; returns the message payload.
         """
         channel = self._channel(channel_id)
@@ -636,6 +639,7 @@ class Sandbox:
             webhook=webhook,
             tts=tts,
             nonce=nonce,
+            flags=flags & SENDABLE_MESSAGE_FLAGS,
         )
         channel.messages[message_id] = message
         channel.last_message_id = message_id
@@ -867,6 +871,7 @@ class Sandbox:
         uploads: Sequence[Upload] = (),
         allowed_mentions: AllowedMentions | None = None,
         tts: bool = False,
+        flags: int = 0,
         thread_id: int | None = None,
     ) -> dict[str, Any]:
         """Post through a webhook, shown as `username`/`avatar_url` when given (else the
@@ -894,6 +899,7 @@ class Sandbox:
             allowed_mentions=allowed_mentions,
             tts=tts,
             webhook=author,
+            flags=flags,
         )
 
     def webhook_message_channel(self, webhook_id: int, token: str, message_id: int) -> int:
@@ -927,7 +933,7 @@ class Sandbox:
             "attachments": [self._attachment_payload(a) for a in message.attachments],
             "embeds": [dict(embed) for embed in message.embeds],
             "pinned": False,
-            "flags": 0,
+            "flags": message.flags,
             "components": [],
         }
         if message.reactions:

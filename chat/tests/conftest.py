@@ -110,6 +110,7 @@ class FakeDiscord:
         reply_to: int | None,
         notice: str | None = None,
         nonce_seed: str | None = None,
+        as_notice: bool = False,
     ) -> list[Delivered]:
         if self.refuse_delivery is not None:
             raise self.refuse_delivery

@@ -26,7 +26,7 @@ from chat.tests.e2e.conftest import DEMO_CONFIG, eventually
 from personas.models import Persona, UserPrivacy
 from personas.services import config_import
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERAL = DEMO_CHANNEL_IDS["general"]

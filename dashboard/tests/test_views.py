@@ -13,7 +13,9 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from botproject.events import CONTROL_GROUP
+from chat.command_services import privacy_set
 from chat.pipeline.tokens import default_token_counter
+from personas.config_schema import CONFIG_FILE_MAX_BYTES
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_export
 
@@ -377,16 +379,37 @@ def test_import_with_problems_lists_their_json_paths_and_changes_nothing(guild, 
     assert snapshot() == before
 
 
-def test_import_refuses_a_file_over_one_megabyte_and_broken_json(guild, admin_client):
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        pytest.param(b" " * (CONFIG_FILE_MAX_BYTES + 1), "is larger than 4,194,304", id="big"),
+        pytest.param(b"{nope", "is not valid JSON", id="broken"),
+        pytest.param(b"\xff\xfe{}", "is not UTF-8 text", id="utf-16"),
+        pytest.param(b"[" * 20, "is not valid JSON", id="unbalanced"),
+        pytest.param(b"[" * 200_000 + b"]" * 200_000, "nested too deeply", id="deep"),
+        pytest.param(b'{"version": 1, "guilds": [' + b"9" * 5000 + b"]}", "too large", id="int"),
+    ],
+)
+def test_the_upload_reads_files_as_importconfig_does(guild, admin_client, raw, words):
     before = snapshot()
-    big = admin_client.post(
-        reverse("dashboard:config_import"), {"file": _upload(b" " * (1024 * 1024 + 1))}
-    )
-    assert big.status_code == 400
-    assert "the limit is 1,048,576 (1 MB)" in big.content.decode()
-    broken = admin_client.post(reverse("dashboard:config_import"), {"file": _upload(b"{nope")})
-    assert "The file is not valid JSON" in broken.content.decode()
+
+    response = admin_client.post(reverse("dashboard:config_import"), {"file": _upload(raw)})
+
+    assert response.status_code == 400
+    assert "nothing was changed" in response.content.decode()
+    assert words in response.content.decode()
     assert snapshot() == before
+
+
+def test_the_upload_accepts_a_byte_order_mark(guild, admin_client):
+    document = config_export()
+    document["guilds"][0]["name"] = "Renamed"
+    raw = "\ufeff".encode() + json.dumps(document).encode()
+
+    response = admin_client.post(reverse("dashboard:config_import"), {"file": _upload(raw)})
+
+    assert response.status_code == 200
+    assert GuildConfig.objects.get(guild_id=guild.guild_id).name == "Renamed"
 
 
 def test_the_persona_page_says_what_user_in_a_system_prompt_costs(guild, admin_client):
@@ -395,3 +418,19 @@ def test_the_persona_page_says_what_user_in_a_system_prompt_costs(guild, admin_c
     page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, tomori.pk]))
 
     assert "cannot reuse its cached prompt" in page.content.decode()
+
+
+def test_the_user_privacy_screen_says_who_set_each_level(guild, admin_client):
+    url = reverse("dashboard:user_list", args=[guild.guild_id])
+    admin_client.post(url, {"user_id": "1300000000000000050", "privacy": "partial"})
+    privacy_set(guild_id=guild.guild_id, user_id=1300000000000000051, level="full")
+
+    page = admin_client.get(url).content.decode()
+
+    assert UserPrivacy.objects.get(user_id=1300000000000000050).set_by == "admin"
+    assert UserPrivacy.objects.get(user_id=1300000000000000051).set_by == "user"
+    assert "An admin, " in page.split('data-id="1300000000000000050"', 1)[1].split("</tr>")[0]
+    assert (
+        "The user (/privacy), "
+        in page.split('data-id="1300000000000000051"', 1)[1].split("</tr>")[0]
+    )

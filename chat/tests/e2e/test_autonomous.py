@@ -12,7 +12,7 @@ from chat.loop.autonomous import MAX_LOOP_ITERATIONS
 from chat.models import Turn
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def action(**fields) -> Reply:

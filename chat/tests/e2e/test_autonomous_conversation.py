@@ -18,7 +18,7 @@ from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 from personas.models import Block, GuildConfig, UserPrivacy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 RAW_ID = re.compile(r"\d{15,}")
 CAROL = DEMO_USER_IDS["carol"]

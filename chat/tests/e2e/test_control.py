@@ -11,7 +11,7 @@ from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import DEMO_CONFIG, eventually
 from personas.services import config_import
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 async def test_an_imported_change_reaches_the_running_worker(world):

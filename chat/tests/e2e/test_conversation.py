@@ -11,7 +11,7 @@ from chat.pipeline.items import ItemTag
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from personas.models import ChannelConfig
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 LIMIT = 20
 STRIDE = 6  # floor(0.3 × 20), even

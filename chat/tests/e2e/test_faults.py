@@ -11,7 +11,7 @@ from chat.models import Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, GENERAL, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def turn_statuses() -> list[str]:

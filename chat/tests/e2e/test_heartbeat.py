@@ -10,7 +10,7 @@ from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import eventually
 from chat.worker import HEARTBEAT_SECONDS
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def _beat_with_latency() -> WorkerHeartbeat | None:

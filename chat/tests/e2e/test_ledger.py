@@ -18,7 +18,7 @@ from chat.sandbox.demo import DEMO_CHANNEL_IDS
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from personas.models import ChannelConfig
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 HISTORY_READ = ("GET", "/channels/{channel_id}/messages")
 POETRY = DEMO_CHANNEL_IDS["poetry"]

@@ -11,7 +11,7 @@ from botproject.events import channel_group
 from chat.models import Turn
 from chat.tests.e2e.conftest import GENERAL, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):

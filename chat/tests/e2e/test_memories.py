@@ -4,9 +4,12 @@ the conversation; never when they are not; privacy forgets it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from asgiref.sync import sync_to_async
 
+from chat.llm.fake_server import Reply
 from chat.memory_store import MemoryScope, memory_add
 from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
@@ -16,7 +19,7 @@ from personas.config_schema import UserSpec
 from personas.models import GuildConfig
 from personas.services import user_privacy_save
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 POETRY = DEMO_CHANNEL_IDS["poetry"]
 FACT = "Alice's cat is called Miso and loves tuna"
@@ -99,3 +102,44 @@ async def test_choosing_privacy_forgets_what_was_kept(world, level):
     world.say("tomori, what is my cat called again?", author=BOB, channel_id=GENERAL)
     bodies = await _answered(world, 2)
     assert "Miso" not in str(bodies[1])
+
+
+def _tool_results(body: dict) -> list[dict]:
+    return [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+
+async def test_a_fact_saved_with_the_remember_tool_reaches_a_later_prompt(world):
+    fact = {"scope": "user", "fact": "Alice plays the oboe in an orchestra", "ref": "ref_1"}
+    world.llm.enqueue(Reply.calling("remember", fact), Reply("Noted!"))
+    await world.start_worker()
+
+    world.say("tomori, remember that I play the oboe in an orchestra", author=ALICE)
+    bodies = await _answered(world, 2)
+
+    assert "remember" in [tool["function"]["name"] for tool in bodies[0]["tools"]]
+    assert _tool_results(bodies[1]) == [{"saved": "added"}]
+    [memory] = await sync_to_async(list)(Memory.objects.all())
+    [turn] = await sync_to_async(_turns)()
+    assert (memory.user_id, memory.source, memory.turn_id) == (ALICE, "tool", turn.id)
+    assert memory.text == fact["fact"] and memory.subject_name == "Alice"
+
+    world.say("anon, which instrument do I play in the orchestra?", author=ALICE)
+    bodies = await _answered(world, 3)
+    assert "- About Alice: Alice plays the oboe in an orchestra" in _memory_items(bodies[2])[0]
+
+
+async def test_the_remember_tool_keeps_nothing_about_someone_who_did_not_say_it(world):
+    world.say("hi all", author=ALICE)
+    about_alice = {"scope": "user", "fact": "Alice hates the oboe", "ref": "ref_2"}
+    world.llm.enqueue(Reply.calling("remember", about_alice), Reply("Hm."))
+    await world.start_worker()
+
+    world.say("tomori, remember: alice hates the oboe", author=BOB)
+    bodies = await _answered(world, 2)
+
+    [result] = _tool_results(bodies[1])
+    assert result == {
+        "error": "the fact names Alice, but ref_2 is Bob's: save only what people say about "
+        "themselves, citing their own message"
+    }
+    assert await sync_to_async(Memory.objects.count)() == 0

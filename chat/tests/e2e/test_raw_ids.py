@@ -16,7 +16,7 @@ from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import GENERAL, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 SNOWFLAKE_TEXT = "123456789012345678"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -11,7 +13,7 @@ from chat.models import MessageIndex, Turn
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import BOB, DEMO_BOT_ID, GENERAL, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def turns(**filters) -> list[Turn]:
@@ -127,16 +129,45 @@ def turns_list() -> list[Turn]:
 
 
 async def test_a_queued_webhook_turn_sends_a_replying_to_notice_first(world):
+    world.llm.enqueue(Fault(FaultKind.TIMEOUT, delay=0.5))  # the first answer comes slowly
     await world.start_worker()
     world.say("anon, first")
-    world.say("anon, second", author=BOB)
+    await eventually(lambda: world.llm.chat_bodies)
+    world.say("anon, second", author=BOB)  # waits for the first reply: a queued turn
 
     await eventually(lambda: len(world.bot_messages(GENERAL)) == 3)
-    await world.settle()
+    await world.drained()
 
     contents = [m["content"] for m in world.bot_messages(GENERAL)]
     assert contents[1] == "Replying to Bob…"
+    assert len(contents) == 3  # the first reply came right below its trigger: no notice
     assert all(m["author"]["username"] == "Anon" for m in world.bot_messages(GENERAL))
+
+
+async def test_a_message_posted_as_the_previous_reply_appears_gets_no_notice(world):
+    """The ordinary conversation: the next message comes the moment the reply is there, in the
+    same busy stretch; it did not wait, so its alter reply needs no "Replying to" notice."""
+    loop = asyncio.get_running_loop()
+    posted = []
+
+    def answer_the_reply(event) -> None:
+        author = event.data.get("author", {}) if event.name == "MESSAGE_CREATE" else {}
+        if int(author.get("id", 0)) == DEMO_BOT_ID and not posted:
+            posted.append(True)
+            loop.call_soon(world.say, "anon, hi")
+
+    world.sandbox.sandbox.subscribe(answer_the_reply)
+    await world.start_worker()
+    world.say("tomori, hello")
+
+    await eventually(lambda: len(world.bot_messages(GENERAL)) >= 2)
+    await world.drained()
+
+    contents = [m["content"] for m in world.bot_messages(GENERAL)]
+    assert len(contents) == 2 and not any(c.startswith("Replying to") for c in contents)
+    anon_turn = (await sync_to_async(turns)())[-1]
+    assert anon_turn.persona_name == "Anon"
+    assert "earlier message" not in str(anon_turn.request["messages"])
 
 
 async def test_a_deleted_persona_webhook_is_recreated(world):

@@ -20,7 +20,7 @@ from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from chat.tests.e2e.tcp_proxy import CuttableProxy
 from personas.models import Persona
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[3]
 BURST = 6
@@ -212,9 +212,7 @@ async def test_messages_posted_while_the_worker_was_down_are_answered_once(world
     assert replies_by_trigger(world) == dict.fromkeys([before, *missed, sentinel], 1)
 
 
-@pytest.mark.skipif(
-    connection.vendor != "postgresql", reason="the outage is cut between the worker and PostgreSQL"
-)
+@pytest.mark.postgres_only(reason="the outage is cut between the worker and a database server")
 async def test_a_database_outage_during_a_burst_loses_and_repeats_nothing(world, tmp_path):
     db = connection.settings_dict
     host = db["HOST"] or "127.0.0.1"

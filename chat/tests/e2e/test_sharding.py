@@ -7,7 +7,7 @@ import pytest
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import GENERAL, eventually
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 DEMO_SHARD = (DEMO_GUILD_ID >> 22) % 2
 

@@ -10,7 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from chat.llm.fake_server import Reply
+from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import MessageIndex, Turn
 from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
@@ -18,7 +18,7 @@ from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
 from personas.models import Block, GuildConfig, Persona, UserPrivacy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 
@@ -424,3 +424,36 @@ async def test_a_long_threads_prompt_still_starts_from_the_message_it_was_starte
     )
     # Its image comes along (within the media window: the window holds at most 20 messages).
     assert [p["image_url"]["url"] for p in _image_parts(body)] == [starter["attachments"][0]["url"]]
+
+
+async def test_notices_are_never_shown_as_the_personas_own_lines_even_after_a_restart(world):
+    world.llm.enqueue(
+        Fault(FaultKind.TIMEOUT, delay=0.5),  # Anon's first answer is slow …
+        Reply("Anon: hi bob"),  # … so Bob's message waited: "Replying to Bob…" first
+        Fault(FaultKind.HTTP_ERROR, status=401),  # a failure notice for Tomori
+    )
+    await world.start_worker()
+    world.say("anon, hi")
+    await eventually(lambda: world.llm.chat_bodies)
+    world.say("anon, hi", author=BOB)
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 3)
+    world.say("tomori, hello?")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 4)
+    await world.drained()
+    notices = [world.bot_messages(GENERAL)[i]["content"] for i in (1, 3)]
+    assert notices[0] == "Replying to Bob…" and "could not answer" in notices[1]
+    assert all(world.bot_messages(GENERAL)[i]["flags"] & (1 << 12) for i in (1, 3))
+
+    world.say("anon, what did you say?")  # the window kept by the running worker
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 5)
+    await world.drained()
+    await world.stop_worker()
+    await world.start_worker()  # the window read again over REST
+    world.say("anon, and now?", author=BOB)
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 6)
+    await world.drained()
+
+    for body in world.llm.chat_bodies[-2:]:
+        assert "hi bob" in _prompt_text(body)
+        assert "Replying to" not in _prompt_text(body)
+        assert "could not answer" not in _prompt_text(body)

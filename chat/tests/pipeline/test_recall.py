@@ -17,6 +17,7 @@ from chat.pipeline.recall import (
     build_memory_index,
     keyword_scores,
     memory_line,
+    names_someone_else,
     near_duplicate,
     recall,
     terms,
@@ -152,3 +153,18 @@ def test_recalled_memories_follow_the_dialogue_and_leave_the_cacheable_prefix_al
         recalled.items[: recalled.cacheable_prefix_end]
         == without.items[: without.cacheable_prefix_end]
     )
+
+
+@pytest.mark.parametrize(
+    ("fact", "author", "expected"),
+    [
+        ("Alice hates the oboe", "Bob", "Alice"),
+        ("Bob says Alice hates the oboe", "Bob", None),
+        ("plays the oboe", "Bob", None),
+        ("Mary Jane likes tea", "Bob", "Mary Jane"),
+        ("Mary likes tea", "Bob", None),  # "Mary Jane" is not named by "Mary" alone
+    ],
+)
+def test_a_personal_fact_naming_someone_else_is_found(fact, author, expected):
+    others = ["Alice", "Bob", "Mary Jane", "Tomori"]
+    assert names_someone_else(fact, author=author, others=others) == expected

@@ -490,3 +490,16 @@ def test_merging_never_crosses_media(messages):
             assert not any(m.attachments or m.stickers or m.reference for m in merged)
             assert not (entry.images or entry.documents)
             assert len({m.created_at.astimezone(TOKYO).date() for m in merged}) == 1
+
+
+def test_a_notice_the_bot_posted_is_nobodys_line() -> None:
+    history = simplify(
+        [
+            message(1, "anon, hi"),
+            message(2, "Replying to Alice…", author=TOMORI, is_notice=True),
+            message(3, "hi alice", author=TOMORI),
+        ]
+    )
+
+    assert [entry.prose for entry in history.entries] == ["anon, hi", "hi alice"]
+    assert history.id_map.message_key(sf(2)) is None

@@ -20,7 +20,7 @@ from dashboard.access import MODERATORS_GROUP
 from personas.models import Persona
 from personas.services import config_import
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "a long browser-test password"
 PROMPT_START = "You are Mutsumi, a quiet guitarist"

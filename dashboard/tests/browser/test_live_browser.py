@@ -24,9 +24,9 @@ from botproject.events import UnreadCount, channel_group
 from chat.models import Turn, UnreadEvent
 from chat.tests.e2e.conftest import ALICE, GENERAL, eventually
 from dashboard.tests.browser.conftest import running_daphne
-from dashboard.tests.browser.test_dashboard_browser import _create_user, log_in
+from dashboard.tests.browser.test_dashboard_browser import PASSWORD, _create_user, log_in
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 # Counts the websocket extension's opened sockets (registered before any page script runs).
 COUNT_SOCKETS = """
@@ -69,6 +69,11 @@ async def test_a_moderator_watches_a_channel_previews_a_message_and_replays_the_
     await expect(page.locator("#channel-turns")).to_contain_text("You said:")
     await expect(page.locator("#loop-state")).to_have_attribute("data-state", "idle")
     assert await page.evaluate("window.__sameDocument === true")
+    # Names, not numbers; the latest turns fit their card.
+    await expect(page.locator("h1 .name.channel")).to_have_text("#general")
+    card = await page.locator("#channel-turns").bounding_box()
+    table = await page.locator("#channel-turns table").bounding_box()
+    assert table["x"] + table["width"] <= card["x"] + card["width"]
     await page.screenshot(path=screenshots / "channel.png", full_page=True)
 
     # The preview: "as alice: hello tomori" shows the request that message would make.
@@ -127,14 +132,54 @@ async def test_an_admin_types_in_the_playground_and_watches_the_reply_arrive(
     await page.add_init_script(COUNT_SOCKETS)
     await page.goto(f"{live_site}/playground/?channel={GENERAL}")
     await eventually(lambda: _sockets_opened(page))
+    await page.evaluate("window.__sameDocument = true")
+    chat = page.locator("#playground-chat")
+    await expect(chat.locator("h2")).to_have_text("#general")
     await page.select_option("#id_author", str(ALICE))
     await page.fill("#id_content", "anon, sing something!")
     await page.click("#say-form button[type=submit]")
     await expect(page.locator("#say-status")).to_contain_text("sent")
+    await expect(page.locator("#id_content")).to_have_value("")
+    # The message, then the alter persona's reply under its own name, as they happen; the
+    # newest message is the lowest one on screen.
+    newest = chat.locator(".chat-message").first
+    await expect(chat.locator(".chat-message:not(.persona) .chat-author")).to_have_text(["Alice"])
+    await expect(newest.locator(".chat-author")).to_have_text("Anon")
+    await expect(newest.locator(".pill")).to_have_text("persona")
+    await expect(newest.locator("time")).to_have_text(re.compile(r"^\d\d:\d\d$"))
+    await expect(chat.locator(".chat-message:not(.persona) .chat-text")).to_have_text(
+        ["anon, sing something!"]
+    )
     await expect(page.locator("#window")).to_contain_text("anon, sing something!")
     await expect(page.locator("#channel-turns")).to_contain_text("Anon")
     await expect(page.locator("#channel-turns")).to_contain_text("You said:")
+    assert await page.evaluate("window.__sameDocument === true")
+    boxes = [await page.locator(s).bounding_box() for s in ("#playground-chat", "#window")]
+    assert boxes[0]["x"] + boxes[0]["width"] <= boxes[1]["x"]  # the chat beside the window
     await page.screenshot(path=screenshots / "playground.png", full_page=True)
+
+
+async def test_the_playground_sends_without_javascript(world, live_site, browser):
+    await sync_to_async(_create_user)("ada", staff=True)
+    await world.start_worker()
+    context = await browser.new_context(java_script_enabled=False)
+    page = await context.new_page()
+    await page.goto(f"{live_site}/accounts/login/")
+    await page.fill("#id_username", "ada")
+    await page.fill("#id_password", PASSWORD)
+    await page.click("button[type=submit]")
+    await page.goto(f"{live_site}/playground/?channel={GENERAL}")
+    await page.select_option("#id_author", str(ALICE))
+    await page.fill("#id_content", "tomori, no scripts here")
+    await page.click("#say-form button[type=submit]")
+
+    await expect(page).to_have_url(re.compile(r"/playground/\?channel=\d+&as=\d+#playground-chat$"))
+    chat = page.locator("#playground-chat")
+    await expect(chat).to_contain_text("tomori, no scripts here")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await page.reload()
+    await expect(chat.locator(".chat-message").first.locator(".chat-author")).to_have_text("Tomori")
+    await context.close()
 
 
 # -- a Redis restart ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 from personas.models import UserPrivacy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 CAROL = DEMO_USER_IDS["carol"]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32

@@ -4,7 +4,6 @@ routing) and the real Redis channel layer: who may connect, and what each event 
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -141,30 +140,25 @@ async def test_an_admin_watches_the_overview_follow_worker_pulses(guild_async):
     await socket.disconnect()
 
 
-async def test_a_new_message_reaches_the_channel_page_within_200_ms(dashboard_on_world):
-    """From the sandbox's MESSAGE_CREATE to the pushed unread-pool fragment holding it."""
+@pytest.mark.e2e
+async def test_a_new_message_reaches_the_channel_page(dashboard_on_world):
+    """From the sandbox's MESSAGE_CREATE to the pushed unread-pool fragment holding it (how
+    fast: `benchmarks.live_push`, goal 200 ms)."""
     world = dashboard_on_world
     await world.start_worker()
     session = await sync_to_async(_session_cookie)("mo", moderator=True)
     socket = _socket(f"/ws/channels/{GENERAL}/", session)
     assert (await socket.connect())[0]
     await socket.receive_from(timeout=RECEIVE)  # the page as it is now
-    # Warm up once (first queries, first layer connection), then measure.
-    world.say("warming up, nobody answers this")
-    await _receive_until(socket, "warming up, nobody answers this")
-    await world.drained()
-    timings = []
     for n in range(3):
-        text = f"measured message {n}"
-        started = time.perf_counter()
+        text = f"new message {n}"
         world.say(text, author=ALICE)
         await _receive_until(socket, text)
-        timings.append((time.perf_counter() - started) * 1000)
         await world.drained()
-    assert max(timings) < 200, timings
     await socket.disconnect()
 
 
+@pytest.mark.e2e
 async def test_the_window_appears_while_the_model_is_still_answering(dashboard_on_world):
     world = dashboard_on_world
     world.llm.enqueue(Fault(FaultKind.TIMEOUT, delay=1.0))  # the first attempt hangs a second

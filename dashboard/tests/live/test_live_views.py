@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from chat.command_services import channel_reset
 from chat.models import EventQueue, Turn, UnreadEvent, WorkerHeartbeat
 from dashboard.selectors import TurnFilters, turns_filtered
 from personas.models import UserPrivacy
@@ -152,7 +153,10 @@ def test_the_channel_page_shows_the_window_the_pool_and_never_a_hidden_users_wor
     assert f'ws-connect="/ws/channels/{CHANNEL}/"' in html
     assert "<code>ref_1</code><code>ref_2</code>" in html
     assert "2 merged" in html
-    assert "anchor <code>1400000000000000009</code>" in html
+    assert (
+        'starts at <span class="anchor" title="anchor: message id 1400000000000000009">'
+        "ref_1 (Alice)</span>"
+    ) in html
     assert "full privacy or blacklisted: never shown" in html
     assert "anyone there?" in html
     assert "my private words" not in html and "Secret" not in html
@@ -238,3 +242,20 @@ def test_the_preview_without_discord_says_why(moderator_client, settings, record
     response = moderator_client.get(f"/channels/{CHANNEL}/preview/?persona=Tomori&format=json")
     assert response.status_code == 400
     assert response.json() == {"error": "DISCORD_TOKEN is not set: there is no Discord to read"}
+
+
+def test_the_channel_page_shows_the_reset_marker(admin_client, recorded):
+    url = f"/channels/{CHANNEL}/"
+    assert 'id="reset-marker"' not in admin_client.get(url).content.decode()
+    channel_reset(
+        guild_id=GUILD,
+        channel_id=CHANNEL,
+        user_id=ALICE,
+        marker_id=1400000000000000099,
+        permissions=1 << 13,
+    )
+
+    page = admin_client.get(url).content.decode()
+
+    assert 'id="reset-marker"' in page
+    assert f"by user <code>{ALICE}</code>" in page and "<code>1400000000000000099</code>" in page

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
+from chat.memory_store import MemoryScope, memory_add
 from chat.models import ChannelWindowAnchor, Turn
+from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 from personas.models import Persona
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def _third_reply() -> Turn | None:
@@ -100,3 +102,36 @@ async def test_the_preview_shows_sections_budget_truncation_and_the_cache_bounda
     ).content.decode()
     assert 'id="truncation-cut"' in html and "cacheable prefix ends here" in html
     assert 'class="budget-fill"' in html and "of 540 tokens" in html
+
+
+def _remember_alices_cat() -> None:
+    memory_add(
+        scope=MemoryScope.personal(DEMO_GUILD_ID, ALICE, name="Alice"),
+        text="Alice's cat is called Miso",
+        source="admin",
+    )
+
+
+async def test_the_preview_and_the_turn_show_the_same_recalled_memories_with_scores(
+    dashboard_on_world,
+):
+    world = dashboard_on_world
+    await sync_to_async(_remember_alices_cat)()
+    await world.start_worker()
+    client = await sync_to_async(make_client)("mo", moderator=True)
+
+    preview = await _preview(
+        client, persona="Tomori", **{"as": str(ALICE)}, text="tomori, what is my cat called?"
+    )
+    [recalled] = preview["recalled"]
+    assert recalled["line"] == "About Alice: Alice's cat is called Miso"
+    assert recalled["score"] >= 0.3 and "who is in the window" in recalled["why"]
+
+    world.say("tomori, what is my cat called?", author=ALICE)
+    turn = await eventually(
+        sync_to_async(lambda: Turn.objects.filter(status=Turn.Status.REPLIED).first())
+    )
+    assert world.llm.chat_bodies[-1]["messages"] == preview["request"]["messages"]
+    assert turn.recalled == preview["recalled"]
+    page = await sync_to_async(client.get)(f"/turns/{turn.id}/")
+    assert "About Alice: Alice&#x27;s cat is called Miso" in page.content.decode()

@@ -12,7 +12,7 @@ from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 from personas.models import Block, Persona, UserPrivacy
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 CAROL = DEMO_USER_IDS["carol"]
 PERSONAS = ("Tomori", "Anon")

@@ -12,7 +12,7 @@ from chat.models import EventQueue, PlannerStep, Turn
 from chat.tests.e2e.conftest import AUTONOMOUS, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
 def _action(**fields) -> Reply:

@@ -1,0 +1,71 @@
+"""A lorebook is edited with its persona or guild (as JSON), checked by the import's rules, and
+kept when the rest of the page is saved."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from dashboard.tests.test_views import persona_post
+from personas.models import Persona
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BOOK = {"entries": [{"keys": ["drums"], "content": "Rikki's kit is red."}]}
+
+
+def test_a_persona_is_saved_with_its_lorebook_and_keeps_it(guild, admin_client):
+    admin_client.post(
+        reverse("dashboard:persona_new", args=[guild.guild_id]),
+        persona_post(lorebook=json.dumps(BOOK)),
+    )
+    rikki = Persona.objects.get(name="Rikki")
+    assert rikki.lorebook["entries"][0]["content"] == "Rikki's kit is red."
+    page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, rikki.pk]))
+    shown = page.context["form"]["lorebook"].value()
+    admin_client.post(
+        reverse("dashboard:persona", args=[guild.guild_id, rikki.pk]),
+        persona_post(
+            system_prompt="Changed.",
+            lorebook=page.context["form"].fields["lorebook"].prepare_value(shown),
+        ),
+    )
+    rikki.refresh_from_db()
+    assert rikki.system_prompt == "Changed."
+    assert rikki.lorebook["entries"][0]["keys"] == ["drums"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{not json", "is not valid JSON"),
+        (json.dumps({"entries": [{"keys": ["/(/"]}]}), "lorebook.entries[0].keys[0]"),
+    ],
+)
+def test_a_bad_lorebook_is_refused_inline(guild, admin_client, text, message):
+    response = admin_client.post(
+        reverse("dashboard:persona_new", args=[guild.guild_id]), persona_post(lorebook=text)
+    )
+    assert response.status_code == 400
+    assert message in " ".join(response.context["form"].errors["lorebook"])
+    assert not Persona.objects.filter(name="Rikki").exists()
+
+
+def test_the_guild_lorebook_is_saved_from_the_guild_page(guild, admin_client):
+    url = reverse("dashboard:guild", args=[guild.guild_id])
+    admin_client.post(
+        url,
+        {
+            "guild_id": str(guild.guild_id),
+            "name": guild.name,
+            "timezone": "UTC",
+            "message_fetch_limit": "80",
+            "note_text": "",
+            "note_depth": "4",
+            "lorebook": json.dumps(BOOK),
+        },
+    )
+    guild.refresh_from_db()
+    assert guild.lorebook["entries"][0]["keys"] == ["drums"]
