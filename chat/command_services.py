@@ -42,7 +42,8 @@ from chat.models import ChannelResetMarker, EventQueue, Memory, ShortTermMemory,
 from chat.pipeline.memory import SUMMARY_TTL
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
-from chat.services import TurnRequest, TurnRuntime, turn_prepare
+from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turns import turn_prepare
 from chat.why import MessageFetch, why_message
 from personas.config_schema import UserSpec
 from personas.models import BlockType, GuildConfig, PrivacySource, UserPrivacy

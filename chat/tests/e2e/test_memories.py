@@ -20,7 +20,7 @@ from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.tokens import default_token_counter
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
-from chat.services import TurnRuntime
+from chat.services.turn_request import TurnRuntime
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from chat.windows import WindowRegistry
 from personas.config_schema import UserSpec
