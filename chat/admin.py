@@ -4,7 +4,10 @@ from django.contrib import admin
 
 from chat.models import (
     ChannelWindowAnchor,
+    DiscordName,
+    Document,
     EventQueue,
+    Memory,
     MessageIndex,
     PlannerStep,
     ShortTermMemory,
@@ -65,3 +68,31 @@ class ShortTermMemoryAdmin(admin.ModelAdmin):
 @admin.register(ChannelWindowAnchor)
 class ChannelWindowAnchorAdmin(admin.ModelAdmin):
     list_display = ("channel_id", "anchor_message_id", "limit", "updated_at")
+
+
+@admin.register(Memory)
+class MemoryAdmin(admin.ModelAdmin):
+    """Read-only here: writes go through `chat.services.memory_store` (bounds, privacy,
+    vectors), which the dashboard's memories screen uses."""
+
+    list_display = ("guild_id", "kind", "user_id", "persona", "text", "source", "updated_at")
+    list_filter = ("kind", "source")
+    search_fields = ("text", "user_id", "subject_name")
+    readonly_fields = [field.name for field in Memory._meta.fields]
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    list_display = ("guild_id", "name", "content_type", "status", "chunks_done", "chunks_total")
+    list_filter = ("status", "content_type")
+    readonly_fields = [field.name for field in Document._meta.fields]
+
+
+@admin.register(DiscordName)
+class DiscordNameAdmin(admin.ModelAdmin):
+    """The names kept from the gateway, read-only: the worker writes them."""
+
+    list_display = ("kind", "name", "discord_id", "guild_id", "updated_at")
+    list_filter = ("kind",)
+    search_fields = ("name", "discord_id")
+    readonly_fields = [field.name for field in DiscordName._meta.fields]

@@ -11,6 +11,12 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   ``memory_extraction_task`` per guild channel quiet for ``MEMORY_EXTRACTION_QUIET_SECONDS``
   (600 s) with at least ``MEMORY_EXTRACTION_MIN_MESSAGES`` (4) new messages since its last
   extraction.
+
+- ``memory_embed_task`` every ``MEMORY_EMBED_SECONDS`` (300 s): embeds the memories and
+  document passages that have no vector of the configured embedding model (written while its
+  endpoint failed, or the model changed).
+
+Queued by the dashboard: ``document_embed_task`` once per uploaded document.
 """
 
 from __future__ import annotations
@@ -26,11 +32,13 @@ from django.db import connections
 from django.utils import timezone
 
 from chat import selectors
-from chat.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.runtime import memory_runtime
+from chat.services.memory_documents import document_embed, documents_embed_stale
+from chat.services.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.services.memory_refresh import MemoryRefresh, short_term_memory_refresh
+from chat.services.memory_store import memories_embed_missing
 from chat.services.retention import Retention, records_prune
 from chat.services.short_term_memory import (
     short_term_memory_claim,
@@ -149,3 +157,23 @@ async def _extract(channel_id: int, guild_id: int) -> Extraction:
             return await memories_extract(runtime=runtime, channel_id=channel_id, guild_id=guild_id)
     finally:
         await sync_to_async(connections.close_all)()
+
+
+@shared_task(ignore_result=True)
+def document_embed_task(document_id: int) -> str:
+    """Cut an uploaded document into passages and embed them (`document_embed`), counting
+    progress on the row; returns its status (``gone`` when it was deleted meanwhile). An
+    embedding failure leaves it ``failed`` with the error; uploading it again retries."""
+    document = document_embed(document_id=document_id)
+    return "gone" if document is None else document.status
+
+
+@shared_task(ignore_result=True)
+def memory_embed_task() -> dict[str, int]:
+    """Periodic (Celery beat): embed the memories without a vector of the configured model
+    (`memories_embed_missing`), then the documents with passages of another model
+    (`documents_embed_stale`). Not retried: the next run finds what is left."""
+    memories = memories_embed_missing()
+    documents = documents_embed_stale()
+    logger.info("embedded %d memories and %d documents", memories, len(documents))
+    return {"memories": memories, "documents": len(documents)}

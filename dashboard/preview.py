@@ -27,7 +27,6 @@ from django.conf import settings
 
 from chat import selectors
 from chat.llm.attempts import AttemptRunner, TurnCompletion, request_body
-from chat.memory_recall import recalled_record
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.triggers import TriggerDecision, TurnReason, trigger_decision
@@ -36,6 +35,7 @@ from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DiscordPort, DiscordUnavailable, RestDiscordPort
 from chat.runtime import discord_rest_port, dry_run_runtime, llm_client_from_settings
 from chat.selectors import ChannelConfiguration
+from chat.services.memory_recall import recalled_record
 from chat.services.turn_record import window_report
 from chat.services.turn_request import PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare

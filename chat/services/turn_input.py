@@ -17,7 +17,6 @@ from django.conf import settings
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, Render
 from chat.llm.base import ModelApi
-from chat.memory_recall import memories_recall_for_turn
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
 from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
@@ -31,6 +30,7 @@ from chat.pipeline.window import ReanchorReason, history_window_stride, select_a
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import DiscordPort
 from chat.selectors import ChannelSettings
+from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import TurnRequest, TurnRuntime
 
@@ -210,6 +210,7 @@ async def turn_input_gather(
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
         lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
+        preset=selectors.chat_preset(persona=persona, guild=channel.guild),
         previous=previous,
     )
 

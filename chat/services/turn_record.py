@@ -14,11 +14,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from chat.llm.attempts import TurnCompletion
-from chat.memory_recall import recalled_record
 from chat.models import ChannelWindowAnchor, MessageIndex, Turn
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
 from chat.ports import Delivered
+from chat.services.memory_recall import recalled_record
 from chat.services.short_term_memory import short_term_memory_count_turn
 from chat.services.turn_request import PreparedTurn, TurnRequest
 

@@ -14,7 +14,6 @@ from chat import selectors
 from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError
-from chat.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.markup import scrub_snowflakes
@@ -22,6 +21,7 @@ from chat.pipeline.recall import names_someone_else
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
+from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.services.short_term_memory import short_term_memory_write
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from personas.models import Persona

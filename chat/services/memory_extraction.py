@@ -18,7 +18,6 @@ from django.db.models import Count, Max
 
 from chat import selectors
 from chat.llm.embeddings import EmbeddingModel
-from chat.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.models import EventQueue, Memory, Turn
 from chat.pipeline.extraction import (
     SERVER,
@@ -32,6 +31,7 @@ from chat.pipeline.recall import MemoryKind, window_people
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
+from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.services.turn_record import (
     turn_completion_record,
     turn_context_record,
