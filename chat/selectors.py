@@ -38,6 +38,7 @@ from chat.pipeline.lorebook import (
     SelectiveLogic,
     compile_lorebook,
 )
+from chat.pipeline.presets import ChatPreset, chat_preset_from_sillytavern
 from chat.pipeline.triggers import AuthorStanding, TriggerInput, TriggerPersona
 from chat.pipeline.types import (
     BlockType,
@@ -226,6 +227,13 @@ def lorebooks(*, persona: Persona, guild: GuildConfig | None) -> tuple[CompiledL
                 del _compiled_lorebooks[next(iter(_compiled_lorebooks))]
         books.append(cached[1])
     return tuple(books)
+
+
+def chat_preset(*, persona: Persona, guild: GuildConfig | None) -> ChatPreset | None:
+    """The persona's SillyTavern Chat Completion preset, else its guild's; None: neither has
+    one (the prompt keeps this product's order)."""
+    stored = persona.chat_preset or (guild.chat_preset if guild is not None else None)
+    return chat_preset_from_sillytavern(stored) if stored else None
 
 
 def lorebook_from_stored(stored: dict, fallback_name: str) -> Lorebook:

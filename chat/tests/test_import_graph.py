@@ -40,7 +40,6 @@ LAYERS: dict[str, int] = {
     "chat.services": 2,
     "chat.command_services": 2,
     "chat.why": 2,
-    "chat.names": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
