@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import F
 
-from chat.llm.base import ModelSpec
+from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.capabilities import model_capabilities
 from chat.models import (
     ChannelResetMarker,
@@ -22,6 +22,12 @@ from chat.models import (
     ShortTermMemory,
     Turn,
     UnreadEvent,
+)
+from chat.pipeline.instruct import (
+    BUILTIN_TEMPLATES,
+    DEFAULT_TEMPLATE,
+    InstructTemplate,
+    instruct_template_from_preset,
 )
 from chat.pipeline.lorebook import (
     CompiledLorebook,
@@ -426,12 +432,21 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     images, a prefill, or needs one role's messages merged is decided by its name
     (`chat.llm.capabilities`); the persona's own settings (``llm_vision``, ``llm_prefill``,
     ``llm_merge_same_role``, None = by name) override that for its first model only (the
-    fallbacks are other models, judged by their names).
+    fallbacks are other models, judged by their names). Each model is asked through its API:
+    the persona's ``llm_api`` for its model, a fallback's own (``chat`` for a bare name); a
+    text-completion model with its instruct template (`chat.pipeline.instruct`).
     """
-    names = [persona.llm_model or settings.LLM_MODEL, *persona.fallback_models]
-    unique = dict.fromkeys(name.strip() for name in names if name.strip())
+    wanted = [(persona.llm_model or settings.LLM_MODEL, persona.llm_api, persona.instruct_template)]
+    for fallback in persona.fallback_models:
+        if isinstance(fallback, str):
+            wanted.append((fallback, "chat", None))
+        else:
+            wanted.append(
+                (fallback["model"], fallback.get("api", "chat"), fallback.get("instruct_template"))
+            )
+    unique = {(name.strip(), api): template for name, api, template in wanted if name.strip()}
     specs = []
-    for index, name in enumerate(unique):
+    for index, ((name, api), template) in enumerate(unique.items()):
         overrides = (
             {
                 "vision": persona.llm_vision,
@@ -442,18 +457,29 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
             else {}
         )
         capabilities = model_capabilities(name, **overrides)
+        text_model = api == ModelApi.COMPLETIONS
         specs.append(
             ModelSpec(
                 name,
-                supports_vision=capabilities.vision,
+                supports_vision=capabilities.vision and not text_model,
                 supports_prefill=capabilities.prefill,
                 merge_same_role=capabilities.merge_same_role,
                 temperature=persona.temperature,
                 max_output_tokens=persona.max_output_tokens,
                 stop=stop,
+                api=ModelApi(api),
+                instruct=instruct_template(template) if text_model else None,
             )
         )
     return tuple(specs)
+
+
+def instruct_template(stored: str | dict | None) -> InstructTemplate:
+    """A stored instruct template: a built-in's name, or an imported SillyTavern preset;
+    None (or an unknown name) is `DEFAULT_TEMPLATE`."""
+    if isinstance(stored, dict):
+        return instruct_template_from_preset(stored)
+    return BUILTIN_TEMPLATES.get(stored or DEFAULT_TEMPLATE, BUILTIN_TEMPLATES[DEFAULT_TEMPLATE])
 
 
 def short_term_memory(

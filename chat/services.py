@@ -38,7 +38,7 @@ from botproject.events import (
 )
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, Restart, TurnCompletion
-from chat.llm.base import ModelSpec
+from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
@@ -55,6 +55,7 @@ from chat.models import (
 )
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.dialogue import humanize_stably
+from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
 from chat.pipeline.items import ItemTag
 from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.memory import (
@@ -1070,8 +1071,10 @@ def _renderer(context: TurnContext, *, limit: int) -> Render:
     """The attempt runner's ``render``: projects the context for each attempt's model."""
     stride = history_window_stride(limit)
 
-    def render(plan: AttemptPlan) -> list[dict]:
+    def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
         shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if plan.model.api is ModelApi.COMPLETIONS:
+            return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(
             model=plan.model.name,
             supports_vision=plan.model.supports_vision,

@@ -35,6 +35,26 @@ def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _json_or(text: str, plain: Any) -> Any:
+    """``text`` read as JSON when it is written as a JSON list or object, else ``plain``."""
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{"):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as error:
+            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
+            raise forms.ValidationError(message) from None
+    return plain
+
+
+def _fallbacks_text(fallbacks: list) -> str:
+    """Fallback models as the form shows them: a comma list of names, or JSON when one of
+    them names its API (``{"model", "api", "instruct_template"}``)."""
+    if all(isinstance(fallback, str) for fallback in fallbacks):
+        return ", ".join(fallbacks)
+    return json.dumps(fallbacks, ensure_ascii=False)
+
+
 class LorebookField(forms.CharField):
     """A lorebook as JSON text (the configuration file's ``lorebook``); empty: none. Only JSON
     syntax is checked here: the schema checks the rest and names the path of each problem."""
@@ -185,6 +205,8 @@ class PersonaForm(SpecForm):
         "llm.max_output_tokens": "max_output_tokens",
         "llm.context_window": "context_window",
         "llm.fallback_models": "fallback_models",
+        "llm.api": "llm_api",
+        "llm.instruct_template": "instruct_template",
         "llm.vision": "llm_vision",
         "llm.prefill": "llm_prefill",
         "llm.merge_same_role": "llm_merge_same_role",
@@ -241,7 +263,26 @@ class PersonaForm(SpecForm):
     max_output_tokens = forms.IntegerField(label="Max output tokens", initial=512)
     context_window = forms.IntegerField(label="Context window (tokens)", initial=16000)
     fallback_models = forms.CharField(
-        label="Fallback models", required=False, help_text="Comma-separated, tried in order"
+        label="Fallback models",
+        required=False,
+        help_text='Comma-separated, tried in order; or JSON, e.g. [{"model": "m", "api": '
+        '"completions", "instruct_template": "llama3"}]',
+    )
+    llm_api = forms.ChoiceField(
+        label="Model API",
+        choices=[
+            ("chat", "Chat Completions"),
+            ("completions", "Text completion (POST /completions)"),
+        ],
+        initial="chat",
+        required=False,
+    )
+    instruct_template = forms.CharField(
+        label="Instruct template",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text="Text completion: chatml, llama3, mistral or alpaca, or a SillyTavern "
+        "instruct preset (its JSON); empty: chatml",
     )
     llm_vision = forms.NullBooleanField(
         label="Model takes images",
@@ -268,6 +309,14 @@ class PersonaForm(SpecForm):
         label="Remind the model to call tools verbatim", required=False
     )
     lorebook = LorebookField()
+
+    def clean_fallback_models(self) -> Any:
+        text = self.cleaned_data["fallback_models"]
+        return _json_or(text, _comma_list(text))
+
+    def clean_instruct_template(self) -> Any:
+        text = self.cleaned_data["instruct_template"].strip()
+        return _json_or(text, text or None)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -302,7 +351,13 @@ class PersonaForm(SpecForm):
             "temperature": persona.temperature,
             "max_output_tokens": persona.max_output_tokens,
             "context_window": persona.context_window,
-            "fallback_models": ", ".join(persona.fallback_models),
+            "fallback_models": _fallbacks_text(persona.fallback_models),
+            "llm_api": persona.llm_api,
+            "instruct_template": (
+                json.dumps(persona.instruct_template, indent=1, ensure_ascii=False)
+                if isinstance(persona.instruct_template, dict)
+                else persona.instruct_template or ""
+            ),
             "llm_vision": persona.llm_vision,
             "llm_prefill": persona.llm_prefill,
             "llm_merge_same_role": persona.llm_merge_same_role,
@@ -343,7 +398,9 @@ class PersonaForm(SpecForm):
                 "temperature": cleaned["temperature"],
                 "max_output_tokens": cleaned["max_output_tokens"],
                 "context_window": cleaned["context_window"],
-                "fallback_models": _comma_list(cleaned["fallback_models"]),
+                "fallback_models": cleaned["fallback_models"],
+                "api": cleaned["llm_api"] or "chat",
+                "instruct_template": cleaned["instruct_template"],
                 "vision": cleaned["llm_vision"],
                 "prefill": cleaned["llm_prefill"],
                 "merge_same_role": cleaned["llm_merge_same_role"],

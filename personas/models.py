@@ -35,6 +35,7 @@ TRIGGER_LENGTH_MAX = 50  # characters per trigger word
 SAMPLE_DIALOGUE_MAX = 50  # sample dialogue rows per persona
 SAMPLE_CONTENT_MAX = 2_000  # characters per sample dialogue row
 MODEL_NAME_MAX = 200
+INSTRUCT_SEQUENCE_MAX = 1_000  # characters of one instruct template field
 FALLBACK_MODELS_MAX = 5
 AVATAR_URL_MAX = 500
 BLOCK_REASON_MAX = 500
@@ -217,7 +218,22 @@ class Persona(models.Model):
     llm_model = models.CharField(
         max_length=MODEL_NAME_MAX, blank=True, help_text="Empty: the deployment's LLM_MODEL"
     )
-    fallback_models = models.JSONField(default=list, blank=True, help_text="Tried in order")
+    fallback_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Tried in order: model names, or {"model", "api", "instruct_template"}',
+    )
+    llm_api = models.CharField(
+        max_length=16,
+        choices=[("chat", "Chat Completions"), ("completions", "Text completion")],
+        default="chat",
+    )
+    instruct_template = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Text completion: chatml | llama3 | mistral | alpaca, or a SillyTavern "
+        "instruct preset; empty: chatml",
+    )
     temperature = models.FloatField(
         default=0.7,
         validators=[MinValueValidator(TEMPERATURE_MIN), MaxValueValidator(TEMPERATURE_MAX)],
@@ -310,6 +326,9 @@ class Persona(models.Model):
             _items_at_most("triggers", TRIGGERS_MAX, "persona_trigger_count"),
             _items_at_most("sample_dialogue", SAMPLE_DIALOGUE_MAX, "persona_sample_dialogue_rows"),
             _items_at_most("fallback_models", FALLBACK_MODELS_MAX, "persona_fallback_count"),
+            models.CheckConstraint(
+                condition=Q(llm_api__in=["chat", "completions"]), name="persona_llm_api_valid"
+            ),
         ]
 
     def __str__(self) -> str:
