@@ -104,6 +104,8 @@ class PersonaCommandTree(app_commands.CommandTree):
         super().__init__(client)
         self._runtime = runtime
         self.rate_limit = rate_limit or CommandRateLimit()
+        self.synced: set[int | None] = set()
+        """The scopes synced so far (guild ids; None: global)."""
         self.add_command(privacy_command)
         self.add_command(MemoryGroup())
         self.add_command(PersonaGroup())
@@ -142,20 +144,25 @@ class PersonaCommandTree(app_commands.CommandTree):
             logger.warning("could not tell the member that %s failed", _command_name(interaction))
 
     async def sync_commands(self, *, guild_ids: Iterable[int], global_scope: bool) -> int:
-        """Register the commands with Discord: as guild commands of each of ``guild_ids``
-        (shown at once), or globally. Returns how many scopes were synced."""
-        if global_scope:
-            await self.sync()
-            return 1
+        """Register the commands with Discord: as guild commands of each of ``guild_ids`` not
+        synced yet by this worker (shown at once), or globally once. A guild Discord refuses
+        (the bot is not in it) is logged and tried again at the next call. Returns how many
+        scopes were synced now."""
+        scopes: list[int | None] = [None] if global_scope else list(guild_ids)
         count = 0
-        for guild_id in guild_ids:
-            guild = discord.Object(guild_id)
-            self.copy_global_to(guild=guild)
+        for guild_id in scopes:
+            if guild_id in self.synced:
+                continue
+            guild = None if guild_id is None else discord.Object(guild_id)
+            if guild is not None:
+                self.copy_global_to(guild=guild)
             try:
                 await self.sync(guild=guild)
-                count += 1
-            except discord.HTTPException:
-                logger.warning("could not sync the slash commands of guild %s", guild_id)
+            except discord.HTTPException as error:
+                logger.warning("could not sync the slash commands of %s: %s", guild_id, error)
+                continue
+            self.synced.add(guild_id)
+            count += 1
         return count
 
 
