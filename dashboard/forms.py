@@ -55,16 +55,15 @@ def _fallbacks_text(fallbacks: list) -> str:
     return json.dumps(fallbacks, ensure_ascii=False)
 
 
-class LorebookField(forms.CharField):
-    """A lorebook as JSON text (the configuration file's ``lorebook``); empty: none. Only JSON
-    syntax is checked here: the schema checks the rest and names the path of each problem."""
+class JSONObjectField(forms.CharField):
+    """A setting stored as a JSON object (a lorebook, a SillyTavern preset), as JSON text;
+    empty: none. Only JSON syntax is checked here: the schema checks the rest and names the
+    path of each problem."""
 
     widget = forms.Textarea(attrs={"rows": 6, "spellcheck": "false"})
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
-        kwargs.setdefault("label", "Lorebook (JSON)")
-        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
         super().__init__(strip=True, **kwargs)
 
     def to_python(self, value: Any) -> Any:
@@ -81,6 +80,22 @@ class LorebookField(forms.CharField):
         if value is None or isinstance(value, str):
             return value
         return json.dumps(value, indent=1, ensure_ascii=False)
+
+
+class LorebookField(JSONObjectField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", "Lorebook (JSON)")
+        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
+        super().__init__(**kwargs)
+
+
+class ChatPresetField(JSONObjectField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", "SillyTavern Chat Completion preset (JSON)")
+        kwargs.setdefault(
+            "help_text", "Paste the exported preset; docs/presets.md; empty: this product's order"
+        )
+        super().__init__(**kwargs)
 
 
 class SpecForm(forms.Form):
@@ -117,7 +132,7 @@ class SpecForm(forms.Form):
             field = self.field_for(path)
             if field is None:
                 self.add_error(None, f"{path}: {message}" if path != "(row)" else message)
-            elif isinstance(self.fields[field], LorebookField) and path != "lorebook":
+            elif isinstance(self.fields[field], JSONObjectField) and path != field:
                 self.add_error(field, f"{path}: {message}")  # where, inside the JSON
             else:
                 self.add_error(field, message)
@@ -142,6 +157,7 @@ class GuildForm(SpecForm):
         "context_note.depth": "note_depth",
         "context_note": "note_text",
         "lorebook": "lorebook",
+        "chat_preset": "chat_preset",
     }
 
     guild_id = forms.CharField(label="Discord server id", required=False)
@@ -158,11 +174,13 @@ class GuildForm(SpecForm):
     )
     note_depth = forms.IntegerField(label="Guild note depth", help_text="Messages from the end")
     lorebook = LorebookField(label="Guild lorebook (JSON)", help_text="Shared by every persona")
+    chat_preset = ChatPresetField(help_text="For every persona without its own")
 
     @classmethod
     def initial_for(cls, guild: GuildConfig) -> dict[str, Any]:
         return {
             "lorebook": guild.lorebook,
+            "chat_preset": guild.chat_preset,
             "guild_id": str(guild.guild_id),
             "name": guild.name,
             "timezone": guild.timezone,
@@ -179,6 +197,7 @@ class GuildForm(SpecForm):
             "message_fetch_limit": cleaned["message_fetch_limit"],
             "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
             "lorebook": cleaned["lorebook"],
+            "chat_preset": cleaned["chat_preset"],
         }
 
 
@@ -214,6 +233,7 @@ class PersonaForm(SpecForm):
         "llm.verbatim_tool_nudge": "verbatim_tool_nudge",
         "sample_dialogue": "sample_dialogue",
         "lorebook": "lorebook",
+        "chat_preset": "chat_preset",
     }
 
     name = forms.CharField(required=False)
@@ -309,6 +329,7 @@ class PersonaForm(SpecForm):
         label="Remind the model to call tools verbatim", required=False
     )
     lorebook = LorebookField()
+    chat_preset = ChatPresetField()
 
     def clean_fallback_models(self) -> Any:
         text = self.cleaned_data["fallback_models"]
@@ -365,6 +386,7 @@ class PersonaForm(SpecForm):
             "verbatim_tool_nudge": persona.verbatim_tool_nudge,
             "sample_dialogue": list(persona.sample_dialogue),
             "lorebook": persona.lorebook,
+            "chat_preset": persona.chat_preset,
         }
 
     def add_problems(self, problems: list[tuple[str, str]]) -> None:
@@ -408,6 +430,7 @@ class PersonaForm(SpecForm):
                 "verbatim_tool_nudge": cleaned["verbatim_tool_nudge"],
             },
             "lorebook": cleaned["lorebook"],
+            "chat_preset": cleaned["chat_preset"],
         }
 
 

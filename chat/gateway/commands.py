@@ -1,6 +1,6 @@
 """Slash commands and the "Why (not)?" message command, through discord.py's `app_commands`.
 
-Each callback is three lines: call a service of `chat.command_services` with plain arguments
+Each callback is three lines: call a service of `chat.services.commands` with plain arguments
 (through `answer`, which defers when the work takes longer than `DEFER_AFTER` seconds, so the
 first answer always comes within Discord's 3 s), and send its result ephemerally. Every rule,
 the permission checks included, is in the services: ``default_permissions`` only decides what
@@ -26,10 +26,10 @@ from asgiref.sync import sync_to_async
 from discord import app_commands
 from django.utils import timezone
 
-from chat import command_services as services
-from chat.command_services import CommandRateLimit, CommandRefused
 from chat.pipeline.types import HistoryMessage
-from chat.services import TurnRuntime
+from chat.services import commands as services
+from chat.services.commands import CommandRateLimit, CommandRefused
+from chat.services.turn_request import TurnRuntime
 
 logger = logging.getLogger(__name__)
 

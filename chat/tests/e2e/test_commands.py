@@ -9,11 +9,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from chat.command_services import CommandRateLimit
 from chat.models import ChannelResetMarker, Memory, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
 from chat.sandbox.interactions import ACK_SECONDS, CALLBACK_DEFERRED, InteractionRecord
+from chat.services.commands import CommandRateLimit
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, World, eventually
 from chat.why import why_message
 from personas.models import PrivacySource, UserPrivacy
