@@ -35,7 +35,6 @@ LAYERS: dict[str, int] = {
     "botproject.failures": 1,
     "chat.services": 2,
     "chat.why": 2,
-    "chat.names": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
