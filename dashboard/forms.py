@@ -25,6 +25,7 @@ from personas.models import (
     BlockType,
     ChannelConfig,
     ChannelMode,
+    DeliveryMode,
     GuildConfig,
     Persona,
     PrivacyLevel,
@@ -219,6 +220,7 @@ class PersonaForm(SpecForm):
         "deliberate_tool_mode": "deliberate_tool_mode",
         "force_lowercase": "force_lowercase",
         "punctuation_splits": "punctuation_splits",
+        "delivery_mode": "delivery_mode",
         "llm.model": "llm_model",
         "llm.temperature": "temperature",
         "llm.max_output_tokens": "max_output_tokens",
@@ -276,6 +278,13 @@ class PersonaForm(SpecForm):
     )
     force_lowercase = forms.BooleanField(label="Force lowercase", required=False)
     punctuation_splits = forms.BooleanField(label="Split replies at punctuation", required=False)
+    delivery_mode = forms.ChoiceField(
+        label="Delivery",
+        choices=DeliveryMode.choices,
+        initial=DeliveryMode.PARAGRAPHS,
+        required=False,
+        help_text="How replies reach Discord while the model writes them",
+    )
     llm_model = forms.CharField(
         label="Model", required=False, help_text="Empty: the deployment's LLM_MODEL"
     )
@@ -368,6 +377,7 @@ class PersonaForm(SpecForm):
             "deliberate_tool_mode": persona.deliberate_tool_mode,
             "force_lowercase": persona.force_lowercase,
             "punctuation_splits": persona.punctuation_splits,
+            "delivery_mode": persona.delivery_mode,
             "llm_model": persona.llm_model,
             "temperature": persona.temperature,
             "max_output_tokens": persona.max_output_tokens,
@@ -414,6 +424,7 @@ class PersonaForm(SpecForm):
             "deliberate_tool_mode": cleaned["deliberate_tool_mode"],
             "force_lowercase": cleaned["force_lowercase"],
             "punctuation_splits": cleaned["punctuation_splits"],
+            "delivery_mode": cleaned["delivery_mode"] or DeliveryMode.PARAGRAPHS,
             "sample_dialogue": self.sample_rows,
             "llm": {
                 "model": cleaned["llm_model"].strip() or None,

@@ -19,6 +19,9 @@ urlpatterns = [
     path(guild + "personas/<int:persona_id>/", views.persona_detail, name="persona"),
     path(guild + "personas/<int:persona_id>/delete/", views.persona_delete, name="persona_delete"),
     path(
+        guild + "personas/<int:persona_id>/greet/", views.persona_greet_view, name="persona_greet"
+    ),
+    path(
         guild + "personas/<int:persona_id>/card.<str:fmt>",
         views.card_export,
         name="card_export",

@@ -52,6 +52,7 @@ POST_ONLY = {
     "card_import",
     "token_count",
     "lorebook_test",
+    "persona_greet",
     "turn_replay",
 }
 
