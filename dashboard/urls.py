@@ -54,7 +54,6 @@ urlpatterns = [
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),
     path("config/export/", views.config_export_view, name="config_export"),
     path("config/import/", views.config_import_view, name="config_import"),
-    path("overview/", live_views.overview_partial, name="overview"),
     path("channels/<int:channel_id>/", live_views.channel_live, name="channel_live"),
     path("channels/<int:channel_id>/preview/", live_views.channel_preview, name="preview"),
     path("turns/", live_views.turn_list, name="turn_list"),

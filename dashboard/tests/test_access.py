@@ -27,7 +27,6 @@ GET_ONLY = {
     "config_export",
     "sample_row",
     "avatar_preview",
-    "overview",
     "channel_live",
     "preview",
     "turn_list",
