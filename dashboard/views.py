@@ -343,6 +343,7 @@ class RowKind:
     title: str
     intro: str
     add_title: str
+    add_button: str
     model: type[models.Model]
     form: type[SpecForm]
     lookup: str
@@ -366,6 +367,7 @@ CHANNELS = RowKind(
     title="Channels",
     intro="The bot answers only in configured, enabled channels.",
     add_title="Add or update a channel",
+    add_button="Save the channel",
     model=ChannelConfig,
     form=ChannelForm,
     lookup="channel_id",
@@ -383,6 +385,7 @@ BLOCKS = RowKind(
         "them from triggering it."
     ),
     add_title="Add a block",
+    add_button="Add the block",
     model=Block,
     form=BlockForm,
     lookup="pk",
@@ -402,6 +405,7 @@ USERS = RowKind(
         "the model, in previews or in records."
     ),
     add_title="Set a user's privacy",
+    add_button="Save",
     model=UserPrivacy,
     form=UserPrivacyForm,
     lookup="user_id",

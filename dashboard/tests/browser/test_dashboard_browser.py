@@ -135,7 +135,7 @@ async def test_an_admin_creates_a_persona_in_the_browser_and_it_answers_in_the_s
     # The other screens, with a block added through its form.
     await page.click("nav.tabs >> text=Channels")
     await page.screenshot(path=screenshots / "channels.png", full_page=True)
-    await page.click(f"text={GENERAL}")
+    await page.click(f"table a[href$='/channels/{GENERAL}/']")
     await page.screenshot(path=screenshots / "channel.png", full_page=True)
     await page.click("nav.tabs >> text=Blocks")
     await page.select_option("#id_persona", "Mutsumi")
