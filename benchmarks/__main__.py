@@ -16,6 +16,7 @@ MODULES = (
     "benchmarks.ingest",
     "benchmarks.memory",
     "benchmarks.live_push",
+    "benchmarks.recall",
 )
 
 

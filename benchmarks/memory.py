@@ -6,7 +6,8 @@ What a worker keeps per active channel is its history window (`chat.windows.Wind
 most ``MAX_CHANNELS`` of them) and the last built context per persona (`TurnRuntime`, at most
 ``MAX_WARM_CONTEXTS``). This builds both for 1,000 channels of 80 messages with the real
 pipeline (o200k token counts included), from messages shaped as the gateway converts them,
-and reads the process's resident set size from ``/proc/self/status`` — beside the same
+and reads the process's resident set size from ``/proc/self/status`` (then once more with the
+offline embedding model of long-term memory loaded) — beside the same
 process's size once it has imported everything the worker imports (``chat.worker``), without
 and with the tokenizer, measured in the same run.
 """
@@ -103,6 +104,11 @@ def main() -> None:
 
     asyncio.run(fill())
     active = rss_mb()
+    # The offline embedding model long-term memory recall loads once per worker process.
+    from chat.llm.embeddings import WordLlamaEmbeddings
+
+    WordLlamaEmbeddings().embed(["what do you think about the new song?"])
+    with_model = rss_mb()
     if "--rows" in sys.argv:
         emit(
             [
@@ -117,6 +123,13 @@ def main() -> None:
                     f"idle: {idle:.0f} MB",
                     "≤ 250 MB",
                 ),
+                Row(
+                    f"worker RSS, {CHANNELS} active channels, embedding model loaded "
+                    "(WordLlama, long-term memory recall)",
+                    f"{with_model:.0f} MB",
+                    f"without the model: {active:.0f} MB",
+                    "≤ 300 MB",
+                ),
             ]
         )
         return
@@ -124,6 +137,7 @@ def main() -> None:
     print(f"  baseline, Django, discord.py and the pipeline loaded: {bare:.0f} MB")
     print(f"  idle, with the o200k tokenizer loaded: {idle:.0f} MB (+{idle - bare:.0f} MB)")
     print(f"  with {CHANNELS} active channels: {active:.0f} MB (+{active - idle:.0f} MB)")
+    print(f"  and the embedding model loaded: {with_model:.0f} MB (+{with_model - active:.0f} MB)")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ however the command arrives:
   whatever Discord's command settings say;
 - `privacy_set` (``/privacy``), `memory_list` / `memory_add` / `memory_forget` (``/memory``),
   `persona_list` (``/persona list``), `channel_reset` (``/reset``), `prompt_dry_run`
-  (``/prompt``), `message_why` (``Why (not)?``);
+  (``/prompt``), `message_why` (the ``Why (not)?`` message command);
 - `CommandRateLimit`: a member running commands in a burst is slowed down.
 
 A refusal is a `CommandRefused` whose message is the sentence the member reads. Writes happen
@@ -43,6 +43,7 @@ from chat.pipeline.memory import SUMMARY_TTL
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.services import TurnRequest, TurnRuntime, turn_prepare
+from chat.why import MessageFetch, why_message
 from personas.config_schema import UserSpec
 from personas.models import BlockType, GuildConfig, PrivacySource, UserPrivacy
 from personas.services import user_privacy_save
@@ -421,3 +422,29 @@ async def prompt_dry_run(
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
     return prepared.body
+
+
+# --- Why (not)? ----------------------------------------------------------------------------------
+
+
+def message_why(
+    *,
+    message_id: int,
+    permissions: int,
+    bot_user_id: int | None,
+    now: dt.datetime,
+    fetch: MessageFetch | None = None,
+) -> str:
+    """The why-trace of a message, as the dashboard's why page answers it (`chat.why`): the
+    summary, then one line per persona. Needs Manage Messages. ``fetch`` gives the message
+    when its stored event is gone (the worker passes the one the command was used on)."""
+    require_permission(permissions, MANAGE_MESSAGES)
+    answer = why_message(message_id=message_id, bot_user_id=bot_user_id, now=now, fetch=fetch)
+    lines = [answer.summary]
+    if answer.record.delivered_by:
+        lines[0] += f" It was sent by {answer.record.delivered_by}."
+    for persona in answer.answers:
+        mark = "replied" if persona.replied else "did not reply"
+        rule = f" (rule: {persona.rule})" if persona.rule and not persona.replied else ""
+        lines.append(f"**{persona.persona}** {mark}: {persona.why}{rule}")
+    return "\n".join(lines)

@@ -6,20 +6,28 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F
 
-from chat.llm.base import ModelSpec
+from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.capabilities import model_capabilities
 from chat.models import (
     ChannelResetMarker,
     ChannelWindowAnchor,
     EventQueue,
     MessageIndex,
+    PlannerStep,
     ShortTermMemory,
     Turn,
     UnreadEvent,
+)
+from chat.pipeline.instruct import (
+    BUILTIN_TEMPLATES,
+    DEFAULT_TEMPLATE,
+    InstructTemplate,
+    instruct_template_from_preset,
 )
 from chat.pipeline.lorebook import (
     CompiledLorebook,
@@ -424,12 +432,21 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     images, a prefill, or needs one role's messages merged is decided by its name
     (`chat.llm.capabilities`); the persona's own settings (``llm_vision``, ``llm_prefill``,
     ``llm_merge_same_role``, None = by name) override that for its first model only (the
-    fallbacks are other models, judged by their names).
+    fallbacks are other models, judged by their names). Each model is asked through its API:
+    the persona's ``llm_api`` for its model, a fallback's own (``chat`` for a bare name); a
+    text-completion model with its instruct template (`chat.pipeline.instruct`).
     """
-    names = [persona.llm_model or settings.LLM_MODEL, *persona.fallback_models]
-    unique = dict.fromkeys(name.strip() for name in names if name.strip())
+    wanted = [(persona.llm_model or settings.LLM_MODEL, persona.llm_api, persona.instruct_template)]
+    for fallback in persona.fallback_models:
+        if isinstance(fallback, str):
+            wanted.append((fallback, "chat", None))
+        else:
+            wanted.append(
+                (fallback["model"], fallback.get("api", "chat"), fallback.get("instruct_template"))
+            )
+    unique = {(name.strip(), api): template for name, api, template in wanted if name.strip()}
     specs = []
-    for index, name in enumerate(unique):
+    for index, ((name, api), template) in enumerate(unique.items()):
         overrides = (
             {
                 "vision": persona.llm_vision,
@@ -440,18 +457,29 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
             else {}
         )
         capabilities = model_capabilities(name, **overrides)
+        text_model = api == ModelApi.COMPLETIONS
         specs.append(
             ModelSpec(
                 name,
-                supports_vision=capabilities.vision,
+                supports_vision=capabilities.vision and not text_model,
                 supports_prefill=capabilities.prefill,
                 merge_same_role=capabilities.merge_same_role,
                 temperature=persona.temperature,
                 max_output_tokens=persona.max_output_tokens,
                 stop=stop,
+                api=ModelApi(api),
+                instruct=instruct_template(template) if text_model else None,
             )
         )
     return tuple(specs)
+
+
+def instruct_template(stored: str | dict | None) -> InstructTemplate:
+    """A stored instruct template: a built-in's name, or an imported SillyTavern preset;
+    None (or an unknown name) is `DEFAULT_TEMPLATE`."""
+    if isinstance(stored, dict):
+        return instruct_template_from_preset(stored)
+    return BUILTIN_TEMPLATES.get(stored or DEFAULT_TEMPLATE, BUILTIN_TEMPLATES[DEFAULT_TEMPLATE])
 
 
 def short_term_memory(
@@ -524,3 +552,67 @@ def channel_reset_marker(*, channel_id: int) -> ChannelResetMarker | None:
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
+
+
+# --- What is recorded about one message (the why-trace) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    """What the worker recorded about one message: whether the queue or the pool holds its key
+    (``stored``) and its event (None once only the key is kept), whether it is still waiting,
+    and the turns it triggered."""
+
+    message_id: int
+    channel_id: int | None
+    guild_id: int | None
+    event: dict[str, Any] | None
+    stored: bool
+    queued: bool
+    unread: bool
+    consumed_status: str | None
+    turns: tuple[Turn, ...]
+    delivered_by: str | None
+    received_at: dt.datetime | None = None
+
+
+def message_record(*, message_id: int) -> MessageRecord:
+    """Everything recorded about ``message_id`` (a message people sent, or one the bot
+    delivered: ``delivered_by`` names its persona)."""
+    unread = UnreadEvent.objects.filter(message_id=message_id).first()
+    queued = EventQueue.objects.filter(message_id=message_id).first()
+    row = unread or queued
+    delivered = MessageIndex.objects.filter(message_id=message_id).select_related("persona").first()
+    turns = tuple(Turn.objects.filter(trigger_message_id=message_id).order_by("created_at"))
+    channel_id = row.channel_id if row else (turns[0].channel_id if turns else None)
+    if channel_id is None and delivered is not None:
+        channel_id = delivered.channel_id
+    guild_id = row.guild_id if row else (turns[0].guild_id if turns else None)
+    return MessageRecord(
+        message_id=message_id,
+        channel_id=channel_id,
+        guild_id=guild_id,
+        event=(row.event or None) if row else None,
+        stored=row is not None,
+        queued=bool(queued and queued.status == EventQueue.Status.READY),
+        unread=unread is not None,
+        consumed_status=queued.status if queued else None,
+        turns=turns,
+        delivered_by=delivered.persona.name
+        if delivered and delivered.persona
+        else ("the bot" if delivered else None),
+        received_at=min((r.created_at for r in (unread, queued) if r is not None), default=None),
+    )
+
+
+def planner_loop_after(*, channel_id: int, since: dt.datetime) -> tuple[PlannerStep, ...]:
+    """The steps of the first planner loop of the channel that began at or after ``since`` (when
+    a message reached the bot), in order; empty when none has run since."""
+    first = (
+        PlannerStep.objects.filter(channel_id=channel_id, created_at__gte=since)
+        .order_by("id")
+        .first()
+    )
+    if first is None:
+        return ()
+    return tuple(PlannerStep.objects.filter(loop_id=first.loop_id).order_by("iteration", "id"))

@@ -38,7 +38,7 @@ from botproject.events import (
 )
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, Restart, TurnCompletion
-from chat.llm.base import ModelSpec
+from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.embeddings import EmbeddingModel
 from chat.llm.tools import Attachment as ToolAttachment
 from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
@@ -55,6 +55,7 @@ from chat.models import (
 )
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.dialogue import humanize_stably
+from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
 from chat.pipeline.items import ItemTag
 from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.memory import (
@@ -1070,8 +1071,10 @@ def _renderer(context: TurnContext, *, limit: int) -> Render:
     """The attempt runner's ``render``: projects the context for each attempt's model."""
     stride = history_window_stride(limit)
 
-    def render(plan: AttemptPlan) -> list[dict]:
+    def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
         shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if plan.model.api is ModelApi.COMPLETIONS:
+            return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(
             model=plan.model.name,
             supports_vision=plan.model.supports_vision,
@@ -1699,15 +1702,22 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
-    # Users with partial privacy are seen in conversation but never remembered: their lines
-    # stay out of what the memory summarises.
-    partial = {u for u, p in prepared.turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
-    authors = {m.id: m.accountable_user_id for m in prepared.turn_input.history}
+    # Users with partial privacy are seen in conversation but never remembered: their lines,
+    # and lines quoting them in a reply, stay out of what the memory summarises.
+    turn_input = prepared.turn_input
+    partial = {u for u, p in turn_input.privacy.items() if p is PrivacyLevel.PARTIAL}
+    known = (*turn_input.history, *turn_input.reply_targets.values())
+    authors = {m.id: m.accountable_user_id for m in known}
+    replied = {m.id: m.reference.message_id for m in known if m.reference is not None}
+
+    def about_partial(message_id: int) -> bool:
+        return authors.get(message_id) in partial or authors.get(replied.get(message_id)) in partial
+
     lines = [
         item.text
         for item in prepared.context.items
         if item.tag in (ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER)
-        and not any(authors.get(i) in partial for i in item.source_ids)
+        and not any(about_partial(i) for i in item.source_ids)
     ]
     previous = visible_memory_text(memory.state, now=now)
     names = runtime.port.names(configuration.guild_id, [])

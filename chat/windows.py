@@ -118,9 +118,12 @@ class WindowRegistry:
         cache_view: CacheView,
         max_channels: int = MAX_CHANNELS,
         dm_reactions_subscribed: bool = False,
+        shard_of: Callable[[int], int | None] = lambda channel_id: 0,
     ) -> None:
         """``dm_reactions_subscribed``: the gateway delivers reactions in DMs and they are
-        recorded (`record_change`); without them a DM's window is never reused."""
+        recorded (`record_change`); without them a DM's window is never reused. ``shard_of``
+        names the shard a channel's events come through (None: not known), so a disconnected
+        shard disables reuse for its own channels only."""
         self._fetch_history = fetch_history
         self._dm_reactions_subscribed = dm_reactions_subscribed
         self._cache_view = cache_view
@@ -128,7 +131,9 @@ class WindowRegistry:
         self._windows: OrderedDict[int, _ChannelWindow] = OrderedDict()
         self._connection = 0
         self._anchored_in: dict[int, int] = {}
-        self.shard_connected = True
+        self._shard_of = shard_of
+        self.disconnected_shards: set[int] = set()
+        """Shards whose gateway session is down now (`shard_disconnected`)."""
         self.rest_reads = 0
 
     async def read(
@@ -160,7 +165,7 @@ class WindowRegistry:
             ),
             confirmed_deliveries=tuple(window.deliveries),
             limit=limit,
-            shard_connected=self.shard_connected,
+            shard_connected=self.channel_shard_connected(channel_id),
             # drop_all cleared the window; a channel last read before it says so
             shard_reconnected_since=read_in is not None and read_in != self._connection,
             is_dm=is_dm,
@@ -289,6 +294,26 @@ class WindowRegistry:
         if window is not None:
             window.targets[message.id] = message
 
+    def channel_shard_connected(self, channel_id: int) -> bool:
+        """Whether the shard carrying ``channel_id``'s events is connected; a channel whose
+        shard is not known counts as disconnected while any shard is."""
+        shard = self._shard_of(channel_id)
+        if shard is None:
+            return not self.disconnected_shards
+        return shard not in self.disconnected_shards
+
+    def shard_disconnected(self, shard_id: int) -> None:
+        """A shard's session ended: its channels' windows are not reused until it is back;
+        every window is dropped (seed 000: disconnects and reconnects drop all windows)."""
+        self.disconnected_shards.add(shard_id)
+        self.drop_all()
+
+    def shard_connected(self, shard_id: int) -> None:
+        """A shard's session is up again (resumed or new): reuse resumes for its channels once
+        they are read anew; every window is dropped."""
+        self.disconnected_shards.discard(shard_id)
+        self.drop_all()
+
     def drop_all(self) -> None:
         """A shard disconnected or reconnected: no window survives it, and every channel's
         next read chooses a new anchor."""
@@ -303,7 +328,7 @@ class WindowRegistry:
                 self._windows,
                 self._connection,
                 self._anchored_in,
-                self.shard_connected,
+                self.disconnected_shards,
                 self.rest_reads,
             )
         )

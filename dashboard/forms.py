@@ -107,6 +107,33 @@ def _id(path: str) -> Shown:
     return Shown(path, _same, _stripped)
 
 
+def _json_or(text: str, plain: Any) -> Any:
+    """``text`` read as JSON when it is written as a JSON list or object, else ``plain``."""
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{"):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as error:
+            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
+            raise forms.ValidationError(message) from None
+    return plain
+
+
+def _fallbacks_text(fallbacks: list) -> str:
+    """Fallback models as the form shows them: a comma list of names, or JSON when one of
+    them names its API (``{"model", "api", "instruct_template"}``)."""
+    if all(isinstance(fallback, str) for fallback in fallbacks):
+        return ", ".join(fallbacks)
+    return json.dumps(fallbacks, ensure_ascii=False)
+
+
+def _template_text(template: Any) -> str:
+    """An instruct template as the form shows it: a built-in's name, or a preset as JSON."""
+    if isinstance(template, dict):
+        return json.dumps(template, indent=1, ensure_ascii=False)
+    return template or ""
+
+
 class LorebookField(forms.CharField):
     """A lorebook as JSON text (the configuration file's ``lorebook``); empty: none. Only JSON
     syntax is checked here: the schema checks the rest and names the path of each problem."""
@@ -285,7 +312,9 @@ class PersonaForm(SpecForm):
         "temperature": "llm.temperature",
         "max_output_tokens": "llm.max_output_tokens",
         "context_window": "llm.context_window",
-        "fallback_models": _comma_listed("llm.fallback_models"),
+        "fallback_models": Shown("llm.fallback_models", _fallbacks_text),
+        "llm_api": Shown("llm.api", _same, lambda api: api or "chat"),
+        "instruct_template": Shown("llm.instruct_template", _template_text),
         "llm_vision": "llm.vision",
         "llm_prefill": "llm.prefill",
         "llm_merge_same_role": "llm.merge_same_role",
@@ -371,7 +400,26 @@ class PersonaForm(SpecForm):
     max_output_tokens = forms.IntegerField(label="Max output tokens", initial=512)
     context_window = forms.IntegerField(label="Context window (tokens)", initial=16000)
     fallback_models = forms.CharField(
-        label="Fallback models", required=False, help_text="Comma-separated, tried in order"
+        label="Fallback models",
+        required=False,
+        help_text='Comma-separated, tried in order; or JSON, e.g. [{"model": "m", "api": '
+        '"completions", "instruct_template": "llama3"}]',
+    )
+    llm_api = forms.ChoiceField(
+        label="Model API",
+        choices=[
+            ("chat", "Chat Completions"),
+            ("completions", "Text completion (POST /completions)"),
+        ],
+        initial="chat",
+        required=False,
+    )
+    instruct_template = forms.CharField(
+        label="Instruct template",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text="Text completion: chatml, llama3, mistral or alpaca, or a SillyTavern "
+        "instruct preset (its JSON); empty: chatml",
     )
     llm_vision = forms.NullBooleanField(
         label="Model takes images",
@@ -398,6 +446,14 @@ class PersonaForm(SpecForm):
         label="Remind the model to call tools verbatim", required=False
     )
     lorebook = LorebookField()
+
+    def clean_fallback_models(self) -> Any:
+        text = self.cleaned_data["fallback_models"]
+        return _json_or(text, _comma_list(text))
+
+    def clean_instruct_template(self) -> Any:
+        text = self.cleaned_data["instruct_template"].strip()
+        return _json_or(text, text or None)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

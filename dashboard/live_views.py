@@ -27,6 +27,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from chat import selectors as chat_selectors
 from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
 from chat.pipeline.types import HistoryMessage
+from chat.why import WhyAnswer, why_message
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
@@ -40,7 +41,6 @@ from dashboard.preview import (
     preview_prepare,
     turn_replay,
 )
-from dashboard.why import WhyAnswer, why_message
 from personas.models import GuildConfig, Persona
 
 PAGE_SIZE = 25

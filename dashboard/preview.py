@@ -45,8 +45,8 @@ from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DiscordPort
 from chat.selectors import ChannelConfiguration
 from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
+from chat.why import rule_label, verdict_sentence
 from chat.windows import WindowRegistry
-from dashboard.why import rule_label, verdict_sentence
 from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")

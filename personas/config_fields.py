@@ -54,6 +54,16 @@ def _dumped_rows(rows: Any) -> Any:
     return [row.model_dump() for row in rows]
 
 
+def _fallback_models(fallbacks: Any) -> Any:
+    """Fallback models as stored: a bare name, or an object naming its API."""
+    return [f if isinstance(f, str) else f.model_dump(mode="json") for f in fallbacks]
+
+
+def _name_or_dumped(value: str | BaseModel | None) -> Any:
+    """A built-in's name as it is; an object (an imported preset) with every field written."""
+    return value if value is None or isinstance(value, str) else value.model_dump(mode="json")
+
+
 def _dumped_json(value: BaseModel | None) -> Any:
     """An object stored whole in a JSON column, every default written out (None: none)."""
     return None if value is None else value.model_dump(mode="json")
@@ -118,7 +128,11 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("llm.temperature", "temperature"),
     Setting("llm.max_output_tokens", "max_output_tokens"),
     Setting("llm.context_window", "context_window"),
-    Setting("llm.fallback_models", "fallback_models", to_column=_copy_list, to_json=_copy_list),
+    Setting(
+        "llm.fallback_models", "fallback_models", to_column=_fallback_models, to_json=_copy_list
+    ),
+    Setting("llm.api", "llm_api"),
+    Setting("llm.instruct_template", "instruct_template", to_column=_name_or_dumped),
     Setting("llm.vision", "llm_vision"),
     Setting("llm.prefill", "llm_prefill"),
     Setting("llm.merge_same_role", "llm_merge_same_role"),

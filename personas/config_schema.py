@@ -23,8 +23,10 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
     ValidationError,
 )
 
@@ -44,6 +46,7 @@ from personas.models import (
     GREETINGS_MAX,
     GUILD_NAME_MAX,
     GUILDS_MAX,
+    INSTRUCT_SEQUENCE_MAX,
     LORE_CONTENT_MAX,
     LORE_ENTRIES_MAX,
     LORE_KEY_LENGTH_MAX,
@@ -106,10 +109,21 @@ class ConfigError(Exception):
         return f"{self.source or 'The file'} was not imported (nothing was changed):\n{lines}"
 
 
+NAME_OR_OBJECT = ("(name)", "(object)")
+"""Tags of the settings that take a name or an object (``instruct_template``, a fallback
+model): pydantic puts the chosen one in an error's location, and `json_path` leaves it out."""
+
+
+def _name_or_object(value: object) -> str:
+    return NAME_OR_OBJECT[0] if isinstance(value, str) else NAME_OR_OBJECT[1]
+
+
 def json_path(location: Iterable[str | int]) -> str:
     """A pydantic error location as a JSON path: ``("guilds", 0, "name")`` → ``guilds[0].name``."""
     path = ""
     for part in location:
+        if part in NAME_OR_OBJECT:
+            continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or DOCUMENT
 
@@ -221,8 +235,60 @@ class SampleMessage(_Strict):
     content: SampleText
 
 
+InstructTemplateName = Literal["chatml", "llama3", "mistral", "alpaca"]
+SequenceText = Annotated[str, StringConstraints(max_length=INSTRUCT_SEQUENCE_MAX)]
+ModelApi = Literal["chat", "completions"]
+
+
+class InstructPresetSpec(BaseModel):
+    """A SillyTavern instruct preset (its exported JSON): the fields a text-completion prompt
+    is written with. Other fields of the preset are kept as given (and not used)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: SequenceText = ""
+    input_sequence: SequenceText = ""
+    input_suffix: SequenceText = ""
+    output_sequence: SequenceText = ""
+    output_suffix: SequenceText = ""
+    system_sequence: SequenceText = ""
+    system_suffix: SequenceText = ""
+    last_output_sequence: SequenceText = ""
+    stop_sequence: SequenceText = ""
+    wrap: bool = True
+    system_same_as_user: bool = False
+    sequences_as_stop_strings: bool = True
+
+
+InstructTemplateSpec = Annotated[
+    Annotated[InstructTemplateName, Tag(NAME_OR_OBJECT[0])]
+    | Annotated[InstructPresetSpec, Tag(NAME_OR_OBJECT[1])],
+    Discriminator(_name_or_object),
+]
+
+
+class FallbackModelSpec(_Strict):
+    """A fallback model asked through another API than chat: ``{"model": "…", "api":
+    "completions", "instruct_template": "llama3"}``."""
+
+    model: ModelName
+    api: ModelApi = "chat"
+    instruct_template: InstructTemplateSpec | None = None
+
+
+FallbackModel = Annotated[
+    Annotated[ModelName, Tag(NAME_OR_OBJECT[0])]
+    | Annotated[FallbackModelSpec, Tag(NAME_OR_OBJECT[1])],
+    Discriminator(_name_or_object),
+]
+
+
 class LLMSpec(_Strict):
     model: Annotated[str, StringConstraints(max_length=MODEL_NAME_MAX)] | None = None
+    api: ModelApi = "chat"
+    """``completions``: a text-completion endpoint (``POST /completions``), its prompt written
+    in ``instruct_template`` (``chatml`` when none is given)."""
+    instruct_template: InstructTemplateSpec | None = None
     temperature: Annotated[
         float, Field(ge=TEMPERATURE_MIN, le=TEMPERATURE_MAX, allow_inf_nan=False)
     ] = 0.7
@@ -230,7 +296,7 @@ class LLMSpec(_Strict):
     context_window: Annotated[
         int, Field(strict=True, ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)
     ] = 16000
-    fallback_models: Annotated[list[ModelName], Field(max_length=FALLBACK_MODELS_MAX)] = []
+    fallback_models: Annotated[list[FallbackModel], Field(max_length=FALLBACK_MODELS_MAX)] = []
     vision: bool | None = None
     """The model takes images (``image_url`` parts); null: decided by the model's name
     (`chat.llm.capabilities`)."""
@@ -484,6 +550,17 @@ def _cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, s
                 f"{guild.personas[mains[0]].name!r} already is",
             )
         for p, persona in enumerate(guild.personas):
+            models = [("llm", persona.llm)] + [
+                (f"llm.fallback_models[{f}]", fallback)
+                for f, fallback in enumerate(persona.llm.fallback_models)
+                if isinstance(fallback, FallbackModelSpec)
+            ]
+            for path, model in models:
+                if model.instruct_template is not None and model.api != "completions":
+                    yield (
+                        f"{where}.personas[{p}].{path}.instruct_template",
+                        'applies only with "api": "completions"',
+                    )
             if persona.llm.context_window <= persona.llm.max_output_tokens:
                 yield (
                     f"{where}.personas[{p}].llm.context_window",

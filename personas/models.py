@@ -37,6 +37,7 @@ SAMPLE_CONTENT_MAX = 2_000  # characters per sample dialogue row
 GREETING_MAX = 16_000  # characters of a first message or an alternate greeting
 GREETINGS_MAX = 50  # alternate greetings per persona
 MODEL_NAME_MAX = 200
+INSTRUCT_SEQUENCE_MAX = 1_000  # characters of one instruct template field
 FALLBACK_MODELS_MAX = 5
 AVATAR_URL_MAX = 500
 BLOCK_REASON_MAX = 500
@@ -227,7 +228,22 @@ class Persona(models.Model):
     llm_model = models.CharField(
         max_length=MODEL_NAME_MAX, blank=True, help_text="Empty: the deployment's LLM_MODEL"
     )
-    fallback_models = models.JSONField(default=list, blank=True, help_text="Tried in order")
+    fallback_models = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Tried in order: model names, or {"model", "api", "instruct_template"}',
+    )
+    llm_api = models.CharField(
+        max_length=16,
+        choices=[("chat", "Chat Completions"), ("completions", "Text completion")],
+        default="chat",
+    )
+    instruct_template = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Text completion: chatml | llama3 | mistral | alpaca, or a SillyTavern "
+        "instruct preset; empty: chatml",
+    )
     temperature = models.FloatField(
         default=0.7,
         validators=[MinValueValidator(TEMPERATURE_MIN), MaxValueValidator(TEMPERATURE_MAX)],
@@ -322,6 +338,9 @@ class Persona(models.Model):
             _items_at_most("fallback_models", FALLBACK_MODELS_MAX, "persona_fallback_count"),
             _at_most("first_mes", GREETING_MAX, "persona_first_mes_length"),
             _items_at_most("alternate_greetings", GREETINGS_MAX, "persona_greeting_count"),
+            models.CheckConstraint(
+                condition=Q(llm_api__in=["chat", "completions"]), name="persona_llm_api_valid"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -72,6 +72,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             cache_view=self.adapter.cache_view,
             max_channels=window_channels,
             dm_reactions_subscribed=self.intents.dm_reactions,
+            shard_of=self._shard_of_channel,
         )
         self.scheduler: Scheduler | None = None
         self.intake = Intake(
@@ -80,6 +81,15 @@ class PersonaBotClient(discord.AutoShardedClient):
         self._on_start = on_start
         self._background: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
+
+    def _shard_of_channel(self, channel_id: int) -> int | None:
+        """The shard whose session carries the channel's events: its guild's (Discord sends
+        DMs through shard 0); None for a channel the gateway has not cached."""
+        channel = self.get_channel(channel_id)
+        if channel is None:
+            return None
+        guild = getattr(channel, "guild", None)
+        return guild.shard_id if guild is not None else 0
 
     def own_identity(self) -> OwnIdentity:
         return OwnIdentity(
@@ -204,8 +214,7 @@ class PersonaBotClient(discord.AutoShardedClient):
 
     async def on_shard_disconnect(self, shard_id: int) -> None:
         logger.warning("shard %s disconnected; history windows dropped", shard_id)
-        self.windows.shard_connected = False
-        self.windows.drop_all()
+        self.windows.shard_disconnected(shard_id)
 
     async def on_shard_connect(self, shard_id: int) -> None:
         """A new gateway session (READY; a resume is not one) forgets the messages cached in
@@ -218,8 +227,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             cached.clear()
 
     async def on_shard_resumed(self, shard_id: int) -> None:
-        self.windows.shard_connected = True
-        self.windows.drop_all()
+        self.windows.shard_connected(shard_id)
         if self.scheduler is not None:
             self.scheduler.wake()
 

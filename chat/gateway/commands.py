@@ -1,4 +1,4 @@
-"""Slash commands, through discord.py's `app_commands`.
+"""Slash commands and the "Why (not)?" message command, through discord.py's `app_commands`.
 
 Each callback is three lines: call a service of `chat.command_services` with plain arguments
 (through `answer`, which defers when the work takes longer than `DEFER_AFTER` seconds, so the
@@ -8,7 +8,7 @@ Discord shows. One `on_error` turns a service's refusal into the sentence the me
 `interaction_check` applies the per-member rate limit first.
 
     /privacy level:<minimal|partial|full>   /memory show | add text: | forget id:
-    /persona list   /reset   /prompt persona:
+    /persona list   /reset   /prompt persona:   message menu "Why (not)?"
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from chat import command_services as services
 from chat.command_services import CommandRateLimit, CommandRefused
+from chat.pipeline.types import HistoryMessage
 from chat.services import TurnRuntime
 
 logger = logging.getLogger(__name__)
@@ -108,6 +109,7 @@ class PersonaCommandTree(app_commands.CommandTree):
         self.add_command(PersonaGroup())
         self.add_command(reset_command)
         self.add_command(prompt_command)
+        self.add_command(app_commands.ContextMenu(name="Why (not)?", callback=why_command))
 
     def turn_runtime(self) -> TurnRuntime:
         runtime = self._runtime()
@@ -298,3 +300,35 @@ async def _prompt_file(work: Awaitable[dict], persona: str) -> Answer:
     name = f"prompt-{persona.strip().lower() or 'persona'}.json"
     text = f"The request {persona.strip()}'s next turn here would send (a dry run: nothing sent)."
     return Answer(text, (name, body))
+
+
+# --- Why (not)? ---------------------------------------------------------------------------------
+
+
+@app_commands.default_permissions(manage_messages=True)
+@app_commands.guild_only()
+async def why_command(interaction: discord.Interaction, message: discord.Message) -> None:
+    target = await _history_message(interaction, message)
+    work = sync_to_async(services.message_why)(
+        message_id=message.id,
+        permissions=interaction.permissions.value,
+        bot_user_id=interaction.client.user.id if interaction.client.user else None,
+        now=_now(),
+        fetch=lambda channel_id, message_id: target if message_id == message.id else None,
+    )
+    await answer(interaction, _text(work, str))
+
+
+async def _history_message(
+    interaction: discord.Interaction, message: discord.Message
+) -> HistoryMessage | None:
+    """The command's target as the worker reads messages (for a message whose stored event
+    is gone); None when it cannot be converted."""
+    adapter = getattr(interaction.client, "adapter", None)
+    if adapter is None:
+        return None
+    try:
+        return await adapter.convert_live(message)
+    except Exception:
+        logger.warning("could not read message %s for its why-trace", message.id, exc_info=True)
+        return None

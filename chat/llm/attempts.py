@@ -54,12 +54,16 @@ from chat.llm.base import (
     LLMClient,
     LLMError,
     Message,
+    ModelApi,
+    ModelRequest,
     ModelSpec,
+    TextCompletionRequest,
     ToolCall,
     Usage,
 )
 from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
 from chat.llm.tools import ToolBox, ToolName
+from chat.pipeline.instruct import InstructPrompt, instruct_prompt_from_messages
 
 MAX_TOOL_ROUNDS = 3
 """Rounds of tool calls per turn; the call after the last round offers no tools."""
@@ -80,9 +84,12 @@ class AttemptPlan:
     tools: tuple[ToolName, ...] = ()
 
 
-Render = Callable[[AttemptPlan], list[Message]]
+Render = Callable[[AttemptPlan], list[Message] | InstructPrompt]
 """Builds one attempt's OpenAI messages. A final ``assistant`` message is a prefill: the model
-continues it, tool exchanges are placed before it, and the reply starts with its text."""
+continues it, tool exchanges are placed before it, and the reply starts with its text. For a
+text-completion model (``plan.model.api``), the prompt in its instruct template instead
+(messages given for such a model are written in its template); no tools: such a model cannot
+call them, and a tool exchange of an earlier model is left out."""
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -224,18 +231,40 @@ class AttemptRunner:
         it (the dashboard's prompt preview). Raises ``ValueError`` for an empty ``models``."""
         if not models:
             raise ValueError("a request needs at least one model")
-        plan = AttemptPlan(model=models[0], tools=toolbox.offered if toolbox is not None else ())
-        return self._chat_request(plan, render(plan), toolbox).body()
+        _plan, request, _prefill_text = self._request(models[0], render, [], toolbox, 0)
+        return request.body()
 
-    def _chat_request(
-        self, plan: AttemptPlan, messages: list[Message], toolbox: ToolBox | None
-    ) -> ChatRequest:
-        return ChatRequest(
-            model=plan.model,
+    def _request(
+        self,
+        model: ModelSpec,
+        render: Render,
+        transcript: list[Message],
+        toolbox: ToolBox | None,
+        shorten_batches: int,
+    ) -> tuple[AttemptPlan, ModelRequest, str]:
+        """One attempt's plan, its request (Chat Completions, or Completions for a
+        text-completion model, which is offered no tools) and the prefill its reply starts
+        with."""
+        if model.api is ModelApi.COMPLETIONS:
+            toolbox = None
+        tools = toolbox.offered if toolbox is not None else ()
+        plan = AttemptPlan(model=model, shorten_batches=shorten_batches, tools=tools)
+        rendered = render(plan)
+        if model.api is ModelApi.COMPLETIONS and not isinstance(rendered, InstructPrompt):
+            rendered = instruct_prompt_from_messages(rendered, model.template())
+        if isinstance(rendered, InstructPrompt):
+            request = TextCompletionRequest(
+                model=model, prompt=rendered.text, stop=rendered.stop, stream=self.stream
+            )
+            return plan, request, rendered.prefill
+        messages = _with_transcript(rendered, transcript)
+        chat = ChatRequest(
+            model=model,
             messages=messages,
             tools=toolbox.definitions() if toolbox is not None else (),
             stream=self.stream,
         )
+        return plan, chat, _prefill(messages)
 
 
 @dataclass(frozen=True)
@@ -407,20 +436,19 @@ class _Exchange:
         """One answer from ``model``, retrying within the policy. Raises ``LLMError`` when the
         model failed permanently, used up its attempts, or answered empty twice."""
         runner = self._runner
-        tools = toolbox.offered if toolbox is not None else ()
         empty_retried = False
         attempt_number = 0
         while True:
             attempt_number += 1
-            plan = AttemptPlan(model=model, shorten_batches=self._shorten_batches, tools=tools)
-            messages = _with_transcript(self._render(plan), transcript)
-            request = runner._chat_request(plan, messages, toolbox)
+            plan, request, prefill = runner._request(
+                model, self._render, transcript, toolbox, self._shorten_batches
+            )
             self._request = request.body()
             started = time.perf_counter()
             completion: Completion | None = None
             try:
                 completion = await runner.client.complete(request)
-                answer = self._judge(completion, messages, tools_offered=bool(tools))
+                answer = self._judge(completion, prefill, tools_offered=bool(plan.tools))
             except LLMError as error:
                 pause = self._pause_after(error, attempt_number, empty_retried)
                 self._record(plan, round_number, started, completion, error, pause or 0.0)
@@ -469,16 +497,15 @@ class _Exchange:
     ) -> AsyncIterator[str | Restart | _Answer]:
         """``_call_model``, streaming (module docstring, steps 6 and 7)."""
         runner = self._runner
-        tools = toolbox.offered if toolbox is not None else ()
         empty_retried = False
         attempt_number = 0
         while True:
             attempt_number += 1
-            plan = AttemptPlan(model=model, shorten_batches=self._shorten_batches, tools=tools)
-            messages = _with_transcript(self._render(plan), transcript)
-            request = runner._chat_request(plan, messages, toolbox)
+            plan, request, prefill = runner._request(
+                model, self._render, transcript, toolbox, self._shorten_batches
+            )
+            tools = plan.tools
             self._request = request.body()
-            prefill = _prefill(messages)
             started = time.perf_counter()
             completion: Completion | None = None
             raw, given = "", ""
@@ -499,7 +526,7 @@ class _Exchange:
                     raise LLMError(
                         "the stream gave no completion", kind=ErrorKind.MALFORMED, permanent=False
                     )
-                answer = self._judge(completion, messages, tools_offered=bool(tools))
+                answer = self._judge(completion, prefill, tools_offered=bool(tools))
             except LLMError as error:
                 if given and delivered():
                     self._record(plan, round_number, started, completion, error)
@@ -541,9 +568,7 @@ class _Exchange:
             error, retry_number=attempt_number, jitter=self._runner.jitter()
         )
 
-    def _judge(
-        self, completion: Completion, messages: list[Message], *, tools_offered: bool
-    ) -> _Answer:
+    def _judge(self, completion: Completion, prefill: str, *, tools_offered: bool) -> _Answer:
         """Turn a completion into an answer. Tool calls count only when tools were offered.
         Raises ``LLMError`` (empty answer) when there are no calls and no words."""
         tool_calls = completion.tool_calls if tools_offered else ()
@@ -554,7 +579,7 @@ class _Exchange:
                 kind=ErrorKind.EMPTY_ANSWER,
                 permanent=False,
             )
-        reply = strip_name_label(_prefill(messages) + text, name=self._persona_name)
+        reply = strip_name_label(prefill + text, name=self._persona_name)
         return _Answer(reply=reply, text=text, tool_calls=tool_calls)
 
     async def _exchange_tools(self, toolbox: ToolBox, answer: _Answer) -> list[Message]:

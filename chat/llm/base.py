@@ -1,9 +1,11 @@
 """The one protocol every caller of a model goes through, and the data it speaks.
 
-``LLMClient.complete`` sends one Chat Completions request and returns one ``Completion`` or raises
-``LLMError``; nothing else escapes it. ``LLMClient.stream`` sends the same request and yields the
-text as the model writes it. Retries, fallbacks and tool rounds are built on top of it
-(``chat.llm.attempts``), so every caller reaches a model the same way. Nothing here needs Django.
+``LLMClient.complete`` sends one request — Chat Completions (``ChatRequest``) or, for a
+text-completion model, Completions (``TextCompletionRequest``) — and returns one ``Completion``
+or raises ``LLMError``; nothing else escapes it. ``LLMClient.stream`` sends the same request
+and yields the text as the model writes it. Retries, fallbacks and tool rounds are built on
+top of it (``chat.llm.attempts``), so every caller reaches a model the same way. Nothing here
+needs Django.
 """
 
 from __future__ import annotations
@@ -13,8 +15,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from chat.pipeline.instruct import BUILTIN_TEMPLATES, DEFAULT_TEMPLATE, InstructTemplate
+
 Message = dict[str, Any]
 """One OpenAI Chat Completions message (``{"role": ..., "content": ...}`` and friends)."""
+
+
+class ModelApi(StrEnum):
+    """Which endpoint a model is asked through: ``chat`` (``POST /chat/completions``, messages)
+    or ``completions`` (``POST /completions``, one prompt in an instruct template)."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
 
 
 @dataclass(frozen=True)
@@ -35,6 +47,41 @@ class ModelSpec:
     temperature: float = 0.7
     max_output_tokens: int = 512
     stop: tuple[str, ...] = ()
+    api: ModelApi = ModelApi.CHAT
+    instruct: InstructTemplate | None = None
+    """For a ``completions`` model: the template its prompt is written in (None: ChatML)."""
+
+    def template(self) -> InstructTemplate:
+        """The instruct template this model's prompt is written in."""
+        return self.instruct or BUILTIN_TEMPLATES[DEFAULT_TEMPLATE]
+
+
+@dataclass(frozen=True)
+class TextCompletionRequest:
+    """One Completions call (a text-completion model): the prompt and its stop strings.
+
+    ``body()`` is the exact JSON sent to ``POST {base_url}/completions``; stop strings are the
+    model's own followed by the prompt's (the next speakers' labels)."""
+
+    model: ModelSpec
+    prompt: str
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+
+    def body(self) -> dict[str, Any]:
+        stop = list(dict.fromkeys((*self.model.stop, *self.stop)))
+        body: dict[str, Any] = {
+            "model": self.model.name,
+            "prompt": self.prompt,
+            "temperature": self.model.temperature,
+            "max_tokens": self.model.max_output_tokens,
+            "stream": self.stream,
+        }
+        if stop:
+            body["stop"] = stop
+        if self.stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
 
 
 @dataclass(frozen=True)
@@ -170,16 +217,19 @@ class LLMError(Exception):
         return f"{self.kind}{status}: {self.message}"
 
 
+ModelRequest = ChatRequest | TextCompletionRequest
+
+
 class LLMClient(Protocol):
-    """Sends one Chat Completions request.
+    """Sends one request (Chat Completions or Completions).
 
     Implementations raise ``LLMError`` for every failure (HTTP status, timeout, connection,
     unreadable body) and never retry: retry policy belongs to ``chat.llm.attempts``.
     """
 
-    async def complete(self, request: ChatRequest) -> Completion: ...
+    async def complete(self, request: ModelRequest) -> Completion: ...
 
-    def stream(self, request: ChatRequest) -> AsyncIterator[str | Completion]:
+    def stream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
         """Send ``request`` once; yield its text as it arrives, then the whole ``Completion``.
         Raises ``LLMError`` as ``complete`` does; closing the iterator cancels the call."""
         ...

@@ -1,8 +1,11 @@
 """A local OpenAI-compatible server for tests and the demo: scripted answers and injected faults.
 
 Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks ending with
-``data: [DONE]`` when ``stream`` is true), ``POST /v1/embeddings`` (deterministic vectors of
-hashed words, `embeddings.HashingEmbeddings`') and ``GET /v1/models``. Every request is recorded in
+``data: [DONE]`` when ``stream`` is true), ``POST /v1/completions`` (a text-completion model:
+``prompt`` in, ``choices[0].text`` out, the answer cut at the first of the request's ``stop``
+strings as a server does; the default answer quotes the prompt's last dialogue line),
+``POST /v1/embeddings`` (deterministic vectors of hashed words,
+`embeddings.HashingEmbeddings`') and ``GET /v1/models``. Every request is recorded in
 ``requests``. Each chat request takes the next item of the script, a queue of:
 
 - ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated);
@@ -208,6 +211,7 @@ class FakeLLMServer:
         self._runner: web.AppRunner | None = None
         self.app = web.Application()
         self.app.router.add_post("/v1/chat/completions", self._chat_completions)
+        self.app.router.add_post("/v1/completions", self._text_completions)
         self.app.router.add_get("/v1/models", self._list_models)
         self.app.router.add_post("/v1/embeddings", self._embeddings)
 
@@ -219,6 +223,11 @@ class FakeLLMServer:
     def chat_bodies(self) -> list[Any]:
         """The bodies of the chat completion requests received, in order."""
         return [r.body for r in self.requests if r.path == "/v1/chat/completions"]
+
+    @property
+    def completion_bodies(self) -> list[Any]:
+        """The bodies of the text completion requests received, in order."""
+        return [r.body for r in self.requests if r.path == "/v1/completions"]
 
     async def __aenter__(self) -> Self:
         """Start serving on ``host:port`` (port 0: an ephemeral one) and set ``base_url``."""
@@ -293,6 +302,59 @@ class FakeLLMServer:
         if isinstance(item, Fault):
             return await self._fault(request, body, item)
         return await self._answer(request, body, item)
+
+    async def _text_completions(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/completions``: the script's next item (tool calls are not sent: a
+        text-completion model has none), the responder's, or the default answer quoting the
+        prompt; faults as for chat, a cut stream sent as a malformed body."""
+        raw = await request.text()
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError:
+            body = raw
+        self._record(request, body)
+        if self._guard is not None:
+            number = len(self.completion_bodies)
+            self.guard_findings.extend(f"completion {number}: {f}" for f in self._guard(body))
+        if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
+            return _error_response(400, "the body must be a JSON object with a prompt string")
+        if self._script:
+            item = self._script.popleft()
+        elif self._responder is not None:
+            item = self._responder(body)
+        else:
+            item = self._default_text_reply(body)
+        if isinstance(item, Fault):
+            match item.kind:
+                case FaultKind.HTTP_ERROR:
+                    headers = {"Retry-After": item.retry_after} if item.retry_after else {}
+                    return _error_response(item.status, f"fake fault {item.status}", headers)
+                case FaultKind.TIMEOUT:
+                    await asyncio.sleep(item.delay)
+                    item = self._default_text_reply(body)
+                case FaultKind.EMPTY_ANSWER:
+                    item = Reply("")
+                case FaultKind.REASONING_ONLY:
+                    item = Reply("<think>The user wants an answer. Let me think.</think>")
+                case _:
+                    return web.Response(text='{"choices": [', content_type="application/json")
+        text = _cut_at_stop(item.text, body.get("stop"))
+        answer = _TextAnswer(
+            id=f"cmpl-fake-{next(self._ids)}",
+            model=str(body.get("model", "")),
+            text=text,
+            usage=self._usage(body, Reply(text)),
+        )
+        if not body.get("stream"):
+            return web.json_response(answer.response())
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        events = [*answer.chunks(include_usage), "[DONE]"]
+        return await _send_events(request, events, item.pace or self.pace, answer.words)
+
+    def _default_text_reply(self, body: dict[str, Any]) -> Reply:
+        quote = _last_prompt_line(body["prompt"])[:200]
+        introduction = self._introduction.format(model=body.get("model"))
+        return Reply(f"{introduction} You said: {quote}")
 
     def _record(self, request: web.Request, body: Any) -> None:
         self.requests.append(
@@ -385,7 +447,11 @@ class FakeLLMServer:
     def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         """Reported usage: the reply's fixed counts, else estimates (4 characters a token; the
         prefix shared with the previous request counts as cached). Remembers this prompt."""
-        prompt = json.dumps(body["messages"], ensure_ascii=False)
+        prompt = (
+            body["prompt"]
+            if isinstance(body.get("prompt"), str)
+            else json.dumps(body["messages"], ensure_ascii=False)
+        )
         shared = _shared_prefix_length(self._previous_prompt, prompt)
         self._previous_prompt = prompt
         output = reply.text + "".join(_arguments_text(call) for call in reply.tool_calls)
@@ -509,6 +575,69 @@ def _last_user_text(messages: list[Any]) -> str:
             if not text.startswith("[System:"):
                 return text
     return ""
+
+
+@dataclass(frozen=True)
+class _TextAnswer:
+    """One Completions answer in both wire shapes."""
+
+    id: str
+    model: str
+    text: str
+    usage: dict[str, Any] = field(default_factory=dict)
+
+    def response(self) -> dict[str, Any]:
+        choice = {"index": 0, "text": self.text, "finish_reason": "stop", "logprobs": None}
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "model": self.model,
+            "choices": [choice],
+            "usage": self.usage,
+        }
+
+    @property
+    def words(self) -> int:
+        return len(_WORD.findall(self.text))
+
+    def chunks(self, include_usage: bool) -> Iterator[str]:
+        """An empty first chunk, the text a word at a time, the finish reason, and (when asked
+        for) a usage chunk with no choices."""
+        yield self._chunk("")
+        for word in _WORD.findall(self.text):
+            yield self._chunk(word)
+        yield self._chunk("", finish_reason="stop")
+        if include_usage:
+            yield json.dumps(self._envelope([]) | {"usage": self.usage})
+
+    def _chunk(self, text: str, finish_reason: str | None = None) -> str:
+        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
+        return json.dumps(self._envelope([choice]))
+
+    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "model": self.model, "choices": choices}
+
+
+_TEMPLATE_MARKS = re.compile(r"<\|[^|>]*\|>|\[/?INST\]|</?s>|^###[^\n]*:", re.MULTILINE)
+
+
+def _last_prompt_line(prompt: str) -> str:
+    """The prompt's last dialogue line before the persona's closing label (instruct template
+    marks removed); ``""`` when there is none."""
+    lines = [line.strip() for line in _TEMPLATE_MARKS.sub("\n", prompt).splitlines()]
+    lines = [line for line in lines if line]
+    return lines[-2] if len(lines) >= 2 else ""
+
+
+def _cut_at_stop(text: str, stop: object) -> str:
+    """``text`` up to the first of the ``stop`` strings (a string or a list), as a server stops
+    generating there."""
+    stops = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    cut = len(text)
+    for item in stops:
+        if isinstance(item, str) and item and (found := text.find(item)) != -1:
+            cut = min(cut, found)
+    return text[:cut]
 
 
 def _arguments_text(call: ScriptedToolCall) -> str:

@@ -1,4 +1,6 @@
-"""``LLMClient`` for any OpenAI-compatible Chat Completions endpoint, over httpx.
+"""``LLMClient`` for any OpenAI-compatible endpoint, over httpx: Chat Completions
+(``POST /chat/completions``) and, for text-completion models, Completions
+(``POST /completions``: KoboldCpp, llama.cpp's server, vLLM, text-generation-webui).
 
 Ollama, llama.cpp, vLLM, OpenRouter and OpenAI all speak this API. One call is one HTTP request:
 no retries here (``chat.llm.attempts`` owns them). Every failure becomes ``LLMError``:
@@ -29,7 +31,15 @@ from typing import Any, Self, TypeVar
 import httpx
 from pydantic import BaseModel, Field, ValidationError
 
-from chat.llm.base import ChatRequest, Completion, ErrorKind, LLMError, ToolCall, Usage
+from chat.llm.base import (
+    Completion,
+    ErrorKind,
+    LLMError,
+    ModelRequest,
+    TextCompletionRequest,
+    ToolCall,
+    Usage,
+)
 
 ERROR_TEXT_LIMIT = 500
 """Longest provider error message kept on an ``LLMError`` (it ends up on the turn record)."""
@@ -49,7 +59,8 @@ class Timeouts:
 
 
 class OpenAICompatibleClient:
-    """Sends ``ChatRequest``s to ``{base_url}/chat/completions``; see the module docstring.
+    """Sends ``ChatRequest``s to ``{base_url}/chat/completions`` and ``TextCompletionRequest``s
+    to ``{base_url}/completions``; see the module docstring.
 
     Holds one pooled ``httpx.AsyncClient`` bound to the running event loop: use it as an async
     context manager (or call ``aclose``) and do not share it across event loops.
@@ -78,7 +89,7 @@ class OpenAICompatibleClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def complete(self, request: ChatRequest) -> Completion:
+    async def complete(self, request: ModelRequest) -> Completion:
         """Send ``request`` once and return the assembled completion.
 
         Raises ``LLMError`` for every failure (see the module docstring), nothing else.
@@ -87,7 +98,7 @@ class OpenAICompatibleClient:
             async with asyncio.timeout(self._timeouts.total):
                 return await self._send(request)
 
-    async def stream(self, request: ChatRequest) -> AsyncIterator[str | Completion]:
+    async def stream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
         """Send ``request`` once and yield its text as it arrives, then the assembled
         ``Completion`` last (a request that does not ask for a stream gives its whole text at
         once). Raises ``LLMError`` for every failure, as ``complete`` does; the total time
@@ -102,14 +113,14 @@ class OpenAICompatibleClient:
             yield completion
             return
         deadline = asyncio.get_running_loop().time() + self._timeouts.total
+        text_request = isinstance(request, TextCompletionRequest)
+        path = "completions" if text_request else "chat/completions"
         with _as_llm_errors():
-            async with self._http.stream(
-                "POST", "chat/completions", json=request.body()
-            ) as response:
+            async with self._http.stream("POST", path, json=request.body()) as response:
                 if not response.is_success:
                     await response.aread()
                     raise status_error(response.status_code, response.text, response.headers)
-                assembly = _StreamAssembly()
+                assembly = _TextStreamAssembly() if text_request else _StreamAssembly()
                 events = aiter(iter_sse_data(response.aiter_lines()))
                 while True:
                     async with asyncio.timeout_at(deadline):
@@ -122,19 +133,25 @@ class OpenAICompatibleClient:
                         )
                     if data.strip() == "[DONE]":
                         break
-                    text = assembly.add(_validate(_Chunk, data))
+                    text = assembly.add_data(data)
                     if text:
                         yield text
             yield assembly.completion()
 
-    async def _send(self, request: ChatRequest) -> Completion:
-        async with self._http.stream("POST", "chat/completions", json=request.body()) as response:
+    async def _send(self, request: ModelRequest) -> Completion:
+        text = isinstance(request, TextCompletionRequest)
+        path = "completions" if text else "chat/completions"
+        async with self._http.stream("POST", path, json=request.body()) as response:
             if not response.is_success:
                 await response.aread()
                 raise status_error(response.status_code, response.text, response.headers)
             if request.stream:
-                return await read_completion_stream(response.aiter_lines())
-            return parse_completion(await response.aread())
+                lines = response.aiter_lines()
+                if text:
+                    return await read_text_completion_stream(lines)
+                return await read_completion_stream(lines)
+            body = await response.aread()
+            return parse_text_completion(body) if text else parse_completion(body)
 
 
 @contextlib.contextmanager
@@ -241,6 +258,30 @@ async def read_completion_stream(lines: AsyncIterator[str]) -> Completion:
     )
 
 
+def parse_text_completion(body: bytes) -> Completion:
+    """Read a non-streaming Completions response body (``choices[0].text``). Raises
+    ``LLMError`` (malformed)."""
+    response = _validate(_TextResponse, body)
+    choice = response.choices[0]
+    return Completion(
+        text=choice.text or "", finish_reason=choice.finish_reason, usage=_usage(response.usage)
+    )
+
+
+async def read_text_completion_stream(lines: AsyncIterator[str]) -> Completion:
+    """Assemble a streamed Completions response (each chunk's ``choices[0].text``), like
+    `read_completion_stream`: an ``error`` chunk raises ``LLMError`` (server error), a stream
+    without ``data: [DONE]`` raises ``LLMError`` (malformed)."""
+    assembly = _TextStreamAssembly()
+    async for data in iter_sse_data(lines):
+        if data.strip() == "[DONE]":
+            return assembly.completion()
+        assembly.add_data(data)
+    raise LLMError(
+        "the stream ended before data: [DONE]", kind=ErrorKind.MALFORMED, permanent=False
+    )
+
+
 async def iter_sse_data(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """Yield the ``data`` of each server-sent event, given the response's lines.
 
@@ -275,6 +316,10 @@ class _StreamAssembly:
     calls: dict[int, _ToolCallParts] = field(default_factory=dict)
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+
+    def add_data(self, data: str) -> str:
+        """Take one event's data in; returns the text it added (``""``: none)."""
+        return self.add(_validate(_Chunk, data))
 
     def add(self, chunk: _Chunk) -> str:
         """Take one chunk in; returns the text it added (``""``: none)."""
@@ -315,6 +360,38 @@ class _StreamAssembly:
             ),
             finish_reason=self.finish_reason,
             usage=self.usage,
+        )
+
+
+@dataclass
+class _TextStreamAssembly:
+    """A streamed Completions answer: each chunk's ``choices[0].text``, in order."""
+
+    text: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def add_data(self, data: str) -> str:
+        """Take one event's data in; returns the text it added (``""``: none)."""
+        chunk = _validate(_TextChunk, data)
+        if chunk.error is not None:
+            raise LLMError(
+                f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
+                kind=ErrorKind.SERVER_ERROR,
+                permanent=False,
+            )
+        if chunk.usage is not None:
+            self.usage = _usage(chunk.usage)
+        added = ""
+        for choice in chunk.choices[:1]:
+            added = choice.text or ""
+            self.text.append(added)
+            self.finish_reason = choice.finish_reason or self.finish_reason
+        return added
+
+    def completion(self) -> Completion:
+        return Completion(
+            text="".join(self.text), finish_reason=self.finish_reason, usage=self.usage
         )
 
 
@@ -404,6 +481,22 @@ class _ChunkChoice(BaseModel):
 
 class _Chunk(BaseModel):
     choices: list[_ChunkChoice] = Field(default_factory=list)
+    usage: _Usage | None = None
+    error: Any = None
+
+
+class _TextChoice(BaseModel):
+    text: str | None = None
+    finish_reason: str | None = None
+
+
+class _TextResponse(BaseModel):
+    choices: list[_TextChoice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
+class _TextChunk(BaseModel):
+    choices: list[_TextChoice] = Field(default_factory=list)
     usage: _Usage | None = None
     error: Any = None
 

@@ -3,7 +3,10 @@
 Each step asks the planner model for one JSON action (`chat.pipeline.planner`) and dispatches
 it: let a persona speak (a persona turn through `turn_run`), mark the unread messages read,
 react, sleep, or stop. At most `MAX_LOOP_ITERATIONS` steps per loop, ``step_delay`` seconds
-between them.
+(seed 003's continue delay) between them. A loop stopped by that cap with unread messages still
+waiting is followed, after the continue delay, by a new loop — up to `MAX_CAPPED_LOOPS` loops
+in a row, so a planner that never reads its messages cannot spend without end; then the
+messages wait for the next arrival.
 
 What the planner sees (kept per channel across loops, bounded):
 
@@ -41,6 +44,8 @@ from botproject.events import LoopStep, channel_group, publish
 from chat import selectors
 from chat.loop import ingress
 from chat.models import Turn
+from chat.pipeline.macros import MacroContext
+from chat.pipeline.markup import HIDDEN_USER_NAME
 from chat.pipeline.planner import (
     ActionRecord,
     Continue,
@@ -52,8 +57,10 @@ from chat.pipeline.planner import (
     SendMessage,
     Sleep,
     build_planner_messages,
+    mentioned_user_ids,
     parse_planner_action,
     render_planner_lines,
+    roster_description,
 )
 from chat.pipeline.simplify import blocked_user_ids, build_simplified_history, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
@@ -72,6 +79,8 @@ from personas.models import Persona
 logger = logging.getLogger(__name__)
 
 MAX_LOOP_ITERATIONS = 5
+MAX_CAPPED_LOOPS = 3
+"""Loops in a row a channel runs while each one ends at the step cap with messages unread."""
 MAX_CONVERSATION_MESSAGES = 40
 """Messages of a channel's rolling conversation the planner keeps (the newest)."""
 MAX_REMEMBERED_ACTIONS = 10
@@ -143,12 +152,25 @@ class AutonomousLoop:
         return state
 
     async def run(self, configuration: ChannelConfiguration) -> None:
-        """Seed 003's loop: plan, dispatch, continue while the action says so; at most
-        `MAX_LOOP_ITERATIONS` steps. The conversation and actions carry over to the next loop."""
+        """Seed 003's loop (`_loop`); when it stopped at the step cap and messages are still
+        unread, a new loop after the continue delay (at most `MAX_CAPPED_LOOPS` in a row)."""
         channel_id = configuration.channel_id
         if not configuration.personas:
             await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
             return
+        for _ in range(MAX_CAPPED_LOOPS):
+            if not await self._loop(configuration):
+                return
+            await self._sleep(self._step_delay)
+            if not await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id):
+                return
+            logger.info("a new planner loop in %s: messages are still unread", channel_id)
+
+    async def _loop(self, configuration: ChannelConfiguration) -> bool:
+        """Plan, dispatch, continue while the action says so; at most `MAX_LOOP_ITERATIONS`
+        steps. The conversation and actions carry over to the next loop. Returns whether the
+        loop stopped at the step cap."""
+        channel_id = configuration.channel_id
         state = self.conversation(channel_id)
         if not state.seeded:
             await self._seed(configuration, state)
@@ -158,7 +180,7 @@ class AutonomousLoop:
             step = _Step()
             action = await self._plan(configuration, state, step, iteration, loop_id)
             if action is None:
-                break
+                return False
             result = await self._dispatch(configuration, state, step, action, iteration)
             name = action.action if not isinstance(action, PlannerOutputError) else "invalid"
             state.actions.append(ActionRecord(name, result.success, result.result))
@@ -176,10 +198,11 @@ class AutonomousLoop:
                 ),
             )
             if not result.should_continue:
-                break
-            await self._sleep(self._step_delay)
-        else:
-            logger.info("planner loop in %s stopped at %d steps", channel_id, iteration)
+                return False
+            if iteration < MAX_LOOP_ITERATIONS:
+                await self._sleep(self._step_delay)
+        logger.info("planner loop in %s stopped at %d steps", channel_id, MAX_LOOP_ITERATIONS)
+        return True
 
     async def _seed(self, configuration: ChannelConfiguration, state: ChannelConversation) -> None:
         """Start the conversation from the channel's recent window, as a persona turn reads it
@@ -221,19 +244,24 @@ class AutonomousLoop:
         standing = await sync_to_async(selectors.user_standing)(
             user_ids=[m.accountable_user_id for m in seen]
         )
-        names = self._runtime.port.names(configuration.guild_id, [m.author.id for m in seen])
+        personas = configuration.personas
+        # Everyone the prompt names: authors, the people they mention (as persona prompts
+        # name them), and the people the personas' own prompts mention.
+        named = [m.author.id for m in seen] + [i for m in seen for i in m.mention_ids]
+        named += [i for p in personas for i in mentioned_user_ids(p.system_prompt)]
+        names = self._runtime.port.names(configuration.guild_id, list(dict.fromkeys(named)))
         blocked_for_all = frozenset.intersection(
             *(
                 blocked_user_ids(configuration.blocks, p.name, configuration.read_at)
                 for p in configuration.personas
             )
         )
+        hidden = hidden_user_ids(standing.privacy, standing.blacklisted)
         simplified = build_simplified_history(
             seen,
             reply_targets={},
             names=names,
-            hidden_user_ids=hidden_user_ids(standing.privacy, standing.blacklisted)
-            | blocked_for_all,
+            hidden_user_ids=hidden | blocked_for_all,
             blocked_user_ids=frozenset(),
             timezone=ZoneInfo(channel.timezone),
         )
@@ -244,12 +272,23 @@ class AutonomousLoop:
         )
         step.refs = dict(simplified.id_map.as_mapping())
         step.shown_unread = unread
-        personas = configuration.personas
+        main = next((p.name for p in personas if p.is_main), personas[0].name)
+        newest = simplified.entries[-1].author_name if simplified.entries else HIDDEN_USER_NAME
+        roster = [
+            PlannerRosterEntry(
+                p.name,
+                roster_description(
+                    p.system_prompt,
+                    macros=MacroContext(bot=main, char=p.name, user=newest),
+                    names=names,
+                    hidden_user_ids=hidden,
+                ),
+            )
+            for p in personas
+        ]
         messages = build_planner_messages(
             channel_name=_channel_name(configuration, names.channels),
-            roster=[
-                PlannerRosterEntry(p.name, (p.system_prompt or "a persona")[:200]) for p in personas
-            ],
+            roster=roster,
             conversation=[line for i, line in lines.items() if i not in unread_ids],
             incoming=[line for i, line in lines.items() if i in unread_ids],
             actions=list(state.actions),

@@ -34,6 +34,11 @@ DOCUMENT_HINT_TEMPLATE = (
     "{{if tool:read_file}} Call read_file with {media_id} to read it."
     "{{else}} Its contents are not available in this turn.{{/if}}]"
 )
+DATE_SPACER_POINTER_TEMPLATE = (
+    "{{if tool:reveal_message_metadata}}"
+    " Call reveal_message_metadata with a ref_N for a message's exact time.{{/if}}"
+)
+"""Seed 002: the date spacer points at reveal_message_metadata only when the turn offers it."""
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 MONTHS = (
     "January", "February", "March", "April", "May", "June",
@@ -88,6 +93,7 @@ class RenderedDialogue:
     entries: tuple[RenderedEntry, ...]
     inputs: RenderInputs
     document_hint: str
+    spacer_pointer: str = ""
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
@@ -115,7 +121,9 @@ class RenderedDialogue:
             if item is not rendered.item or spacer is not rendered.spacer:
                 rendered = replace(rendered, item=item, spacer=spacer)
             entries.append(rendered)
-        return RenderedDialogue(tuple(entries), self.inputs, self.document_hint)
+        return RenderedDialogue(
+            tuple(entries), self.inputs, self.document_hint, self.spacer_pointer
+        )
 
     def completion_texts(self) -> dict[tuple[int, ...], str]:
         """Each entry's completion projection (`_completion_text`), by its item's source ids."""
@@ -138,7 +146,8 @@ def render_dialogue(
 
     Steps:
         1. Plan media over the newest ``min(media_window, fetch_limit)`` messages.
-        2. Expand the document hint template once with the turn's tools (``macros.tools``).
+        2. Expand the document hint template and the date spacer's pointer to
+           reveal_message_metadata once with the turn's tools (``macros.tools``).
         3. For each entry: a date spacer when its calendar day in ``timezone`` differs from the
            previous entry's (the first entry gets none: the window's start is not a day change),
            then the entry item with its role, label, media markers and document hints.
@@ -171,6 +180,8 @@ def render_dialogue(
     )
     reusable = previous.entries if previous is not None and previous.inputs == inputs else ()
     hint_changed = previous is None or previous.document_hint != document_hint
+    spacer_pointer = expand_macros(DATE_SPACER_POINTER_TEMPLATE, macros)
+    pointer_changed = previous is not None and previous.spacer_pointer != spacer_pointer
     humanizer = _stable_humanizer(inputs)
     rendered: list[RenderedEntry] = []
     previous_day: date | None = None
@@ -202,12 +213,13 @@ def render_dialogue(
             day, last_day, role, item = cached.first_day, cached.last_day, cached.role, cached.item
         spacer = None
         if previous_day is not None and day != previous_day:
-            spacer = (cached.spacer if cached is not None else None) or date_spacer(day)
+            kept = cached.spacer if cached is not None and not pointer_changed else None
+            spacer = kept or date_spacer(day, pointer=spacer_pointer)
         if cached is None or spacer is not cached.spacer:
             cached = RenderedEntry(entry, entry_media, label, role, day, last_day, item, spacer)
         rendered.append(cached)
         previous_day = last_day
-    return RenderedDialogue(tuple(rendered), inputs, document_hint)
+    return RenderedDialogue(tuple(rendered), inputs, document_hint, spacer_pointer)
 
 
 def _same_object_if_equal(day: date, other: date | None) -> date:
@@ -220,11 +232,12 @@ def date_label(day: date) -> str:
     return f"{WEEKDAYS[day.weekday()]}, {MONTHS[day.month - 1]} {day.day}, {day.year}"
 
 
-def date_spacer(day: date) -> ContextItem:
-    """``[System: New day: Saturday, July 11, 2026]``: absolute, English, locale-independent."""
-    return ContextItem(
-        tag=ItemTag.DATE_SPACER, role=Role.USER, text=system_note(f"New day: {date_label(day)}")
-    )
+def date_spacer(day: date, *, pointer: str = "") -> ContextItem:
+    """``[System: New day: Saturday, July 11, 2026]``: absolute, English, locale-independent;
+    ``pointer`` (the expanded `DATE_SPACER_POINTER_TEMPLATE`) follows the date when the turn
+    offers reveal_message_metadata."""
+    text = f"New day: {date_label(day)}" + (f".{pointer}" if pointer else "")
+    return ContextItem(tag=ItemTag.DATE_SPACER, role=Role.USER, text=system_note(text))
 
 
 def humanize_stably(text: str, *, force_lowercase: bool, punctuation_splits: bool) -> str:

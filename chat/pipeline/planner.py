@@ -20,10 +20,16 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from chat.pipeline.macros import MacroContext, expand_macros
+from chat.pipeline.markup import render_markup, scrub_snowflakes
 from chat.pipeline.message_id_map import MessageIdMap
 from chat.pipeline.simplify import EntryPart, SimplifiedEntry
+from chat.pipeline.types import NameDirectory
 
 MAX_SLEEP_SECONDS = 60
+ROSTER_DESCRIPTION_LIMIT = 200
+"""Characters of a persona's rendered system prompt the planner's roster shows."""
+_USER_MENTION = re.compile(r"<@!?(\d+)>")
 
 
 class _Action(BaseModel):
@@ -115,6 +121,26 @@ class PlannerRosterEntry:
     description: str
 
 
+def mentioned_user_ids(text: str) -> list[int]:
+    """The users ``text`` mentions (``<@id>``), for the name directory that renders it."""
+    return [int(user_id) for user_id in _USER_MENTION.findall(text)]
+
+
+def roster_description(
+    system_prompt: str,
+    *,
+    macros: MacroContext,
+    names: NameDirectory,
+    hidden_user_ids: AbstractSet[int],
+) -> str:
+    """How the roster describes a persona: its system prompt as the persona's own prompt
+    reads it (macros expanded, mentions as names, no raw snowflake), on one line, cut to
+    `ROSTER_DESCRIPTION_LIMIT` characters; "a persona" when it is empty."""
+    text = render_markup(expand_macros(system_prompt, macros), names, hidden_user_ids)
+    text = " ".join(text.split())[:ROSTER_DESCRIPTION_LIMIT]
+    return text or "a persona"
+
+
 _ACTIONS_HELP = """\
 Answer with exactly one JSON object and nothing else. Actions:
 - {"action": "send_message", "persona": "<name>", "reply_to": "ref_N" or null}:
@@ -140,8 +166,9 @@ def build_planner_messages(
     ``conversation`` and ``incoming`` are rendered lines (``ref_N Name: text``, never raw
     snowflakes): the channel's rolling conversation (the recent window, what was read, the
     personas' own replies) and the unread messages. ``actions`` are the planner's recent
-    actions with their results, earlier loops included. ``channel_name`` is the channel's name
-    (never its id).
+    actions with their results, earlier loops included; a result is shown with any raw
+    snowflake scrubbed (an error text may name a channel by id). ``channel_name`` is the
+    channel's name (never its id).
 
     Order: the instructions, the roster and the action definitions (system); the conversation
     and the recent actions; then, closing the prompt, the "Incoming events" block with the
@@ -156,7 +183,8 @@ def build_planner_messages(
     if actions:
         state += ["", "Your recent actions and their results:"]
         state += [
-            f"{n}. {record.action}: {'ok' if record.success else 'failed'}: {record.result}"
+            f"{n}. {record.action}: {'ok' if record.success else 'failed'}: "
+            f"{scrub_snowflakes(record.result)}"
             for n, record in enumerate(actions, start=1)
         ]
     count = len(incoming)

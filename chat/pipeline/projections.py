@@ -8,7 +8,9 @@ The same context serves every attempt, fallbacks included; only the projection d
   offers it. The prefill becomes a final ``assistant`` message ``Name: text`` where the model
   takes one, else an instruction.
 - `to_completion_text`: the prose a completion model (NovelAI) continues: no references,
-  reactions, media hints or directives, and a final ``Name:`` line for the persona.
+  reactions, media hints or directives, and a final ``Name:`` line for the persona;
+  `completion_lines` gives each item's prose, which `instruct.to_instruct_prompt` wraps in an
+  instruct template for a text-completion endpoint.
 """
 
 from __future__ import annotations
@@ -82,12 +84,21 @@ def to_openai_messages(context: TurnContext, attempt: AttemptProfile) -> list[Op
 def to_completion_text(context: TurnContext) -> str:
     """Project ``context`` into the prose a completion model continues.
 
-    Each item contributes its prose, one per line: configuration as written, a note, spacer or
-    placed memory without its ``[System: …]`` marks, a dialogue entry as its words under its
-    label (`dialogue.RenderedDialogue.completion_texts`). Items without prose (directives, the
-    participant note, hidden runs, media-only messages) contribute nothing. The text ends with
-    the persona's name label and the prefill, if any, for the model to continue.
+    Each item contributes its prose, one per line (`completion_lines`). The text ends with the
+    persona's name label and the prefill, if any, for the model to continue.
     """
+    lines = [line for _item, line in completion_lines(context)]
+    ending = f"{context.persona_name}:"
+    if context.prefill is not None:
+        ending = f"{ending} {context.prefill}"
+    return "\n".join([*lines, ending])
+
+
+def completion_lines(context: TurnContext) -> list[tuple[ContextItem, str]]:
+    """Every item that has prose, with it: configuration as written, a note, spacer, placed
+    memory or lorebook entry without its ``[System: …]`` marks, a dialogue entry as its words
+    under its label (`dialogue.RenderedDialogue.completion_texts`). Items without prose
+    (directives, the participant note, hidden runs, media-only messages) are left out."""
     entries = context.dialogue.completion_texts()
     lines = []
     for item in context.items:
@@ -98,11 +109,8 @@ def to_completion_text(context: TurnContext) -> str:
         else:
             line = system_note_content(item.text) if item.tag in _MARKED else item.text
         if line:
-            lines.append(line)
-    ending = f"{context.persona_name}:"
-    if context.prefill is not None:
-        ending = f"{ending} {context.prefill}"
-    return "\n".join([*lines, ending])
+            lines.append((item, line))
+    return lines
 
 
 def _message(item: ContextItem, attempt: AttemptProfile) -> OpenAIMessage:

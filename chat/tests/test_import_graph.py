@@ -34,6 +34,7 @@ LAYERS: dict[str, int] = {
     "botproject.failures": 1,
     "chat.services": 2,
     "chat.command_services": 2,
+    "chat.why": 2,
     "chat.names": 2,
     "chat.memory_store": 2,
     "chat.memory_recall": 2,

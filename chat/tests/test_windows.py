@@ -320,3 +320,42 @@ async def test_an_edit_to_kept_messages_while_reading_further_back_starts_over(d
     # from the window's start again
     assert discord.reads_before == 5
     assert again[0].content == "edited while reading" and not read_again
+
+
+async def test_a_disconnected_shard_disables_reuse_for_its_own_channels_only(discord):
+    other_channel = 501
+    shards = {CHANNEL: 0, other_channel: 1}
+    registry = WindowRegistry(
+        fetch_history=discord.fetch_history,
+        cache_view=discord.cache_view,
+        shard_of=shards.get,
+    )
+    discord.cached = [discord.messages[-1]]  # the gateway cache holds the newest message
+    registry.shard_disconnected(1)
+    for channel_id in (CHANNEL, other_channel):
+        await registry.read(channel_id, limit=20)  # read anew after the drop
+
+    on_the_connected_shard = await registry.read(CHANNEL, limit=20)
+    on_the_disconnected_shard = await registry.read(other_channel, limit=20)
+    registry.shard_connected(1)
+    await registry.read(other_channel, limit=20)
+    back = await registry.read(other_channel, limit=20)
+
+    assert on_the_connected_shard.rest_reason is None
+    assert on_the_disconnected_shard.rest_reason is RestReason.SHARD_DISCONNECTED
+    assert back.rest_reason is None
+
+
+async def test_a_channel_of_an_unknown_shard_is_not_reused_while_any_shard_is_down(discord):
+    registry = WindowRegistry(
+        fetch_history=discord.fetch_history,
+        cache_view=discord.cache_view,
+        shard_of=lambda channel_id: None,
+    )
+    discord.cached = [discord.messages[-1]]
+    registry.shard_disconnected(3)
+    await registry.read(CHANNEL, limit=20)
+
+    read = await registry.read(CHANNEL, limit=20)
+
+    assert read.rest_reason is RestReason.SHARD_DISCONNECTED

@@ -77,7 +77,12 @@ PERSONA = {
         "temperature": 1.1,
         "max_output_tokens": 256,
         "context_window": 8000,
-        "fallback_models": ["qwen2.5:7b", "mistral"],
+        "fallback_models": [
+            "qwen2.5:7b",
+            {"model": "mistral", "api": "completions", "instruct_template": "mistral"},
+        ],
+        "api": "completions",
+        "instruct_template": "llama3",
         "vision": True,
         "prefill": False,
         "merge_same_role": True,

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,25 @@ async def eventually(check: Callable[[], object], *, within: float = WAIT) -> ob
 
 
 @dataclass
+class SandboxClock:
+    """The sandbox's clock: real time shifted by ``offset`` seconds, so a test can post
+    messages days apart. Only move it forward: snowflakes never decrease, so after a step
+    back the sandbox keeps stamping the latest time it handed out."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+@dataclass
 class World:
     sandbox: SandboxServer
     llm: FakeLLMServer
     client: PersonaBotClient | None = None
     task: asyncio.Task | None = None
     proxies: ProxyResolver | None = None
+    clock: SandboxClock = field(default_factory=SandboxClock)
 
     def bot_messages(self, channel_id: int) -> list[dict]:
         return [
@@ -188,8 +202,12 @@ async def world(transactional_db, no_raw_ids_reach_the_model) -> AsyncIterator[W
     settings = GatewaySettings(heartbeat_interval_ms=500)
     llm_server = FakeLLMServer(guard=raw_discord_identifiers)
     no_raw_ids_reach_the_model.findings = llm_server.guard_findings
-    async with SandboxServer(demo_sandbox(), gateway=settings) as sandbox, llm_server as llm:
-        world = World(sandbox=sandbox, llm=llm)
+    clock = SandboxClock()
+    async with (
+        SandboxServer(demo_sandbox(clock=clock), gateway=settings) as sandbox,
+        llm_server as llm,
+    ):
+        world = World(sandbox=sandbox, llm=llm, clock=clock)
         try:
             yield world
         finally:

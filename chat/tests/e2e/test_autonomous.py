@@ -8,9 +8,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Fault, FaultKind, Reply
-from chat.loop.autonomous import MAX_LOOP_ITERATIONS
+from chat.loop.autonomous import MAX_CAPPED_LOOPS, MAX_LOOP_ITERATIONS
 from chat.models import Turn
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
+from personas.models import Persona
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -32,19 +33,57 @@ def state_of(body: dict) -> str:
     return "\n".join(message["content"] for message in body["messages"][1:])
 
 
-async def test_the_planner_loop_stops_after_five_steps(world):
-    world.llm.enqueue(*[action(action="sleep", seconds=0.01)] * (MAX_LOOP_ITERATIONS + 3))
+async def test_after_five_steps_a_new_loop_follows_for_the_unread_messages(world):
+    world.llm.enqueue(
+        *[action(action="sleep", seconds=0.01)] * MAX_LOOP_ITERATIONS,
+        action(action="continue"),
+    )
     await world.start_worker()
 
     world.say("is anyone around?", channel_id=AUTONOMOUS)
-    await eventually(lambda: len(planner_requests(world)) >= MAX_LOOP_ITERATIONS)
-    await world.settle()
+    await eventually(lambda: len(planner_requests(world)) > MAX_LOOP_ITERATIONS)
+    await world.drained()
 
-    assert len(planner_requests(world)) == MAX_LOOP_ITERATIONS
-    last = state_of(planner_requests(world)[-1])
-    assert "You have 1 unread message." in last
-    assert "4. sleep: ok: slept 0.01 s" in last
+    requests = [state_of(body) for body in planner_requests(world)]
+    assert len(requests) == MAX_LOOP_ITERATIONS + 1
+    assert f"This is step {MAX_LOOP_ITERATIONS} of at most {MAX_LOOP_ITERATIONS}" in requests[-2]
+    assert "4. sleep: ok: slept 0.01 s" in requests[-2]
+    # The cap ended the first loop; the message still unread, a new loop began at step 1.
+    assert f"This is step 1 of at most {MAX_LOOP_ITERATIONS}" in requests[-1]
+    assert "You have 1 unread message." in requests[-1]
     assert world.bot_messages(AUTONOMOUS) == []
+
+
+async def test_new_loops_after_the_cap_are_bounded(world):
+    world.llm.enqueue(
+        *[action(action="sleep", seconds=0.01)] * (MAX_LOOP_ITERATIONS * MAX_CAPPED_LOOPS + 3)
+    )
+    await world.start_worker()
+
+    world.say("is anyone around?", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(planner_requests(world)) >= MAX_LOOP_ITERATIONS * 3)
+    await world.drained()
+
+    assert len(planner_requests(world)) == MAX_LOOP_ITERATIONS * MAX_CAPPED_LOOPS
+
+
+async def test_the_planner_names_mentioned_people_and_renders_persona_prompts(world):
+    prompt = f"You are {{{{char}}}}, a friend of <@{BOB}>; you cheer {{{{user}}}} up."
+    await Persona.objects.filter(name="Anon").aupdate(system_prompt=prompt)
+    world.llm.enqueue(action(action="continue"))
+    await world.start_worker()
+
+    world.say(f"hey <@{BOB}>, look at this", channel_id=AUTONOMOUS)
+    await eventually(lambda: planner_requests(world))
+    await world.drained()
+
+    [request] = planner_requests(world)
+    assert (
+        "- Anon: You are Anon, a friend of @Bob; you cheer Alice up."
+        in (request["messages"][0]["content"])
+    )
+    assert "Alice: hey @Bob, look at this" in state_of(request)
+    assert "unknown-user" not in json.dumps(request)
 
 
 async def test_send_aborts_when_messages_arrive_during_generation_and_reads_first(world):

@@ -7,13 +7,15 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from chat.command_services import CommandRateLimit
 from chat.models import ChannelResetMarker, Memory, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
 from chat.sandbox.interactions import ACK_SECONDS, InteractionRecord
-from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, World, eventually
+from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, World, eventually
+from chat.why import why_message
 from personas.models import PrivacySource, UserPrivacy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -257,6 +259,47 @@ async def test_prompt_refuses_an_unknown_persona_and_a_member_without_manage_ser
 
     assert unknown.content == "There is no persona 'zed' here. Personas: Tomori, Anon."
     assert refused.content == "You need the Manage Server permission in this channel for that."
+
+
+# --- Why (not)? ---------------------------------------------------------------------------------
+
+
+async def test_why_not_answers_what_the_why_page_answers(world):
+    await world.start_worker()
+    message = world.say("tomori, how was your day?")
+    await replied_to(world, message)
+    await world.drained()
+    moderator(world, BOB, MANAGE_MESSAGES)
+
+    record = await run(world, "Why (not)?", user=BOB, target_message_id=int(message["id"]))
+
+    # The why page reads a consumed message back from Discord, as the worker's port does.
+    read_back = await world.client.adapter.fetch_message(GENERAL, int(message["id"]))
+    page = await sync_to_async(why_message)(
+        message_id=int(message["id"]),
+        bot_user_id=DEMO_BOT_ID,
+        now=timezone.now(),
+        fetch=lambda channel_id, message_id: read_back,
+    )
+    lines = record.content.splitlines()
+    assert lines[0] == page.summary == "1 of 2 personas replied."
+    assert lines[1:] == [
+        f"**{a.persona}** {'replied' if a.replied else 'did not reply'}: {a.why}"
+        + (f" (rule: {a.rule})" if a.rule and not a.replied else "")
+        for a in page.answers
+    ]
+    assert lines[1].startswith("**Tomori** replied: ")
+
+
+async def test_why_not_without_manage_messages_is_refused(world):
+    await world.start_worker()
+    message = world.say("hello there")
+
+    record = await run(
+        world, "Why (not)?", user=BOB, target_message_id=int(message["id"]), overridden=True
+    )
+
+    assert record.content == "You need the Manage Messages permission in this channel for that."
 
 
 # --- rate limit ----------------------------------------------------------------------------------

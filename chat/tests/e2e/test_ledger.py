@@ -152,7 +152,7 @@ async def gap_in_the_session(world, *while_away) -> None:
     await eventually(
         lambda: any(s["connected"] and s["session_id"] not in old for s in world.sandbox.sessions())
     )
-    await eventually(lambda: world.client.windows.shard_connected)
+    await eventually(lambda: not world.client.windows.disconnected_shards)
     await eventually(lambda: history_reads(world) == before + channels)  # the catch-up
     await world.drained()
 

@@ -457,3 +457,23 @@ async def test_notices_are_never_shown_as_the_personas_own_lines_even_after_a_re
         assert "hi bob" in _prompt_text(body)
         assert "Replying to" not in _prompt_text(body)
         assert "could not answer" not in _prompt_text(body)
+
+
+async def test_a_date_spacer_points_at_message_times_when_the_turn_offers_the_tool(world):
+    world.say("this was two days ago", author=BOB)
+    world.clock.offset = 2 * 86_400  # the sandbox's clock only moves forward
+    await world.start_worker()
+    world.say("tomori, when did bob say that?")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 1)
+    world.say("tomori, thanks")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    await world.drained()
+
+    asked, thanked = world.llm.chat_bodies
+    pointer = "Call reveal_message_metadata with a ref_N for a message's exact time."
+    spacer = re.compile(r"\[System: New day: \w+, \w+ \d+, \d{4}(\. (?P<pointer>.*))?\]")
+    [with_tool] = [m["content"] for m in asked["messages"] if spacer.fullmatch(str(m["content"]))]
+    [without] = [m["content"] for m in thanked["messages"] if spacer.fullmatch(str(m["content"]))]
+    assert [t["function"]["name"] for t in asked["tools"]] == ["reveal_message_metadata"]
+    assert spacer.fullmatch(with_tool)["pointer"] == pointer
+    assert "tools" not in thanked and spacer.fullmatch(without)["pointer"] is None

@@ -398,3 +398,22 @@ def test_a_warm_render_equals_a_cold_one(messages, data):
     warm = render_entries(history, timezone=TOKYO, previous=first)
 
     assert warm == render_entries(history, timezone=TOKYO)
+
+
+@pytest.mark.parametrize(
+    ("tools", "spacer"),
+    [
+        (frozenset(), "[System: New day: Sunday, July 12, 2026]"),
+        (
+            frozenset({"reveal_message_metadata"}),
+            "[System: New day: Sunday, July 12, 2026. Call reveal_message_metadata with a ref_N "
+            "for a message's exact time.]",
+        ),
+    ],
+)
+def test_the_date_spacer_points_at_reveal_message_metadata_only_when_offered(tools, spacer):
+    messages = [message(1, "one"), message(2, "two", author=BOB, at=T0 + DAY)]
+
+    items = render(messages, tools=tools)
+
+    assert [item.text for item in items if item.tag is ItemTag.DATE_SPACER] == [spacer]

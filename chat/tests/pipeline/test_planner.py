@@ -108,3 +108,21 @@ def test_read_and_unread_words_of_one_author_never_share_a_line():
 
     assert merged == {sf(1): "ref_1 Alice: morning\nanyone up?\nhello??"}
     assert split == {sf(1): "ref_1 Alice: morning", sf(2): "ref_2 Alice: anyone up?\nhello??"}
+
+
+def test_an_action_result_reaches_the_planner_without_raw_snowflakes() -> None:
+    failed = ActionRecord("react", False, "the reaction failed: channel 1191168914227200010: gone")
+
+    messages = build_planner_messages(
+        channel_name="general",
+        roster=[PlannerRosterEntry("Tomori", "a poet")],
+        conversation=[],
+        incoming=[],
+        actions=[failed],
+        iteration=2,
+        max_iterations=5,
+    )
+
+    state = messages[1]["content"]
+    assert "1. react: failed: the reaction failed: channel [id]: gone" in state
+    assert "1191168914227200010" not in state
