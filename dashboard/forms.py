@@ -134,16 +134,15 @@ def _template_text(template: Any) -> str:
     return template or ""
 
 
-class LorebookField(forms.CharField):
-    """A lorebook as JSON text (the configuration file's ``lorebook``); empty: none. Only JSON
-    syntax is checked here: the schema checks the rest and names the path of each problem."""
+class JSONObjectField(forms.CharField):
+    """A setting stored as a JSON object (a lorebook, a SillyTavern preset), as JSON text;
+    empty: none. Only JSON syntax is checked here: the schema checks the rest and names the
+    path of each problem."""
 
     widget = forms.Textarea(attrs={"rows": 6, "spellcheck": "false"})
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
-        kwargs.setdefault("label", "Lorebook (JSON)")
-        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
         super().__init__(strip=True, **kwargs)
 
     def to_python(self, value: Any) -> Any:
@@ -160,6 +159,22 @@ class LorebookField(forms.CharField):
         if value is None or isinstance(value, str):
             return value
         return json.dumps(value, indent=1, ensure_ascii=False)
+
+
+class LorebookField(JSONObjectField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", "Lorebook (JSON)")
+        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
+        super().__init__(**kwargs)
+
+
+class ChatPresetField(JSONObjectField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", "SillyTavern Chat Completion preset (JSON)")
+        kwargs.setdefault(
+            "help_text", "Paste the exported preset; docs/presets.md; empty: this product's order"
+        )
+        super().__init__(**kwargs)
 
 
 class SpecForm(forms.Form):
@@ -237,7 +252,7 @@ class SpecForm(forms.Form):
             field = self.field_for(path)
             if field is None:
                 self.add_error(None, f"{path}: {message}" if path != "(row)" else message)
-            elif isinstance(self.fields[field], LorebookField) and path != "lorebook":
+            elif isinstance(self.fields[field], JSONObjectField) and path != field:
                 self.add_error(field, f"{path}: {message}")  # where, inside the JSON
             else:
                 self.add_error(field, message)
@@ -263,6 +278,7 @@ class GuildForm(SpecForm):
         "note_text": "context_note.text",
         "note_depth": "context_note.depth",
         "lorebook": "lorebook",
+        "chat_preset": "chat_preset",
     }
     error_fields = {"context_note": "note_text"}
 
@@ -281,6 +297,7 @@ class GuildForm(SpecForm):
     )
     note_depth = forms.IntegerField(label="Guild note depth", help_text="Messages from the end")
     lorebook = LorebookField(label="Guild lorebook (JSON)", help_text="Shared by every persona")
+    chat_preset = ChatPresetField(help_text="For every persona without its own")
 
 
 class PersonaForm(SpecForm):
@@ -321,6 +338,7 @@ class PersonaForm(SpecForm):
         "reasoning_in_think_tags": "llm.reasoning_in_think_tags",
         "verbatim_tool_nudge": "llm.verbatim_tool_nudge",
         "lorebook": "lorebook",
+        "chat_preset": "chat_preset",
     }
     error_fields = {"context_note": "note_text", "sample_dialogue": "sample_dialogue"}
 
@@ -446,6 +464,7 @@ class PersonaForm(SpecForm):
         label="Remind the model to call tools verbatim", required=False
     )
     lorebook = LorebookField()
+    chat_preset = ChatPresetField()
 
     def clean_fallback_models(self) -> Any:
         text = self.cleaned_data["fallback_models"]

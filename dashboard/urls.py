@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import live_views, views
+from dashboard import live_views, memory_views, views
 
 app_name = "dashboard"
 
@@ -37,8 +37,23 @@ urlpatterns = [
     *rows_urls("channels/", "channel_id", views.CHANNELS),
     *rows_urls("blocks/", "block_id", views.BLOCKS),
     *rows_urls("users/", "user_id", views.USERS),
+    path(guild + "memories/", memory_views.memory_list, name="memory_list"),
+    path(guild + "memories/<int:memory_id>/edit/", memory_views.memory_edit, name="memory_edit"),
+    path(guild + "documents/", memory_views.document_list, name="document_list"),
+    path(guild + "documents/rows/", memory_views.document_rows, name="document_rows"),
+    path(
+        guild + "documents/<int:document_id>/delete/",
+        memory_views.document_remove,
+        name="document_delete",
+    ),
+    path(
+        guild + "memories/<int:memory_id>/delete/",
+        memory_views.memory_delete,
+        name="memory_delete",
+    ),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
+    path("lorebook/test/", views.lorebook_test, name="lorebook_test"),
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),
     path("config/export/", views.config_export_view, name="config_export"),
     path("config/import/", views.config_import_view, name="config_import"),

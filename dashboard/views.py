@@ -34,7 +34,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.middleware import HtmxDetails
 from pydantic import ValidationError
 
+from chat.pipeline.lorebook import activate_lorebooks, compile_lorebook, lore_budget
 from chat.pipeline.tokens import TokenCounter, default_token_counter
+from chat.selectors import lorebook_from_stored
 from dashboard import selectors as live_selectors
 from dashboard.access import admin_required, is_admin, viewer_required
 from dashboard.forms import (
@@ -51,6 +53,7 @@ from personas import cards
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
     ConfigError,
+    LorebookSpec,
     PersonaSpec,
     parse_config_bytes,
 )
@@ -232,6 +235,41 @@ def token_count(request: HtmxHttpRequest) -> HttpResponse:
             "tokenizer": counter.name,
         },
     )
+
+
+@require_POST
+@admin_required
+def lorebook_test(request: HtmxHttpRequest) -> HttpResponse:
+    """htmx: which entries of the posted ``lorebook`` (the editor's JSON, saved or not) the
+    posted ``messages`` (one a line, newest last) would activate, on which key, and what the
+    budget would leave out; the same activation a turn runs (`chat.pipeline.lorebook`), rolls
+    seeded with ``seed`` (a message id, 0 by default)."""
+    context: dict[str, object] = {}
+    try:
+        data = json.loads(request.POST.get("lorebook", "") or "null")
+        spec = LorebookSpec.model_validate(data) if data is not None else None
+    except (json.JSONDecodeError, ValidationError) as error:
+        context["error"] = f"The lorebook is not valid yet: {str(error).splitlines()[0]}"
+        spec = None
+    messages_text = [line for line in request.POST.get("messages", "").splitlines() if line]
+    if spec is not None and messages_text:
+        book = compile_lorebook(lorebook_from_stored(spec.model_dump(mode="json"), "lorebook"))
+        counter = _token_counter()
+        context["activation"] = activate_lorebooks(
+            [book],
+            messages=messages_text,
+            seed=request.POST.get("seed", "0").strip() or "0",
+            budget=lore_budget(_int_or(request.POST.get("context_window"), 16000), [book]),
+            token_counter=counter,
+        )
+    return render(request, "dashboard/_lorebook_test.html", context)
+
+
+def _int_or(value: str | None, default: int) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        return default
 
 
 @require_GET

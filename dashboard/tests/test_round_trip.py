@@ -5,6 +5,8 @@ included: the browser sends ``\\r\\n``, the database keeps ``\\n``)."""
 from __future__ import annotations
 
 import copy
+import json
+from pathlib import Path
 
 import pytest
 from django.urls import reverse
@@ -18,6 +20,9 @@ from personas.services import config_import
 pytestmark = pytest.mark.django_db
 
 GUILD = "1100000000000000001"
+PRESET = json.loads(
+    (Path(__file__).parents[2] / "chat" / "tests" / "fixtures" / "st_chat_preset.json").read_text()
+)
 LOREBOOK = {
     "name": "Band lore",
     "description": "What the band knows",
@@ -90,6 +95,7 @@ PERSONA = {
         "verbatim_tool_nudge": True,
     },
     "lorebook": LOREBOOK,
+    "chat_preset": PRESET,
 }
 DOCUMENT = {
     "version": 1,
@@ -101,6 +107,7 @@ DOCUMENT = {
             "message_fetch_limit": 55,
             "context_note": {"text": "Short answers.\nNo spoilers.", "depth": 7},
             "lorebook": LOREBOOK,
+            "chat_preset": PRESET,
             "personas": [
                 {"name": "Tomori", "main": True, "system_prompt": "You are Tomori."},
                 PERSONA,
@@ -134,7 +141,8 @@ def configured(db) -> dict:
     config_import(data=copy.deepcopy(DOCUMENT))
     exported = config_export()
     anon = exported["guilds"][0]["personas"][1]
-    assert {**anon, "lorebook": None} == {**PERSONA, "lorebook": None}  # no default anywhere
+    stored_whole = {"lorebook": None, "chat_preset": None}  # kept with every default written
+    assert {**anon, **stored_whole} == {**PERSONA, **stored_whole}  # no default anywhere
     assert anon["lorebook"]["entries"][0]["content"] == LOREBOOK["entries"][0]["content"]
     return exported
 

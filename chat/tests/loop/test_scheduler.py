@@ -8,10 +8,11 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Fault, FaultKind
-from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume, unread_pool_count
 from chat.loop.scheduler import Scheduler
 from chat.models import Turn
 from chat.ports import ChannelPlace
+from chat.selectors import unread_pool_count
+from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.tests.conftest import BOT, CHANNEL, GUILD_ID, Bench
 from chat.tests.factories import ALICE, message
 from personas.models import GuildConfig
@@ -24,10 +25,8 @@ LATE_SATURDAY = dt.datetime(2026, 7, 11, 20, 0, tzinfo=dt.UTC)
 
 def arrive(text: str) -> None:
     """A guild message is ingested and moved into the unread pool."""
-    event_ingest(
-        message=message(content=text, channel_id=CHANNEL, author=ALICE, at=LATE_SATURDAY),
-        guild_id=GUILD_ID,
-    )
+    arrived = message(content=text, channel_id=CHANNEL, author=ALICE, at=LATE_SATURDAY)
+    event_ingest_many([(arrived, GUILD_ID)])
     event_queue_consume(own=OwnIdentity(bot_user_id=BOT.id))
 
 
@@ -63,8 +62,8 @@ async def test_a_message_arriving_as_a_pass_begins_on_an_empty_pool_gets_the_gui
 async def test_a_dm_is_a_dm_because_discord_says_so(bench: Bench):
     dm_channel = CHANNEL + 1
     bench.discord.places[dm_channel] = ChannelPlace(guild_id=None)
-    await sync_to_async(event_ingest)(
-        message=message(content="anon, hi", channel_id=dm_channel), guild_id=None
+    await sync_to_async(event_ingest_many)(
+        [(message(content="anon, hi", channel_id=dm_channel), None)]
     )
     await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
     scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
@@ -121,8 +120,8 @@ async def test_channel_loops_never_exceed_the_cap_and_every_woken_channel_is_ser
     bench.llm.enqueue(*[Fault(FaultKind.TIMEOUT, delay=0.2)] * len(dms))  # turns take a while
     for channel_id in dms:
         bench.discord.places[channel_id] = ChannelPlace(guild_id=None)
-        await sync_to_async(event_ingest)(
-            message=message(content="hello?", channel_id=channel_id), guild_id=None
+        await sync_to_async(event_ingest_many)(
+            [(message(content="hello?", channel_id=channel_id), None)]
         )
     await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
     scheduler = Scheduler(
