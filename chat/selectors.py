@@ -415,12 +415,6 @@ def superseded_original_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     return frozenset(rows.values_list("proxy_original_id", flat=True))
 
 
-def delivered_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
-    """Who spoke each of ``message_ids`` that the bot delivered, from the message index (what
-    history read over REST is attributed by); a message whose persona was deleted is left out."""
-    return replied_persona_names(message_ids=message_ids)
-
-
 def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     """Those of ``message_ids`` already in the message index (recorded deliveries)."""
     rows = MessageIndex.objects.filter(message_id__in=set(message_ids))

@@ -324,7 +324,9 @@ class PersonaForm(SpecForm):
         "stm_depth": "short_term_memory.depth",
         "force_lowercase": "force_lowercase",
         "punctuation_splits": "punctuation_splits",
-        "delivery_mode": "delivery_mode",
+        "delivery_mode": Shown(
+            "delivery_mode", _same, lambda mode: mode or DeliveryMode.PARAGRAPHS
+        ),
         "llm_model": _optional_text("llm.model"),
         "temperature": "llm.temperature",
         "max_output_tokens": "llm.max_output_tokens",
@@ -409,7 +411,11 @@ class PersonaForm(SpecForm):
     force_lowercase = forms.BooleanField(label="Force lowercase", required=False)
     punctuation_splits = forms.BooleanField(label="Split replies at punctuation", required=False)
     delivery_mode = forms.ChoiceField(
-        label="Delivery", choices=DeliveryMode.choices, initial=DeliveryMode.PARAGRAPHS
+        label="Delivery",
+        choices=DeliveryMode.choices,
+        initial=DeliveryMode.PARAGRAPHS,
+        required=False,
+        help_text="How replies reach Discord while the model writes them",
     )
     llm_model = forms.CharField(
         label="Model", required=False, help_text="Empty: the deployment's LLM_MODEL"

@@ -415,12 +415,6 @@ def turn_channel_ids(*, limit: int = 200) -> list[int]:
     return sorted(ids)
 
 
-def turn_counts_by_status() -> dict[str, int]:
-    return dict(
-        Turn.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
-    )
-
-
 EXCERPT_LENGTH = 80
 
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from chat.pipeline.snowflakes import snowflake_time
 from chat.sandbox.errors import (
     DiscordAPIError,
     ErrorCode,
@@ -49,7 +50,7 @@ from chat.sandbox.records import (
     WebhookAuthor,
 )
 from chat.sandbox.schemas import AllowedMentions, HistoryQuery, MessageReference
-from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
+from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp
 
 ADMINISTRATOR = 1 << 3
 ALL_PERMISSIONS = (1 << 51) - 1
@@ -308,10 +309,12 @@ class Sandbox:
         data = {**member_payload(member, user=self._user(user_id)), "guild_id": str(guild_id)}
         self._publish("GUILD_MEMBER_UPDATE", data, guild_id)
 
-    def add_role(self, guild_id: int, name: str, *, permissions: int) -> int:
+    def add_role(
+        self, guild_id: int, name: str, *, permissions: int, role_id: int | None = None
+    ) -> int:
         """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
         guild = self._guild(guild_id)
-        role_id = self._snowflakes.next_id()
+        role_id = role_id or self._snowflakes.next_id()
         guild.roles[role_id] = Role(role_id, name, permissions, position=len(guild.roles))
         return role_id
 

@@ -27,7 +27,6 @@ GET_ONLY = {
     "config_export",
     "sample_row",
     "avatar_preview",
-    "overview",
     "channel_live",
     "preview",
     "turn_list",
@@ -52,6 +51,7 @@ POST_ONLY = {
     "card_import",
     "token_count",
     "lorebook_test",
+    "persona_greet",
     "turn_replay",
 }
 

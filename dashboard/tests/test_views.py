@@ -13,8 +13,8 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from botproject.events import CONTROL_GROUP
-from chat.command_services import privacy_set
 from chat.pipeline.tokens import default_token_counter
+from chat.services.commands import privacy_set
 from personas.config_schema import CONFIG_FILE_MAX_BYTES
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_export
@@ -97,6 +97,17 @@ def test_admin_creates_a_persona_with_sample_dialogue_and_the_workers_are_told(
     assert message["guild_ids"] == [str(guild.guild_id)]
     entry = LogEntry.objects.get(object_id=str(rikki.pk))
     assert entry.user == admin_user and entry.is_addition()
+
+
+def test_the_persona_form_sets_the_delivery_mode_and_shows_it_again(guild, admin_client):
+    admin_client.post(
+        reverse("dashboard:persona_new", args=[guild.guild_id]),
+        persona_post(delivery_mode="edit"),
+    )
+    rikki = Persona.objects.get(guild=guild, name="Rikki")
+    assert rikki.delivery_mode == "edit"
+    page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, rikki.pk]))
+    assert b'<option value="edit" selected>' in page.content
 
 
 def test_bad_persona_input_is_shown_inline_and_nothing_is_saved(guild, admin_client):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.template import Context, Template
 
 from chat.models import DiscordName, EventQueue, Turn, WorkerHeartbeat
 
@@ -125,3 +126,11 @@ def test_the_why_pickers_messages_read_as_who_said_what(moderator_client, named)
         recent
     )
     assert f'title="message id {named.trigger_message_id}"' in recent
+
+
+def test_a_user_without_a_kept_name_falls_back_to_the_name_on_their_message(named):
+    page = Template('{% load names %}{% user_name 42 "Zed" %}|{% user_name hidden "Leak" %}')
+    html = page.render(Context({"hidden": HIDDEN}))
+    unknown, hidden = html.split("|")
+    assert 'title="user id 42"' in unknown and ">Zed<" in unknown
+    assert ">a user with full privacy<" in hidden and "Leak" not in hidden
