@@ -60,6 +60,7 @@ from personas.config_schema import (
     LorebookSpec,
     PersonaSpec,
     parse_config_bytes,
+    parse_config_row,
 )
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_changes, config_export, persona_names
@@ -280,6 +281,40 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     else:
         messages.error(request, f"The greeting was not delivered: {turn.error}")
     return redirect("dashboard:turn", turn_id=turn.pk)
+
+
+@require_POST
+@admin_required
+def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
+    """Assign an uploaded SillyTavern Chat Completion preset (its exported JSON file) to the
+    persona: the persona's row with the preset, checked by the import's rules and saved as
+    one (a problem names its path in the preset; nothing is saved then)."""
+    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+    upload = request.FILES.get("preset")
+    if upload is None or upload.size > CONFIG_FILE_MAX_BYTES:
+        messages.error(request, "Preset: choose a SillyTavern preset file (JSON, at most 4 MB).")
+        return back
+    try:
+        preset = json.loads(upload.read().decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        messages.error(request, f"Preset: the file is not JSON ({error}).")
+        return back
+    [row] = [
+        row
+        for row in config_export(guild_ids=[persona.guild.guild_id])["guilds"][0]["personas"]
+        if row["name"] == persona.name
+    ]
+    try:
+        spec = parse_config_row("personas", {**row, "chat_preset": preset})
+        assert isinstance(spec, PersonaSpec)
+        persona_save(guild=persona.guild, spec=spec, persona=persona, actor=request.user)
+    except ConfigError as error:
+        for path, message in error.problems[:10]:
+            messages.error(request, f"Preset: {path}: {message}")
+        return back
+    messages.success(request, f"{persona.name} now uses the preset {upload.name}.")
+    return back
 
 
 @require_POST
