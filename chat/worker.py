@@ -39,6 +39,7 @@ from chat.llm.tools import VisionModel
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.runtime import gateway_runtime
+from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
 from chat.shards import EVERY_SHARD, ShardSet
@@ -95,7 +96,7 @@ def build_client(
 
     async def start(client: PersonaBotClient) -> None:
         # Where catch-up starts is fixed before the gateway can deliver anything new.
-        client.intake.seed(await sync_to_async(selectors.last_ingested)(shards=config.shards))
+        client.intake.seed(await sync_to_async(last_ingested)(shards=config.shards))
         client.background(client.intake.run())
         own_webhooks = await sync_to_async(selectors.own_webhook_ids)()
         client.adapter.webhook_ids.update(own_webhooks)
@@ -119,14 +120,12 @@ def build_client(
         )
         client.scheduler.start()
         runtimes.append(runtime)
-        synced = await tree.sync_commands(
-            guild_ids=await sync_to_async(selectors.configured_guild_ids)(),
-            global_scope=settings.DISCORD_GLOBAL_COMMANDS,
-        )
+        synced = await _sync_commands(tree)
         logger.info("slash commands synced (%s scope(s))", synced)
 
         async def config_changed(message: Mapping[str, Any]) -> None:
             await _load_main_personas(client)
+            await _sync_commands(tree)  # a guild configured since gets the commands
             runtime.previous_contexts.clear()
             logger.info("configuration changed; reloaded")
 
@@ -176,6 +175,15 @@ async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str
     finally:
         with contextlib.suppress(DatabaseError):
             await asyncio.shield(sync_to_async(worker_heartbeat_clear)(holder=holder))
+
+
+async def _sync_commands(tree: PersonaCommandTree) -> int:
+    """Register the slash commands for every configured guild not synced yet (or globally,
+    with ``DISCORD_GLOBAL_COMMANDS``); how many scopes were synced now."""
+    return await tree.sync_commands(
+        guild_ids=await sync_to_async(selectors.configured_guild_ids)(),
+        global_scope=settings.DISCORD_GLOBAL_COMMANDS,
+    )
 
 
 async def _load_main_personas(client: PersonaBotClient) -> None:
