@@ -142,6 +142,7 @@ class GuildForm(SpecForm):
         "context_note.depth": "note_depth",
         "context_note": "note_text",
         "lorebook": "lorebook",
+        "planner_model": "planner_model",
     }
 
     guild_id = forms.CharField(label="Discord server id", required=False)
@@ -158,11 +159,18 @@ class GuildForm(SpecForm):
     )
     note_depth = forms.IntegerField(label="Guild note depth", help_text="Messages from the end")
     lorebook = LorebookField(label="Guild lorebook (JSON)", help_text="Shared by every persona")
+    planner_model = forms.CharField(
+        label="Planner model",
+        required=False,
+        help_text="Decides who speaks in autonomous channels; empty: the deployment's "
+        "LLM_PLANNER_MODEL, else the main persona's model",
+    )
 
     @classmethod
     def initial_for(cls, guild: GuildConfig) -> dict[str, Any]:
         return {
             "lorebook": guild.lorebook,
+            "planner_model": guild.planner_model,
             "guild_id": str(guild.guild_id),
             "name": guild.name,
             "timezone": guild.timezone,
@@ -179,6 +187,7 @@ class GuildForm(SpecForm):
             "message_fetch_limit": cleaned["message_fetch_limit"],
             "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
             "lorebook": cleaned["lorebook"],
+            "planner_model": cleaned["planner_model"].strip() or None,
         }
 
 
@@ -190,6 +199,7 @@ class PersonaForm(SpecForm):
     field_paths = {
         "name": "name",
         "main": "main",
+        "answers_dms": "answers_dms",
         "enabled": "enabled",
         "avatar_url": "avatar_url",
         "system_prompt": "system_prompt",
@@ -219,6 +229,12 @@ class PersonaForm(SpecForm):
     name = forms.CharField(required=False)
     main = forms.BooleanField(
         label="Main persona", required=False, help_text="Speaks through the bot account"
+    )
+    answers_dms = forms.BooleanField(
+        label="Answers DMs",
+        required=False,
+        help_text="Direct messages to the bot get this persona (one in the deployment; none: "
+        "DMs go unanswered); people it blocked in this server are blocked there too",
     )
     enabled = forms.BooleanField(required=False, initial=True)
     avatar_url = forms.CharField(
@@ -337,6 +353,7 @@ class PersonaForm(SpecForm):
         return {
             "name": persona.name,
             "main": persona.is_main,
+            "answers_dms": persona.answers_dms,
             "enabled": persona.enabled,
             "avatar_url": persona.avatar_url,
             "system_prompt": persona.system_prompt,
@@ -383,6 +400,7 @@ class PersonaForm(SpecForm):
         return {
             "name": cleaned["name"],
             "main": cleaned["main"],
+            "answers_dms": cleaned["answers_dms"],
             "enabled": cleaned["enabled"],
             "avatar_url": cleaned["avatar_url"].strip() or None,
             "system_prompt": cleaned["system_prompt"],

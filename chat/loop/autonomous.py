@@ -296,7 +296,7 @@ class AutonomousLoop:
             max_iterations=MAX_LOOP_ITERATIONS,
         )
         completion = await self._runtime.llm.complete_turn(
-            models=selectors.persona_model_specs(personas[0]),
+            models=selectors.planner_model_specs(configuration),
             render=lambda plan: messages,
             persona_name="planner",
         )
