@@ -17,6 +17,7 @@ MODULES = (
     "benchmarks.memory",
     "benchmarks.live_push",
     "benchmarks.recall",
+    "benchmarks.lorebook",
 )
 
 

@@ -188,6 +188,9 @@ MEMORY_RECALL_MIN_SCORE_PERCENT = env_int(
     "MEMORY_RECALL_MIN_SCORE_PERCENT", 30, minimum=0, maximum=100
 )
 MEMORY_RECALL_BUDGET_PERCENT = env_int("MEMORY_RECALL_BUDGET_PERCENT", 10, minimum=0, maximum=50)
+MEMORY_EXTRACTION_SECONDS = env_positive_float("MEMORY_EXTRACTION_SECONDS", 300.0)
+MEMORY_EXTRACTION_QUIET_SECONDS = env_int("MEMORY_EXTRACTION_QUIET_SECONDS", 600, minimum=0)
+MEMORY_EXTRACTION_MIN_MESSAGES = env_int("MEMORY_EXTRACTION_MIN_MESSAGES", 4, minimum=1)
 MEMORY_DUPLICATE_SIMILARITY_PERCENT = env_int(
     "MEMORY_DUPLICATE_SIMILARITY_PERCENT", 90, minimum=50, maximum=100
 )
@@ -196,6 +199,10 @@ CELERY_BEAT_SCHEDULE = {
     "short-term-memory-maintenance": {
         "task": "chat.tasks.short_term_memory_maintenance_task",
         "schedule": STM_MAINTENANCE_SECONDS,
+    },
+    "memory-extraction": {
+        "task": "chat.tasks.memory_extraction_schedule_task",
+        "schedule": MEMORY_EXTRACTION_SECONDS,
     },
 }
 

@@ -27,6 +27,7 @@ TURN_REASON_LABELS = {
     TurnReason.DIRECT_MESSAGE: "Direct message",
     TurnReason.PLANNER: "Planner decision",
     TurnReason.MAINTENANCE: "Memory maintenance",
+    TurnReason.EXTRACTION: "Memory extraction",
 }
 MEMORY_TEXT_CEILING = 2000
 """The longest memory text the database takes; the per-kind limits (settings) are lower."""

@@ -998,7 +998,7 @@ def _gather_people(
     state = memory.state if memory is not None else None
     trigger = request.trigger
     last_seen = None
-    if trigger.author.persona_name is None and request.reason != TurnReason.MAINTENANCE:
+    if trigger.author.persona_name is None and not request.reason.answers_no_message:
         last_seen = selectors.last_presence(
             persona_id=persona.id, user_id=trigger.accountable_user_id
         )
@@ -1427,10 +1427,10 @@ def _jsonable(value: object) -> object:
 
 
 def _turn_create(request: TurnRequest) -> Turn:
-    """The turn's row, ``running``. A maintenance turn answers no message: it names no
-    trigger (so it never counts as the persona's answer to one); its ``reason_detail`` says
-    where the summarised window ended."""
-    maintenance = request.reason == TurnReason.MAINTENANCE
+    """The turn's row, ``running``. A maintenance or extraction turn answers no message: it
+    names no trigger (so it never counts as the persona's answer to one); its
+    ``reason_detail`` says where the window it read ended."""
+    maintenance = TurnReason(request.reason).answers_no_message
     detail = dict(request.reason_detail)
     if maintenance:
         detail["window_newest_message_id"] = str(request.trigger.id)

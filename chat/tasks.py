@@ -6,7 +6,11 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   past their retention;
 - ``short_term_memory_maintenance_task`` every ``STM_MAINTENANCE_SECONDS`` (300 s): clears
   expired memory and queues one ``short_term_memory_refresh_task`` per due memory whose channel
-  has been quiet for ``STM_IDLE_SECONDS`` (600 s).
+  has been quiet for ``STM_IDLE_SECONDS`` (600 s);
+- ``memory_extraction_schedule_task`` every ``MEMORY_EXTRACTION_SECONDS`` (300 s): queues one
+  ``memory_extraction_task`` per guild channel quiet for ``MEMORY_EXTRACTION_QUIET_SECONDS``
+  (600 s) with at least ``MEMORY_EXTRACTION_MIN_MESSAGES`` (4) new messages since its last
+  extraction.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from django.utils import timezone
 from chat import selectors
 from chat.gateway.rest import rest_discord
 from chat.llm.attempts import AttemptRunner
+from chat.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.pipeline.tokens import default_token_counter
@@ -131,3 +136,56 @@ async def _refresh_with_rest_discord(memory_id: int) -> MemoryRefresh:
             token_counter=default_token_counter(),
         )
         return await short_term_memory_refresh(runtime=runtime, memory_id=memory_id)
+
+
+EXTRACTION_MAX_RETRIES = 2
+EXTRACTION_RETRY_SECONDS = 120
+
+
+@shared_task(ignore_result=True)
+def memory_extraction_schedule_task() -> list[int]:
+    """Periodic (Celery beat): queue an extraction of every guild channel whose conversation
+    went quiet with something new to read (`memory_extraction_due`); returns the channels."""
+    due = memory_extraction_due(now=timezone.now())
+    for channel_id, guild_id in due:
+        memory_extraction_task.delay(channel_id, guild_id)
+    logger.info("memory extraction: %d channels queued", len(due))
+    return [channel_id for channel_id, _ in due]
+
+
+@shared_task(bind=True, ignore_result=True, max_retries=EXTRACTION_MAX_RETRIES)
+def memory_extraction_task(self, channel_id: int, guild_id: int) -> str:
+    """Extract durable facts from one quiet channel (`memories_extract`). A failure of the
+    model or of Discord is retried twice, two minutes apart; returns the outcome."""
+    result = asyncio.run(_extract(channel_id, guild_id))
+    logger.info("memory extraction in %s: %s %s", channel_id, result.status, result.detail)
+    if result.retry and self.request.retries < self.max_retries:
+        raise self.retry(countdown=EXTRACTION_RETRY_SECONDS)
+    return result.status
+
+
+async def _extract(channel_id: int, guild_id: int) -> Extraction:
+    """A REST-only runtime (no gateway in this process) for one extraction; the database
+    connection the event loop's thread opened is closed at the end."""
+    try:
+        main_names = await sync_to_async(selectors.main_persona_names)()
+        async with (
+            rest_discord(
+                token=settings.DISCORD_TOKEN,
+                api_base=settings.DISCORD_API_BASE,
+                main_persona_name=main_names,
+            ) as port,
+            llm_client_from_settings() as client,
+        ):
+            await port.load_directory(guild_id)
+            runtime = TurnRuntime(
+                port=port,
+                windows=WindowRegistry(
+                    fetch_history=port.fetch_history, cache_view=port.cache_view
+                ),
+                llm=AttemptRunner(client=client, stream=False),
+                token_counter=default_token_counter(),
+            )
+            return await memories_extract(runtime=runtime, channel_id=channel_id, guild_id=guild_id)
+    finally:
+        await sync_to_async(connections.close_all)()

@@ -426,7 +426,7 @@ def _activate_lore(turn: TurnInput, entries: Sequence[SimplifiedEntry]) -> LoreA
         messages=messages,
         seed=str(turn.trigger_id),
         budget=lore_budget(turn.persona.model.context_window, turn.lorebooks),
-        count_tokens=turn.token_counter.count,
+        token_counter=turn.token_counter,
     )
 
 

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 import ahocorasick
 
+from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.types import Role
 
 DEFAULT_SCAN_DEPTH = 2
@@ -126,10 +127,15 @@ class _Key:
 
 @dataclass(frozen=True, slots=True)
 class _Pattern:
+    """A pattern key. ``folded``: it ignores case and is written in lower case, so it is
+    searched, without the flag, in the lower-cased text: the same matches, and Python's
+    engine can then find its literal start quickly (with the flag it tries every position)."""
+
     entry: int
     secondary: bool
     text: str
     regex: re.Pattern[str]
+    folded: bool = False
 
 
 class _Automaton:
@@ -185,6 +191,9 @@ class CompiledLorebook:
     patterns: tuple[_Pattern, ...]
     key_counts: tuple[tuple[int, int], ...]
     """Per entry: how many distinct primary and secondary keys it has."""
+    token_counts: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Each entry's content tokens by (tokenizer, entry), counted once: the content never
+    changes, and an entry that fires on every turn would be counted on every turn."""
 
 
 def parse_regex_key(key: str) -> re.Pattern[str] | None:
@@ -208,6 +217,15 @@ def _compile_pattern(pattern: str, flags: str) -> re.Pattern[str]:
         elif flag not in _IGNORED_REGEX_FLAGS:
             raise re.error(f"unknown flag {flag!r}")
     return re.compile(pattern, value)
+
+
+def _folded(pattern: _Pattern) -> _Pattern:
+    regex = pattern.regex
+    source = regex.pattern
+    if not regex.flags & re.IGNORECASE or source != source.lower():
+        return pattern
+    unfolded = re.compile(source, regex.flags & ~re.IGNORECASE)
+    return _Pattern(pattern.entry, pattern.secondary, pattern.text, unfolded, folded=True)
 
 
 def compile_lorebook(book: Lorebook) -> CompiledLorebook:
@@ -234,7 +252,7 @@ def compile_lorebook(book: Lorebook) -> CompiledLorebook:
                 except re.error:
                     continue
                 if regex is not None:
-                    patterns.append(_Pattern(index, secondary, raw, regex))
+                    patterns.append(_folded(_Pattern(index, secondary, raw, regex)))
                 elif entry.case_sensitive:
                     exact.append((raw, _Key(index, secondary, raw, entry.match_whole_words)))
                 else:
@@ -347,7 +365,7 @@ def activate_lorebooks(
     messages: Sequence[str],
     seed: str,
     budget: int,
-    count_tokens: Callable[[str], int],
+    token_counter: TokenCounter,
     recursion_steps: int = DEFAULT_RECURSION_STEPS,
 ) -> LoreActivation:
     """Decide which entries of ``books`` a turn inserts (see the module docstring).
@@ -356,8 +374,9 @@ def activate_lorebooks(
         books: Compiled books, the persona's before the guild's.
         messages: The visible messages' words, oldest first, ending with the trigger's.
         seed: What makes the turn's rolls repeatable (the trigger id).
-        budget: Tokens all inserted content may use (`lore_budget`).
-        count_tokens: The turn's tokenizer.
+        budget: Tokens all inserted content may use (`lore_budget`); content is counted as
+            written (macros unexpanded), once per book and tokenizer.
+        token_counter: The turn's tokenizer.
         recursion_steps: At most this many rescans of fired content.
 
     Returns:
@@ -395,17 +414,18 @@ def activate_lorebooks(
         if not fresh:
             break
 
-    return _admit(books, list(candidates.values()), seed=seed, budget=budget, count=count_tokens)
+    return _admit(books, list(candidates.values()), seed=seed, budget=budget, counter=token_counter)
 
 
 def _matches(compiled: CompiledLorebook, text: str, *, recursion: bool) -> list[tuple[int, str]]:
     """(entry index, first matching primary key) for every keyed entry ``text`` activates."""
     scan = _Scan()
-    found = [*compiled.folded.find(text.lower()), *compiled.exact.find(text)]
+    lowered = text.lower()
+    found = [*compiled.folded.find(lowered), *compiled.exact.find(text)]
     for key in found:
         scan.note(key.entry, key.secondary, key.text)
     for pattern in compiled.patterns:
-        if pattern.regex.search(text):
+        if pattern.regex.search(lowered if pattern.folded else text):
             scan.note(pattern.entry, pattern.secondary, pattern.text)
     result = []
     for index, matched in scan.primary.items():
@@ -442,7 +462,7 @@ def _admit(
     *,
     seed: str,
     budget: int,
-    count: Callable[[str], int],
+    counter: TokenCounter,
 ) -> LoreActivation:
     """Roll, then admit by priority within the budget; return hits in prompt order."""
     lucky: list[tuple[_Candidate, LoreEntry]] = []
@@ -469,8 +489,12 @@ def _admit(
     inserted: list[tuple[_Candidate, LoreHit]] = []
     over = False
     for candidate, entry in lucky:
-        book = books[candidate.book_index].book
-        tokens = count(entry.content)
+        compiled = books[candidate.book_index]
+        book = compiled.book
+        key = (counter.name, candidate.entry_index)
+        tokens = compiled.token_counts.get(key)
+        if tokens is None:
+            tokens = compiled.token_counts[key] = counter.count(entry.content)
         over = over or used + tokens > budget
         outcome = LoreOutcome.OVER_BUDGET if over else LoreOutcome.INSERTED
         hit = LoreHit(book.name, entry, candidate.key, candidate.step, outcome, tokens)

@@ -30,8 +30,9 @@ MAX_PERSONAS_PER_MESSAGE = 3
 
 
 class TurnReason(StrEnum):
-    """Why a turn runs: a reactive trigger rule, the autonomous planner's decision, or the
-    background short-term memory maintenance (a summarisation call that sends nothing)."""
+    """Why a turn runs: a reactive trigger rule, the autonomous planner's decision, or
+    background work that sends nothing: short-term memory maintenance (a summarisation call)
+    and long-term memory extraction (facts proposed from a quiet conversation)."""
 
     MENTION = "mention"
     REPLY = "reply"
@@ -39,6 +40,13 @@ class TurnReason(StrEnum):
     DIRECT_MESSAGE = "dm"
     PLANNER = "planner"
     MAINTENANCE = "maintenance"
+    EXTRACTION = "extraction"
+
+    @property
+    def answers_no_message(self) -> bool:
+        """Background work (memory maintenance, memory extraction): the turn reads a window
+        but answers none of its messages and sends nothing."""
+        return self in (TurnReason.MAINTENANCE, TurnReason.EXTRACTION)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "chat.names": 2,
     "chat.memory_store": 2,
     "chat.memory_recall": 2,
+    "chat.memory_extraction": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,

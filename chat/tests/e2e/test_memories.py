@@ -9,12 +9,20 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
+from chat import selectors
+from chat.gateway.rest import rest_discord
+from chat.llm.attempts import AttemptRunner
 from chat.llm.fake_server import Reply
+from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.memory_extraction import memories_extract
 from chat.memory_store import MemoryScope, memory_add
 from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
+from chat.pipeline.tokens import default_token_counter
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
+from chat.services import TurnRuntime
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from chat.windows import WindowRegistry
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig
 from personas.services import user_privacy_save
@@ -143,3 +151,38 @@ async def test_the_remember_tool_keeps_nothing_about_someone_who_did_not_say_it(
         "themselves, citing their own message"
     }
     assert await sync_to_async(Memory.objects.count)() == 0
+
+
+async def test_a_fact_extracted_from_a_quiet_conversation_reaches_a_later_prompt(world):
+    await world.start_worker()
+    world.say("I just adopted a greyhound called Pixel", author=ALICE)
+    world.say("so cute!", author=BOB)
+    await world.drained()
+    fact = {"about": "Alice", "fact": "Alice adopted a greyhound called Pixel"}
+    world.llm.enqueue(Reply(json.dumps({"facts": [fact]})))
+
+    # What the Celery task composes: a REST-only port and the model client.
+    main_names = await sync_to_async(selectors.main_persona_names)()
+    async with (
+        rest_discord(
+            token=world.sandbox.token,
+            api_base=world.sandbox.api_base,
+            main_persona_name=main_names,
+        ) as port,
+        OpenAICompatibleClient(base_url=world.llm.base_url, api_key="test") as client,
+    ):
+        await port.load_directory(DEMO_GUILD_ID)
+        runtime = TurnRuntime(
+            port=port,
+            windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
+            llm=AttemptRunner(client=client, stream=False),
+            token_counter=default_token_counter(),
+        )
+        result = await memories_extract(runtime=runtime, channel_id=GENERAL, guild_id=DEMO_GUILD_ID)
+    assert result.status == "extracted"
+    [extraction] = world.llm.chat_bodies
+    assert "Alice: [ref_1] I just adopted a greyhound called Pixel" in str(extraction)
+
+    world.say("anon, what is my greyhound called?", author=ALICE)
+    bodies = await _answered(world, 2)
+    assert f"- About Alice: {fact['fact']}" in _memory_items(bodies[1])[0]

@@ -20,6 +20,18 @@ from chat.pipeline.lorebook import (
 )
 
 
+class WordCounter:
+    """Counts words: easy budgets to reason about."""
+
+    name = "words"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+
+WORDS = WordCounter()
+
+
 def _entry(uid: str = "1", keys: tuple[str, ...] = ("dragon",), **fields) -> LoreEntry:
     return LoreEntry(uid=uid, keys=keys, content=fields.pop("content", f"lore {uid}"), **fields)
 
@@ -31,7 +43,7 @@ def _activate(*entries: LoreEntry, messages=("hello",), budget=10_000, seed="42"
         messages=list(messages),
         seed=seed,
         budget=budget,
-        count_tokens=lambda text: len(text.split()),
+        token_counter=WORDS,
     )
 
 
@@ -126,7 +138,12 @@ def test_recursion_follows_fired_content_up_to_the_step_limit():
     assert [hit.recursion_step for hit in activation.inserted] == [0, 1, 2, 3]
     compiled = compile_lorebook(Lorebook("book", chain, recursive_scanning=True))
     limited = activate_lorebooks(
-        [compiled], messages=["dragon"], seed="1", budget=100, count_tokens=len, recursion_steps=1
+        [compiled],
+        messages=["dragon"],
+        seed="1",
+        budget=100,
+        token_counter=WORDS,
+        recursion_steps=1,
     )
     assert _inserted(limited) == ["a", "b"]
 
@@ -203,7 +220,7 @@ def test_two_books_scan_with_their_own_depths():
         messages=["dragon", "a", "b"],
         seed="1",
         budget=100,
-        count_tokens=len,
+        token_counter=WORDS,
     )
     assert [(hit.book, hit.entry.uid) for hit in activation.inserted] == [("guild", "g")]
 
