@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
+import json
 import logging
 import math
 import time
@@ -40,8 +42,8 @@ from chat import selectors
 from chat.llm.attempts import AttemptPlan, AttemptRunner, Render, Restart, TurnCompletion
 from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.embeddings import EmbeddingModel
+from chat.llm.tools import TOOL_SPECS, MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.llm.tools import Attachment as ToolAttachment
-from chat.llm.tools import MessageMetadata, ToolBox, ToolError, VisionModel
 from chat.memory_recall import memories_recall_for_turn, recalled_record
 from chat.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.models import (
@@ -81,7 +83,7 @@ from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.truncation import context_budget, truncate_dialogue_history
+from chat.pipeline.truncation import context_budget, item_tokens, truncate_dialogue_history
 from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
 from chat.pipeline.window import (
     ReanchorReason,
@@ -944,6 +946,7 @@ async def _turn_input(
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
         configured_tools=_configured_tools(runtime, request),
+        tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -953,10 +956,21 @@ async def _turn_input(
     )
 
 
+@functools.cache
+def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
+    """What each tool's definition costs in a request's ``tools`` list, by tool name."""
+    return {
+        name.value: counter.count(json.dumps(spec.definition(), ensure_ascii=False))
+        for name, spec in TOOL_SPECS.items()
+    }
+
+
 def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
-    """The tools whose outside service this turn has: ``analyze_image`` with a vision
-    model, ``remember`` in a guild (long-term memories are kept per guild)."""
-    configured = {ToolName.ANALYZE_IMAGE} if runtime.vision is not None else set()
+    """The tools whose outside service this turn has: ``analyze_image`` and ``process_gif``
+    with a vision model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    configured = (
+        {ToolName.ANALYZE_IMAGE, ToolName.PROCESS_GIF} if runtime.vision is not None else set()
+    )
     if request.configuration.guild_id is not None:
         configured.add(ToolName.REMEMBER)
     return frozenset(configured)
@@ -1093,7 +1107,7 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
     items = context.items
     for _ in range(batches):
         items, _report = truncate_dialogue_history(
-            items, budget=max(0, sum(i.tokens for i in items) - 1), stride=stride
+            items, budget=max(0, item_tokens(items) - 1), stride=stride
         )
     return context if items is context.items else replace(context, items=items)
 
