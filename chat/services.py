@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -84,7 +85,13 @@ from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import context_budget, item_tokens, truncate_dialogue_history
-from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
+from chat.pipeline.types import (
+    HistoryMessage,
+    PrivacyLevel,
+    ReferenceKind,
+    signed_url_expiry,
+    with_attachment_urls,
+)
 from chat.pipeline.window import (
     ReanchorReason,
     history_window_stride,
@@ -102,6 +109,10 @@ ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
 REPLY_TARGET_CONCURRENCY = 4
 FAILURE_NOTICE_QUIET = dt.timedelta(minutes=5)
 MAX_WARM_CONTEXTS = 2000
+URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
+"""An attachment URL whose signature runs out within this is signed anew before a turn hands
+it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
+MAX_REFRESHED_URLS = 4096
 
 
 @dataclass
@@ -125,6 +136,9 @@ class TurnRuntime:
     embeddings: EmbeddingModel | None = None
     """The embedding model long-term memory recall uses; None: the process's own
     (`memory_store.default_embedding_model`)."""
+    refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
+    the window keeps a message's original, so later turns reuse the refreshed one."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
@@ -212,6 +226,8 @@ async def turn_prepare(
 
     started = time.perf_counter()
     turn_input = await _turn_input(runtime, request, history, now=now)
+    if not dry_run:
+        turn_input = await _with_fresh_attachment_urls(runtime, turn_input, now=now)
     recalled = await sync_to_async(_recall_memories)(runtime, request, turn_input)
     turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
     participant_ms = _ms_since(started)
@@ -908,6 +924,55 @@ async def _with_thread_starter(
         return window
     starter = await port.thread_starter(channel.channel_id)
     return window if starter is None else (starter, *window)
+
+
+async def _with_fresh_attachment_urls(
+    runtime: TurnRuntime, turn_input: TurnInput, *, now: dt.datetime
+) -> TurnInput:
+    """``turn_input`` with every attachment URL that expires within `URL_REFRESH_MARGIN`
+    signed anew (remembered ones reused, the others asked of Discord in one go). A refresh
+    that fails leaves the URLs as they were: the model is then told a file could not be read."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    attachments = [
+        a
+        for m in messages
+        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
+    ]
+    stale = {
+        a.url
+        for a in attachments
+        if (ex := a.url_expires_at) is not None and ex - now < URL_REFRESH_MARGIN
+    }
+    if not stale:
+        return turn_input
+    fresh = {url: runtime.refreshed_urls[url] for url in stale if url in runtime.refreshed_urls}
+    fresh = {
+        url: new
+        for url, new in fresh.items()
+        if (ex := signed_url_expiry(new)) is None or ex - now >= URL_REFRESH_MARGIN
+    }
+    missing = sorted(stale - fresh.keys())
+    if missing:
+        try:
+            fetched = await runtime.port.refresh_attachment_urls(missing)
+        except DeliveryError:
+            logger.warning("could not refresh %d attachment URLs", len(missing), exc_info=True)
+            fetched = {}
+        for url, new in fetched.items():
+            runtime.refreshed_urls[url] = new
+            runtime.refreshed_urls.move_to_end(url)
+        while len(runtime.refreshed_urls) > MAX_REFRESHED_URLS:
+            runtime.refreshed_urls.popitem(last=False)
+        fresh |= fetched
+    if not fresh:
+        return turn_input
+    return replace(
+        turn_input,
+        history=tuple(with_attachment_urls(m, fresh) for m in turn_input.history),
+        reply_targets={
+            i: with_attachment_urls(m, fresh) for i, m in turn_input.reply_targets.items()
+        },
+    )
 
 
 async def _turn_input(
