@@ -9,7 +9,7 @@ set-based consumer moving them into the unread pools, on a throwaway test databa
 configured kind (``DATABASE_URL``: PostgreSQL in CI). Figures, for each of the two stages:
 messages per second from the first hand-off to the last message stored there, the 99th
 percentile of each message's time from hand-off to that stage, and how many never reached it.
-A message is in the queue once the writer's `ingress.event_ingest_many` call holding it has
+A message is in the queue once the writer's `event_queue.event_ingest_many` call holding it has
 returned (its rows committed): the benchmark times that call by wrapping it. Baseline, same
 run: one bulk insert of the same number of queue rows, the floor any ingest path pays.
 """
@@ -92,11 +92,11 @@ def _figures(figures: dict[str, float], stage: str) -> str:
 @contextlib.contextmanager
 def _queue_writes_timed(queued: dict[int, float]) -> Iterator[None]:
     """While open, record in ``queued`` when each message's queue row was committed: the
-    intake's writer calls `ingress.event_ingest_many` through the module, so wrapping the
+    intake's writer calls `event_queue.event_ingest_many` through the module, so wrapping the
     module's function times every batch it writes."""
-    from chat.loop import ingress
+    from chat.services import event_queue
 
-    write = ingress.event_ingest_many
+    write = event_queue.event_ingest_many
 
     def timed(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int:
         stored = write(batch)
@@ -105,20 +105,20 @@ def _queue_writes_timed(queued: dict[int, float]) -> Iterator[None]:
             queued.setdefault(message.id, now)
         return stored
 
-    ingress.event_ingest_many = timed
+    event_queue.event_ingest_many = timed
     try:
         yield
     finally:
-        ingress.event_ingest_many = write
+        event_queue.event_ingest_many = write
 
 
 async def _measure(*, pace: int | None) -> dict[str, float]:
     """One run; ``pace`` messages per second arrive evenly (None: all at once)."""
     from asgiref.sync import sync_to_async
 
-    from chat.loop.ingress import OwnIdentity, event_queue_consume
     from chat.loop.intake import Intake
     from chat.models import EventQueue, UnreadEvent
+    from chat.services.event_queue import OwnIdentity, event_queue_consume
     from chat.tests.factories import message
 
     await sync_to_async(_clear)()

@@ -188,6 +188,8 @@ MEMORY_RECALL_MIN_SCORE_PERCENT = env_int(
     "MEMORY_RECALL_MIN_SCORE_PERCENT", 30, minimum=0, maximum=100
 )
 MEMORY_RECALL_BUDGET_PERCENT = env_int("MEMORY_RECALL_BUDGET_PERCENT", 10, minimum=0, maximum=50)
+DOCUMENT_MAX_BYTES = env_int("DOCUMENT_MAX_BYTES", 2 * 1024 * 1024, minimum=1)
+MEMORY_EMBED_SECONDS = env_positive_float("MEMORY_EMBED_SECONDS", 300.0)
 MEMORY_EXTRACTION_SECONDS = env_positive_float("MEMORY_EXTRACTION_SECONDS", 300.0)
 MEMORY_EXTRACTION_QUIET_SECONDS = env_int("MEMORY_EXTRACTION_QUIET_SECONDS", 600, minimum=0)
 MEMORY_EXTRACTION_MIN_MESSAGES = env_int("MEMORY_EXTRACTION_MIN_MESSAGES", 4, minimum=1)
@@ -204,6 +206,7 @@ CELERY_BEAT_SCHEDULE = {
         "task": "chat.tasks.memory_extraction_schedule_task",
         "schedule": MEMORY_EXTRACTION_SECONDS,
     },
+    "memory-embedding": {"task": "chat.tasks.memory_embed_task", "schedule": MEMORY_EMBED_SECONDS},
 }
 
 # --- Discord and the model ----------------------------------------------------------------------

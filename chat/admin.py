@@ -4,7 +4,9 @@ from django.contrib import admin
 
 from chat.models import (
     ChannelWindowAnchor,
+    Document,
     EventQueue,
+    Memory,
     MessageIndex,
     PlannerStep,
     ShortTermMemory,
@@ -65,3 +67,21 @@ class ShortTermMemoryAdmin(admin.ModelAdmin):
 @admin.register(ChannelWindowAnchor)
 class ChannelWindowAnchorAdmin(admin.ModelAdmin):
     list_display = ("channel_id", "anchor_message_id", "limit", "updated_at")
+
+
+@admin.register(Memory)
+class MemoryAdmin(admin.ModelAdmin):
+    """Read-only here: writes go through `chat.services.memory_store` (bounds, privacy,
+    vectors), which the dashboard's memories screen uses."""
+
+    list_display = ("guild_id", "kind", "user_id", "persona", "text", "source", "updated_at")
+    list_filter = ("kind", "source")
+    search_fields = ("text", "user_id", "subject_name")
+    readonly_fields = [field.name for field in Memory._meta.fields]
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin):
+    list_display = ("guild_id", "name", "content_type", "status", "chunks_done", "chunks_total")
+    list_filter = ("status", "content_type")
+    readonly_fields = [field.name for field in Document._meta.fields]

@@ -16,9 +16,9 @@ A refusal is a `CommandRefused` whose message is the sentence the member reads. 
 in one transaction each: a refusal leaves nothing half-written.
 
 A member's personal memories in a guild are the long-term memories about them
-(`chat.memory_store`, personal scope) and what the personas' short-term memories of their direct
-messages hold; ``/memory`` lists both as one numbered list, adds to the long-term store and
-forgets from either.
+(`chat.services.memory_store`, personal scope) and what the personas' short-term memories of
+their direct messages hold; ``/memory`` lists both as one numbered list, adds to the long-term
+store and forgets from either.
 """
 
 from __future__ import annotations
@@ -35,14 +35,15 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from chat import selectors
-from chat.memory_store import MemoryRefused, MemoryScope
-from chat.memory_store import memory_add as store_memory_add
-from chat.memory_store import memory_forget as store_memory_forget
 from chat.models import ChannelResetMarker, EventQueue, Memory, ShortTermMemory, UnreadEvent
 from chat.pipeline.memory import SUMMARY_TTL
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
-from chat.services import TurnRequest, TurnRuntime, turn_prepare
+from chat.services.memory_store import MemoryRefused, MemoryScope
+from chat.services.memory_store import memory_add as store_memory_add
+from chat.services.memory_store import memory_forget as store_memory_forget
+from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turns import turn_prepare
 from chat.why import MessageFetch, why_message
 from personas.config_schema import UserSpec
 from personas.models import BlockType, GuildConfig, PrivacySource, UserPrivacy

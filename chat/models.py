@@ -571,3 +571,61 @@ class DiscordName(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.discord_id}: {self.name}"
+
+
+class Document(models.Model):
+    """A text an admin uploaded for a guild (text, Markdown or PDF), whose passages turns
+    recall like memories. ``text`` is what was read from the file at upload; a Celery task
+    cuts it into `DocumentChunk` passages and embeds them, counting ``chunks_done`` of
+    ``chunks_total`` (the dashboard shows the progress)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Waiting to be embedded"
+        EMBEDDING = "embedding", "Embedding"
+        READY = "ready", "Ready"
+        FAILED = "failed", "Failed"
+
+    guild_id = models.PositiveBigIntegerField(db_index=True)
+    name = models.CharField(max_length=200)
+    content_type = models.CharField(max_length=20)
+    size = models.PositiveIntegerField()
+    text = models.TextField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    chunks_total = models.PositiveIntegerField(default=0)
+    chunks_done = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["guild_id", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "embedding", "ready", "failed"]),
+                name="document_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+
+class DocumentChunk(models.Model):
+    """One passage of a `Document`, with its vector (little-endian float32 bytes) from
+    ``embedding_model``."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    position = models.PositiveIntegerField()
+    text = models.TextField()
+    embedding = models.BinaryField(null=True, blank=True)
+    embedding_model = models.CharField(max_length=100, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["document", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["document", "position"], name="document_chunk_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document.name} #{self.position}"

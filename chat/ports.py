@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from chat.pipeline.types import HistoryMessage, NameDirectory
 from chat.pipeline.window_reuse import GatewayCacheView
@@ -168,4 +168,41 @@ class DiscordPort(Protocol):
 
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         """The first ``max_bytes`` of an attachment; raises DeliveryError."""
+        ...
+
+
+class DiscordUnavailable(Exception):
+    """No Discord to read: no token is configured, or logging in failed."""
+
+
+class RestDiscordPort(DiscordPort, Protocol):
+    """A `DiscordPort` over REST alone, for processes that hold no gateway (Celery's memory
+    maintenance, the dashboard's prompt preview): no gateway cache, so names come from what
+    `load_directory` fetched and from the messages' own author payloads."""
+
+    async def load_directory(self, guild_id: int) -> None:
+        """Fetch the guild's channel and role names (once per guild); a failure leaves them
+        unknown."""
+        ...
+
+    async def member_name(self, *, guild_id: int, user_id: int) -> str | None:
+        """The name Discord shows for ``user_id`` in the guild (nick, else global name, else
+        user name); None when the user cannot be read."""
+        ...
+
+
+class SandboxRefused(Exception):
+    """The local Discord sandbox refused a control request (the message says why)."""
+
+
+class SandboxControl(Protocol):
+    """The local Discord sandbox's control API (`chat.sandbox.control`): its world, and
+    messages posted as a demo user. Only the sandbox has one; the real Discord has none."""
+
+    async def world(self) -> dict[str, Any]:
+        """The guilds, channels and members the sandbox holds. Raises `SandboxRefused`."""
+        ...
+
+    async def say(self, channel_id: int, author_id: int, content: str) -> dict[str, Any]:
+        """Post ``content`` as ``author_id``; returns the message. Raises `SandboxRefused`."""
         ...

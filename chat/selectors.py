@@ -4,13 +4,14 @@ the loop's inputs. Nothing here writes."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F
+from django.db.models import F, Max
 
+from chat.codec import message_from_json
 from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.capabilities import model_capabilities
 from chat.models import (
@@ -50,6 +51,7 @@ from chat.pipeline.types import (
     SampleMessage,
     UserBlock,
 )
+from chat.shards import EVERY_SHARD, ShardSet
 from personas.models import Block, ChannelConfig, ChannelMode, GuildConfig, Persona, UserPrivacy
 
 
@@ -356,6 +358,12 @@ class UserStanding:
     def full_privacy(self) -> frozenset[int]:
         return frozenset(u for u, level in self.privacy.items() if level is PrivacyLevel.FULL)
 
+    def remembers(self, user_id: int) -> bool:
+        """Whether memories about ``user_id`` may be kept and shown: only at minimal privacy
+        and off the blacklist."""
+        level = self.privacy.get(user_id, PrivacyLevel.MINIMAL)
+        return level is PrivacyLevel.MINIMAL and user_id not in self.blacklisted
+
 
 def user_standing(*, user_ids: Iterable[int]) -> UserStanding:
     """Which of ``user_ids`` chose full privacy, and which are blacklisted."""
@@ -567,6 +575,90 @@ def last_presence(*, persona_id: int, user_id: int) -> dt.datetime | None:
 
 def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
     return ChannelWindowAnchor.objects.filter(channel_id=channel_id).first()
+
+
+def full_privacy_user_ids(*, user_ids: Iterable[int]) -> frozenset[int]:
+    """Those of ``user_ids`` who chose full privacy (their words are stored nowhere)."""
+    rows = UserPrivacy.objects.filter(user_id__in=set(user_ids), level=PrivacyLevel.FULL)
+    return frozenset(rows.values_list("user_id", flat=True))
+
+
+def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
+    """True when a turn for this trigger and persona replied or is delivering its reply
+    (exactly-once replies across restarts and overlapping workers)."""
+    return Turn.objects.filter(
+        trigger_message_id=trigger_id,
+        persona_id=persona_id,
+        status__in=[Turn.Status.DELIVERING, Turn.Status.REPLIED],
+    ).exists()
+
+
+def turns_delivering(*, on_shard: Callable[[int | None], bool]) -> list[Turn]:
+    """Turns left ``delivering`` in guilds ``on_shard`` accepts (None: DMs), with their
+    personas."""
+    turns = Turn.objects.filter(status=Turn.Status.DELIVERING).select_related("persona")
+    return [turn for turn in turns if on_shard(turn.guild_id)]
+
+
+def short_term_memory_get(*, memory_id: int) -> ShortTermMemory | None:
+    """The memory with its persona; None when it is gone."""
+    return ShortTermMemory.objects.select_related("persona").filter(id=memory_id).first()
+
+
+# -- the event queue and the unread pools ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LastIngested:
+    """Per channel, the newest message the event queue holds, and its guild (None: a DM)."""
+
+    ids: dict[int, int]
+    guilds: dict[int, int | None]
+
+    def get(self, channel_id: int) -> int | None:
+        return self.ids.get(channel_id)
+
+    def guild_of(self, channel_id: int) -> int | None:
+        return self.guilds.get(channel_id)
+
+
+def last_ingested(*, shards: ShardSet = EVERY_SHARD) -> LastIngested:
+    """Per channel of guilds on ``shards``: the newest message the event queue holds (where a
+    worker's catch-up starts)."""
+    rows = (
+        shards.filter(EventQueue.objects.all())
+        .values("channel_id", "guild_id")
+        .annotate(newest=Max("message_id"))
+        .order_by()
+    )
+    ids: dict[int, int] = {}
+    guilds: dict[int, int | None] = {}
+    for row in rows:
+        if row["newest"] > ids.get(row["channel_id"], 0):
+            ids[row["channel_id"]] = row["newest"]
+            guilds[row["channel_id"]] = row["guild_id"]
+    return LastIngested(ids=ids, guilds=guilds)
+
+
+def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
+    return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).exists()
+
+
+def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
+    """The channel's unread messages, oldest first, without taking them."""
+    rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
+    return [message_from_json(row.event) for row in rows]
+
+
+def unread_pool_count(*, channel_id: int) -> int:
+    return UnreadEvent.objects.filter(channel_id=channel_id).count()
+
+
+def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:
+    """Channels of guilds on ``shards`` with a non-empty unread pool (the worker resumes their
+    loops at start)."""
+    rows = shards.filter(UnreadEvent.objects.all()).order_by("channel_id")
+    return list(rows.values_list("channel_id", flat=True).distinct())
 
 
 def configured_guild_ids() -> list[int]:

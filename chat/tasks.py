@@ -11,6 +11,12 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   ``memory_extraction_task`` per guild channel quiet for ``MEMORY_EXTRACTION_QUIET_SECONDS``
   (600 s) with at least ``MEMORY_EXTRACTION_MIN_MESSAGES`` (4) new messages since its last
   extraction.
+
+- ``memory_embed_task`` every ``MEMORY_EMBED_SECONDS`` (300 s): embeds the memories and
+  document passages that have no vector of the configured embedding model (written while its
+  endpoint failed, or the model changed).
+
+Queued by the dashboard: ``document_embed_task`` once per uploaded document.
 """
 
 from __future__ import annotations
@@ -26,24 +32,19 @@ from django.db import connections
 from django.utils import timezone
 
 from chat import selectors
-from chat.gateway.rest import rest_discord
-from chat.llm.attempts import AttemptRunner
-from chat.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
-from chat.pipeline.tokens import default_token_counter
-from chat.services import (
-    MemoryRefresh,
-    Retention,
-    TurnRuntime,
-    records_prune,
+from chat.runtime import memory_runtime
+from chat.services.memory_documents import document_embed, documents_embed_stale
+from chat.services.memory_extraction import Extraction, memories_extract, memory_extraction_due
+from chat.services.memory_refresh import MemoryRefresh, short_term_memory_refresh
+from chat.services.memory_store import memories_embed_missing
+from chat.services.retention import Retention, records_prune
+from chat.services.short_term_memory import (
     short_term_memory_claim,
     short_term_memory_expire,
-    short_term_memory_refresh,
     short_term_memory_release,
 )
-from chat.windows import WindowRegistry
-from chat.worker import llm_client_from_settings
 
 logger = logging.getLogger(__name__)
 
@@ -118,23 +119,7 @@ async def _refresh_with_rest_discord(memory_id: int) -> MemoryRefresh:
     memory = await ShortTermMemory.objects.filter(id=memory_id).afirst()
     if memory is None:
         return MemoryRefresh("skipped", "the memory is gone")
-    main_names = await sync_to_async(selectors.main_persona_names)()
-    async with (
-        rest_discord(
-            token=settings.DISCORD_TOKEN,
-            api_base=settings.DISCORD_API_BASE,
-            main_persona_name=main_names,
-        ) as port,
-        llm_client_from_settings() as client,
-    ):
-        if memory.guild_id is not None:
-            await port.load_directory(memory.guild_id)
-        runtime = TurnRuntime(
-            port=port,
-            windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
-            llm=AttemptRunner(client=client, stream=False),
-            token_counter=default_token_counter(),
-        )
+    async with memory_runtime(guild_id=memory.guild_id) as runtime:
         return await short_term_memory_refresh(runtime=runtime, memory_id=memory_id)
 
 
@@ -168,24 +153,27 @@ async def _extract(channel_id: int, guild_id: int) -> Extraction:
     """A REST-only runtime (no gateway in this process) for one extraction; the database
     connection the event loop's thread opened is closed at the end."""
     try:
-        main_names = await sync_to_async(selectors.main_persona_names)()
-        async with (
-            rest_discord(
-                token=settings.DISCORD_TOKEN,
-                api_base=settings.DISCORD_API_BASE,
-                main_persona_name=main_names,
-            ) as port,
-            llm_client_from_settings() as client,
-        ):
-            await port.load_directory(guild_id)
-            runtime = TurnRuntime(
-                port=port,
-                windows=WindowRegistry(
-                    fetch_history=port.fetch_history, cache_view=port.cache_view
-                ),
-                llm=AttemptRunner(client=client, stream=False),
-                token_counter=default_token_counter(),
-            )
+        async with memory_runtime(guild_id=guild_id) as runtime:
             return await memories_extract(runtime=runtime, channel_id=channel_id, guild_id=guild_id)
     finally:
         await sync_to_async(connections.close_all)()
+
+
+@shared_task(ignore_result=True)
+def document_embed_task(document_id: int) -> str:
+    """Cut an uploaded document into passages and embed them (`document_embed`), counting
+    progress on the row; returns its status (``gone`` when it was deleted meanwhile). An
+    embedding failure leaves it ``failed`` with the error; uploading it again retries."""
+    document = document_embed(document_id=document_id)
+    return "gone" if document is None else document.status
+
+
+@shared_task(ignore_result=True)
+def memory_embed_task() -> dict[str, int]:
+    """Periodic (Celery beat): embed the memories without a vector of the configured model
+    (`memories_embed_missing`), then the documents with passages of another model
+    (`documents_embed_stale`). Not retried: the next run finds what is left."""
+    memories = memories_embed_missing()
+    documents = documents_embed_stale()
+    logger.info("embedded %d memories and %d documents", memories, len(documents))
+    return {"memories": memories, "documents": len(documents)}

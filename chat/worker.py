@@ -1,9 +1,10 @@
 """The bot worker's composition root: client, adapter, runtime, scheduler, control listener,
 slash commands (synced at start).
 
-`run_worker` is what ``manage.py runbot`` runs; the end-to-end tests run it too, against the
-sandbox, with the same code path. This module assembles the parts; the database work it needs at
-start is done by services and selectors.
+`run_worker` is what ``manage.py runbot`` runs (and nothing else imports this module but the
+command and the tests); the end-to-end tests run it too, against the sandbox, with the same code
+path. This module assembles the gateway parts; the model clients and the turn runtime come from
+`chat.runtime`, and the database work it needs at start is done by services and selectors.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError
 
 from botproject.events import EventType
@@ -34,14 +34,13 @@ from chat.gateway.proxies import ProxyResolver
 from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
 from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
 from chat.llm.attempts import AttemptRunner
-from chat.llm.base import LLMClient, ModelSpec
-from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.base import LLMClient
 from chat.llm.tools import VisionModel
-from chat.loop import ingress
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
-from chat.pipeline.tokens import default_token_counter
-from chat.services import Reconciled, TurnRuntime, turns_reconcile_interrupted
+from chat.runtime import gateway_runtime
+from chat.services.recovery import Reconciled, turns_reconcile_interrupted
+from chat.services.turn_request import TurnRuntime
 from chat.shards import EVERY_SHARD, ShardSet
 
 logger = logging.getLogger(__name__)
@@ -70,41 +69,6 @@ class WorkerConfig:
         return self.shards.owns(guild_id)
 
 
-def llm_client_from_settings() -> OpenAICompatibleClient:
-    """A client for ``LLM_BASE_URL`` with ``LLM_API_KEY`` and the default ``Timeouts``; close it
-    when done (``async with``).
-
-    Raises ``ImproperlyConfigured`` naming ``LLM_BASE_URL`` when it is empty.
-    """
-    if not settings.LLM_BASE_URL:
-        raise ImproperlyConfigured(
-            "LLM_BASE_URL is empty: set it to an OpenAI-compatible endpoint, "
-            "e.g. http://127.0.0.1:11434/v1"
-        )
-    return OpenAICompatibleClient(base_url=settings.LLM_BASE_URL, api_key=settings.LLM_API_KEY)
-
-
-def vision_client_from_settings() -> OpenAICompatibleClient | None:
-    """A client of its own for ``LLM_VISION_BASE_URL`` (with ``LLM_API_KEY``) when that is set
-    and a vision model is configured; None when the vision model shares ``LLM_BASE_URL``."""
-    if not settings.LLM_VISION_MODEL or not settings.LLM_VISION_BASE_URL:
-        return None
-    return OpenAICompatibleClient(
-        base_url=settings.LLM_VISION_BASE_URL, api_key=settings.LLM_API_KEY
-    )
-
-
-def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
-    """The model ``analyze_image`` asks (``LLM_VISION_MODEL`` through ``client``); None when
-    no vision model is configured (the tool is then never offered)."""
-    if not settings.LLM_VISION_MODEL:
-        return None
-    return VisionModel(
-        client=client,
-        model=ModelSpec(settings.LLM_VISION_MODEL, supports_vision=True, max_output_tokens=600),
-    )
-
-
 def proxy_resolver_from_settings() -> ProxyResolver | None:
     """The proxy system's API (``PLURALKIT_API_BASE``); None when unset. Close it when done."""
     if not settings.PLURALKIT_API_BASE:
@@ -127,12 +91,11 @@ def build_client(
     system's API (None: proxied members are not recognised)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
-    token_counter = default_token_counter()
     runtimes: list[TurnRuntime] = []
 
     async def start(client: PersonaBotClient) -> None:
         # Where catch-up starts is fixed before the gateway can deliver anything new.
-        client.intake.seed(await sync_to_async(ingress.last_ingested)(shards=config.shards))
+        client.intake.seed(await sync_to_async(selectors.last_ingested)(shards=config.shards))
         client.background(client.intake.run())
         own_webhooks = await sync_to_async(selectors.own_webhook_ids)()
         client.adapter.webhook_ids.update(own_webhooks)
@@ -142,13 +105,11 @@ def build_client(
         )
         if settled != Reconciled():
             logger.info("turns left by the previous run: %s", settled)
-        runtime = TurnRuntime(
+        runtime = gateway_runtime(
             port=client.adapter,
             windows=client.windows,
-            llm=runner or AttemptRunner(client=llm),
-            token_counter=token_counter,
+            runner=runner or AttemptRunner(client=llm),
             vision=vision,
-            max_warm_contexts=settings.WORKER_WARM_CONTEXTS,
         )
         client.scheduler = Scheduler(
             runtime=runtime,

@@ -1,6 +1,6 @@
-"""The playground's link to the local Discord sandbox, through its control API
-(`chat.sandbox.control`), and its conversation: the channel's messages read over the REST port,
-as a chat.
+"""The playground's link to the local Discord sandbox, through its control API (the
+`SandboxControl` port of `chat.runtime`), and its conversation: the channel's messages read
+over the REST port, as a chat.
 
 The sandbox is where ``DISCORD_API_BASE`` points when it runs (``make run`` without a
 ``DISCORD_TOKEN``): its control API answers at the same host under ``/_sandbox``. Against the
@@ -20,10 +20,9 @@ from asgiref.sync import sync_to_async
 
 from chat import selectors as chat_selectors
 from chat.pipeline.types import HistoryMessage
-from chat.ports import DeliveryError
-from chat.sandbox.control import ControlClient, ControlError
+from chat.ports import DeliveryError, DiscordUnavailable, SandboxRefused
+from chat.runtime import discord_rest_port, sandbox_control
 from dashboard.names import NameBook
-from dashboard.preview import DiscordUnavailable, preview_port
 from personas.models import Persona
 
 PROBE_SECONDS = 2.0
@@ -48,9 +47,9 @@ async def sandbox_world(api_base: str) -> dict[str, Any] | None:
     if yarl.URL(api_base).host not in LOOPBACK:
         return None
     try:
-        async with asyncio.timeout(PROBE_SECONDS), ControlClient(control_base(api_base)) as api:
+        async with asyncio.timeout(PROBE_SECONDS), sandbox_control(control_base(api_base)) as api:
             return await api.world()
-    except (TimeoutError, OSError, aiohttp.ClientError, ControlError, ValueError):
+    except (TimeoutError, OSError, aiohttp.ClientError, SandboxRefused, ValueError):
         return None  # nothing answers, or something that is not the sandbox
 
 
@@ -59,9 +58,9 @@ async def say(api_base: str, channel_id: int, author_id: int, content: str) -> d
 
     Raises `SandboxUnavailable` when the sandbox is gone or refuses."""
     try:
-        async with ControlClient(control_base(api_base)) as api:
+        async with sandbox_control(control_base(api_base)) as api:
             return await api.say(channel_id, author_id, content)
-    except ControlError as error:
+    except SandboxRefused as error:
         raise SandboxUnavailable(f"the sandbox refused: {error}") from None
     except (OSError, aiohttp.ClientError) as error:
         raise SandboxUnavailable(f"the sandbox is not reachable: {error}") from None
@@ -136,7 +135,7 @@ async def playground_chat(*, channel_id: int, limit: int = CHAT_MESSAGES) -> Cha
     """The channel's newest ``limit`` messages, read from Discord (the sandbox) over the REST
     port the way the worker reads them, as `ChatLine`s."""
     try:
-        async with preview_port() as port:
+        async with discord_rest_port() as port:
             messages = await port.fetch_history(channel_id, limit)
     except DiscordUnavailable as error:
         return Chat(error=str(error))

@@ -1,9 +1,9 @@
 """The prompt preview: the exact request a persona turn would send now, without sending it.
 
-`preview_prepare` runs `chat.services.turn_prepare` with ``dry_run=True`` over a REST-only
-Discord port (`chat.gateway.rest.rest_port`: a logged-in, never-connected client), so it reads
-the channel the way the worker does and renders the same body, and changes nothing: no anchor,
-no row, no event, no model call.
+`preview_prepare` runs `chat.services.turns.turn_prepare` with ``dry_run=True`` on a dry-run
+runtime over a REST-only Discord port (`chat.runtime`: a logged-in, never-connected client, and
+no model client at all), so it reads the channel the way the worker does and renders the same
+body, and changes nothing: no anchor, no row, no event, no model call.
 
 With a hypothetical message (``as_user_id`` and ``text``), that message is the trigger: it is
 added to the channel's history as its newest message, exactly where the real message would be
@@ -13,13 +13,12 @@ when the user sent it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import difflib
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,26 +26,20 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chat import selectors
-from chat.gateway.rest import (
-    DiscordUnavailable,
-    RestDiscordAdapter,
-    fetch_member_name,
-    rest_port,
-)
-from chat.llm.attempts import AttemptRunner, TurnCompletion
-from chat.llm.openai_compat import OpenAICompatibleClient
-from chat.memory_recall import recalled_record
+from chat.llm.attempts import AttemptRunner, TurnCompletion, request_body
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
-from chat.pipeline.tokens import default_token_counter
 from chat.pipeline.triggers import TriggerDecision, TurnReason, trigger_decision
 from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import Author, HistoryMessage
-from chat.ports import DiscordPort
+from chat.ports import DiscordPort, DiscordUnavailable, RestDiscordPort
+from chat.runtime import discord_rest_port, dry_run_runtime, llm_client_from_settings
 from chat.selectors import ChannelConfiguration
-from chat.services import PreparedTurn, TurnRequest, TurnRuntime, turn_prepare, window_report
+from chat.services.memory_recall import recalled_record
+from chat.services.turn_record import window_report
+from chat.services.turn_request import PreparedTurn, TurnRequest, TurnRuntime
+from chat.services.turns import turn_prepare
 from chat.why import rule_label, verdict_sentence
-from chat.windows import WindowRegistry
 from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")
@@ -179,11 +172,11 @@ async def preview_prepare(
     configuration, persona = await sync_to_async(preview_configuration)(
         channel_id=channel_id, persona_name=persona_name, now=now
     )
-    async with preview_port() as port:
+    async with discord_rest_port() as port:
         hypothetical = None
         if as_user_id is not None and text:
             guild_id = configuration.guild_id or 0
-            name = await fetch_member_name(port, guild_id=guild_id, user_id=as_user_id)
+            name = await port.member_name(guild_id=guild_id, user_id=as_user_id)
             author = Author(id=as_user_id, display_name=name or str(as_user_id))
             hypothetical = hypothetical_message(
                 channel_id=channel_id, author=author, text=text, now=now
@@ -196,21 +189,21 @@ async def preview_prepare(
         )
         verdict = trigger.decision.verdict(persona.name)
         answers = verdict is not None and verdict.answers
-        async with preview_runtime(
+        runtime = preview_runtime(
             port=port, now=now, hypothetical=hypothetical, window_message_ids=window_message_ids
-        ) as runtime:
-            addressed = verdict.addressed if verdict is not None else None
-            request = TurnRequest(
-                configuration=configuration,
-                persona=persona,
-                trigger=trigger.message,
-                reason=addressed.reason if addressed else TurnReason.TRIGGER_WORD,
-                reason_detail={"rule": str(addressed.reason), "detail": addressed.detail}
-                if addressed
-                else {},
-            )
-            prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
-            then_result = await then(prepared) if then is not None else None
+        )
+        addressed = verdict.addressed if verdict is not None else None
+        request = TurnRequest(
+            configuration=configuration,
+            persona=persona,
+            trigger=trigger.message,
+            reason=addressed.reason if addressed else TurnReason.TRIGGER_WORD,
+            reason_detail={"rule": str(addressed.reason), "detail": addressed.detail}
+            if addressed
+            else {},
+        )
+        prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
+        then_result = await then(prepared) if then is not None else None
     return PreviewResult(
         prepared=prepared,
         triggered_by=str(verdict.addressed.reason) if answers and verdict.addressed else None,
@@ -294,18 +287,17 @@ async def preview_trigger(
     return PreviewTrigger(message=trigger, decision=trigger_decision(facts))
 
 
-@contextlib.asynccontextmanager
-async def preview_runtime(
+def preview_runtime(
     *,
-    port: DiscordPort,
+    port: RestDiscordPort,
     now: dt.datetime,
     hypothetical: HistoryMessage | None = None,
     window_message_ids: frozenset[int] | None = None,
-) -> AsyncIterator[TurnRuntime]:
-    """A dry-run `TurnRuntime` over ``port`` at the fixed instant ``now``, with a fresh window
-    registry whose history read is the channel's with ``hypothetical`` as its newest message,
-    or (``window_message_ids``) a recorded window read again. Its model client is never
-    called (a dry run renders the body without asking the model)."""
+) -> TurnRuntime:
+    """A dry-run `TurnRuntime` (`chat.runtime.dry_run_runtime`: no model client) over ``port``
+    at the fixed instant ``now``, with a fresh window registry whose history read is the
+    channel's with ``hypothetical`` as its newest message, or (``window_message_ids``) a
+    recorded window read again."""
 
     async def fetch_history(channel: int, limit: int) -> list[HistoryMessage]:
         messages = await port.fetch_history(channel, limit)
@@ -316,33 +308,7 @@ async def preview_runtime(
         newest = sorted((*messages, hypothetical), key=lambda m: m.id)
         return newest[-limit:]
 
-    windows = WindowRegistry(fetch_history=fetch_history, cache_view=port.cache_view)
-    async with OpenAICompatibleClient(
-        base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1"
-    ) as never_called:
-        yield TurnRuntime(
-            port=port,
-            windows=windows,
-            llm=AttemptRunner(client=never_called),
-            token_counter=default_token_counter(),
-            clock=lambda: now,
-        )
-
-
-@contextlib.asynccontextmanager
-async def preview_port() -> AsyncIterator[RestDiscordAdapter]:
-    """The REST-only port, attributing messages as the worker does (its webhooks, the main
-    personas); raises `DiscordUnavailable` without a Discord to read."""
-    webhook_ids = frozenset(await sync_to_async(selectors.own_webhook_ids)())
-    main_names = await sync_to_async(selectors.main_persona_names)()
-    async with rest_port(
-        token=settings.DISCORD_TOKEN,
-        api_base=settings.DISCORD_API_BASE,
-        gateway_url=settings.DISCORD_GATEWAY_URL,
-        webhook_ids=webhook_ids,
-        main_persona_names=main_names,
-    ) as port:
-        yield port
+    return dry_run_runtime(port=port, now=now, fetch_history=fetch_history)
 
 
 async def _recorded_window(
@@ -371,7 +337,7 @@ async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage |
     """One message read from Discord over the REST port, attributed as the worker attributes
     it; None when there is no Discord to read (no token) or the message cannot be read."""
     try:
-        async with preview_port() as port:
+        async with discord_rest_port() as port:
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None
@@ -423,17 +389,15 @@ async def turn_replay(
         models = prepared.models
         if model:
             models = (dataclasses.replace(models[0], name=model), *models[1:])
-        async with OpenAICompatibleClient(
-            base_url=settings.LLM_BASE_URL or "http://127.0.0.1:9/v1",
-            api_key=settings.LLM_API_KEY,
-        ) as client:
-            # Stream as the recorded request did, so the diff shows what the replay changed.
-            runner = AttemptRunner(client=client, stream=bool(turn.request.get("stream", True)))
-            body = runner.first_request_body(
-                models=models, render=prepared.render, toolbox=prepared.toolbox
-            )
-            completion = None
-            if ask_model:
+        # Stream as the recorded request did, so the diff shows what the replay changed.
+        stream = bool(turn.request.get("stream", True))
+        body = request_body(
+            models=models, render=prepared.render, toolbox=prepared.toolbox, stream=stream
+        )
+        completion = None
+        if ask_model:
+            async with llm_client_from_settings() as client:
+                runner = AttemptRunner(client=client, stream=stream)
                 completion = await runner.complete_turn(
                     models=models,
                     render=prepared.render,

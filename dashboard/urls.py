@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from dashboard import live_views, views
+from dashboard import live_views, memory_views, views
 
 app_name = "dashboard"
 
@@ -31,6 +31,20 @@ urlpatterns = [
     path(guild + "blocks/<int:block_id>/delete/", views.block_delete, name="block_delete"),
     path(guild + "users/", views.user_list, name="user_list"),
     path(guild + "users/<int:user_id>/delete/", views.user_delete, name="user_delete"),
+    path(guild + "memories/", memory_views.memory_list, name="memory_list"),
+    path(guild + "memories/<int:memory_id>/edit/", memory_views.memory_edit, name="memory_edit"),
+    path(guild + "documents/", memory_views.document_list, name="document_list"),
+    path(guild + "documents/rows/", memory_views.document_rows, name="document_rows"),
+    path(
+        guild + "documents/<int:document_id>/delete/",
+        memory_views.document_remove,
+        name="document_delete",
+    ),
+    path(
+        guild + "memories/<int:memory_id>/delete/",
+        memory_views.memory_delete,
+        name="memory_delete",
+    ),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),

@@ -8,7 +8,7 @@ Formats read (spec facts from the Character Card V2 and V3 specifications):
 - PNG: the same JSON, UTF-8 then base64, in a text chunk named ``ccv3`` (V3, preferred) or
   ``chara`` (V2). Pillow reads the chunks; the image itself becomes the persona's avatar.
 
-How a card becomes a persona (README, "Character cards"):
+How a card becomes a persona (docs/dashboard.md, "SillyTavern character cards"):
 
 - name → name; the trigger word is the name in lower case;
 - system prompt = the description, then ``{char}'s personality: …``, then ``Scenario: …``

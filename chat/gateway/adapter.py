@@ -30,7 +30,7 @@ from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
 from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
 from chat.selectors import Attribution
-from chat.services import proxied_message_record
+from chat.services.message_index import proxied_message_record
 
 logger = logging.getLogger(__name__)
 

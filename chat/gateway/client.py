@@ -18,10 +18,10 @@ from asgiref.sync import sync_to_async
 from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
-from chat.loop.ingress import OwnIdentity
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.names import NameRecord, names_record
+from chat.services.event_queue import OwnIdentity
 from chat.windows import MAX_CHANNELS, WindowRegistry
 
 logger = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ from django.utils import timezone
 from chat import command_services as services
 from chat.command_services import CommandRateLimit, CommandRefused
 from chat.pipeline.types import HistoryMessage
-from chat.services import TurnRuntime
+from chat.services.turn_request import TurnRuntime
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ adapter with an empty cache, so every history read is a REST read, converted by 
 the worker uses) and closes the HTTP session afterwards. `rest_port` is the same for callers
 that know only the settings and want one clear error when there is no Discord to read.
 
-This is the one module of ``chat/gateway/`` the dashboard may import (see
-``chat/tests/test_import_graph.py``): it shares no state with the worker.
+`chat.runtime` builds it for Celery and the dashboard (which never import ``chat/gateway/``
+themselves): it shares no state with the worker.
 
 What differs from the gateway adapter: there is no gateway cache (`cache_view` is empty) and no
 member cache, so `names` knows only what `load_directory` fetched (the guild's channel and role
@@ -27,6 +27,7 @@ import discord
 from chat.gateway.adapter import DiscordAdapter
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.pipeline.types import NameDirectory
+from chat.ports import DiscordUnavailable
 
 
 class RestDiscordAdapter(DiscordAdapter):
@@ -49,6 +50,20 @@ class RestDiscordAdapter(DiscordAdapter):
             return
         self._channel_names[guild_id] = {c.id: c.name for c in channels}
         self._role_names[guild_id] = {r.id: r.name for r in guild.roles}
+
+    async def member_name(self, *, guild_id: int, user_id: int) -> str | None:
+        """The name Discord shows for ``user_id`` in the guild (nick, else global name, else
+        user name) over REST; None when the user cannot be read."""
+        try:
+            guild = await self._client.fetch_guild(guild_id, with_counts=False)
+            member = await guild.fetch_member(user_id)
+        except (discord.HTTPException, discord.ClientException):
+            try:
+                user = await self._client.fetch_user(user_id)
+            except discord.HTTPException:
+                return None
+            return user.display_name
+        return member.display_name
 
     def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
         if guild_id is None:
@@ -87,10 +102,6 @@ async def rest_discord(
         await client.close()
 
 
-class DiscordUnavailable(Exception):
-    """No Discord to read: no token is configured, or logging in failed."""
-
-
 @contextlib.asynccontextmanager
 async def rest_port(
     *,
@@ -124,19 +135,3 @@ async def rest_port(
         yield adapter
     finally:
         await opened.__aexit__(None, None, None)
-
-
-async def fetch_member_name(adapter: DiscordAdapter, *, guild_id: int, user_id: int) -> str | None:
-    """The name Discord shows for ``user_id`` in the guild (nick, else global name, else user
-    name) over REST; None when the user cannot be read."""
-    client = adapter.client
-    try:
-        guild = await client.fetch_guild(guild_id, with_counts=False)
-        member = await guild.fetch_member(user_id)
-    except (discord.HTTPException, discord.ClientException):
-        try:
-            user = await client.fetch_user(user_id)
-        except discord.HTTPException:
-            return None
-        return user.display_name
-    return member.display_name

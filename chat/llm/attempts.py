@@ -1,7 +1,8 @@
 """One persona reply from a model: attempts, retries, fallback models and tool rounds.
 
 ``AttemptRunner.complete_turn`` is what every model call of the product goes through (persona turns
-and the autonomous planner); ``first_request_body`` renders the same first request unsent.
+and the autonomous planner); `request_body` renders the same first request unsent, with no
+client.
 The steps:
 
 1. Models are tried in order (the persona's model, then its fallbacks); a model is left for
@@ -224,47 +225,51 @@ class AttemptRunner:
         exchange = _Exchange(self, models=models, render=render, persona_name=persona_name)
         return ReplyStream(exchange, toolbox, delivered)
 
-    def first_request_body(
-        self, *, models: Sequence[ModelSpec], render: Render, toolbox: ToolBox | None = None
-    ) -> dict[str, Any]:
-        """The exact body ``complete_turn`` sends first for the same arguments, without sending
-        it (the dashboard's prompt preview). Raises ``ValueError`` for an empty ``models``."""
-        if not models:
-            raise ValueError("a request needs at least one model")
-        _plan, request, _prefill_text = self._request(models[0], render, [], toolbox, 0)
-        return request.body()
 
-    def _request(
-        self,
-        model: ModelSpec,
-        render: Render,
-        transcript: list[Message],
-        toolbox: ToolBox | None,
-        shorten_batches: int,
-    ) -> tuple[AttemptPlan, ModelRequest, str]:
-        """One attempt's plan, its request (Chat Completions, or Completions for a
-        text-completion model, which is offered no tools) and the prefill its reply starts
-        with."""
-        if model.api is ModelApi.COMPLETIONS:
-            toolbox = None
-        tools = toolbox.offered if toolbox is not None else ()
-        plan = AttemptPlan(model=model, shorten_batches=shorten_batches, tools=tools)
-        rendered = render(plan)
-        if model.api is ModelApi.COMPLETIONS and not isinstance(rendered, InstructPrompt):
-            rendered = instruct_prompt_from_messages(rendered, model.template())
-        if isinstance(rendered, InstructPrompt):
-            request = TextCompletionRequest(
-                model=model, prompt=rendered.text, stop=rendered.stop, stream=self.stream
-            )
-            return plan, request, rendered.prefill
-        messages = _with_transcript(rendered, transcript)
-        chat = ChatRequest(
-            model=model,
-            messages=messages,
-            tools=toolbox.definitions() if toolbox is not None else (),
-            stream=self.stream,
+def request_body(
+    *, models: Sequence[ModelSpec], render: Render, toolbox: ToolBox | None, stream: bool
+) -> dict[str, Any]:
+    """The exact body `AttemptRunner.complete_turn` (with ``stream``) sends first for the same
+    arguments, rendered without a client (a dry run, the dashboard's prompt preview). Raises
+    ``ValueError`` for an empty ``models``."""
+    if not models:
+        raise ValueError("a request needs at least one model")
+    _plan, request, _prefill_text = _model_request(models[0], render, [], toolbox, 0, stream=stream)
+    return request.body()
+
+
+def _model_request(
+    model: ModelSpec,
+    render: Render,
+    transcript: list[Message],
+    toolbox: ToolBox | None,
+    shorten_batches: int,
+    *,
+    stream: bool,
+) -> tuple[AttemptPlan, ModelRequest, str]:
+    """One attempt's plan, its request (Chat Completions, or Completions for a
+    text-completion model, which is offered no tools) and the prefill its reply starts
+    with."""
+    if model.api is ModelApi.COMPLETIONS:
+        toolbox = None
+    tools = toolbox.offered if toolbox is not None else ()
+    plan = AttemptPlan(model=model, shorten_batches=shorten_batches, tools=tools)
+    rendered = render(plan)
+    if model.api is ModelApi.COMPLETIONS and not isinstance(rendered, InstructPrompt):
+        rendered = instruct_prompt_from_messages(rendered, model.template())
+    if isinstance(rendered, InstructPrompt):
+        request = TextCompletionRequest(
+            model=model, prompt=rendered.text, stop=rendered.stop, stream=stream
         )
-        return plan, chat, _prefill(messages)
+        return plan, request, rendered.prefill
+    messages = _with_transcript(rendered, transcript)
+    chat = ChatRequest(
+        model=model,
+        messages=messages,
+        tools=toolbox.definitions() if toolbox is not None else (),
+        stream=stream,
+    )
+    return plan, chat, _prefill(messages)
 
 
 @dataclass(frozen=True)
@@ -440,8 +445,13 @@ class _Exchange:
         attempt_number = 0
         while True:
             attempt_number += 1
-            plan, request, prefill = runner._request(
-                model, self._render, transcript, toolbox, self._shorten_batches
+            plan, request, prefill = _model_request(
+                model,
+                self._render,
+                transcript,
+                toolbox,
+                self._shorten_batches,
+                stream=runner.stream,
             )
             self._request = request.body()
             started = time.perf_counter()
@@ -501,8 +511,13 @@ class _Exchange:
         attempt_number = 0
         while True:
             attempt_number += 1
-            plan, request, prefill = runner._request(
-                model, self._render, transcript, toolbox, self._shorten_batches
+            plan, request, prefill = _model_request(
+                model,
+                self._render,
+                transcript,
+                toolbox,
+                self._shorten_batches,
+                stream=runner.stream,
             )
             tools = plan.tools
             self._request = request.body()

@@ -17,10 +17,11 @@ No Django here: the caller passes settings in.
 from __future__ import annotations
 
 import hashlib
-import os
+import importlib.util
 import re
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -67,41 +68,63 @@ def unit_rows(vectors: np.ndarray) -> np.ndarray:
 class WordLlamaEmbeddings:
     """The offline default: WordLlama's 256-d model from the installed ``wordllama`` package.
 
-    The first `embed` loads it (about a second); later calls reuse it, from any thread.
+    WordLlama embeds a text as the mean of its tokens' rows in one embedding matrix. The
+    matrix (``weights/l2_supercat_256.safetensors``) and the tokenizer
+    (``tokenizers/l2_supercat_tokenizer_config.json``) are read from the package's folder with
+    ``safetensors`` and ``tokenizers`` directly, without importing ``wordllama`` itself: its
+    import pulls in ``huggingface_hub`` and more (29 MB of a worker's memory) that an offline
+    load never uses. `chat/tests/llm/test_embeddings.py` checks the vectors against
+    ``WordLlama.load(...).embed``. The first `embed` loads it (under a second); later calls
+    reuse it, from any thread.
     """
 
     name = f"wordllama-l2-supercat-{WORDLLAMA_DIMENSIONS}"
 
     def __init__(self) -> None:
-        self._model: Any = None
+        self._loaded: tuple[Any, np.ndarray] | None = None
         self._lock = threading.Lock()
 
-    def _loaded(self) -> Any:
+    def _model(self) -> tuple[Any, np.ndarray]:
         with self._lock:
-            if self._model is None:
-                try:
-                    import wordllama
-                    from wordllama import WordLlama
-                except ImportError as error:
-                    raise EmbeddingError(
-                        f"wordllama is not installed: {error}", permanent=True
-                    ) from error
-                folder = os.path.dirname(wordllama.__file__)
-                try:
-                    self._model = WordLlama.load(
-                        dim=WORDLLAMA_DIMENSIONS, cache_dir=folder, disable_download=True
-                    )
-                except Exception as error:  # the loader raises many kinds
-                    raise EmbeddingError(
-                        f"the wordllama model could not be loaded from {folder}: {error}",
-                        permanent=True,
-                    ) from error
-            return self._model
+            if self._loaded is None:
+                self._loaded = _load_wordllama()
+            return self._loaded
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, WORDLLAMA_DIMENSIONS), dtype=np.float32)
-        return unit_rows(self._loaded().embed(list(texts), norm=True))
+        tokenizer, matrix = self._model()
+        encoded = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        ids = np.clip(np.array([e.ids for e in encoded], dtype=np.int64), 0, len(matrix) - 1)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+        summed = np.einsum("btd,bt->bd", matrix[ids], mask, dtype=np.float32)
+        return unit_rows(summed / np.maximum(mask.sum(axis=1, keepdims=True), 1.0))
+
+
+def _load_wordllama() -> tuple[Any, np.ndarray]:
+    """The tokenizer and the float32 embedding matrix from the ``wordllama`` package's folder
+    (found without importing the package). Raises `EmbeddingError` when they cannot be read."""
+    spec = importlib.util.find_spec("wordllama")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingError(
+            "wordllama is not installed (requirements.txt pins it)", permanent=True
+        )
+    folder = Path(spec.submodule_search_locations[0])
+    weights = folder / "weights" / f"l2_supercat_{WORDLLAMA_DIMENSIONS}.safetensors"
+    tokenizer_file = folder / "tokenizers" / "l2_supercat_tokenizer_config.json"
+    try:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer.enable_padding()
+        tokenizer.no_truncation()
+        matrix = np.ascontiguousarray(load_file(str(weights))["embedding.weight"], dtype=np.float32)
+    except Exception as error:  # the readers raise many kinds
+        raise EmbeddingError(
+            f"the wordllama model could not be read from {folder}: {error}", permanent=True
+        ) from error
+    return tokenizer, matrix
 
 
 class HashingEmbeddings:

@@ -42,7 +42,6 @@ from asgiref.sync import sync_to_async
 
 from botproject.events import LoopStep, channel_group, publish
 from chat import selectors
-from chat.loop import ingress
 from chat.models import Turn
 from chat.pipeline.macros import MacroContext
 from chat.pipeline.markup import HIDDEN_USER_NAME
@@ -67,13 +66,10 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
 from chat.selectors import ChannelConfiguration
-from chat.services import (
-    TurnRequest,
-    TurnRuntime,
-    planner_step_finish,
-    planner_step_record,
-    turn_run,
-)
+from chat.services import event_queue
+from chat.services.planner_steps import planner_step_finish, planner_step_record
+from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turns import turn_run
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
@@ -156,13 +152,13 @@ class AutonomousLoop:
         unread, a new loop after the continue delay (at most `MAX_CAPPED_LOOPS` in a row)."""
         channel_id = configuration.channel_id
         if not configuration.personas:
-            await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
+            await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
             return
         for _ in range(MAX_CAPPED_LOOPS):
             if not await self._loop(configuration):
                 return
             await self._sleep(self._step_delay)
-            if not await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id):
+            if not await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id):
                 return
             logger.info("a new planner loop in %s: messages are still unread", channel_id)
 
@@ -220,7 +216,7 @@ class AutonomousLoop:
         except Exception:  # Discord failed: plan without the history, try again next loop
             logger.warning("could not read %s's history", channel.channel_id, exc_info=True)
             return
-        unread = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel.channel_id)
+        unread = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel.channel_id)
         unread_ids = {m.id for m in unread}
         state.add([m for m in read.messages if m.id not in unread_ids])
         state.seeded = True
@@ -236,7 +232,7 @@ class AutonomousLoop:
         """Ask the planner for one action and record the step; None when the model could not
         be reached (the loop ends; the unread messages stay for the next loop)."""
         channel = configuration.settings
-        unread = await ingress.unread_pool_without_superseded(
+        unread = await event_queue.unread_pool_without_superseded(
             port=self._runtime.port, channel_id=channel.channel_id
         )
         unread_ids = {m.id for m in unread}
@@ -295,7 +291,7 @@ class AutonomousLoop:
             iteration=iteration,
             max_iterations=MAX_LOOP_ITERATIONS,
         )
-        completion = await self._runtime.llm.complete_turn(
+        completion = await self._runtime.runner.complete_turn(
             models=selectors.planner_model_specs(configuration),
             render=lambda plan: messages,
             persona_name="planner",
@@ -368,7 +364,7 @@ class AutonomousLoop:
         if not step.shown_unread:
             return []
         newest = max(m.id for m in step.shown_unread)
-        return await sync_to_async(ingress.unread_pool_take)(
+        return await sync_to_async(event_queue.unread_pool_take)(
             channel_id=channel_id, up_to_message_id=newest
         )
 
@@ -387,7 +383,7 @@ class AutonomousLoop:
             return ActionResult(False, True, f"no persona named {action.persona!r} ({names})")
         channel_id = configuration.channel_id
         shown = {m.id for m in step.shown_unread}
-        pool = await sync_to_async(ingress.unread_pool_messages)(channel_id=channel_id)
+        pool = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel_id)
         arrived = [m for m in pool if m.id not in shown]
         if arrived:
             return ActionResult(
@@ -463,7 +459,7 @@ def _own_reply(
 
 def _unread_arrived(channel_id: int) -> Callable[[], Awaitable[str | None]]:
     async def check() -> str | None:
-        count = await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id)
+        count = await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id)
         return f"{count} new messages arrived during generation" if count else None
 
     return check

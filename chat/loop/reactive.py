@@ -22,12 +22,13 @@ from asgiref.sync import sync_to_async
 
 from botproject.events import UnreadCount, channel_group, publish
 from chat import selectors
-from chat.loop import ingress
-from chat.loop.ingress import OwnIdentity
 from chat.pipeline.triggers import Trigger, trigger_decision
 from chat.pipeline.types import HistoryMessage
-from chat.selectors import ChannelConfiguration
-from chat.services import TurnRequest, TurnRuntime, turn_already_answered, turn_run
+from chat.selectors import ChannelConfiguration, turn_already_answered
+from chat.services import event_queue
+from chat.services.event_queue import OwnIdentity
+from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turns import turn_run
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class ReactiveLoop:
         # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
         # the member's message, is.
         port = self._runtime.port
-        while pending := await ingress.unread_pool_without_superseded(
+        while pending := await event_queue.unread_pool_without_superseded(
             port=port, channel_id=channel_id
         ):
             plans = await sync_to_async(trigger_plans)(
@@ -96,7 +97,7 @@ class ReactiveLoop:
                     delivered_ids += [int(i) for i in turn.delivered_message_ids]
                 if delivered_ids:
                     last_delivered_id = max(delivered_ids)
-                await sync_to_async(ingress.unread_pool_take)(
+                await sync_to_async(event_queue.unread_pool_take)(
                     channel_id=channel_id, up_to_message_id=plan.message.id
                 )
             reread = await sync_to_async(selectors.channel_configuration)(
@@ -105,7 +106,7 @@ class ReactiveLoop:
                 now=self._runtime.clock(),
             )
             if reread is None or not reread.settings.enabled:
-                taken = await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
+                taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
                 logger.info("channel %s is no longer served; %d dropped", channel_id, len(taken))
                 return
             configuration = reread

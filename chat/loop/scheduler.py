@@ -25,11 +25,11 @@ from django.db import close_old_connections
 from botproject.events import LoopState, LoopStateName, UnreadCount, channel_group, publish
 from botproject.failures import FailureStreak
 from chat import selectors
-from chat.loop import ingress
 from chat.loop.autonomous import AutonomousLoop
-from chat.loop.ingress import OwnIdentity
 from chat.loop.reactive import ReactiveLoop
-from chat.services import TurnRuntime
+from chat.services import event_queue
+from chat.services.event_queue import OwnIdentity
+from chat.services.turn_request import TurnRuntime
 from chat.shards import EVERY_SHARD, ShardSet
 from personas.models import ChannelMode
 
@@ -98,7 +98,7 @@ class Scheduler:
         """Wait until the queue is consumed and no channel loop runs (used by tests)."""
         while True:
             await asyncio.sleep(0.05)
-            ready = await sync_to_async(ingress.event_queue_has_ready)(shards=self._shards)
+            ready = await sync_to_async(selectors.event_queue_has_ready)(shards=self._shards)
             if not self._loops and not ready and not self._wakeup.is_set():
                 return
 
@@ -113,12 +113,12 @@ class Scheduler:
             self._wakeup.clear()
             try:
                 await sync_to_async(close_old_connections)()
-                consumed = await sync_to_async(ingress.event_queue_consume)(
+                consumed = await sync_to_async(event_queue.event_queue_consume)(
                     own=self._own(), shards=self._shards
                 )
                 channel_ids = consumed.channel_ids
                 if first:
-                    channel_ids += await sync_to_async(ingress.unread_channel_ids)(
+                    channel_ids += await sync_to_async(selectors.unread_channel_ids)(
                         shards=self._shards
                     )
                     first = False
@@ -137,7 +137,7 @@ class Scheduler:
         """Tell the dashboard the channel's pool changed, as soon as new messages reach it
         (a channel whose loop is busy with a turn would otherwise say so only after it)."""
         try:
-            count = await sync_to_async(ingress.unread_pool_count)(channel_id=channel_id)
+            count = await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id)
         except Exception:
             logger.warning("could not count the unread pool of %s", channel_id, exc_info=True)
             return
@@ -210,7 +210,7 @@ class Scheduler:
             channel_id=channel_id, guild_id=guild.guild_id, now=self._runtime.clock()
         )
         if configuration is None or not configuration.settings.enabled:
-            taken = await sync_to_async(ingress.unread_pool_take)(channel_id=channel_id)
+            taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
             logger.info("channel %s is not served; %d messages dropped", channel_id, len(taken))
             return
         if configuration.settings.mode == ChannelMode.AUTONOMOUS:

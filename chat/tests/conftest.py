@@ -23,7 +23,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage, NameDirectory
 from chat.pipeline.window_reuse import GatewayCacheView
 from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
-from chat.services import TurnRequest, TurnRuntime
+from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.tests.factories import ALICE, BOB, T0, sf
 from chat.windows import WindowRegistry
 from personas.models import ChannelConfig, GuildConfig, Persona

@@ -19,6 +19,7 @@ LAYERS: dict[str, int] = {
     "chat.llm": 1,
     "chat.models": 1,
     "chat.fields": 1,
+    "chat.codec": 1,
     "chat.migrations": 1,
     "chat.ports": 1,
     "chat.windows": 1,
@@ -36,9 +37,6 @@ LAYERS: dict[str, int] = {
     "chat.command_services": 2,
     "chat.why": 2,
     "chat.names": 2,
-    "chat.memory_store": 2,
-    "chat.memory_recall": 2,
-    "chat.memory_extraction": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
@@ -47,6 +45,7 @@ LAYERS: dict[str, int] = {
     "chat.gateway": 4,
     "chat.worker": 5,
     "chat.tasks": 5,
+    "chat.runtime": 5,
     "chat.sandbox": 5,
     "chat.management": 5,
     "personas.management": 5,
@@ -67,16 +66,12 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("dashboard", "chat.loop", "the dashboard talks to the worker only through the layer"),
     ("dashboard", "chat.gateway", "the dashboard talks to the worker only through the layer"),
     ("dashboard", "chat.worker", "the dashboard talks to the worker only through the layer"),
+    ("dashboard", "chat.sandbox", "the dashboard reaches the sandbox through chat.runtime's port"),
+    ("chat.tasks", "chat.worker", "Celery composes through chat.runtime, not the worker"),
 ]
 
 # Deliberate exceptions to FORBIDDEN: (importer, imported module, why it is allowed).
 ALLOWED: list[tuple[str, str, str]] = [
-    (
-        "dashboard",
-        "chat.gateway.rest",
-        "a REST-only port (a logged-in, never-connected client) for the prompt preview: it "
-        "reads Discord as the worker does, but shares no state with the worker",
-    ),
     (
         "personas.config_schema",
         "chat.pipeline.lorebook",
@@ -158,7 +153,7 @@ def test_no_import_runs_against_the_flow():
     ("source", "expected"),
     [
         ("from chat import selectors", "chat.selectors"),
-        ("from chat.loop.ingress import OwnIdentity", "chat.loop.ingress"),
+        ("from chat.services.event_queue import OwnIdentity", "chat.services.event_queue"),
         ("import chat.services", "chat.services"),
     ],
 )

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from pytest_django.fixtures import Settings
 
-from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume, unread_pool_take
 from chat.models import MessageIndex
 from chat.pipeline.types import PrivacyLevel
 from chat.selectors import (
@@ -20,6 +19,12 @@ from chat.selectors import (
     planner_model_specs,
     replied_persona_names,
     user_standing,
+)
+from chat.services.event_queue import (
+    OwnIdentity,
+    event_ingest_many,
+    event_queue_consume,
+    unread_pool_take,
 )
 from chat.tests.factories import message
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
@@ -89,8 +94,8 @@ def test_a_channel_configuration_is_one_read_at_one_instant():
 def test_a_channels_guild_is_what_its_messages_were_ingested_with():
     guild_message = message(content="hi", channel_id=30)
     dm = message(content="psst", channel_id=31)
-    event_ingest(message=guild_message, guild_id=10)
-    event_ingest(message=dm, guild_id=None)
+    event_ingest_many([(guild_message, 10)])
+    event_ingest_many([(dm, None)])
     event_queue_consume(own=OwnIdentity(bot_user_id=1))
     unread_pool_take(channel_id=30)  # an empty pool still knows its guild
 

@@ -7,10 +7,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from chat import selectors
-from chat.loop.ingress import OwnIdentity, event_ingest, event_queue_consume
 from chat.models import EventQueue, MessageIndex, ShortTermMemory, Turn, UnreadEvent
 from chat.pipeline.memory import RAW_TURNS_TTL
-from chat.services import Retention, records_prune
+from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
+from chat.services.retention import Retention, records_prune
 from chat.tasks import records_prune_task, short_term_memory_maintenance_task
 from chat.tests.factories import message
 from personas.models import GuildConfig, Persona
@@ -28,9 +28,9 @@ def test_the_prune_task_removes_expired_records_and_keeps_work_and_recent_ones(s
     settings.MESSAGE_INDEX_RETENTION_DAYS = 90
     now = timezone.now()
     old_key, waiting = message(content="old"), message(content="waiting")
-    event_ingest(message=old_key, guild_id=1)
+    event_ingest_many([(old_key, 1)])
     event_queue_consume(own=OwnIdentity(bot_user_id=999))
-    event_ingest(message=waiting, guild_id=1)
+    event_ingest_many([(waiting, 1)])
     EventQueue.objects.update(created_at=now - dt.timedelta(days=8))
     turns = {
         status: Turn.objects.create(

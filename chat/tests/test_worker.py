@@ -10,15 +10,13 @@ from pytest_django.fixtures import Settings
 from chat.gateway.client import PersonaBotClient
 from chat.llm.base import ChatRequest, ModelSpec
 from chat.llm.fake_server import FakeLLMServer
-from chat.services import TurnRuntime
-from chat.worker import (
-    WorkerConfig,
-    known_latencies,
+from chat.runtime import (
     llm_client_from_settings,
-    proxy_resolver_from_settings,
     vision_client_from_settings,
     vision_model_from_settings,
 )
+from chat.services.turn_request import TurnRuntime
+from chat.worker import WorkerConfig, known_latencies, proxy_resolver_from_settings
 
 
 async def test_client_uses_the_base_url_and_key_configured_at_call_time(settings: Settings) -> None:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.test import Client
 from django.urls import URLPattern, reverse
 
-from chat.models import Turn
+from chat.models import Document, Memory, Turn
 from dashboard import urls as dashboard_urls
 from personas.models import Block, GuildConfig, Persona
 
@@ -33,6 +33,7 @@ GET_ONLY = {
     "turn_list",
     "turn",
     "why",
+    "document_rows",
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
@@ -45,6 +46,9 @@ POST_ONLY = {
     "channel_delete",
     "block_delete",
     "user_delete",
+    "memory_edit",
+    "memory_delete",
+    "document_delete",
     "card_import",
     "token_count",
     "turn_replay",
@@ -66,8 +70,26 @@ def _kwargs(pattern: URLPattern, guild: GuildConfig) -> dict:
         "user_id": 1300000000000000003,
         "fmt": "json",
         "turn_id": turn.pk,
+        "memory_id": _memory(guild).pk,
+        "document_id": _document(guild).pk,
     }
     return {name: values[name] for name in pattern.pattern.converters}
+
+
+def _memory(guild: GuildConfig) -> Memory:
+    memory, _ = Memory.objects.get_or_create(
+        guild_id=guild.guild_id, kind="guild", defaults={"text": "Movie night", "source": "admin"}
+    )
+    return memory
+
+
+def _document(guild: GuildConfig) -> Document:
+    document, _ = Document.objects.get_or_create(
+        guild_id=guild.guild_id,
+        name="rules.md",
+        defaults={"content_type": "markdown", "size": 5, "text": "Rules"},
+    )
+    return document
 
 
 def dashboard_urls_list(guild: GuildConfig) -> list[tuple[str, str]]:

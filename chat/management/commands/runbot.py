@@ -8,14 +8,12 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.worker import (
-    WorkerConfig,
+from chat.runtime import (
     llm_client_from_settings,
-    proxy_resolver_from_settings,
-    run_worker,
     vision_client_from_settings,
     vision_model_from_settings,
 )
+from chat.worker import WorkerConfig, proxy_resolver_from_settings, run_worker
 
 logger = logging.getLogger(__name__)
 

@@ -11,10 +11,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Reply
-from chat.loop.ingress import event_ingest
 from chat.models import PlannerStep, Turn
 from chat.pipeline.types import Author, HistoryMessage
 from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
+from chat.services.event_queue import event_ingest_many
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 from personas.models import Block, GuildConfig, UserPrivacy
 
@@ -49,7 +49,7 @@ def queued_while_down(world, payload: dict) -> None:
         content=payload["content"],
         created_at=dt.datetime.fromisoformat(payload["timestamp"]),
     )
-    assert event_ingest(message=message, guild_id=DEMO_GUILD_ID)
+    event_ingest_many([(message, DEMO_GUILD_ID)])
 
 
 async def burst(world, *lines: tuple[int, str]) -> None:

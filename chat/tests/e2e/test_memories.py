@@ -14,13 +14,13 @@ from chat.gateway.rest import rest_discord
 from chat.llm.attempts import AttemptRunner
 from chat.llm.fake_server import Reply
 from chat.llm.openai_compat import OpenAICompatibleClient
-from chat.memory_extraction import memories_extract
-from chat.memory_store import MemoryScope, memory_add
 from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.tokens import default_token_counter
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
-from chat.services import TurnRuntime
+from chat.services.memory_extraction import memories_extract
+from chat.services.memory_store import MemoryScope, memory_add
+from chat.services.turn_request import TurnRuntime
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from chat.windows import WindowRegistry
 from personas.config_schema import UserSpec

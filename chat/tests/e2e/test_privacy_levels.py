@@ -13,7 +13,7 @@ from django.utils import timezone
 from chat.llm.fake_server import Reply
 from chat.models import EventQueue, Memory, ShortTermMemory, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
-from chat.services import short_term_memory_refresh
+from chat.services.memory_refresh import short_term_memory_refresh
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from chat.tests.e2e.test_commands import MANAGE_GUILD, moderator, replied_to, run
 from personas.models import Persona

@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.models import MessageIndex, Turn
 from chat.pipeline.reply_pieces import CUT_MARKER
-from chat.services import CUT_NOTICE
+from chat.services.reply_stream import CUT_NOTICE
 from chat.tests.e2e.conftest import GENERAL, eventually
 from personas.models import Persona
 

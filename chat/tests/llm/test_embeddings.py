@@ -73,3 +73,18 @@ def test_vectors_round_trip_through_their_stored_bytes():
     vector = unit_rows(np.array([3.0, 4.0]))[0]
     assert np.array_equal(vector_from_bytes(vector_bytes(vector)), vector)
     assert len(vector_bytes(vector)) == 8
+
+
+def test_wordllama_vectors_are_the_packages_own():
+    import os
+
+    import wordllama
+    from wordllama import WordLlama
+
+    texts = ["Alice keeps two cats", "émigré café — naïve 🙂", "word " * 300]
+    theirs = WordLlama.load(
+        cache_dir=os.path.dirname(wordllama.__file__), disable_download=True
+    ).embed(texts, norm=True)
+    assert np.allclose(WordLlamaEmbeddings().embed(texts), theirs, atol=1e-5)
+    # An empty text has no tokens: a zero vector (theirs divides by a zero norm).
+    assert not np.any(WordLlamaEmbeddings().embed([""]))

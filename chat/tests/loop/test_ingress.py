@@ -1,4 +1,4 @@
-"""Ingress: persisted queue, deduplication, own-message filtering, the unread pool."""
+"""The event queue: persisted queue, deduplication, own-message filtering, the unread pool."""
 
 from __future__ import annotations
 
@@ -6,19 +6,16 @@ import json
 
 import pytest
 
-from chat.loop.codec import message_from_json, message_to_json
-from chat.loop.ingress import (
-    OwnIdentity,
-    event_ingest,
-    event_ingest_many,
-    event_queue_consume,
-    unread_channel_ids,
-    unread_pool_count,
-    unread_pool_messages,
-    unread_pool_take,
-)
+from chat.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import Attachment, Author, HistoryMessage
+from chat.selectors import unread_channel_ids, unread_pool_count, unread_pool_messages
+from chat.services.event_queue import (
+    OwnIdentity,
+    event_ingest_many,
+    event_queue_consume,
+    unread_pool_take,
+)
 from chat.tests.factories import ALICE, BOB, CHANNEL_ID, T0, message
 from personas.models import UserPrivacy
 
@@ -42,8 +39,8 @@ def test_codec_round_trips_a_message_with_attachments():
 
 def test_a_duplicate_dispatch_is_stored_once():
     msg = message(content="hi")
-    assert event_ingest(message=msg, guild_id=1) is True
-    assert event_ingest(message=msg, guild_id=1) is False
+    event_ingest_many([(msg, 1)])
+    event_ingest_many([(msg, 1), (msg, 1)])
     assert EventQueue.objects.count() == 1
 
 
@@ -51,7 +48,7 @@ def test_consume_moves_ready_events_into_the_unread_pool_in_order():
     first, second = message(content="one", channel_id=10), message(content="two", channel_id=10)
     other = message(content="three", channel_id=11)
     for msg in (first, other, second):
-        event_ingest(message=msg, guild_id=1)
+        event_ingest_many([(msg, 1)])
 
     consumed = event_queue_consume(own=OWN)
 
@@ -71,7 +68,7 @@ def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
         author=Author(id=889, display_name="Other", is_bot=True, webhook_id=123),
     )
     for msg in (own, echo, foreign):
-        event_ingest(message=msg, guild_id=1)
+        event_ingest_many([(msg, 1)])
 
     consumed = event_queue_consume(own=OWN)
 
@@ -83,11 +80,12 @@ def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
 
 def test_a_replayed_message_after_consumption_is_still_deduplicated():
     msg = message(content="hi")
-    event_ingest(message=msg, guild_id=1)
+    event_ingest_many([(msg, 1)])
     event_queue_consume(own=OWN)
     unread_pool_take(channel_id=msg.channel_id)
 
-    assert event_ingest(message=msg, guild_id=1) is False
+    event_ingest_many([(msg, 1)])
+    assert EventQueue.objects.get(message_id=msg.id).status == "consumed"
     assert event_queue_consume(own=OWN).unread == []
     assert unread_pool_count(channel_id=msg.channel_id) == 0
 
@@ -95,7 +93,7 @@ def test_a_replayed_message_after_consumption_is_still_deduplicated():
 def test_take_up_to_a_message_leaves_later_arrivals_unread():
     msgs = [message(content=str(n), channel_id=20) for n in range(4)]
     for msg in msgs:
-        event_ingest(message=msg, guild_id=1)
+        event_ingest_many([(msg, 1)])
     event_queue_consume(own=OWN)
 
     taken = unread_pool_take(channel_id=20, up_to_message_id=msgs[1].id)
@@ -107,7 +105,7 @@ def test_take_up_to_a_message_leaves_later_arrivals_unread():
 
 def test_consume_is_idempotent_when_the_pool_already_has_the_message():
     msg = message(content="hi")
-    event_ingest(message=msg, guild_id=1)
+    event_ingest_many([(msg, 1)])
     UnreadEvent.objects.create(
         channel_id=msg.channel_id, message_id=msg.id, author_id=42, event=message_to_json(msg)
     )
@@ -119,7 +117,7 @@ def test_consume_is_idempotent_when_the_pool_already_has_the_message():
 
 def test_a_consumed_queue_row_keeps_only_its_key():
     msg = message(content="hello there")
-    event_ingest(message=msg, guild_id=1)
+    event_ingest_many([(msg, 1)])
 
     event_queue_consume(own=OWN)
 

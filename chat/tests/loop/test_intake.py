@@ -8,9 +8,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from chat.loop.ingress import OwnIdentity, event_queue_consume, unread_pool_messages
 from chat.loop.intake import Intake
 from chat.models import EventQueue, UnreadEvent
+from chat.selectors import unread_pool_messages
+from chat.services.event_queue import OwnIdentity, event_queue_consume
 from chat.tests.e2e.conftest import eventually
 from chat.tests.factories import message
 

@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.models import Turn
-from chat.services import turn_run
+from chat.services.turns import turn_run
 from chat.tests.conftest import CHANNEL, NOW, Bench
 from chat.tests.factories import message
 from personas.models import Persona

@@ -15,17 +15,16 @@ from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import ShortTermMemory, Turn
 from chat.pipeline.triggers import TurnReason
 from chat.ports import ChannelPlace
-from chat.services import (
+from chat.selectors import turn_already_answered
+from chat.services.memory_refresh import short_term_memory_refresh
+from chat.services.short_term_memory import (
     REFRESH_CLAIM_TTL,
-    TurnRequest,
     short_term_memory_claim,
     short_term_memory_clear,
     short_term_memory_expire,
-    short_term_memory_refresh,
-    turn_already_answered,
-    turn_prepare,
-    turn_run,
 )
+from chat.services.turn_request import TurnRequest
+from chat.services.turns import turn_prepare, turn_run
 from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.factories import ALICE, BOB, CAROL, message, sf
 from personas.models import Block, GuildConfig, UserPrivacy

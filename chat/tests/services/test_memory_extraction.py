@@ -13,11 +13,11 @@ from django.test import override_settings
 
 from chat.llm.embeddings import HashingEmbeddings
 from chat.llm.fake_server import Reply
-from chat.memory_extraction import memories_extract, memory_extraction_due
 from chat.models import EventQueue, Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.triggers import TurnReason
-from chat.services import turn_prepare
+from chat.services.memory_extraction import memories_extract, memory_extraction_due
+from chat.services.turns import turn_prepare
 from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.factories import ALICE, BOB, CAROL, message
 from personas.models import GuildConfig, UserPrivacy

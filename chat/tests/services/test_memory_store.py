@@ -7,17 +7,18 @@ import pytest
 from django.test import override_settings
 
 from chat.llm.embeddings import HashingEmbeddings
-from chat.memory_recall import memories_recall_for_turn, memory_search
-from chat.memory_store import (
+from chat.models import Memory
+from chat.pipeline.recall import MemoryKind
+from chat.services.memory_recall import memories_recall_for_turn, memory_search
+from chat.services.memory_store import (
     MemoryRefused,
     MemoryScope,
+    memories_embed_missing,
     memories_forget_user,
     memory_add,
     memory_forget,
     memory_update,
 )
-from chat.models import Memory
-from chat.pipeline.recall import MemoryKind
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
 from personas.services import user_privacy_save
@@ -163,3 +164,22 @@ def test_a_turn_recalls_only_the_personal_memories_of_people_in_its_window():
     without = recalled({})
     assert MemoryKind.PERSONAL not in {kind for kind, _ in without}
     assert {kind for kind, _ in without} == {"guild", "persona"}
+
+
+def test_a_change_of_model_re_embeds_in_the_background_and_search_works_meanwhile():
+    add(alice(), "keeps two cats named Miso and Tofu")
+    add(MemoryScope.guild(GUILD), "movie night is every Friday")
+    other = HashingEmbeddings(dimensions=32)  # "the model changed"
+
+    # Meanwhile (more than a turn embeds on its own) they are found by their words.
+    for n in range(40):
+        add(MemoryScope.personal(GUILD, 1000 + n), f"fact number {n}")
+    found = memory_search(guild_id=GUILD, query="Miso and Tofu", embedder=other)
+    assert found[0].record.text == "keeps two cats named Miso and Tofu"
+    assert found[0].vector == 0 and found[0].keyword > 0
+    assert Memory.objects.filter(embedding_model=other.name).count() == 0
+
+    assert memories_embed_missing(embedder=other) == 42
+    assert set(Memory.objects.values_list("embedding_model", flat=True)) == {other.name}
+    found = memory_search(guild_id=GUILD, query="Miso and Tofu", embedder=other)
+    assert found[0].vector > 0

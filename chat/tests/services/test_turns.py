@@ -13,13 +13,9 @@ from chat.llm.fake_server import Fault, FaultKind, Reply, ScriptedToolCall
 from chat.models import MessageIndex, ShortTermMemory, Turn
 from chat.pipeline.types import HistoryMessage, MessageReference
 from chat.ports import DeliveryError, Speaker
-from chat.services import (
-    Reconciled,
-    turn_already_answered,
-    turn_prepare,
-    turn_run,
-    turns_reconcile_interrupted,
-)
+from chat.selectors import turn_already_answered
+from chat.services.recovery import Reconciled, turns_reconcile_interrupted
+from chat.services.turns import turn_prepare, turn_run
 from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.e2e.conftest import eventually
 from chat.tests.factories import ALICE, BOB, message

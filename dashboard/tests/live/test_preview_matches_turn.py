@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from asgiref.sync import sync_to_async
 
-from chat.memory_store import MemoryScope, memory_add
 from chat.models import ChannelWindowAnchor, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
+from chat.services.memory_store import MemoryScope, memory_add
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 from personas.models import Persona

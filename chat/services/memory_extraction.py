@@ -18,7 +18,6 @@ from django.db.models import Count, Max
 
 from chat import selectors
 from chat.llm.embeddings import EmbeddingModel
-from chat.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.models import EventQueue, Memory, Turn
 from chat.pipeline.extraction import (
     SERVER,
@@ -32,15 +31,15 @@ from chat.pipeline.recall import MemoryKind, window_people
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
-from chat.services import (
-    TurnRequest,
-    TurnRuntime,
-    _record_completion,
-    _record_context,
-    _turn_create,
-    _turn_save,
-    turn_prepare,
+from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
+from chat.services.turn_record import (
+    turn_completion_record,
+    turn_context_record,
+    turn_create,
+    turn_save,
 )
+from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turns import turn_prepare
 
 KNOWN_FACTS_SHOWN = 40
 """Most facts already kept that the request lists (so the model proposes what is new)."""
@@ -159,24 +158,24 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     known = await sync_to_async(_known_facts)(guild_id, list(present))
     messages = build_extraction_messages(conversation=lines, people=list(people), known=known)
 
-    turn = await sync_to_async(_turn_create)(request)
-    _record_context(turn, prepared)
+    turn = await sync_to_async(turn_create)(request)
+    turn_context_record(turn, prepared)
     turn.request = {"messages": messages}
     turn.tool_allowlist = []
-    completion = await runtime.llm.complete_turn(
+    completion = await runtime.runner.complete_turn(
         models=prepared.models, render=lambda plan: messages, persona_name=persona.name
     )
-    _record_completion(turn, completion)
+    turn_completion_record(turn, completion)
     if completion.error is not None:
         turn.status = Turn.Status.FAILED
-        await sync_to_async(_turn_save)(turn)
+        await sync_to_async(turn_save)(turn)
         return Extraction("failed", turn.error, turn_id=turn.id, retry=True)
     try:
         answer = parse_extraction(completion.reply_text)
     except ExtractionError as error:
         turn.status = Turn.Status.FAILED
         turn.error = str(error)
-        await sync_to_async(_turn_save)(turn)
+        await sync_to_async(turn_save)(turn)
         return Extraction("failed", turn.error, turn_id=turn.id)
     stored, refused = await sync_to_async(_store)(
         guild_id=guild_id,
@@ -187,7 +186,7 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     )
     turn.reason_detail = {**turn.reason_detail, "stored": stored, "refused": refused}
     turn.status = Turn.Status.REPLIED
-    await sync_to_async(_turn_save)(turn)
+    await sync_to_async(turn_save)(turn)
     return Extraction("extracted", f"{len(stored)} stored, {len(refused)} refused", turn.id)
 
 

@@ -17,11 +17,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
-from chat.memory_store import default_embedding_model, memories_embed_missing
-from chat.models import Memory
+from chat.models import Document, DocumentChunk, Memory
 from chat.pipeline.recall import (
     MemoryIndex,
     MemoryKind,
@@ -33,6 +32,7 @@ from chat.pipeline.recall import (
     memory_line,
     recall,
 )
+from chat.services.memory_store import default_embedding_model, memories_embed_missing
 
 
 @dataclass(frozen=True)
@@ -41,28 +41,41 @@ class _Cached:
     index: MemoryIndex
 
 
+EMBED_WHILE_INDEXING = 32
 _indexes: dict[tuple[int, str], _Cached] = {}
 _lock = threading.Lock()
 
 
-def _version(guild_id: int) -> tuple:
+def _version(guild_id: int, model: str) -> tuple:
+    """What changes whenever the guild's memories or ready documents do, or more of them get a
+    vector of ``model``."""
     stats = Memory.objects.filter(guild_id=guild_id).aggregate(
-        count=Count("id"), changed=Max("updated_at"), newest=Max("id")
+        count=Count("id"),
+        changed=Max("updated_at"),
+        newest=Max("id"),
+        embedded=Count("id", filter=Q(embedding_model=model)),
     )
-    return (stats["count"], stats["changed"], stats["newest"])
+    documents = Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).aggregate(
+        count=Count("id"), newest=Max("id")
+    )
+    return (*stats.values(), *documents.values())
 
 
 def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryIndex:
-    """The guild's memories indexed for ``embedder``'s vectors, rebuilt only when they changed.
-    Memories without a vector of this model are embedded first (`memories_embed_missing`)."""
+    """The guild's memories and ready document passages indexed for ``embedder``'s vectors,
+    rebuilt only when they changed. A few memories without a vector of this model (at most
+    `EMBED_WHILE_INDEXING`: written while the endpoint failed) are embedded first; more (the
+    model changed) are left to the background task (`memories_embed_missing`), ranked by
+    keywords alone until then."""
     key = (guild_id, embedder.name)
-    version = _version(guild_id)
+    version = _version(guild_id, embedder.name)
     cached = _indexes.get(key)
     if cached is not None and cached.version == version:
         return cached.index
-    if Memory.objects.filter(guild_id=guild_id).exclude(embedding_model=embedder.name).exists():
+    missing = Memory.objects.filter(guild_id=guild_id).exclude(embedding_model=embedder.name)
+    if 0 < missing.count() <= EMBED_WHILE_INDEXING:
         memories_embed_missing(guild_id=guild_id, embedder=embedder)
-        version = _version(guild_id)
+        version = _version(guild_id, embedder.name)
     rows = list(
         Memory.objects.filter(guild_id=guild_id)
         .order_by("id")
@@ -93,8 +106,18 @@ def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryInde
     vectors = [
         vector_from_bytes(row[7]) if row[7] and row[8] == embedder.name else None for row in rows
     ]
+    passages = DocumentChunk.objects.filter(
+        document__guild_id=guild_id, document__status=Document.Status.READY
+    ).values_list("id", "text", "document__name", "embedding", "embedding_model")
+    for chunk_id, text, title, embedding, model in passages:
+        records.append(
+            MemoryRecord(id=chunk_id, kind=MemoryKind.DOCUMENT, text=text, subject=title)
+        )
+        vectors.append(
+            vector_from_bytes(embedding) if embedding and model == embedder.name else None
+        )
     dimensions = next((len(v) for v in vectors if v is not None), 0)
-    matrix = np.zeros((len(rows), dimensions), dtype=np.float32)
+    matrix = np.zeros((len(records), dimensions), dtype=np.float32)
     for n, vector in enumerate(vectors):
         if vector is not None and len(vector) == dimensions:
             matrix[n] = vector
@@ -155,7 +178,10 @@ def memories_recall_for_turn(
     if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
         return ()
     embedder = embedder or default_embedding_model()
-    if not Memory.objects.filter(guild_id=guild_id).exists():
+    if not (
+        Memory.objects.filter(guild_id=guild_id).exists()
+        or Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).exists()
+    ):
         return ()
     index = guild_memory_index(guild_id=guild_id, embedder=embedder)
     recalled = recall(

@@ -1,12 +1,14 @@
-"""Ingress (seed 003, phases 1–2): every incoming message is persisted, deduplicated, then moved
-into its channel's unread pool.
+"""The event queue and the unread pools (seed 003, phases 1–2): every incoming message is
+persisted, deduplicated, then moved into its channel's unread pool, from which turns take what
+they answer.
 
 The (channel, message) unique key of `EventQueue` is the deduplication set: a dispatch the
 gateway replays, or a message seen again after a RESUME, finds its key taken and is dropped.
 Consumed rows stay as keys (without the message) for ``DEDUP_RETENTION_DAYS``, then
-`chat.services.records_prune` removes them.
+`chat.services.retention.records_prune` removes them.
 Nothing is lost on a crash: a row is either still ``ready`` (consumed again at start) or already
-in the unread pool; the move is one transaction.
+in the unread pool; the move is one transaction. The reads (what is ready, what a pool holds)
+are in `chat.selectors`.
 """
 
 from __future__ import annotations
@@ -15,15 +17,14 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from asgiref.sync import sync_to_async
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db import transaction
 
-from chat.loop.codec import message_from_json, message_to_json
+from chat import selectors
+from chat.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
-from chat.pipeline.types import HistoryMessage, PrivacyLevel
+from chat.pipeline.types import HistoryMessage
 from chat.ports import DiscordPort
 from chat.shards import EVERY_SHARD, ShardSet
-from personas.models import UserPrivacy
 
 
 @dataclass(frozen=True)
@@ -46,21 +47,6 @@ class OwnIdentity:
         )
 
 
-def event_ingest(*, message: HistoryMessage, guild_id: int | None) -> bool:
-    """Persist one incoming message in the event queue (see `event_ingest_many`).
-
-    Returns True when it was new, False when its (channel, message) key was already there (a
-    replayed or duplicate dispatch), in which case nothing is written.
-    """
-    private = _full_privacy_users([message])
-    try:
-        with transaction.atomic():
-            _queue_row(message, guild_id, private).save()
-    except IntegrityError:
-        return False
-    return True
-
-
 def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int:
     """Persist incoming messages (each with its guild id, None for a DM) in one statement;
     keys already taken (replays, duplicates, catch-up of messages already seen) are skipped.
@@ -70,7 +56,9 @@ def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int
     """
     if not batch:
         return 0
-    private = _full_privacy_users([message for message, _ in batch])
+    private = selectors.full_privacy_user_ids(
+        user_ids={message.accountable_user_id for message, _ in batch}
+    )
     EventQueue.objects.bulk_create(
         [_queue_row(message, guild_id, private) for message, guild_id in batch],
         ignore_conflicts=True,
@@ -78,13 +66,9 @@ def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int
     return len(batch)
 
 
-def _full_privacy_users(messages: Sequence[HistoryMessage]) -> set[int]:
-    authors = {message.accountable_user_id for message in messages}
-    rows = UserPrivacy.objects.filter(user_id__in=authors, level=PrivacyLevel.FULL)
-    return set(rows.values_list("user_id", flat=True))
-
-
-def _queue_row(message: HistoryMessage, guild_id: int | None, private: set[int]) -> EventQueue:
+def _queue_row(
+    message: HistoryMessage, guild_id: int | None, private: frozenset[int]
+) -> EventQueue:
     kept = withheld(message) if message.accountable_user_id in private else message
     return EventQueue(
         channel_id=message.channel_id,
@@ -106,38 +90,6 @@ def withheld(message: HistoryMessage) -> HistoryMessage:
         snapshots=(),
         reactions=(),
     )
-
-
-@dataclass(frozen=True)
-class LastIngested:
-    """Per channel, the newest message the event queue holds, and its guild (None: a DM)."""
-
-    ids: dict[int, int]
-    guilds: dict[int, int | None]
-
-    def get(self, channel_id: int) -> int | None:
-        return self.ids.get(channel_id)
-
-    def guild_of(self, channel_id: int) -> int | None:
-        return self.guilds.get(channel_id)
-
-
-def last_ingested(*, shards: ShardSet = EVERY_SHARD) -> LastIngested:
-    """Per channel of guilds on ``shards``: the newest message the event queue holds (where a
-    worker's catch-up starts)."""
-    rows = (
-        shards.filter(EventQueue.objects.all())
-        .values("channel_id", "guild_id")
-        .annotate(newest=Max("message_id"))
-        .order_by()
-    )
-    ids: dict[int, int] = {}
-    guilds: dict[int, int | None] = {}
-    for row in rows:
-        if row["newest"] > ids.get(row["channel_id"], 0):
-            ids[row["channel_id"]] = row["newest"]
-            guilds[row["channel_id"]] = row["guild_id"]
-    return LastIngested(ids=ids, guilds=guilds)
 
 
 @dataclass(frozen=True)
@@ -202,20 +154,6 @@ def event_queue_consume(
     return Consumed(unread=unread, discarded=discarded, full=len(rows) == limit)
 
 
-def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
-    return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).exists()
-
-
-def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
-    """The channel's unread messages, oldest first, without taking them."""
-    rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
-    return [message_from_json(row.event) for row in rows]
-
-
-def unread_pool_count(*, channel_id: int) -> int:
-    return UnreadEvent.objects.filter(channel_id=channel_id).count()
-
-
 def unread_pool_take(
     *, channel_id: int, up_to_message_id: int | None = None
 ) -> list[HistoryMessage]:
@@ -246,16 +184,9 @@ async def unread_pool_without_superseded(
 ) -> list[HistoryMessage]:
     """The channel's unread messages, oldest first, once originals a proxy system replaced
     are discarded from the pool (`DiscordPort.superseded_originals`)."""
-    pending = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+    pending = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel_id)
     superseded = await port.superseded_originals(pending) if pending else frozenset()
     if not superseded:
         return pending
     await sync_to_async(unread_pool_discard)(channel_id=channel_id, message_ids=superseded)
     return [m for m in pending if m.id not in superseded]
-
-
-def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:
-    """Channels of guilds on ``shards`` with a non-empty unread pool (the worker resumes their
-    loops at start)."""
-    rows = shards.filter(UnreadEvent.objects.all()).order_by("channel_id")
-    return list(rows.values_list("channel_id", flat=True).distinct())

@@ -1,0 +1,92 @@
+"""Crash recovery: the turns a stopped or killed worker left running or delivering are settled
+before the next worker answers anything."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from asgiref.sync import sync_to_async
+
+from chat import selectors
+from chat.models import Turn
+from chat.ports import DeliveryError, DiscordPort, Speaker
+from chat.services.turn_record import turn_delivered_record, turn_save
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    """What `turns_reconcile_interrupted` found: turns aborted, and delivering turns whose
+    reply was (``replied``) or was not (``unsent``) on Discord."""
+
+    aborted: int = 0
+    replied: int = 0
+    unsent: int = 0
+
+
+async def turns_reconcile_interrupted(
+    *, port: DiscordPort, on_shard: Callable[[int | None], bool]
+) -> Reconciled:
+    """Settle the turns a stopped or killed worker left behind, in guilds ``on_shard`` accepts
+    (None: DMs), before this worker answers anything.
+
+    - ``running`` turns end ``aborted``: nothing was sent, their triggers are still unread, so
+      they run again.
+    - ``delivering`` turns are checked against the channel (`DiscordPort.find_delivery`): a
+      reply that is there makes the turn ``replied`` and is indexed, so it is not sent again;
+      a reply that is not there makes it ``aborted``, and the trigger runs again. A streamed
+      reply whose pieces were recorded is ``replied`` with what was sent (the pieces on
+      record, and any sent but not recorded yet): it is neither continued nor sent again. A channel
+      that cannot be read leaves the turn ``delivering`` for the next start (never a guess that
+      could answer twice).
+    """
+    aborted = await sync_to_async(_turns_abort_running)(on_shard)
+    replied = unsent = 0
+    for turn in await sync_to_async(selectors.turns_delivering)(on_shard=on_shard):
+        persona = turn.persona
+        speaker = Speaker(
+            persona_id=persona.id if persona else 0,
+            name=turn.persona_name,
+            is_main=bool(persona and persona.is_main),
+            avatar_url=persona.avatar_url if persona else "",
+        )
+        try:
+            found = await port.find_delivery(
+                channel_id=turn.channel_id, speaker=speaker, reply_to=turn.trigger_message_id
+            )
+        except DeliveryError:
+            logger.warning("turn %s: its channel cannot be read; reconciled later", turn.id)
+            continue
+        indexed = await sync_to_async(selectors.indexed_message_ids)(
+            message_ids=[item.message_id for item in found]
+        )
+        recorded = [int(i) for i in turn.delivered_message_ids]
+        sent = [i for i in found if i.message_id not in indexed or i.message_id in recorded]
+        if sent or recorded:
+            turn.status = Turn.Status.REPLIED
+            ids = sorted({*recorded, *(item.message_id for item in sent)})
+            turn.delivered_message_ids = [str(i) for i in ids]
+            if recorded:
+                turn.error = (
+                    f"the worker stopped while the reply was being delivered: {len(ids)} "
+                    "messages were sent, the rest was not"
+                )
+            await sync_to_async(turn_delivered_record)(turn, sent)
+            replied += 1
+        else:
+            turn.status = Turn.Status.ABORTED
+            turn.error = "the worker stopped before the reply was sent"
+            await sync_to_async(turn_save)(turn)
+            unsent += 1
+    return Reconciled(aborted=aborted, replied=replied, unsent=unsent)
+
+
+def _turns_abort_running(on_shard: Callable[[int | None], bool]) -> int:
+    running = Turn.objects.filter(status=Turn.Status.RUNNING).values_list("id", "guild_id")
+    stale = [turn_id for turn_id, guild_id in running if on_shard(guild_id)]
+    return Turn.objects.filter(id__in=stale).update(
+        status=Turn.Status.ABORTED, error="the worker stopped during the turn"
+    )

@@ -1,0 +1,452 @@
+"""The read side of a turn: the anchored history window, what the database says about the
+people in it, the reply targets it points at, and the render function the attempt runner calls.
+
+Nothing here writes a row except the channel's window anchor (never in a dry run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from chat import selectors
+from chat.llm.attempts import AttemptPlan, Render
+from chat.llm.base import ModelApi
+from chat.llm.tools import TOOL_SPECS
+from chat.pipeline.context import TurnContext, TurnInput
+from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
+from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
+from chat.pipeline.projections import AttemptProfile, to_openai_messages
+from chat.pipeline.recall import RecalledMemory, recall_query, window_people
+from chat.pipeline.simplify import hidden_user_ids
+from chat.pipeline.tokens import TokenCounter
+from chat.pipeline.tools import ToolName
+from chat.pipeline.truncation import context_budget, item_tokens, truncate_dialogue_history
+from chat.pipeline.types import (
+    HistoryMessage,
+    PrivacyLevel,
+    ReferenceKind,
+    signed_url_expiry,
+    with_attachment_urls,
+)
+from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
+from chat.pipeline.window_reuse import RestReason
+from chat.ports import DeliveryError, DiscordPort
+from chat.selectors import ChannelSettings
+from chat.services.memory_recall import memories_recall_for_turn
+from chat.services.turn_record import window_anchor_store
+from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
+
+ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
+REPLY_TARGET_CONCURRENCY = 4
+URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
+"""An attachment URL whose signature runs out within this is signed anew before a turn hands
+it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WindowReasons:
+    """How a turn's window was obtained: why it was read over REST (None: reused), why it
+    was re-anchored (None: the stored anchor kept), where it starts and how far the stride
+    rule moved it."""
+
+    rest_reason: RestReason | None
+    reanchor_reason: ReanchorReason | None
+    anchor_id: int | None
+    advanced_by: int
+    message_count: int
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "rest_reason": str(self.rest_reason) if self.rest_reason else None,
+            "reanchor_reason": str(self.reanchor_reason) if self.reanchor_reason else None,
+            "anchor_message_id": str(self.anchor_id) if self.anchor_id is not None else None,
+            "advanced_by": self.advanced_by,
+            "message_count": self.message_count,
+        }
+
+
+async def turn_window_read(
+    runtime: TurnRuntime,
+    channel: ChannelSettings,
+    trigger: HistoryMessage,
+    *,
+    now: dt.datetime,
+    dry_run: bool,
+) -> tuple[tuple[HistoryMessage, ...], WindowReasons]:
+    """The anchored window for this turn and how it was read (REST or reused, re-anchored or
+    not); the anchor is stored for the channel unless ``dry_run``. Originals a proxy system
+    replaced (seed 002: "Superseded originals are excluded") are left out.
+
+    A queued trigger older than everything in the channel's newest window (it waited while
+    more than a window's worth was said) gets its own window: the ``limit`` messages up to it,
+    selected without the channel's anchor (which it neither uses nor moves), so its context is
+    what was said before it rather than nothing. Those messages come from the window registry,
+    which keeps what the window moved past and reads further back at most once for a stretch
+    of such turns (`WindowRegistry.read_up_to`); the turn then records ``older_than_window``.
+    """
+    read = await runtime.windows.read(
+        channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
+    )
+    messages = await _without_superseded(read.messages)
+    reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
+    reset_marker_id = reset.marker_id if reset is not None else None
+    if messages and trigger.id < messages[0].id:
+        held = await runtime.windows.read_up_to(
+            channel.channel_id,
+            trigger.id,
+            count=channel.fetch_limit,
+            fetch_before=runtime.port.fetch_history_before,
+            dry_run=dry_run,
+        )
+        if held is None:
+            earlier = await runtime.port.fetch_history_before(
+                channel.channel_id, trigger.id, channel.fetch_limit - 1
+            )
+            held = ((*earlier, trigger), True)
+        up_to_trigger, read_older = held
+        around = await _without_superseded(tuple(sorted(up_to_trigger, key=lambda m: m.id)))
+        selection = select_anchored_history(
+            around,
+            limit=channel.fetch_limit,
+            anchor_id=None,
+            anchor_limit=None,
+            required_ids=frozenset({trigger.id}),
+            reset_marker_id=reset_marker_id,
+        )
+        reasons = WindowReasons(
+            rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
+            reanchor_reason=selection.reanchor_reason,
+            anchor_id=None,
+            advanced_by=selection.advanced_by,
+            message_count=len(selection.messages),
+        )
+        return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+    if trigger.id not in {m.id for m in messages}:
+        messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
+    anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
+    fresh = anchor is not None and now - anchor.updated_at < ANCHOR_IDLE_TTL
+    selection = select_anchored_history(
+        messages,
+        limit=channel.fetch_limit,
+        anchor_id=anchor.anchor_message_id if fresh else None,
+        anchor_limit=anchor.limit if fresh else None,
+        required_ids=frozenset({trigger.id}),
+        force_reanchor=read.force_reanchor,
+        reset_marker_id=reset_marker_id,
+    )
+    if selection.anchor_id is not None and not dry_run:
+        await sync_to_async(window_anchor_store)(
+            channel.channel_id, selection.anchor_id, channel.fetch_limit
+        )
+    reasons = WindowReasons(
+        rest_reason=read.rest_reason,
+        reanchor_reason=selection.reanchor_reason,
+        anchor_id=selection.anchor_id,
+        advanced_by=selection.advanced_by,
+        message_count=len(selection.messages),
+    )
+    return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+
+
+async def _without_superseded(
+    messages: tuple[HistoryMessage, ...],
+) -> tuple[HistoryMessage, ...]:
+    """``messages`` less the originals a proxy system replaced with a member's message."""
+    superseded = await sync_to_async(selectors.superseded_original_ids)(
+        message_ids=[m.id for m in messages]
+    )
+    return tuple(m for m in messages if m.id not in superseded)
+
+
+async def _with_thread_starter(
+    port: DiscordPort, channel: ChannelSettings, window: tuple[HistoryMessage, ...]
+) -> tuple[HistoryMessage, ...]:
+    """A thread's window with the message the thread was started from first, when the
+    thread's own start (Discord's starter message pointing at it, or a forum post's first
+    message) has left the window: the thread's prompts always show what it is about."""
+    if channel.guild is None or any(
+        m.id == channel.channel_id
+        or (m.reference is not None and m.reference.kind is ReferenceKind.THREAD_STARTER)
+        for m in window
+    ):
+        return window
+    starter = await port.thread_starter(channel.channel_id)
+    return window if starter is None else (starter, *window)
+
+
+async def turn_attachment_urls_refresh(
+    runtime: TurnRuntime, turn_input: TurnInput, *, now: dt.datetime
+) -> TurnInput:
+    """``turn_input`` with every attachment URL that expires within `URL_REFRESH_MARGIN`
+    signed anew (remembered ones reused, the others asked of Discord in one go). A refresh
+    that fails leaves the URLs as they were: the model is then told a file could not be read."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    attachments = [
+        a
+        for m in messages
+        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
+    ]
+    stale = {
+        a.url
+        for a in attachments
+        if (ex := a.url_expires_at) is not None and ex - now < URL_REFRESH_MARGIN
+    }
+    if not stale:
+        return turn_input
+    fresh = {url: runtime.refreshed_urls[url] for url in stale if url in runtime.refreshed_urls}
+    fresh = {
+        url: new
+        for url, new in fresh.items()
+        if (ex := signed_url_expiry(new)) is None or ex - now >= URL_REFRESH_MARGIN
+    }
+    missing = sorted(stale - fresh.keys())
+    if missing:
+        try:
+            fetched = await runtime.port.refresh_attachment_urls(missing)
+        except DeliveryError:
+            logger.warning("could not refresh %d attachment URLs", len(missing), exc_info=True)
+            fetched = {}
+        for url, new in fetched.items():
+            runtime.refreshed_urls[url] = new
+            runtime.refreshed_urls.move_to_end(url)
+        while len(runtime.refreshed_urls) > MAX_REFRESHED_URLS:
+            runtime.refreshed_urls.popitem(last=False)
+        fresh |= fetched
+    if not fresh:
+        return turn_input
+    return replace(
+        turn_input,
+        history=tuple(with_attachment_urls(m, fresh) for m in turn_input.history),
+        reply_targets={
+            i: with_attachment_urls(m, fresh) for i, m in turn_input.reply_targets.items()
+        },
+    )
+
+
+async def turn_input_gather(
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    history: tuple[HistoryMessage, ...],
+    *,
+    now: dt.datetime,
+) -> TurnInput:
+    channel, persona = request.channel, request.persona
+    reply_targets = await _reply_targets(
+        runtime, channel.channel_id, [m for m in history if m.id <= request.trigger.id]
+    )
+    people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
+    user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
+    previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
+    return TurnInput(
+        persona=selectors.persona_spec(persona),
+        history=history,
+        trigger_id=request.trigger.id,
+        now=now,
+        timezone=channel.timezone,
+        token_counter=runtime.token_counter,
+        personas=tuple(selectors.persona_spec(p) for p in request.configuration.personas),
+        reply_targets=reply_targets,
+        is_queued_turn=request.is_queued_turn,
+        later_queued_trigger_ids=request.later_queued_trigger_ids,
+        fetch_limit=channel.fetch_limit,
+        media_window=channel.fetch_limit,
+        names=runtime.port.names(request.configuration.guild_id, user_ids),
+        privacy=people.privacy,
+        blacklisted_user_ids=people.blacklisted,
+        blocks=request.configuration.blocks,
+        channel_note=channel.channel_note,
+        global_note=channel.global_note,
+        stm_text=people.stm_text,
+        stm_depth=persona.stm_depth,
+        configured_tools=_configured_tools(runtime, request),
+        tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
+        tools_enabled=persona.tools_enabled,
+        verbatim_tool_nudge=persona.verbatim_tool_nudge,
+        reunion_last_seen=people.last_seen,
+        stm_maintenance_due=people.stm_due,
+        lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
+        previous=previous,
+    )
+
+
+@functools.cache
+def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
+    """What each tool's definition costs in a request's ``tools`` list, by tool name."""
+    return {
+        name.value: counter.count(json.dumps(spec.definition(), ensure_ascii=False))
+        for name, spec in TOOL_SPECS.items()
+    }
+
+
+def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
+    """The tools whose outside service this turn has: ``analyze_image`` and ``process_gif``
+    with a vision model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    configured = (
+        {ToolName.ANALYZE_IMAGE, ToolName.PROCESS_GIF} if runtime.vision is not None else set()
+    )
+    if request.configuration.guild_id is not None:
+        configured.add(ToolName.REMEMBER)
+    return frozenset(configured)
+
+
+@dataclass(frozen=True)
+class _People:
+    """What the database says about the people in a turn's window, and the persona's memory."""
+
+    privacy: Mapping[int, PrivacyLevel]
+    blacklisted: frozenset[int]
+    stm_text: str | None
+    stm_due: bool
+    last_seen: dt.datetime | None
+
+
+def _gather_people(
+    request: TurnRequest,
+    history: tuple[HistoryMessage, ...],
+    reply_targets: Mapping[int, HistoryMessage],
+    now: dt.datetime,
+) -> _People:
+    """Privacy and blacklist for everyone in the window, and this scope's short-term memory:
+    its text unless expired, and whether maintenance is due (`chat.pipeline.memory`)."""
+    messages = [*history, *reply_targets.values()]
+    user_ids = {m.accountable_user_id for m in messages} | {
+        i for m in messages for i in m.mention_ids
+    }
+    standing = selectors.user_standing(user_ids=user_ids)
+    persona = request.persona
+    memory = selectors.short_term_memory(
+        persona=persona,
+        channel_id=request.channel.channel_id,
+        user_id=request.memory_user_id,
+    )
+    scope_user_id = request.memory_user_id
+    if scope_user_id is not None and not standing.remembers(scope_user_id):
+        memory = None  # partial or full privacy: nothing about them is remembered or recalled
+    state = memory.state if memory is not None else None
+    trigger = request.trigger
+    last_seen = None
+    if trigger.author.persona_name is None and not request.reason.answers_no_message:
+        last_seen = selectors.last_presence(
+            persona_id=persona.id, user_id=trigger.accountable_user_id
+        )
+    return _People(
+        last_seen=last_seen,
+        privacy=standing.privacy,
+        blacklisted=standing.blacklisted,
+        stm_text=visible_memory_text(state, now=now),
+        stm_due=stm_maintenance_due(
+            state,
+            refresh_every=persona.stm_refresh_every,
+            tools_on=persona.tools_enabled,
+            now=now,
+        ),
+    )
+
+
+async def _reply_targets(
+    runtime: TurnRuntime, channel_id: int, history: Sequence[HistoryMessage]
+) -> dict[int, HistoryMessage]:
+    """Messages the turn's own window (up to its trigger: the pipeline leaves later messages
+    to their own turns) points at but does not hold: same-channel reply
+    targets, and a thread's starter message, fetched from the parent channel with its id
+    (seed 000, "Thread starter media"). Those fetched for an earlier turn come from the window
+    registry; the rest are fetched at most four at a time and kept there. One that cannot be
+    fetched is left out (its annotation is omitted)."""
+    present = {m.id for m in history}
+    wanted = sorted(
+        {
+            (m.reference.channel_id, m.reference.message_id)
+            for m in history
+            if m.reference is not None
+            and m.reference.message_id not in present
+            and (
+                m.reference.channel_id == channel_id
+                or m.reference.kind is ReferenceKind.THREAD_STARTER
+            )
+        }
+    )
+    known = {(where, i): runtime.windows.reply_target(channel_id, i) for where, i in wanted}
+    gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
+
+    async def fetch(where: int, message_id: int) -> HistoryMessage | None:
+        async with gate:
+            return await runtime.port.fetch_message(where, message_id)
+
+    missing = [key for key, target in known.items() if target is None]
+    for key, target in zip(
+        missing, await asyncio.gather(*(fetch(where, i) for where, i in missing)), strict=True
+    ):
+        known[key] = target
+        if target is not None:
+            runtime.windows.remember_reply_target(channel_id, target)
+    return {target.id: target for target in known.values() if target is not None}
+
+
+def turn_renderer(context: TurnContext, *, limit: int) -> Render:
+    """The attempt runner's ``render``: projects the context for each attempt's model."""
+    stride = history_window_stride(limit)
+
+    def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
+        shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if plan.model.api is ModelApi.COMPLETIONS:
+            return to_instruct_prompt(shortened, plan.model.template())
+        profile = AttemptProfile(
+            model=plan.model.name,
+            supports_vision=plan.model.supports_vision,
+            supports_prefill=plan.model.supports_prefill,
+            tools=frozenset(plan.tools),
+            merge_same_role=plan.model.merge_same_role,
+        )
+        return to_openai_messages(shortened, profile)
+
+    return render
+
+
+def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
+    """``context`` with ``batches`` more stride batches of the oldest history removed (an
+    empty answer is retried on shorter history)."""
+    items = context.items
+    for _ in range(batches):
+        items, _report = truncate_dialogue_history(
+            items, budget=max(0, item_tokens(items) - 1), stride=stride
+        )
+    return context if items is context.items else replace(context, items=items)
+
+
+def turn_memories_recall(
+    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput
+) -> tuple[RecalledMemory, ...]:
+    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`): its
+    query is the trigger and the message before it; the personal memories of the people
+    speaking in the window are eligible, except of those with partial or full privacy or on the
+    blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget."""
+    unremembered = frozenset(
+        user_id
+        for user_id, level in turn_input.privacy.items()
+        if level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL)
+    ) | frozenset(turn_input.blacklisted_user_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    model = turn_input.persona.model
+    budget = context_budget(model.context_window, model.max_output_tokens)
+    return memories_recall_for_turn(
+        guild_id=request.configuration.guild_id,
+        persona_id=request.persona.id,
+        people=window_people(
+            turn_input.history, trigger_id=turn_input.trigger_id, unremembered=unremembered
+        ),
+        query=recall_query(turn_input.history, trigger_id=turn_input.trigger_id, hidden=hidden),
+        token_budget=budget * settings.MEMORY_RECALL_BUDGET_PERCENT // 100,
+        count_tokens=runtime.token_counter.count,
+        embedder=runtime.embeddings,
+    )

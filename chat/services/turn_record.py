@@ -1,0 +1,202 @@
+"""What a turn writes: its `Turn` row (created running, saved as it goes), the context it was
+built from, the model exchange, the delivered messages in the message index, and the channel's
+window anchor. `window_report` is the window as the dashboard shows it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import asdict
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from chat.llm.attempts import TurnCompletion
+from chat.models import ChannelWindowAnchor, MessageIndex, Turn
+from chat.pipeline.simplify import EntryKind, hidden_user_ids
+from chat.pipeline.triggers import TurnReason
+from chat.ports import Delivered
+from chat.services.memory_recall import recalled_record
+from chat.services.short_term_memory import short_term_memory_count_turn
+from chat.services.turn_request import PreparedTurn, TurnRequest
+
+LEFT_OUT_AFTER_TRIGGER = "newer than the trigger: answered in its own turn"
+LEFT_OUT_TRUNCATED = "removed by truncation to fit the token budget"
+LEFT_OUT_HIDDEN = "full privacy or blacklisted: never shown"
+LEFT_OUT_BLOCKED = "blocked for this persona: shown as a notice"
+LEFT_OUT_EMPTY = "nothing to show (no text, media or cards)"
+
+
+def window_report(prepared: PreparedTurn) -> dict[str, Any]:
+    """The window a turn read, as the dashboard shows it (JSON-ready; ids as strings).
+
+    Keys: ``anchor_message_id`` (the oldest message of the selected window, None when it is
+    empty), ``message_ids`` (the window, oldest first), ``rest_reason`` (why it was read over
+    REST; None: reused), ``refs`` (message id → its ``ref_N``/``media_N`` key) and ``left_out``
+    (``[{"reason", "count"}]``: how many of the window's messages did not reach the prompt as
+    themselves, and why). Counts only: the text of a hidden user is never part of it.
+    """
+    context, turn_input = prepared.context, prepared.turn_input
+    history = turn_input.history
+    entries = context.simplified_history.entries
+    shown = {i for e in entries if e.kind != EntryKind.BLOCKED for i in e.message_ids}
+    blocked = {i for e in entries if e.kind == EntryKind.BLOCKED for i in e.message_ids}
+    removed = set(context.truncation.removed_message_ids)
+    hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
+    counts: dict[str, int] = {}
+    for message in history:
+        if message.id in shown and message.id not in removed:
+            continue
+        if message.id > turn_input.trigger_id:
+            reason = LEFT_OUT_AFTER_TRIGGER
+        elif message.id in removed:
+            reason = LEFT_OUT_TRUNCATED
+        elif message.accountable_user_id in hidden:
+            reason = LEFT_OUT_HIDDEN
+        elif message.id in blocked:
+            reason = LEFT_OUT_BLOCKED
+        else:
+            reason = LEFT_OUT_EMPTY
+        counts[reason] = counts.get(reason, 0) + 1
+    return {
+        "anchor_message_id": str(history[0].id) if history else None,
+        "message_ids": [str(m.id) for m in history],
+        "rest_reason": str(prepared.rest_reason) if prepared.rest_reason else None,
+        "refs": {str(snowflake): key for key, snowflake in context.message_ids.items()},
+        "left_out": [{"reason": reason, "count": n} for reason, n in counts.items()],
+    }
+
+
+def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
+    """What the turn was built from: items, request, truncation, tools, timings."""
+    context = prepared.context
+    turn.context_items = [
+        {
+            "tag": str(item.tag),
+            "role": str(item.role),
+            "text": item.text,
+            "tokens": item.tokens,
+            "source_ids": [str(i) for i in item.source_ids],
+        }
+        for item in context.items
+    ]
+    turn.request = prepared.body
+    turn.window = {**prepared.window, **window_report(prepared)}
+    turn.cache_prefix_end = context.cacheable_prefix_end
+    turn.truncation = _jsonable(asdict(context.truncation))
+    turn.tool_allowlist = list(context.tools)
+    turn.recalled = recalled_record(prepared.recalled)
+    turn.prefill = context.prefill or ""
+    turn.warnings = list(context.warnings)
+    turn.lorebook = context.lore.as_record()
+    turn.history_ms = prepared.history_ms
+    turn.participant_ms = prepared.participant_ms
+    turn.build_ms = prepared.build_ms
+
+
+def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
+    """The model exchange: one JSON object per model call, the summed token usage (None when
+    the provider reported none), the exact body of the final attempt, the reply, the error and
+    the completion's warnings after the context's."""
+    turn.attempts = [record.as_json() for record in completion.attempts]
+    turn.prompt_tokens = completion.usage.prompt_tokens
+    turn.completion_tokens = completion.usage.completion_tokens
+    turn.cached_prompt_tokens = completion.usage.cached_prompt_tokens
+    turn.request = completion.request or turn.request
+    turn.llm_ms = completion.llm_ms
+    turn.reply_text = completion.reply_text
+    turn.error = str(completion.error) if completion.error is not None else ""
+    turn.warnings = [*turn.warnings, *completion.warnings]
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, int) and value > 2**53:
+        return str(value)
+    return value
+
+
+def turn_create(request: TurnRequest) -> Turn:
+    """The turn's row, ``running``. A maintenance or extraction turn answers no message: it
+    names no trigger (so it never counts as the persona's answer to one); its
+    ``reason_detail`` says where the window it read ended."""
+    maintenance = TurnReason(request.reason).answers_no_message
+    detail = dict(request.reason_detail)
+    if maintenance:
+        detail["window_newest_message_id"] = str(request.trigger.id)
+    return Turn.objects.create(
+        guild_id=request.configuration.guild_id,
+        channel_id=request.channel.channel_id,
+        persona=request.persona,
+        persona_name=request.persona.name,
+        trigger_message_id=None if maintenance else request.trigger.id,
+        trigger_author_id=None
+        if maintenance or request.trigger.author.persona_name is not None
+        else request.trigger.accountable_user_id,
+        reason=str(request.reason),
+        reason_detail=detail,
+    )
+
+
+def turn_save(turn: Turn) -> None:
+    turn.finished_at = timezone.now()
+    turn.save()
+
+
+def turn_save_status(turn: Turn) -> None:
+    turn.save(update_fields=["status"])
+
+
+def turn_delivered_record(
+    turn: Turn,
+    delivered: list[Delivered],
+    *,
+    memory_user_id: int | None = None,
+    now: dt.datetime | None = None,
+) -> None:
+    """Save the replied turn and index its messages as the persona's, in one transaction;
+    with ``now``, also count it as one raw turn of the scope's short-term memory (the DM
+    with ``memory_user_id``, else the channel; the memory is created on the persona's first
+    reply)."""
+    with transaction.atomic():
+        turn_save(turn)
+        _index_delivered(turn, delivered)
+        if now is not None:
+            short_term_memory_count_turn(turn, user_id=memory_user_id, now=now)
+
+
+def turn_piece_record(turn: Turn, delivered: list[Delivered]) -> None:
+    """One more piece of a streamed reply is out: the turn's delivered messages and reply so
+    far, and the piece's index rows, in one transaction (a crash leaves them known)."""
+    with transaction.atomic():
+        turn.save(update_fields=["delivered_message_ids", "reply_text"])
+        _index_delivered(turn, delivered)
+
+
+def _index_delivered(turn: Turn, delivered: list[Delivered]) -> None:
+    for item in delivered:
+        MessageIndex.objects.update_or_create(
+            message_id=item.message_id,
+            defaults={
+                "channel_id": turn.channel_id,
+                "guild_id": turn.guild_id,
+                "persona": turn.persona,
+                "author_id": item.author_id,
+                "webhook_id": item.webhook_id,
+            },
+        )
+
+
+def window_anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
+    ChannelWindowAnchor.objects.update_or_create(
+        channel_id=channel_id, defaults={"anchor_message_id": anchor_id, "limit": limit}
+    )
+
+
+def ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 2)

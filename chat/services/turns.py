@@ -1,0 +1,185 @@
+"""Preparing a persona turn, and running it to a delivered reply.
+
+`turn_prepare` is the read side (seed 000's Build Context as a service): it reads the history
+window, gathers what the database says about the people in it, builds the context through the
+pure pipeline and renders the exact request the model would get. With ``dry_run`` it changes
+nothing anywhere — the dashboard's prompt preview calls it that way and gets byte for byte the
+request a real turn would send.
+
+`turn_run` is `turn_prepare` followed by the acting side: the model call, the delivery, the
+`Turn` record and the live events. It is the imperative shell around the pure pipeline
+(Cosmic Python's "functional core, imperative shell").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import replace
+
+from asgiref.sync import sync_to_async
+
+from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
+from chat import selectors
+from chat.llm.attempts import request_body
+from chat.models import Turn
+from chat.pipeline.context import build_turn_context
+from chat.pipeline.recall import memory_line
+from chat.services.reply_stream import reply_stream_deliver
+from chat.services.turn_delivery import reply_deliver
+from chat.services.turn_input import (
+    turn_attachment_urls_refresh,
+    turn_input_gather,
+    turn_memories_recall,
+    turn_renderer,
+    turn_window_read,
+)
+from chat.services.turn_record import (
+    ms_since,
+    turn_completion_record,
+    turn_context_record,
+    turn_create,
+    turn_save,
+)
+from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
+from chat.services.turn_tools import turn_toolbox
+from personas.models import DeliveryMode
+
+logger = logging.getLogger(__name__)
+
+
+async def turn_prepare(
+    *,
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    dry_run: bool = False,
+    turn_id: int | None = None,
+) -> PreparedTurn:
+    """Prepare one persona turn up to the model request.
+
+    Steps:
+        1. Read the history window (reused within a busy stretch) and select the anchored
+           window ending at the trigger; store the anchor.
+        2. Fetch reply targets outside the window (at most four at a time) and read privacy,
+           blacklist and short-term memory for the people in it (the channel's personas and
+           blocks come from ``request.configuration``, read once); recall the long-term
+           memories that bear on the trigger (`turn_memories_recall`).
+        3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
+        4. Render the first attempt's exact request.
+
+    With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
+    warm contexts are untouched, no row is written and no event published; the result is the
+    same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
+    dry run. Raises what the port or the database raise (a caller records the failure).
+    """
+    channel, persona, trigger = request.channel, request.persona, request.trigger
+    now = runtime.clock()
+
+    started = time.perf_counter()
+    history, window = await turn_window_read(runtime, channel, trigger, now=now, dry_run=dry_run)
+    history_ms = ms_since(started)
+
+    started = time.perf_counter()
+    turn_input = await turn_input_gather(runtime, request, history, now=now)
+    if not dry_run:
+        turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
+    recalled = await sync_to_async(turn_memories_recall)(runtime, request, turn_input)
+    turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
+    participant_ms = ms_since(started)
+
+    started = time.perf_counter()
+    context = build_turn_context(turn_input)
+    build_ms = ms_since(started)
+    if not dry_run:
+        runtime.remember_context(channel.channel_id, persona.id, context)
+
+    models = selectors.persona_model_specs(persona)
+    render = turn_renderer(context, limit=channel.fetch_limit)
+    toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id)
+    return PreparedTurn(
+        request=request,
+        turn_input=turn_input,
+        context=context,
+        models=models,
+        render=render,
+        toolbox=toolbox,
+        body=request_body(models=models, render=render, toolbox=toolbox, stream=runtime.streams),
+        rest_reason=window.rest_reason,
+        window=window.as_record(),
+        history_ms=history_ms,
+        participant_ms=participant_ms,
+        build_ms=build_ms,
+        recalled=recalled,
+    )
+
+
+async def turn_run(
+    *, runtime: TurnRuntime, request: TurnRequest, abort_if: AbortCheck | None = None
+) -> Turn:
+    """Run one persona turn and return its saved `Turn`.
+
+    Steps:
+        1. Record the turn as running and publish ``turn.started``.
+        2. `turn_prepare` it; record its context (window, items, request) and publish
+           ``window.changed``.
+        3. Ask the model (retries, fallbacks, tool rounds) while typing.
+        4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
+           deliver the reply, index the delivered messages, record everything on the turn.
+           A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
+           model writes: ``abort_if`` is asked before the first piece goes out.
+        5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
+           maintenance.
+    Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
+    they never raise out of here except for cancellation.
+    """
+    channel, persona = request.channel, request.persona
+    turn = await sync_to_async(turn_create)(request)
+    group = channel_group(channel.channel_id)
+    await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
+    try:
+        prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+        turn_context_record(turn, prepared)
+        await sync_to_async(turn.save)()  # the window is on record while the model runs
+        message_ids = [str(m.id) for m in prepared.turn_input.history]
+        await publish(group, WindowChanged(message_ids=message_ids))
+
+        if persona.delivery_mode != DeliveryMode.WHOLE:
+            await reply_stream_deliver(
+                runtime=runtime, request=request, turn=turn, prepared=prepared, abort_if=abort_if
+            )
+        else:
+            async with runtime.port.typing(channel.channel_id):
+                completion = await runtime.runner.complete_turn(
+                    models=prepared.models,
+                    render=prepared.render,
+                    persona_name=persona.name,
+                    toolbox=prepared.toolbox,
+                )
+            turn_completion_record(turn, completion)
+            await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
+            abort_reason = await abort_if() if abort_if and completion.error is None else None
+            if abort_reason:
+                turn.status, turn.error = Turn.Status.ABORTED, abort_reason
+                await sync_to_async(turn_save)(turn)
+            else:
+                await reply_deliver(runtime, request, turn, completion)
+    except asyncio.CancelledError:
+        # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
+        # start, and a replied one stays replied (its record may be saving as we stop).
+        if turn.status == Turn.Status.RUNNING:
+            turn.status, turn.error = Turn.Status.ABORTED, "the worker stopped during the turn"
+        await asyncio.shield(sync_to_async(turn_save)(turn))
+        raise
+    except Exception as error:
+        logger.exception("turn %s failed", turn.id)
+        if turn.status in (Turn.Status.DELIVERING, Turn.Status.REPLIED):
+            # The reply is (or may be) out there: keep the turn delivering, so it still holds
+            # the trigger against a second answer and the next start records what was sent.
+            turn.status = Turn.Status.DELIVERING
+            turn.error = f"recording the delivery failed: {type(error).__name__}: {error}"
+        else:
+            turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
+        await sync_to_async(turn_save)(turn)
+    await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
+    return turn
