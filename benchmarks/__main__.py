@@ -18,6 +18,7 @@ MODULES = (
     "benchmarks.live_push",
     "benchmarks.recall",
     "benchmarks.lorebook",
+    "benchmarks.streaming",
 )
 
 

@@ -4,6 +4,7 @@ from django.contrib import admin
 
 from chat.models import (
     ChannelWindowAnchor,
+    DiscordName,
     Document,
     EventQueue,
     Memory,
@@ -85,3 +86,13 @@ class DocumentAdmin(admin.ModelAdmin):
     list_display = ("guild_id", "name", "content_type", "status", "chunks_done", "chunks_total")
     list_filter = ("status", "content_type")
     readonly_fields = [field.name for field in Document._meta.fields]
+
+
+@admin.register(DiscordName)
+class DiscordNameAdmin(admin.ModelAdmin):
+    """The names kept from the gateway, read-only: the worker writes them."""
+
+    list_display = ("kind", "name", "discord_id", "guild_id", "updated_at")
+    list_filter = ("kind",)
+    search_fields = ("name", "discord_id")
+    readonly_fields = [field.name for field in DiscordName._meta.fields]

@@ -28,6 +28,7 @@ TURN_REASON_LABELS = {
     TurnReason.PLANNER: "Planner decision",
     TurnReason.MAINTENANCE: "Memory maintenance",
     TurnReason.EXTRACTION: "Memory extraction",
+    TurnReason.GREETING: "Greeting (from the dashboard)",
 }
 MEMORY_TEXT_CEILING = 2000
 """The longest memory text the database takes; the per-kind limits (settings) are lower."""

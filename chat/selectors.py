@@ -38,6 +38,7 @@ from chat.pipeline.lorebook import (
     SelectiveLogic,
     compile_lorebook,
 )
+from chat.pipeline.presets import ChatPreset, chat_preset_from_sillytavern
 from chat.pipeline.triggers import AuthorStanding, TriggerInput, TriggerPersona
 from chat.pipeline.types import (
     BlockType,
@@ -235,6 +236,13 @@ def lorebooks(*, persona: Persona, guild: GuildConfig | None) -> tuple[CompiledL
     return tuple(books)
 
 
+def chat_preset(*, persona: Persona, guild: GuildConfig | None) -> ChatPreset | None:
+    """The persona's SillyTavern Chat Completion preset, else its guild's; None: neither has
+    one (the prompt keeps this product's order)."""
+    stored = persona.chat_preset or (guild.chat_preset if guild is not None else None)
+    return chat_preset_from_sillytavern(stored) if stored else None
+
+
 def lorebook_from_stored(stored: dict, fallback_name: str) -> Lorebook:
     """A stored lorebook (the configuration file's ``lorebook`` fields) as the pipeline's.
     An entry without an ``id`` is named by its place (``#3``)."""
@@ -412,12 +420,6 @@ def superseded_original_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     deleted): they are never answered and never shown."""
     rows = MessageIndex.objects.filter(proxy_original_id__in=set(message_ids))
     return frozenset(rows.values_list("proxy_original_id", flat=True))
-
-
-def delivered_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
-    """Who spoke each of ``message_ids`` that the bot delivered, from the message index (what
-    history read over REST is attributed by); a message whose persona was deleted is left out."""
-    return replied_persona_names(message_ids=message_ids)
 
 
 def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:

@@ -170,7 +170,6 @@ class WindowRegistry:
             shard_reconnected_since=read_in is not None and read_in != self._connection,
             is_dm=is_dm,
             dm_reactions_subscribed=self._dm_reactions_subscribed,
-            channel_idle=False,
         )
         if isinstance(decision, RestRead):
             messages = await self._read_rest(

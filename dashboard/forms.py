@@ -25,6 +25,7 @@ from personas.models import (
     BlockType,
     ChannelConfig,
     ChannelMode,
+    DeliveryMode,
     GuildConfig,
     Persona,
     PrivacyLevel,
@@ -55,16 +56,15 @@ def _fallbacks_text(fallbacks: list) -> str:
     return json.dumps(fallbacks, ensure_ascii=False)
 
 
-class LorebookField(forms.CharField):
-    """A lorebook as JSON text (the configuration file's ``lorebook``); empty: none. Only JSON
-    syntax is checked here: the schema checks the rest and names the path of each problem."""
+class JSONObjectField(forms.CharField):
+    """A setting stored as a JSON object (a lorebook, a SillyTavern preset), as JSON text;
+    empty: none. Only JSON syntax is checked here: the schema checks the rest and names the
+    path of each problem."""
 
     widget = forms.Textarea(attrs={"rows": 6, "spellcheck": "false"})
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("required", False)
-        kwargs.setdefault("label", "Lorebook (JSON)")
-        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
         super().__init__(strip=True, **kwargs)
 
     def to_python(self, value: Any) -> Any:
@@ -81,6 +81,22 @@ class LorebookField(forms.CharField):
         if value is None or isinstance(value, str):
             return value
         return json.dumps(value, indent=1, ensure_ascii=False)
+
+
+class LorebookField(JSONObjectField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", "Lorebook (JSON)")
+        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
+        super().__init__(**kwargs)
+
+
+class ChatPresetField(JSONObjectField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("label", "SillyTavern Chat Completion preset (JSON)")
+        kwargs.setdefault(
+            "help_text", "Paste the exported preset; docs/presets.md; empty: this product's order"
+        )
+        super().__init__(**kwargs)
 
 
 class SpecForm(forms.Form):
@@ -117,7 +133,7 @@ class SpecForm(forms.Form):
             field = self.field_for(path)
             if field is None:
                 self.add_error(None, f"{path}: {message}" if path != "(row)" else message)
-            elif isinstance(self.fields[field], LorebookField) and path != "lorebook":
+            elif isinstance(self.fields[field], JSONObjectField) and path != field:
                 self.add_error(field, f"{path}: {message}")  # where, inside the JSON
             else:
                 self.add_error(field, message)
@@ -143,6 +159,7 @@ class GuildForm(SpecForm):
         "context_note": "note_text",
         "lorebook": "lorebook",
         "planner_model": "planner_model",
+        "chat_preset": "chat_preset",
     }
 
     guild_id = forms.CharField(label="Discord server id", required=False)
@@ -165,12 +182,14 @@ class GuildForm(SpecForm):
         help_text="Decides who speaks in autonomous channels; empty: the deployment's "
         "LLM_PLANNER_MODEL, else the main persona's model",
     )
+    chat_preset = ChatPresetField(help_text="For every persona without its own")
 
     @classmethod
     def initial_for(cls, guild: GuildConfig) -> dict[str, Any]:
         return {
             "lorebook": guild.lorebook,
             "planner_model": guild.planner_model,
+            "chat_preset": guild.chat_preset,
             "guild_id": str(guild.guild_id),
             "name": guild.name,
             "timezone": guild.timezone,
@@ -188,6 +207,7 @@ class GuildForm(SpecForm):
             "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
             "lorebook": cleaned["lorebook"],
             "planner_model": cleaned["planner_model"].strip() or None,
+            "chat_preset": cleaned["chat_preset"],
         }
 
 
@@ -210,6 +230,7 @@ class PersonaForm(SpecForm):
         "deliberate_tool_mode": "deliberate_tool_mode",
         "force_lowercase": "force_lowercase",
         "punctuation_splits": "punctuation_splits",
+        "delivery_mode": "delivery_mode",
         "llm.model": "llm_model",
         "llm.temperature": "temperature",
         "llm.max_output_tokens": "max_output_tokens",
@@ -224,6 +245,7 @@ class PersonaForm(SpecForm):
         "llm.verbatim_tool_nudge": "verbatim_tool_nudge",
         "sample_dialogue": "sample_dialogue",
         "lorebook": "lorebook",
+        "chat_preset": "chat_preset",
     }
 
     name = forms.CharField(required=False)
@@ -272,6 +294,13 @@ class PersonaForm(SpecForm):
     )
     force_lowercase = forms.BooleanField(label="Force lowercase", required=False)
     punctuation_splits = forms.BooleanField(label="Split replies at punctuation", required=False)
+    delivery_mode = forms.ChoiceField(
+        label="Delivery",
+        choices=DeliveryMode.choices,
+        initial=DeliveryMode.PARAGRAPHS,
+        required=False,
+        help_text="How replies reach Discord while the model writes them",
+    )
     llm_model = forms.CharField(
         label="Model", required=False, help_text="Empty: the deployment's LLM_MODEL"
     )
@@ -325,6 +354,7 @@ class PersonaForm(SpecForm):
         label="Remind the model to call tools verbatim", required=False
     )
     lorebook = LorebookField()
+    chat_preset = ChatPresetField()
 
     def clean_fallback_models(self) -> Any:
         text = self.cleaned_data["fallback_models"]
@@ -364,6 +394,7 @@ class PersonaForm(SpecForm):
             "deliberate_tool_mode": persona.deliberate_tool_mode,
             "force_lowercase": persona.force_lowercase,
             "punctuation_splits": persona.punctuation_splits,
+            "delivery_mode": persona.delivery_mode,
             "llm_model": persona.llm_model,
             "temperature": persona.temperature,
             "max_output_tokens": persona.max_output_tokens,
@@ -382,6 +413,7 @@ class PersonaForm(SpecForm):
             "verbatim_tool_nudge": persona.verbatim_tool_nudge,
             "sample_dialogue": list(persona.sample_dialogue),
             "lorebook": persona.lorebook,
+            "chat_preset": persona.chat_preset,
         }
 
     def add_problems(self, problems: list[tuple[str, str]]) -> None:
@@ -410,6 +442,7 @@ class PersonaForm(SpecForm):
             "deliberate_tool_mode": cleaned["deliberate_tool_mode"],
             "force_lowercase": cleaned["force_lowercase"],
             "punctuation_splits": cleaned["punctuation_splits"],
+            "delivery_mode": cleaned["delivery_mode"] or DeliveryMode.PARAGRAPHS,
             "sample_dialogue": self.sample_rows,
             "llm": {
                 "model": cleaned["llm_model"].strip() or None,
@@ -426,6 +459,7 @@ class PersonaForm(SpecForm):
                 "verbatim_tool_nudge": cleaned["verbatim_tool_nudge"],
             },
             "lorebook": cleaned["lorebook"],
+            "chat_preset": cleaned["chat_preset"],
         }
 
 

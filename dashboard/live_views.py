@@ -49,13 +49,6 @@ PAGE_SIZE = 25
 # --- Overview ------------------------------------------------------------------------------------
 
 
-@require_GET
-@viewer_required
-def overview_partial(request: HttpRequest) -> HttpResponse:
-    """The overview's live part alone (what the socket pushes; also polled without one)."""
-    return render(request, "dashboard/_overview.html", {"overview": selectors.overview()})
-
-
 # --- The live channel window ---------------------------------------------------------------------
 
 

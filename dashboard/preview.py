@@ -29,6 +29,7 @@ from chat import selectors
 from chat.llm.attempts import AttemptRunner, TurnCompletion, request_body
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
+from chat.pipeline.snowflakes import snowflake_at
 from chat.pipeline.triggers import TriggerDecision, TurnReason, trigger_decision
 from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import Author, HistoryMessage
@@ -43,7 +44,6 @@ from chat.why import rule_label, verdict_sentence
 from personas.models import ChannelConfig, Persona
 
 T = TypeVar("T")
-DISCORD_EPOCH_MS = 1_420_070_400_000
 MENTION = re.compile(r"<@!?(\d+)>")
 
 __all__ = ["DiscordUnavailable", "PreviewError", "PreviewResult", "preview_prepare"]
@@ -132,11 +132,6 @@ class PreviewResult:
             "by_tag": {tag: n for tag, n in by_tag.items() if n},
             "counter": context.token_counter,
         }
-
-
-def snowflake_at(moment: dt.datetime) -> int:
-    """The smallest Discord snowflake of ``moment`` (what a message sent then would exceed)."""
-    return (int(moment.timestamp() * 1000) - DISCORD_EPOCH_MS) << 22
 
 
 async def preview_prepare(

@@ -358,8 +358,14 @@ def turn_timings(turn: Turn) -> list[dict[str, Any]]:
 
 
 def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:
-    """The newest recorded messages (for the "why (not)?" picker), newest first."""
-    rows = EventQueue.objects.order_by("-message_id")[:limit]
+    """The newest recorded messages (for the "why (not)?" picker), newest first. Once consumed,
+    the queue keeps only a message's key: its author and words then come from the turn it
+    triggered (the line the persona saw), when there is one."""
+    rows = list(EventQueue.objects.order_by("-message_id")[:limit])
+    turns = {
+        t.trigger_message_id: t
+        for t in Turn.objects.filter(trigger_message_id__in=[r.message_id for r in rows])
+    }
     people = chat_selectors.user_standing(
         user_ids=[(r.event or {}).get("author", {}).get("id", 0) for r in rows]
     )
@@ -368,12 +374,16 @@ def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:
     for row in rows:
         author = (row.event or {}).get("author", {})
         is_hidden = author.get("id") in hidden
+        turn = turns.get(row.message_id)
+        text = "" if is_hidden else (row.event or {}).get("content", "")[:80]
         result.append(
             {
                 "message_id": str(row.message_id),
                 "channel_id": str(row.channel_id),
                 "author": "(hidden user)" if is_hidden else author.get("display_name", ""),
-                "text": "" if is_hidden else (row.event or {}).get("content", "")[:80],
+                "author_id": turn.trigger_author_id if turn and not author else None,
+                "text": text or (trigger_excerpt(turn) if turn and not author else ""),
+                "at": row.created_at,
             }
         )
     return result
@@ -403,12 +413,6 @@ def turn_channel_ids(*, limit: int = 200) -> list[int]:
     """The channels that have turns (at most ``limit``), for the turn filters."""
     ids = Turn.objects.order_by().values_list("channel_id", flat=True).distinct()[:limit]
     return sorted(ids)
-
-
-def turn_counts_by_status() -> dict[str, int]:
-    return dict(
-        Turn.objects.values_list("status").annotate(n=Count("id")).values_list("status", "n")
-    )
 
 
 EXCERPT_LENGTH = 80

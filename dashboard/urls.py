@@ -19,6 +19,9 @@ urlpatterns = [
     path(guild + "personas/<int:persona_id>/", views.persona_detail, name="persona"),
     path(guild + "personas/<int:persona_id>/delete/", views.persona_delete, name="persona_delete"),
     path(
+        guild + "personas/<int:persona_id>/greet/", views.persona_greet_view, name="persona_greet"
+    ),
+    path(
         guild + "personas/<int:persona_id>/card.<str:fmt>",
         views.card_export,
         name="card_export",
@@ -47,10 +50,10 @@ urlpatterns = [
     ),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
+    path("lorebook/test/", views.lorebook_test, name="lorebook_test"),
     path("personas/avatar-preview/", views.avatar_preview, name="avatar_preview"),
     path("config/export/", views.config_export_view, name="config_export"),
     path("config/import/", views.config_import_view, name="config_import"),
-    path("overview/", live_views.overview_partial, name="overview"),
     path("channels/<int:channel_id>/", live_views.channel_live, name="channel_live"),
     path("channels/<int:channel_id>/preview/", live_views.channel_preview, name="preview"),
     path("turns/", live_views.turn_list, name="turn_list"),

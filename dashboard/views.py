@@ -12,6 +12,7 @@ import functools
 import json
 from collections.abc import Callable
 
+from asgiref.sync import async_to_sync
 from django import forms
 from django.conf import settings
 from django.contrib import messages
@@ -31,7 +32,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.middleware import HtmxDetails
 from pydantic import ValidationError
 
+from chat.pipeline.lorebook import activate_lorebooks, compile_lorebook, lore_budget
 from chat.pipeline.tokens import TokenCounter, default_token_counter
+from chat.ports import DiscordUnavailable
+from chat.runtime import discord_rest_port
+from chat.selectors import lorebook_from_stored
+from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
 from dashboard.access import admin_required, is_admin, viewer_required
 from dashboard.forms import (
@@ -48,6 +54,7 @@ from personas import cards
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
     ConfigError,
+    LorebookSpec,
     PersonaSpec,
     parse_config_bytes,
 )
@@ -202,6 +209,9 @@ def _persona_page(
         "token_count": _token_counter().count(system_prompt),
         "tokenizer": _token_counter().name,
         "changes": config_changes(instance=persona) if persona else [],
+        "greet_channels": ChannelConfig.objects.filter(guild=guild) if persona else [],
+        # A card's first message, once personas keep one; else the admin writes it.
+        "greeting": getattr(persona, "first_mes", "") if persona else "",
         "section": "personas",
     }
     return render(request, "dashboard/persona.html", context, status=_status(form))
@@ -229,6 +239,79 @@ def token_count(request: HtmxHttpRequest) -> HttpResponse:
             "tokenizer": counter.name,
         },
     )
+
+
+@require_POST
+@admin_required
+def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
+    """Have the persona post a greeting (its first message) in one of the guild's channels,
+    recorded as a turn; then show that turn."""
+    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    channel_raw = request.POST.get("channel_id", "").strip()
+    text = request.POST.get("text", "")
+    back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+    if not channel_raw.isdigit():
+        messages.error(request, "Greeting: give the Discord id of the channel to greet.")
+        return back
+    if not text.strip() or len(text.strip()) > GREETING_MAX:
+        messages.error(request, f"Greeting: write 1 to {GREETING_MAX:,} characters.")
+        return back
+
+    async def greet():
+        async with discord_rest_port() as port:
+            return await persona_greet(
+                port=port,
+                persona=persona,
+                channel_id=int(channel_raw),
+                text=text,
+                by=request.user.get_username(),
+            )
+
+    try:
+        turn = async_to_sync(greet)()
+    except DiscordUnavailable as error:
+        messages.error(request, f"Greeting: Discord cannot be reached ({error}).")
+        return back
+    if turn.status == turn.Status.REPLIED:
+        messages.success(request, f"{persona.name} greeted the channel.")
+    else:
+        messages.error(request, f"The greeting was not delivered: {turn.error}")
+    return redirect("dashboard:turn", turn_id=turn.pk)
+
+
+@require_POST
+@admin_required
+def lorebook_test(request: HtmxHttpRequest) -> HttpResponse:
+    """htmx: which entries of the posted ``lorebook`` (the editor's JSON, saved or not) the
+    posted ``messages`` (one a line, newest last) would activate, on which key, and what the
+    budget would leave out; the same activation a turn runs (`chat.pipeline.lorebook`), rolls
+    seeded with ``seed`` (a message id, 0 by default)."""
+    context: dict[str, object] = {}
+    try:
+        data = json.loads(request.POST.get("lorebook", "") or "null")
+        spec = LorebookSpec.model_validate(data) if data is not None else None
+    except (json.JSONDecodeError, ValidationError) as error:
+        context["error"] = f"The lorebook is not valid yet: {str(error).splitlines()[0]}"
+        spec = None
+    messages_text = [line for line in request.POST.get("messages", "").splitlines() if line]
+    if spec is not None and messages_text:
+        book = compile_lorebook(lorebook_from_stored(spec.model_dump(mode="json"), "lorebook"))
+        counter = _token_counter()
+        context["activation"] = activate_lorebooks(
+            [book],
+            messages=messages_text,
+            seed=request.POST.get("seed", "0").strip() or "0",
+            budget=lore_budget(_int_or(request.POST.get("context_window"), 16000), [book]),
+            token_counter=counter,
+        )
+    return render(request, "dashboard/_lorebook_test.html", context)
+
+
+def _int_or(value: str | None, default: int) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        return default
 
 
 @require_GET

@@ -103,6 +103,7 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
     *_note(),
     Setting("lorebook", "lorebook", to_column=_dumped_json),
     Setting("planner_model", "planner_model", to_column=_none_as_empty, to_json=_empty_as_none),
+    Setting("chat_preset", "chat_preset", to_column=_dumped_json),
 )
 """A guild's own settings (its personas, channels, blocks and users have tables of their own)."""
 
@@ -139,6 +140,7 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("llm.reasoning_in_think_tags", "reasoning_in_think_tags"),
     Setting("llm.verbatim_tool_nudge", "verbatim_tool_nudge"),
     Setting("lorebook", "lorebook", to_column=_dumped_json),
+    Setting("chat_preset", "chat_preset", to_column=_dumped_json),
 )
 
 CHANNEL_SETTINGS: tuple[Setting, ...] = (

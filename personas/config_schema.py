@@ -58,6 +58,8 @@ from personas.models import (
     PERSONA_NAME_MAX,
     PERSONAS_PER_GUILD_MAX,
     PREFILL_MAX,
+    PRESET_PROMPTS_MAX,
+    PRESET_TEXT_MAX,
     SAMPLE_CONTENT_MAX,
     SAMPLE_DIALOGUE_MAX,
     STM_REFRESH_EVERY_MAX,
@@ -365,6 +367,45 @@ class LorebookSpec(_Strict):
     entries: Annotated[list[LoreEntrySpec], Field(max_length=LORE_ENTRIES_MAX)] = []
 
 
+class _Tavern(BaseModel):
+    """SillyTavern's JSON: the fields used are checked; every other field is kept as given."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+PresetIdentifier = Annotated[str, StringConstraints(min_length=1, max_length=PRESET_TEXT_MAX)]
+
+
+class PresetPromptSpec(_Tavern):
+    identifier: PresetIdentifier
+    name: Annotated[str, StringConstraints(max_length=PRESET_TEXT_MAX)] = ""
+    role: Literal["system", "user", "assistant"] | None = None
+    content: Annotated[str, StringConstraints(max_length=SYSTEM_PROMPT_MAX)] | None = None
+    marker: bool = False
+    system_prompt: bool = False
+    injection_position: Literal[0, 1] = 0
+    injection_depth: Depth = 4
+
+
+class PromptOrderEntrySpec(_Tavern):
+    identifier: PresetIdentifier
+    enabled: bool = True
+
+
+class PromptOrderSpec(_Tavern):
+    character_id: Annotated[int, Field(strict=True)]
+    order: Annotated[list[PromptOrderEntrySpec], Field(max_length=PRESET_PROMPTS_MAX)] = []
+
+
+class ChatPresetSpec(_Tavern):
+    """A SillyTavern Chat Completion preset as exported (``prompts``, ``prompt_order``; its
+    sampling settings and other fields are kept and not used)."""
+
+    name: Annotated[str, StringConstraints(max_length=PRESET_TEXT_MAX)] = ""
+    prompts: Annotated[list[PresetPromptSpec], Field(min_length=1, max_length=PRESET_PROMPTS_MAX)]
+    prompt_order: Annotated[list[PromptOrderSpec], Field(max_length=PRESET_PROMPTS_MAX)] = []
+
+
 class ShortTermMemorySpec(_Strict):
     """How the persona keeps its short-term memory: refreshed after ``refresh_every`` of its
     replies; shown in the system prompt (``depth`` null) or at that depth in the dialogue."""
@@ -396,6 +437,7 @@ class PersonaSpec(_Strict):
     sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     llm: LLMSpec = LLMSpec()
     lorebook: LorebookSpec | None = None
+    chat_preset: ChatPresetSpec | None = None
 
 
 class ChannelSpec(_Strict):
@@ -434,6 +476,7 @@ class GuildSpec(_Strict):
     planner_model: ModelName | None = None
     """The planner's model in autonomous channels; None: the deployment's LLM_PLANNER_MODEL,
     else the main persona's model."""
+    chat_preset: ChatPresetSpec | None = None
     personas: Annotated[list[PersonaSpec], Field(max_length=PERSONAS_PER_GUILD_MAX)] = []
     channels: Annotated[list[ChannelSpec], Field(max_length=CHANNELS_PER_GUILD_MAX)] = []
     blocks: Annotated[list[BlockSpec], Field(max_length=BLOCKS_PER_GUILD_MAX)] = []

@@ -36,6 +36,8 @@ SAMPLE_DIALOGUE_MAX = 50  # sample dialogue rows per persona
 SAMPLE_CONTENT_MAX = 2_000  # characters per sample dialogue row
 MODEL_NAME_MAX = 200
 INSTRUCT_SEQUENCE_MAX = 1_000  # characters of one instruct template field
+PRESET_PROMPTS_MAX = 200  # prompts (and order entries) of a SillyTavern chat preset
+PRESET_TEXT_MAX = 200  # characters of a preset prompt's identifier or name
 FALLBACK_MODELS_MAX = 5
 AVATAR_URL_MAX = 500
 BLOCK_REASON_MAX = 500
@@ -156,6 +158,11 @@ class GuildConfig(models.Model):
         blank=True,
         help_text="The planner's model in autonomous channels; empty: LLM_PLANNER_MODEL, "
         "else the main persona's model",
+    )
+    chat_preset = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="A SillyTavern Chat Completion preset for personas that have none",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -278,6 +285,11 @@ class Persona(models.Model):
         null=True,
         blank=True,
         help_text="The persona's lorebook (a card's character_book); the configuration file's",
+    )
+    chat_preset = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="A SillyTavern Chat Completion preset: the prompt's order and wording",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -98,7 +98,7 @@ class DiscordAdapter:
     """The loop's view of Discord through ``client``.
 
     Who spoke a message the bot delivered: history read over REST is attributed from the
-    message index (`selectors.delivered_persona_names`: the persona recorded with each
+    message index (`selectors.message_attributions`: the persona recorded with each
     delivery), so it stays right after a restart and across processes; messages converted
     from the gateway cache use ``recent`` (this process's newest deliveries, bounded). Then,
     for messages neither knows, a message of one of the bot's webhooks is the persona its

@@ -20,7 +20,7 @@ from chat.gateway.names import channel_names, guild_name, guild_names, member_na
 from chat.gateway.proxies import ProxyResolver
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
-from chat.names import NameRecord, names_record
+from chat.services.discord_names import NameRecord, names_record
 from chat.services.event_queue import OwnIdentity
 from chat.windows import MAX_CHANNELS, WindowRegistry
 

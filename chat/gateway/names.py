@@ -9,7 +9,7 @@ from collections.abc import Iterable
 import discord
 
 from chat.models import DiscordName
-from chat.names import NameRecord
+from chat.services.discord_names import NameRecord
 
 
 def guild_names(guild: discord.Guild) -> list[NameRecord]:

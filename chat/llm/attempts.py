@@ -27,8 +27,11 @@ whose every model failed comes back with ``error`` set.
 writes them (``ReplyStream``), for delivery as they come:
 
 6. Text is given only once it is settled (`chat.llm.reply.settled_reply`: no reasoning, no
-   ``Name:`` label, the prefill first). A call that offers tools gives its text only once the
-   answer is known to be text, so tool rounds finish before the persona's words flow.
+   ``Name:`` label, the prefill first). When the model starts calling a tool, the call is a
+   tool round: its text stops there, and what it gave is void (``Restart``) unless already
+   delivered; the persona's reply is the answer after the tools. (Models calling a tool rarely
+   write first; holding every call that offers tools would stop streaming whenever a tool is
+   offered, e.g. every turn while memory upkeep is due.)
 7. An attempt that fails after giving text gives ``Restart`` (the text so far is void) and the
    next attempt or fallback model starts the reply over — unless the caller says some of it
    was delivered (``delivered``): then nothing is retried, and the stream ends with the error
@@ -60,6 +63,7 @@ from chat.llm.base import (
     ModelSpec,
     TextCompletionRequest,
     ToolCall,
+    ToolCallStarted,
     Usage,
 )
 from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
@@ -358,6 +362,7 @@ class _Exchange:
         self._request: dict[str, Any] = {}
         self._records: list[AttemptRecord] = []
         self._warnings: list[str] = []
+        self._after_spoken_round = False
 
     async def converse(self, toolbox: ToolBox | None) -> str:
         """Call the model, run its tool calls, repeat; return the reply. Raises ``LLMError``."""
@@ -402,6 +407,14 @@ class _Exchange:
 
     def warn(self, warning: str) -> None:
         self._warnings.append(warning)
+
+    def _separated(self, text: str) -> str:
+        """``text``, after a paragraph break when it is the first of an answer that follows
+        a tool round whose words were delivered."""
+        if self._after_spoken_round:
+            self._after_spoken_round = False
+            return "\n\n" + text
+        return text
 
     def result(self, *, reply_text: str, error: LLMError | None = None) -> TurnCompletion:
         usage = sum((record.usage for record in self._records), self._tool_usage)
@@ -523,20 +536,24 @@ class _Exchange:
             self._request = request.body()
             started = time.perf_counter()
             completion: Completion | None = None
-            raw, given = "", ""
+            raw, given, calling = "", "", False
             try:
                 async with contextlib.aclosing(runner.client.stream(request)) as chunks:
                     async for item in chunks:
                         if isinstance(item, Completion):
                             completion = item
-                            continue
-                        raw += item
-                        if tools:
-                            continue  # held until the answer is known to be text
-                        settled = settled_reply(raw, name=self._persona_name, prefill=prefill)
-                        if len(settled) > len(given):
-                            yield settled[len(given) :]
-                            given = settled
+                        elif isinstance(item, ToolCallStarted):
+                            # A tool round: its text so far is no reply, unless delivered.
+                            calling = True
+                            if given and not delivered():
+                                yield Restart("the model called a tool")
+                                given = ""
+                        elif not calling:
+                            raw += item
+                            settled = settled_reply(raw, name=self._persona_name, prefill=prefill)
+                            if len(settled) > len(given):
+                                yield self._separated(settled[len(given) :])
+                                given = settled
                 if completion is None:
                     raise LLMError(
                         "the stream gave no completion", kind=ErrorKind.MALFORMED, permanent=False
@@ -566,7 +583,10 @@ class _Exchange:
             # The rest of the text, whole: what was held, and what the end settled.
             rest = answer.reply[len(given) :] if answer.reply.startswith(given) else ""
             if rest and not answer.tool_calls:
-                yield rest
+                yield self._separated(rest)
+            # Words a tool round delivered stand; the answer after the tools starts a new
+            # paragraph after them.
+            self._after_spoken_round = bool(given) and bool(answer.tool_calls)
             yield answer
             return
 

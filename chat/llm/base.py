@@ -176,6 +176,12 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
 
 
+@dataclass(frozen=True)
+class ToolCallStarted:
+    """In a stream: the model has begun calling a tool (its text so far, if any, belongs to a
+    tool round, not to the reply)."""
+
+
 class ErrorKind(StrEnum):
     """Why a call failed; recorded on the turn for moderators."""
 
@@ -229,7 +235,8 @@ class LLMClient(Protocol):
 
     async def complete(self, request: ModelRequest) -> Completion: ...
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
-        """Send ``request`` once; yield its text as it arrives, then the whole ``Completion``.
-        Raises ``LLMError`` as ``complete`` does; closing the iterator cancels the call."""
+    def stream(self, request: ModelRequest) -> AsyncIterator[str | ToolCallStarted | Completion]:
+        """Send ``request`` once; yield its text as it arrives (and ``ToolCallStarted`` once,
+        when the model begins calling a tool), then the whole ``Completion``. Raises
+        ``LLMError`` as ``complete`` does; closing the iterator cancels the call."""
         ...

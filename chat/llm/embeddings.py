@@ -29,6 +29,8 @@ import numpy as np
 from pydantic import BaseModel, ValidationError
 
 WORDLLAMA_DIMENSIONS = 256
+WORDLLAMA_BATCH = 64
+"""Texts tokenized and pooled together (each batch is padded to its longest text)."""
 HASHING_DIMENSIONS = 64
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -94,11 +96,15 @@ class WordLlamaEmbeddings:
         if not texts:
             return np.zeros((0, WORDLLAMA_DIMENSIONS), dtype=np.float32)
         tokenizer, matrix = self._model()
-        encoded = tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        ids = np.clip(np.array([e.ids for e in encoded], dtype=np.int64), 0, len(matrix) - 1)
-        mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
-        summed = np.einsum("btd,bt->bd", matrix[ids], mask, dtype=np.float32)
-        return unit_rows(summed / np.maximum(mask.sum(axis=1, keepdims=True), 1.0))
+        rows = []
+        for start in range(0, len(texts), WORDLLAMA_BATCH):
+            batch = list(texts[start : start + WORDLLAMA_BATCH])
+            encoded = tokenizer.encode_batch(batch, add_special_tokens=False)
+            ids = np.clip(np.array([e.ids for e in encoded], dtype=np.int64), 0, len(matrix) - 1)
+            mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+            summed = (matrix[ids] * mask[..., np.newaxis]).sum(axis=1, dtype=np.float32)
+            rows.append(summed / np.maximum(mask.sum(axis=1, keepdims=True), 1.0))
+        return unit_rows(np.concatenate(rows))
 
 
 def _load_wordllama() -> tuple[Any, np.ndarray]:

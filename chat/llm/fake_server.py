@@ -45,6 +45,7 @@ import asyncio
 import itertools
 import json
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -196,6 +197,9 @@ class FakeLLMServer:
         self.requests: list[RecordedRequest] = []
         self.abandoned: list[int] = []
         """Indices (in ``chat_bodies``) of streamed answers whose client hung up first."""
+        self.word_times: dict[int, list[float]] = {}
+        """When each word of a streamed answer was sent (``time.monotonic``), by the index of
+        its request in ``chat_bodies`` (the benchmarks time the model's tokens with it)."""
         self.pace = pace
         self._guard = guard
         self.guard_findings: list[str] = []
@@ -409,8 +413,9 @@ class FakeLLMServer:
         """`_send_events` with its ``words`` word events at ``pace``; a client that hangs up
         before the last event is recorded in ``abandoned``."""
         index = len(self.chat_bodies) - 1
+        sent_at = self.word_times.setdefault(index, [])
         try:
-            return await _send_events(request, events, pace, words)
+            return await _send_events(request, events, pace, words, sent_at)
         except (ConnectionResetError, asyncio.CancelledError):
             self.abandoned.append(index)
             raise
@@ -541,10 +546,15 @@ class _Answer:
 
 
 async def _send_events(
-    request: web.Request, events: Sequence[str], pace: StreamPace = StreamPace(), words: int = 0
+    request: web.Request,
+    events: Sequence[str],
+    pace: StreamPace = StreamPace(),
+    words: int = 0,
+    sent_at: list[float] | None = None,
 ) -> web.StreamResponse:
     """Send ``events`` as server-sent events (``data: …`` and a blank line each); with a
-    ``pace``, the ``words`` events after the first (the role) wait their turn."""
+    ``pace``, the ``words`` events after the first (the role) wait their turn, and when each
+    went is appended to ``sent_at``."""
     response = web.StreamResponse(status=200, headers={"Cache-Control": "no-cache"})
     response.content_type = "text/event-stream"
     await response.prepare(request)
@@ -552,6 +562,8 @@ async def _send_events(
         if 1 <= index <= words and (pause := pace.pause_before(index - 1)):
             await asyncio.sleep(pause)
         await response.write(f"data: {event}\n\n".encode())
+        if sent_at is not None and 1 <= index <= words:
+            sent_at.append(time.monotonic())
     await response.write_eof()
     return response
 

@@ -38,6 +38,7 @@ from chat.llm.base import (
     ModelRequest,
     TextCompletionRequest,
     ToolCall,
+    ToolCallStarted,
     Usage,
 )
 
@@ -98,16 +99,21 @@ class OpenAICompatibleClient:
             async with asyncio.timeout(self._timeouts.total):
                 return await self._send(request)
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[str | Completion]:
-        """Send ``request`` once and yield its text as it arrives, then the assembled
-        ``Completion`` last (a request that does not ask for a stream gives its whole text at
-        once). Raises ``LLMError`` for every failure, as ``complete`` does; the total time
-        limit counts from the request, and never while the caller holds a yielded piece.
+    async def stream(
+        self, request: ModelRequest
+    ) -> AsyncIterator[str | ToolCallStarted | Completion]:
+        """Send ``request`` once and yield its text as it arrives (and ``ToolCallStarted``
+        once, at the first tool-call delta), then the assembled ``Completion`` last (a request
+        that does not ask for a stream gives its whole text and calls at once). Raises
+        ``LLMError`` for every failure, as ``complete`` does; the total time limit counts from
+        the request, and never while the caller holds a yielded piece.
         Closing the iterator early cancels the call: the connection is closed, so the
         provider stops generating.
         """
         if not request.stream:
             completion = await self.complete(request)
+            if completion.tool_calls:
+                yield ToolCallStarted()  # known at once: the text is a tool round's
             if completion.text:
                 yield completion.text
             yield completion
@@ -133,9 +139,12 @@ class OpenAICompatibleClient:
                         )
                     if data.strip() == "[DONE]":
                         break
+                    calling = assembly.calling
                     text = assembly.add_data(data)
                     if text:
                         yield text
+                    if assembly.calling and not calling:
+                        yield ToolCallStarted()
             yield assembly.completion()
 
     async def _send(self, request: ModelRequest) -> Completion:
@@ -317,6 +326,11 @@ class _StreamAssembly:
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
 
+    @property
+    def calling(self) -> bool:
+        """Whether the answer has begun calling a tool."""
+        return bool(self.calls)
+
     def add_data(self, data: str) -> str:
         """Take one event's data in; returns the text it added (``""``: none)."""
         return self.add(_validate(_Chunk, data))
@@ -370,6 +384,8 @@ class _TextStreamAssembly:
     text: list[str] = field(default_factory=list)
     finish_reason: str | None = None
     usage: Usage = field(default_factory=Usage)
+
+    calling = False  # a Completions answer calls no tools
 
     def add_data(self, data: str) -> str:
         """Take one event's data in; returns the text it added (``""``: none)."""

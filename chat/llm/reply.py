@@ -48,15 +48,14 @@ def settled_reply(raw: str, *, name: str, prefill: str = "") -> str:
     Leading whitespace is dropped; trailing whitespace is kept, because a blank line there
     ends a paragraph.
     """
+    for length in range(min(len(_THINK_OPEN) - 1, len(raw)), 0, -1):
+        if _THINK_OPEN.startswith(raw[-length:].lower()):
+            raw = raw[:-length]  # perhaps the start of <think>
+            break
     text = _THINK_BLOCK.sub("", raw)
     opened = text.lower().find(_THINK_OPEN)
     if opened != -1:
         text = text[:opened]
-    else:
-        for length in range(min(len(_THINK_OPEN) - 1, len(text)), 0, -1):
-            if _THINK_OPEN.startswith(text[-length:].lower()):
-                text = text[:-length]
-                break
     text = (prefill + text).lstrip()
     if not name:
         return text

@@ -43,25 +43,21 @@ from asgiref.sync import sync_to_async
 from botproject.events import LoopStep, channel_group, publish
 from chat import selectors
 from chat.models import Turn
-from chat.pipeline.macros import MacroContext
-from chat.pipeline.markup import HIDDEN_USER_NAME
 from chat.pipeline.planner import (
     ActionRecord,
     Continue,
     PlannerAction,
     PlannerOutputError,
-    PlannerRosterEntry,
+    PlannerPersona,
+    PlannerPromptInput,
     React,
     ReadUnreadMessages,
     SendMessage,
     Sleep,
-    build_planner_messages,
-    mentioned_user_ids,
+    build_planner_prompt,
     parse_planner_action,
-    render_planner_lines,
-    roster_description,
+    planner_named_user_ids,
 )
-from chat.pipeline.simplify import blocked_user_ids, build_simplified_history, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
@@ -241,56 +237,30 @@ class AutonomousLoop:
             user_ids=[m.accountable_user_id for m in seen]
         )
         personas = configuration.personas
-        # Everyone the prompt names: authors, the people they mention (as persona prompts
-        # name them), and the people the personas' own prompts mention.
-        named = [m.author.id for m in seen] + [i for m in seen for i in m.mention_ids]
-        named += [i for p in personas for i in mentioned_user_ids(p.system_prompt)]
-        names = self._runtime.port.names(configuration.guild_id, list(dict.fromkeys(named)))
-        blocked_for_all = frozenset.intersection(
-            *(
-                blocked_user_ids(configuration.blocks, p.name, configuration.read_at)
-                for p in configuration.personas
+        planner_personas = [PlannerPersona(p.name, p.system_prompt, p.is_main) for p in personas]
+        names = self._runtime.port.names(
+            configuration.guild_id, planner_named_user_ids(seen, planner_personas)
+        )
+        prompt = build_planner_prompt(
+            PlannerPromptInput(
+                seen=seen,
+                unread_ids=unread_ids,
+                personas=planner_personas,
+                blocks=configuration.blocks,
+                now=configuration.read_at,
+                privacy=standing.privacy,
+                blacklisted_user_ids=standing.blacklisted,
+                names=names,
+                timezone=ZoneInfo(channel.timezone),
+                channel_name=_channel_name(configuration, names.channels),
+                actions=list(state.actions),
+                iteration=iteration,
+                max_iterations=MAX_LOOP_ITERATIONS,
             )
         )
-        hidden = hidden_user_ids(standing.privacy, standing.blacklisted)
-        simplified = build_simplified_history(
-            seen,
-            reply_targets={},
-            names=names,
-            hidden_user_ids=hidden | blocked_for_all,
-            blocked_user_ids=frozenset(),
-            timezone=ZoneInfo(channel.timezone),
-        )
-        lines = render_planner_lines(
-            simplified.entries,
-            simplified.id_map,
-            line_starts=frozenset({min(unread_ids)}) if unread_ids else frozenset(),
-        )
-        step.refs = dict(simplified.id_map.as_mapping())
+        messages = prompt.messages
+        step.refs = dict(prompt.refs)
         step.shown_unread = unread
-        main = next((p.name for p in personas if p.is_main), personas[0].name)
-        newest = simplified.entries[-1].author_name if simplified.entries else HIDDEN_USER_NAME
-        roster = [
-            PlannerRosterEntry(
-                p.name,
-                roster_description(
-                    p.system_prompt,
-                    macros=MacroContext(bot=main, char=p.name, user=newest),
-                    names=names,
-                    hidden_user_ids=hidden,
-                ),
-            )
-            for p in personas
-        ]
-        messages = build_planner_messages(
-            channel_name=_channel_name(configuration, names.channels),
-            roster=roster,
-            conversation=[line for i, line in lines.items() if i not in unread_ids],
-            incoming=[line for i, line in lines.items() if i in unread_ids],
-            actions=list(state.actions),
-            iteration=iteration,
-            max_iterations=MAX_LOOP_ITERATIONS,
-        )
         completion = await self._runtime.runner.complete_turn(
             models=selectors.planner_model_specs(configuration),
             render=lambda plan: messages,

@@ -34,6 +34,13 @@ from chat.pipeline.participants import (
     participant_note,
     prepare_participant_context,
 )
+from chat.pipeline.presets import (
+    ChatPreset,
+    PromptParts,
+    preset_items,
+    reassemble,
+    varies_per_turn,
+)
 from chat.pipeline.recall import memory_note_text
 from chat.pipeline.simplify import (
     EntryKind,
@@ -113,6 +120,8 @@ class TurnInput:
             presence, before this turn); at least `REUNION_MIN_GAP` before ``now``, the turn
             gets a reunion note naming that day. None: no presence recorded.
         impersonated_user_id: A user the persona speaks as this turn; None when not.
+        preset: A SillyTavern Chat Completion preset (the persona's, else the guild's): the
+            prompt is reassembled in its order (`presets.py`); None: this product's order.
         lorebooks: The persona's lorebook, then the guild's (compiled once per book,
             `lorebook.compile_lorebook`); their entries fire on the newest messages.
         previous: The channel's previous context for this persona (None when cold). A warm
@@ -151,6 +160,7 @@ class TurnInput:
     reunion_last_seen: datetime | None = None
     impersonated_user_id: int | None = None
     lorebooks: tuple[CompiledLorebook, ...] = ()
+    preset: ChatPreset | None = None
     previous: TurnContext | None = None
 
 
@@ -281,29 +291,59 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         reunion_note=turn.reunion_note or _reunion_note(turn, trigger, timezone),
     )
     lore = _activate_lore(turn, entries)
-    configuration, naming_the_user_from = _configuration_items(turn, macros, lore)
-    notes_at_depth = (*_stm_at_depth(turn), *context_note_items(notes, macros))
+    configuration = _configuration_items(turn, macros, lore)
+    preset_in_order, preset_at_depth = (
+        ({}, ())
+        if turn.preset is None
+        else preset_items(
+            turn.preset, macros, now=turn.now.astimezone(timezone), seed=str(turn.trigger_id)
+        )
+    )
+    notes_at_depth = (
+        *_stm_at_depth(turn),
+        *context_note_items(notes, macros),
+        *preset_at_depth,
+    )
     lore_at_depth = _lore_at_depth(lore, macros, place_notes(dialogue.items, notes_at_depth))
-    items = (
-        *configuration,
+    conversation = (
         *place_notes(dialogue.items, (*notes_at_depth, *lore_at_depth)),
         *_recalled_memories(turn),
     )
     participants_text = participant_note(participants)
     if participants_text:
-        items += (
+        conversation += (
             ContextItem(
                 tag=ItemTag.PARTICIPANTS,
                 role=Role.USER,
                 text=system_note(participants_text),
             ),
         )
-    items += tail_directives(
+    tail = tail_directives(
         [rendered.entry.prose for rendered in dialogue.entries if rendered.role is Role.ASSISTANT],
         macros=macros,
         reasoning_in_think_tags=persona.model.reasoning_in_think_tags,
         queued=_queued_reply(turn, trigger, simplified),
     )
+    varying = list(configuration.naming_the_user)
+    if turn.preset is None:
+        items = (*configuration.items(), *conversation, *tail)
+    else:
+        parts = PromptParts(
+            before_char=configuration.before_char,
+            system_prompt=configuration.system_prompt,
+            after_char=configuration.after_char,
+            stm=configuration.stm,
+            samples=configuration.samples,
+            dialogue=conversation,
+            tail=tuple(tail),
+        )
+        items = reassemble(turn.preset, parts, preset_in_order)
+        varying += [
+            preset_in_order[index]
+            for index, prompt in enumerate(turn.preset.prompts)
+            if index in preset_in_order and varies_per_turn(prompt.content)
+        ]
+    naming_the_user_from = _first_of(items, varying)
     counted = count_item_tokens(items, turn.token_counter, _known_token_counts(turn))
     tool_tokens = sum(turn.tool_schema_tokens.get(name, 0) for name in admission.tools)
     budget = context_budget(persona.model.context_window, persona.model.max_output_tokens)
@@ -382,38 +422,78 @@ def _known_token_counts(turn: TurnInput) -> dict[str, int]:
     return known
 
 
+@dataclass(frozen=True, slots=True)
+class _Configuration:
+    """The configuration items by slot, and those whose template names the turn's user."""
+
+    before_char: tuple[ContextItem, ...] = ()
+    system_prompt: tuple[ContextItem, ...] = ()
+    after_char: tuple[ContextItem, ...] = ()
+    stm: tuple[ContextItem, ...] = ()
+    samples: tuple[ContextItem, ...] = ()
+    naming_the_user: tuple[ContextItem, ...] = ()
+
+    def items(self) -> tuple[ContextItem, ...]:
+        return (*self.before_char, *self.system_prompt, *self.after_char, *self.stm, *self.samples)
+
+
 def _configuration_items(
     turn: TurnInput, macros: MacroContext, lore: LoreActivation
-) -> tuple[tuple[ContextItem, ...], int | None]:
+) -> _Configuration:
     """Constant lorebook entries placed before the character definitions, the system prompt,
-    those placed after it, and STM (system role), then the sample dialogue as written; and the
-    index of the first whose template says ``{user}`` (None when none does).
+    those placed after it, and STM (system role), then the sample dialogue as written; and
+    those whose template says ``{user}``.
 
     Completion models read the same text: configuration is prose already.
     """
     persona = turn.persona
-    pieces: list[tuple[ItemTag, Role, str, str]] = []  # (tag, role, template, text)
-    for position in (LorePosition.BEFORE_CHAR, None, LorePosition.AFTER_CHAR):
-        if position is None:
-            system_prompt = expand_macros(persona.system_prompt, macros).strip()
-            if system_prompt:
-                pieces.append(
-                    (ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt)
-                )
-            continue
-        for hit in lore.inserted:
-            if _in_configuration(hit) and hit.entry.position is position:
-                text = expand_macros(hit.entry.content, macros).strip()
-                pieces.append((ItemTag.LOREBOOK, Role.SYSTEM, hit.entry.content, text))
+    naming: list[ContextItem] = []
+
+    def item(tag: ItemTag, role: Role, template: str, text: str) -> ContextItem:
+        made = ContextItem(tag=tag, role=role, text=text)
+        if names_the_user(template):
+            naming.append(made)
+        return made
+
+    def lore_at(position: LorePosition) -> tuple[ContextItem, ...]:
+        return tuple(
+            item(
+                ItemTag.LOREBOOK,
+                Role.SYSTEM,
+                hit.entry.content,
+                expand_macros(hit.entry.content, macros).strip(),
+            )
+            for hit in lore.inserted
+            if _in_configuration(hit) and hit.entry.position is position
+        )
+
+    before = lore_at(LorePosition.BEFORE_CHAR)
+    system_prompt = expand_macros(persona.system_prompt, macros).strip()
+    prompt = (
+        (item(ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt),)
+        if system_prompt
+        else ()
+    )
+    after = lore_at(LorePosition.AFTER_CHAR)
+    stm: tuple[ContextItem, ...] = ()
     if turn.stm_text and turn.stm_text.strip() and turn.stm_depth is None:
-        stm = f"{STM_HEADER}\n{turn.stm_text.strip()}"
-        pieces.append((ItemTag.STM, Role.SYSTEM, "", stm))
-    for sample in persona.sample_dialogue:
-        text = expand_macros(sample.content, macros)
-        pieces.append((ItemTag.SAMPLE_DIALOGUE, sample.role, sample.content, text))
-    items = tuple(ContextItem(tag=tag, role=role, text=text) for tag, role, _, text in pieces)
-    templates = [template for _tag, _role, template, _text in pieces]
-    return items, next((n for n, t in enumerate(templates) if names_the_user(t)), None)
+        stm = (item(ItemTag.STM, Role.SYSTEM, "", f"{STM_HEADER}\n{turn.stm_text.strip()}"),)
+    samples = tuple(
+        item(
+            ItemTag.SAMPLE_DIALOGUE,
+            sample.role,
+            sample.content,
+            expand_macros(sample.content, macros),
+        )
+        for sample in persona.sample_dialogue
+    )
+    return _Configuration(before, prompt, after, stm, samples, tuple(naming))
+
+
+def _first_of(items: Sequence[ContextItem], wanted: Sequence[ContextItem]) -> int | None:
+    """The index of the first of ``items`` that is one of ``wanted`` (the same object)."""
+    ids = {id(item) for item in wanted}
+    return next((n for n, item in enumerate(items) if id(item) in ids), None)
 
 
 def _activate_lore(turn: TurnInput, entries: Sequence[SimplifiedEntry]) -> LoreActivation:

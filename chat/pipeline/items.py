@@ -27,6 +27,7 @@ class ItemTag(StrEnum):
     TAIL_DIRECTIVE = "tail_directive"
     PARTICIPANTS = "participants"
     LOREBOOK = "lorebook"
+    PRESET_PROMPT = "preset_prompt"
 
 
 @dataclass(frozen=True, slots=True)

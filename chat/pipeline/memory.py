@@ -23,7 +23,6 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-DEFAULT_REFRESH_EVERY = 5
 RAW_TURNS_TTL = dt.timedelta(hours=12)
 SUMMARY_TTL = dt.timedelta(hours=24)
 MAX_SUMMARY_CHARS = 1500

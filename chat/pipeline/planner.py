@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from datetime import datetime, tzinfo
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from chat.pipeline.macros import MacroContext, expand_macros
-from chat.pipeline.markup import render_markup, scrub_snowflakes
+from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup, scrub_snowflakes
 from chat.pipeline.message_id_map import MessageIdMap
-from chat.pipeline.simplify import EntryPart, SimplifiedEntry
-from chat.pipeline.types import NameDirectory
+from chat.pipeline.simplify import (
+    EntryPart,
+    SimplifiedEntry,
+    blocked_user_ids,
+    build_simplified_history,
+    hidden_user_ids,
+)
+from chat.pipeline.types import HistoryMessage, NameDirectory, PrivacyLevel, UserBlock
 
 MAX_SLEEP_SECONDS = 60
 ROSTER_DESCRIPTION_LIMIT = 200
@@ -226,3 +233,111 @@ def render_planner_lines(
             prose = "\n".join(part.body for part in parts if part.body)
             lines[first] = f"{key} {entry.author_name}: {prose or '(no text)'}"
     return lines
+
+
+@dataclass(frozen=True)
+class PlannerPersona:
+    """A persona as the planner's roster knows it."""
+
+    name: str
+    system_prompt: str
+    is_main: bool = False
+
+
+@dataclass(frozen=True)
+class PlannerPromptInput:
+    """Everything one planner step's prompt is built from (the loop gathers it).
+
+    ``seen`` is the rolling conversation followed by the unread messages (``unread_ids``);
+    ``privacy`` and ``blacklisted_user_ids`` are the standing of the people in it; ``blocks``
+    are the channel's blocks at ``now``; ``names`` the name directory of the people the prompt
+    names; ``channel_name`` the channel's name (never its id)."""
+
+    seen: Sequence[HistoryMessage]
+    unread_ids: AbstractSet[int]
+    personas: Sequence[PlannerPersona]
+    blocks: Sequence[UserBlock]
+    now: datetime
+    privacy: Mapping[int, PrivacyLevel]
+    blacklisted_user_ids: AbstractSet[int]
+    names: NameDirectory
+    timezone: tzinfo
+    channel_name: str
+    actions: Sequence[ActionRecord]
+    iteration: int
+    max_iterations: int
+
+
+@dataclass(frozen=True)
+class PlannerPrompt:
+    """A planner step's messages, and the ``ref_N`` keys they use (key → message id)."""
+
+    messages: list[dict]
+    refs: Mapping[str, int]
+
+
+def planner_named_user_ids(
+    seen: Sequence[HistoryMessage], personas: Sequence[PlannerPersona]
+) -> list[int]:
+    """Everyone the planner's prompt names: the authors, the people they mention (as persona
+    prompts name them), and the people the personas' own prompts mention; each once."""
+    named = [m.author.id for m in seen] + [i for m in seen for i in m.mention_ids]
+    named += [i for p in personas for i in mentioned_user_ids(p.system_prompt)]
+    return list(dict.fromkeys(named))
+
+
+def build_planner_prompt(given: PlannerPromptInput) -> PlannerPrompt:
+    """The planner step's prompt (seed 003, phase 3).
+
+    Steps:
+        1. Simplify the conversation as a persona turn does; users with full privacy or
+           blacklisted, and users every persona has blocked, are left out entirely.
+        2. One line per entry (`render_planner_lines`), the first unread message starting a
+           line of its own; lines of unread messages become the incoming events.
+        3. The roster: each persona's system prompt as its own prompt reads it (macros with
+           the main persona as ``{bot}`` and the newest speaker as ``{user}``).
+        4. `build_planner_messages`.
+    """
+    personas = given.personas
+    hidden = hidden_user_ids(given.privacy, given.blacklisted_user_ids)
+    blocked_for_all = frozenset.intersection(
+        *(blocked_user_ids(given.blocks, p.name, given.now) for p in personas)
+    )
+    simplified = build_simplified_history(
+        given.seen,
+        reply_targets={},
+        names=given.names,
+        hidden_user_ids=hidden | blocked_for_all,
+        blocked_user_ids=frozenset(),
+        timezone=given.timezone,
+    )
+    unread_ids = given.unread_ids
+    lines = render_planner_lines(
+        simplified.entries,
+        simplified.id_map,
+        line_starts=frozenset({min(unread_ids)}) if unread_ids else frozenset(),
+    )
+    main = next((p.name for p in personas if p.is_main), personas[0].name)
+    newest = simplified.entries[-1].author_name if simplified.entries else HIDDEN_USER_NAME
+    roster = [
+        PlannerRosterEntry(
+            p.name,
+            roster_description(
+                p.system_prompt,
+                macros=MacroContext(bot=main, char=p.name, user=newest),
+                names=given.names,
+                hidden_user_ids=hidden,
+            ),
+        )
+        for p in personas
+    ]
+    messages = build_planner_messages(
+        channel_name=given.channel_name,
+        roster=roster,
+        conversation=[line for i, line in lines.items() if i not in unread_ids],
+        incoming=[line for i, line in lines.items() if i in unread_ids],
+        actions=given.actions,
+        iteration=given.iteration,
+        max_iterations=given.max_iterations,
+    )
+    return PlannerPrompt(messages=messages, refs=dict(simplified.id_map.as_mapping()))

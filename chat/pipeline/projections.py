@@ -27,6 +27,7 @@ OpenAIMessage = dict[str, Any]
 _WITHOUT_PROSE = frozenset({ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS})
 _MARKED = frozenset(
     {
+        ItemTag.PRESET_PROMPT,
         ItemTag.CONTEXT_NOTE_INJECTION,
         ItemTag.DATE_SPACER,
         ItemTag.STM,
@@ -63,19 +64,24 @@ def to_openai_messages(context: TurnContext, attempt: AttemptProfile) -> list[Op
     """Project ``context`` into Chat Completions messages for ``attempt``.
 
     Steps:
-        1. One ``system`` message joining every system-role item (blank-line separated).
-        2. One message per remaining item, its media resolved for the attempt.
+        1. One ``system`` message joining the leading system-role items (blank-line
+           separated).
+        2. One message per remaining item, its media resolved for the attempt (a system item
+           a preset places later, such as its post-history instructions, stays a ``system``
+           message where it is).
         3. The prefill, as a final ``assistant`` message or an instruction.
         4. Adjacent same-role messages merged, when the attempt asks for it.
 
     Returns:
         A new list of plain dicts, ready to serialize.
     """
-    system = [item.text for item in context.items if item.role is Role.SYSTEM]
+    items = context.items
+    leading = next((n for n, item in enumerate(items) if item.role is not Role.SYSTEM), len(items))
+    system = [item.text for item in items[:leading]]
     messages: list[OpenAIMessage] = []
     if system:
         messages.append({"role": "system", "content": "\n\n".join(system)})
-    messages += [_message(item, attempt) for item in context.items if item.role is not Role.SYSTEM]
+    messages += [_message(item, attempt) for item in items[leading:]]
     if context.prefill is not None:
         messages.append(_prefill_message(context.persona_name, context.prefill, attempt))
     return _merge_same_role(messages) if attempt.merge_same_role else messages

@@ -41,6 +41,8 @@ class TurnReason(StrEnum):
     PLANNER = "planner"
     MAINTENANCE = "maintenance"
     EXTRACTION = "extraction"
+    GREETING = "greeting"
+    """An admin had the persona greet a channel (its first message): no model, no trigger."""
 
     @property
     def answers_no_message(self) -> bool:

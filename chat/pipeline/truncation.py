@@ -26,7 +26,7 @@ DIALOGUE_TAGS = frozenset(
     {ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER, ItemTag.CONTEXT_NOTE_INJECTION}
 )
 
-_PLACED_WHEN_DEPTH_SET = frozenset({ItemTag.STM, ItemTag.LOREBOOK})
+_PLACED_WHEN_DEPTH_SET = frozenset({ItemTag.STM, ItemTag.LOREBOOK, ItemTag.PRESET_PROMPT})
 
 
 @dataclass(frozen=True, slots=True)

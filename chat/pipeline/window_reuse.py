@@ -1,13 +1,14 @@
 """Whether a turn may reuse the channel's previous history window or must read Discord again.
 
-Seed 000, "Message retrieval" and "History freshness"; DESIGN §5, "Window reuse". The first
-turn of a busy stretch reads up to the fetch limit of messages over REST. Later turns in the same
-stretch (other personas, queued replays) rebuild the window from memory instead: the previous
-window, plus what the gateway cache received since, plus the bot's own confirmed deliveries. That
-is only safe while nothing could have changed behind the cache's back, so every reason to
-distrust it sends the turn back to REST, and says which one.
+Seed 000, "Message retrieval" and "History freshness"; DESIGN §5, "Window reuse". A channel's
+first turn reads up to the fetch limit of messages over REST. Later turns (other personas,
+queued replays, the next busy stretch after an idle gap) rebuild the window from memory
+instead: the previous window, plus what the gateway cache received since, plus the bot's own
+confirmed deliveries (`chat.windows` keeps the window across idle gaps and says why that is
+safe). That is only safe while nothing could have changed behind the cache's back, so every
+reason to distrust it sends the turn back to REST, and says which one.
 
-``decide_window_reuse`` is a pure decision: the worker gathers its inputs (the lock entry's
+``decide_window_reuse`` is a pure decision: the worker gathers its inputs (the window registry's
 window and recorded change signals, the discord.py message cache for the channel, the shard's
 connection state) and acts on the answer. Messages are generic (anything with an integer
 snowflake ``id``), as in ``chat.pipeline.window``.
@@ -31,9 +32,7 @@ class RestReason(StrEnum):
     """
 
     NO_PREVIOUS_WINDOW = "no_previous_window"
-    """No window is kept for the channel (first turn of a busy stretch), or it is empty."""
-    CHANNEL_IDLE = "channel_idle"
-    """The channel went idle: it keeps no window, because the cache sweeper may evict entries."""
+    """No window is kept for the channel (its first turn, or one dropped), or it is empty."""
     SHARD_DISCONNECTED = "shard_disconnected"
     """The shard is disconnected: gateway events are being missed, so reuse is disabled."""
     SHARD_RECONNECTED = "shard_reconnected"
@@ -41,7 +40,7 @@ class RestReason(StrEnum):
     DM_WITHOUT_REACTION_EVENTS = "dm_without_reaction_events"
     """A DM, and the client does not receive DM reaction events, so reactions go unseen."""
     SIGNAL_OVERFLOW = "signal_overflow"
-    """More change signals arrived than the lock entry records; some changes are unknown."""
+    """More change signals arrived than the window registry records; some changes are unknown."""
     CHANGED_DURING_READ = "changed_during_read"
     """A change arrived while the window was being read; the read may hold the old version."""
     LIMIT_INCREASED = "limit_increased"
@@ -71,7 +70,7 @@ def _require_oldest_to_newest(messages: tuple[M, ...], what: str) -> None:
 
 @dataclass(frozen=True)
 class PreviousWindow(Generic[M]):
-    """The history window the channel's previous turn in this busy stretch used.
+    """The history window the channel's previous turn used.
 
     Attributes:
         messages: The raw Discord messages of the window (before filtering or simplification),
@@ -131,7 +130,7 @@ class GatewayCacheView(Generic[M]):
 
 @dataclass(frozen=True)
 class ChangeSignals:
-    """Change events recorded on the channel's lock entry since its window was read.
+    """Change events the window registry recorded for the channel since its window was read.
 
     Attributes:
         changed_ids: Messages edited (update events) or reacted to (raw reaction events).
@@ -205,7 +204,6 @@ def decide_window_reuse(
     shard_reconnected_since: bool,
     is_dm: bool,
     dm_reactions_subscribed: bool,
-    channel_idle: bool,
 ) -> WindowReuse[M] | RestRead:
     """Decide whether this turn reuses the previous window or reads history from Discord.
 
@@ -216,40 +214,39 @@ def decide_window_reuse(
 
         1. The shard is disconnected → ``SHARD_DISCONNECTED``.
         2. The shard reconnected since the window was read → ``SHARD_RECONNECTED``.
-        3. The channel is idle → ``CHANNEL_IDLE``.
-        4. A DM, without DM reaction events → ``DM_WITHOUT_REACTION_EVENTS``.
-        5. No previous window, or an empty one (it has no newest message for the cache to
+        3. A DM, without DM reaction events → ``DM_WITHOUT_REACTION_EVENTS``.
+        4. No previous window, or an empty one (it has no newest message for the cache to
            continue from) → ``NO_PREVIOUS_WINDOW``.
-        6. The window was dropped → its ``drop_reason``.
-        7. The change signals overflowed → ``SIGNAL_OVERFLOW``.
-        8. A change arrived during the read → ``CHANGED_DURING_READ``.
-        9. A confirmed delivery has no message object → ``DELIVERY_WITHOUT_MESSAGE``.
-        10. ``limit`` is larger than the window's limit → ``LIMIT_INCREASED`` (the window never
-            saw the older messages the larger limit needs). A smaller limit is fine: step 12
+        5. The window was dropped → its ``drop_reason``.
+        6. The change signals overflowed → ``SIGNAL_OVERFLOW``.
+        7. A change arrived during the read → ``CHANGED_DURING_READ``.
+        8. A confirmed delivery has no message object → ``DELIVERY_WITHOUT_MESSAGE``.
+        9. ``limit`` is larger than the window's limit → ``LIMIT_INCREASED`` (the window never
+            saw the older messages the larger limit needs). A smaller limit is fine: step 11
             trims.
-        11. The cache was cleared → ``CACHE_CLEARED``.
-        12. The cache does not continue the window → ``CACHE_GAP``: the cache is empty, or its
+        10. The cache was cleared → ``CACHE_CLEARED``.
+        11. The cache does not continue the window → ``CACHE_GAP``: the cache is empty, or its
             oldest entry (or ``complete_since_id``, when later) is newer than the window's newest
             message, so a message between the two may have been evicted or missed. This holds
             even when the cache is below capacity: deletion or sweeping can shrink a cache after
             earlier entries were evicted.
-        13. Merge, in this precedence for the same id: cached instance (it carries edits and
+        12. Merge, in this precedence for the same id: cached instance (it carries edits and
             reactions), then the window's copy, then the delivery's copy (a delivery older than
             the window's read is in the read itself, which is the fresher copy). Cached messages
             and deliveries older than the window's oldest message are not added: the window's
             start is where the REST read established the history is complete. Remove deleted and
             bulk-deleted ids, sort by snowflake, keep the newest ``limit``.
-        14. A message in the result was edited or reacted to and its copy is not the cached
+        13. A message in the result was edited or reacted to and its copy is not the cached
             one → ``UNCACHED_CHANGE``. Changes to messages outside the result do not matter.
-        15. Before trimming, the merge holds fewer than ``limit`` messages while the previous
+        14. Before trimming, the merge holds fewer than ``limit`` messages while the previous
             window was full (it held its own limit, so the channel may have older messages)
             → ``DELETION_NEEDS_OLDER_HISTORY``. Without deletions the merge cannot shrink, and a
             window that was not full already held the channel's whole history.
-        16. Otherwise → ``WindowReuse`` with the result of step 13.
+        15. Otherwise → ``WindowReuse`` with the result of step 12.
 
     Args:
-        previous: The channel's window from the previous turn of this busy stretch; None when
-            the lock entry holds none.
+        previous: The channel's window from its previous turn; None when the window registry
+            holds none.
         cache: What the gateway cache holds for the channel now.
         signals: Change events recorded since the window was read.
         confirmed_deliveries: The bot's confirmed deliveries in the channel since the window
@@ -259,7 +256,6 @@ def decide_window_reuse(
         shard_reconnected_since: The shard reconnected after the window was read.
         is_dm: The channel is a direct-message channel.
         dm_reactions_subscribed: The client receives reaction events in DMs.
-        channel_idle: The channel was released as idle since the window was read.
 
     Returns:
         ``WindowReuse`` with the history to use, or ``RestRead`` with the reason to read.
@@ -272,8 +268,6 @@ def decide_window_reuse(
         return RestRead(RestReason.SHARD_DISCONNECTED)
     if shard_reconnected_since:
         return RestRead(RestReason.SHARD_RECONNECTED)
-    if channel_idle:
-        return RestRead(RestReason.CHANNEL_IDLE)
     if is_dm and not dm_reactions_subscribed:
         return RestRead(RestReason.DM_WITHOUT_REACTION_EVENTS)
     if previous is None or not previous.messages:

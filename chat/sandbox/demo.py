@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from chat.sandbox.snowflake import snowflake_from_ms
+from chat.pipeline.snowflakes import snowflake_from_ms
 from chat.sandbox.state import Sandbox
 
 _DEMO_EPOCH_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z

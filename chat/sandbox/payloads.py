@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from chat.pipeline.snowflakes import snowflake_time
 from chat.sandbox.records import Attachment, Channel, Guild, Member, Role, User, Webhook
-from chat.sandbox.snowflake import iso_timestamp, snowflake_time
+from chat.sandbox.snowflake import iso_timestamp
 
 GUILD_TEXT = 0
 PUBLIC_THREAD = 11

@@ -1,8 +1,6 @@
-"""Discord snowflakes: 64-bit ids that carry their creation time.
-
-Layout (Discord's): milliseconds since the Discord epoch (2015-01-01) in the top 42 bits, then
-5 bits worker, 5 bits process and a 12-bit increment. Ids therefore sort by creation time, and a
-message's `timestamp` is derived from its id, as on Discord.
+"""The sandbox's snowflakes: a generator of strictly increasing ids stamped with the current
+time, and Discord's timestamp format. The layout is `chat.pipeline.snowflakes`'s; a message's
+`timestamp` is derived from its id, as on Discord.
 """
 
 from __future__ import annotations
@@ -11,21 +9,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-DISCORD_EPOCH_MS = 1_420_070_400_000
+from chat.pipeline.snowflakes import snowflake_from_ms
+
 _INCREMENT_BITS = 12
 _MAX_INCREMENT = (1 << _INCREMENT_BITS) - 1
-
-
-def snowflake_from_ms(unix_ms: int, *, worker: int = 0, increment: int = 0) -> int:
-    """The snowflake created at `unix_ms` (Unix milliseconds) by `worker`, with `increment`."""
-    if unix_ms < DISCORD_EPOCH_MS:
-        raise ValueError(f"{unix_ms} ms is before the Discord epoch")
-    return ((unix_ms - DISCORD_EPOCH_MS) << 22) | ((worker & 0x1F) << 17) | increment
-
-
-def snowflake_time(snowflake: int) -> datetime:
-    """When `snowflake` was created (UTC, millisecond precision)."""
-    return datetime.fromtimestamp(((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000, tz=UTC)
 
 
 def iso_timestamp(moment: datetime) -> str:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from chat.pipeline.snowflakes import snowflake_time
 from chat.sandbox.errors import (
     DiscordAPIError,
     ErrorCode,
@@ -49,7 +50,7 @@ from chat.sandbox.records import (
     WebhookAuthor,
 )
 from chat.sandbox.schemas import AllowedMentions, HistoryQuery, MessageReference
-from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
+from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp
 
 ADMINISTRATOR = 1 << 3
 ALL_PERMISSIONS = (1 << 51) - 1

@@ -12,4 +12,5 @@
 - `event_queue`: incoming messages persisted, deduplicated and moved into unread pools.
 - `message_index`: a proxy system's messages in the message index.
 - `retention`: records past their keeping time deleted in bounded batches.
+- `discord_names`: the names of guilds, channels, threads and users, kept from the gateway.
 """

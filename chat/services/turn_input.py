@@ -276,6 +276,7 @@ async def turn_input_gather(
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
         lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
+        preset=selectors.chat_preset(persona=persona, guild=channel.guild),
         previous=previous,
     )
 

@@ -43,6 +43,7 @@ class FakeDiscord:
     places: dict[int, ChannelPlace] = field(default_factory=dict)
     delivered: list[tuple[Speaker, str, int | None, str | None]] = field(default_factory=list)
     edits: list[tuple[int, str]] = field(default_factory=list)
+    nonce_seeds: list[str | None] = field(default_factory=list)
     refuse_delivery: DeliveryError | None = None
     hold_delivery: asyncio.Event | None = None
     """While set to an unset event, a delivery waits on it (a send in flight)."""
@@ -117,6 +118,7 @@ class FakeDiscord:
         if self.hold_delivery is not None:
             await self.hold_delivery.wait()
         self.delivered.append((speaker, text, reply_to, notice))
+        self.nonce_seeds.append(nonce_seed)
         webhook_id = None if speaker.is_main else sf(9200)
         author = Author(
             id=BOT.id if speaker.is_main else sf(9200),

@@ -1,11 +1,15 @@
 """The code's imports run one way (README, "Layout"): entry points → gateway → loop → services
 → selectors, ports, windows, llm, models → pipeline. This walks every module's imports (those
-inside functions and ``TYPE_CHECKING`` blocks too) and fails on any edge against that flow."""
+inside functions and ``TYPE_CHECKING`` blocks too, relative ones resolved) and fails on any
+edge against that flow, on any import of ``discord`` outside ``chat/gateway/``, and on any
+import of the worker's composition root but ``runbot``'s. A fixture module that breaks the
+rules (``import_graph_fixture.py``, in the tests tree the real walk leaves out) proves the
+walk fails on it."""
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +40,6 @@ LAYERS: dict[str, int] = {
     "chat.services": 2,
     "chat.command_services": 2,
     "chat.why": 2,
-    "chat.names": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,
     "personas.services": 2,
@@ -68,6 +71,16 @@ FORBIDDEN: list[tuple[str, str, str]] = [
     ("dashboard", "chat.worker", "the dashboard talks to the worker only through the layer"),
     ("dashboard", "chat.sandbox", "the dashboard reaches the sandbox through chat.runtime's port"),
     ("chat.tasks", "chat.worker", "Celery composes through chat.runtime, not the worker"),
+]
+
+# Modules only some importers may import: (module, the importers allowed, why).
+ONLY: list[tuple[str, tuple[str, ...], str]] = [
+    ("discord", ("chat.gateway",), "only chat/gateway/ speaks discord.py"),
+    (
+        "chat.worker",
+        ("chat.worker", "chat.management.commands.runbot"),
+        "the worker's composition root is runbot's alone; shared parts live in chat.runtime",
+    ),
 ]
 
 # Deliberate exceptions to FORBIDDEN: (importer, imported module, why it is allowed).
@@ -105,16 +118,21 @@ def _is_module(name: str) -> bool:
     return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
 
 
-def _imports(path: Path) -> Iterator[tuple[int, str]]:
-    """Every imported module (``from chat import selectors`` counts as ``chat.selectors``)."""
+def _imports(path: Path, name: str) -> Iterator[tuple[int, str]]:
+    """Every module that ``path`` (the module ``name``) imports: ``from chat import selectors``
+    counts as ``chat.selectors``, and ``from ..loop import scheduler`` in ``chat.services.turns``
+    as ``chat.loop.scheduler``."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
             for alias in node.names:
-                candidate = f"{node.module}.{alias.name}"
-                yield node.lineno, candidate if _is_module(candidate) else node.module
+                candidate = f"{module}.{alias.name}" if module else alias.name
+                yield node.lineno, candidate if _is_module(candidate) else module
 
 
 def _within(name: str, prefix: str) -> bool:
@@ -131,22 +149,56 @@ def test_every_module_has_a_place_in_the_flow():
     assert unplaced == []
 
 
-def test_no_import_runs_against_the_flow():
+def _violations(sources: Iterable[tuple[str, Path]]) -> list[str]:
+    """Every import of ``sources`` (module name, file) that breaks a rule, one line each."""
     against = []
-    for name, path in _sources():
+    for name, path in sources:
         level = _level(name)
-        for line, imported in _imports(path):
+        for line, imported in _imports(path, name):
+            where = f"{path.name}:{line}: {name} → {imported}"
             target = _level(imported)
             if level is not None and target is not None and target > level:
-                against.append(f"{path.relative_to(ROOT)}:{line}: {name} → {imported}")
+                against.append(f"{where} (against the flow)")
             for source, banned, why in FORBIDDEN:
                 if (
                     _within(name, source)
                     and _within(imported, banned)
                     and not _allowed(name, imported)
                 ):
-                    against.append(f"{path.relative_to(ROOT)}:{line}: {name} → {imported} ({why})")
-    assert against == []
+                    against.append(f"{where} ({why})")
+            for module, importers, why in ONLY:
+                if _within(imported, module) and not any(_within(name, i) for i in importers):
+                    against.append(f"{where} ({why})")
+    return against
+
+
+def test_no_import_runs_against_the_flow():
+    assert _violations(_sources()) == []
+
+
+FIXTURE = Path(__file__).with_name("import_graph_fixture.py")
+
+
+@pytest.mark.parametrize(
+    ("pretends_to_be", "broken"),
+    [
+        ("dashboard.fixture", "chat.gateway.rest (the dashboard talks to the worker only"),
+        ("dashboard.fixture", "chat.sandbox.control (the dashboard reaches the sandbox"),
+        ("dashboard.fixture", "chat.loop.scheduler (the dashboard talks to the worker only"),
+        ("dashboard.fixture", "discord (only chat/gateway/ speaks discord.py)"),
+        ("chat.tasks", "chat.worker (Celery composes through chat.runtime"),
+        ("chat.runtime", "chat.worker (the worker's composition root is runbot's alone"),
+        ("chat.services.fixture", "chat.loop.intake (against the flow)"),
+        ("chat.pipeline.fixture", "chat.selectors (against the flow)"),
+    ],
+)
+def test_the_walker_fails_on_a_module_that_breaks_a_rule(pretends_to_be, broken):
+    found = _violations([(pretends_to_be, FIXTURE)])
+    assert any(broken in line for line in found), found
+
+
+def test_the_fixture_is_left_out_of_the_real_walk():
+    assert FIXTURE not in {path for _, path in _sources()}
 
 
 @pytest.mark.parametrize(
@@ -160,9 +212,27 @@ def test_no_import_runs_against_the_flow():
 def test_the_walker_resolves_each_import_form(tmp_path, source, expected):
     module = tmp_path / "probe.py"
     module.write_text(source + "\n")
-    assert [name for _, name in _imports(module)] == [expected]
+    assert [name for _, name in _imports(module, "chat.services.probe")] == [expected]
 
 
-def test_the_walker_sees_an_upward_import():
-    assert _level("chat.services") < _level("chat.loop.scheduler")
-    assert _level("chat.pipeline.context") == 0
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from .turns import turn_run", "chat.services.turns"),
+        ("from . import turns", "chat.services.turns"),
+        ("from ..loop import scheduler", "chat.loop.scheduler"),
+        ("from .. import selectors", "chat.selectors"),
+    ],
+)
+def test_the_walker_reads_relative_imports(tmp_path, source, expected):
+    module = tmp_path / "probe.py"
+    module.write_text(source + "\n")
+    assert [name for _, name in _imports(module, "chat.services.probe")] == [expected]
+
+
+def test_the_walker_fails_on_an_upward_import(tmp_path):
+    module = tmp_path / "probe.py"
+    module.write_text("from chat.loop.scheduler import Scheduler\n")
+
+    assert _violations([("chat.services.probe", module)]) != []
+    assert _violations([("chat.worker", module)]) == []

@@ -1,6 +1,6 @@
 """``{% load names %}``: ``{% guild_name id %}``, ``{% channel_name id %}``, ``{% user_name id %}``
-render the name (`dashboard.names`) with the raw id in a tooltip; ``{% user_avatar id %}`` the
-user's avatar (their initial when they set none)."""
+render the name (`dashboard.names`) with the raw id in a tooltip; ``{% channel_label id %}`` the
+channel's name as plain text."""
 
 from __future__ import annotations
 
@@ -55,8 +55,12 @@ def channel_name(context: template.Context, channel_id: Any) -> str:
 
 
 @register.simple_tag(takes_context=True)
-def user_name(context: template.Context, user_id: Any) -> str:
-    return _render(_book(context).user(_id(user_id)), "user")
+def user_name(context: template.Context, user_id: Any, fallback: str = "") -> str:
+    """The user's name; ``fallback`` (e.g. the name on their message) when none was kept."""
+    shown = _book(context).user(_id(user_id))
+    if not shown.known and fallback:
+        shown = Shown(shown.discord_id, fallback)
+    return _render(shown, "user")
 
 
 @register.simple_tag(takes_context=True)

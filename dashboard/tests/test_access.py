@@ -27,7 +27,6 @@ GET_ONLY = {
     "config_export",
     "sample_row",
     "avatar_preview",
-    "overview",
     "channel_live",
     "preview",
     "turn_list",
@@ -40,7 +39,7 @@ VIEWER_POSTS = {"turn_replay"}
 # Screens for admins alone.
 ADMIN_SCREENS = {"playground"}
 # htmx helpers that exist only for the edit forms (admins).
-ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview"}
+ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview", "lorebook_test"}
 POST_ONLY = {
     "persona_delete",
     "channel_delete",
@@ -51,6 +50,8 @@ POST_ONLY = {
     "document_delete",
     "card_import",
     "token_count",
+    "lorebook_test",
+    "persona_greet",
     "turn_replay",
 }
 

@@ -69,3 +69,38 @@ def test_the_guild_lorebook_is_saved_from_the_guild_page(guild, admin_client):
     )
     guild.refresh_from_db()
     assert guild.lorebook["entries"][0]["keys"] == ["drums"]
+
+
+def test_the_test_box_says_which_entries_the_messages_would_activate(guild, admin_client):
+    book = {
+        "entries": [
+            {"id": 1, "name": "Kit", "keys": ["drums"], "content": "Rikki's kit is red."},
+            {"id": 2, "name": "Never", "keys": ["drums"], "content": "x", "probability": 0},
+            {"id": 3, "name": "Bass", "keys": ["bass"], "content": "y"},
+        ]
+    }
+    response = admin_client.post(
+        reverse("dashboard:lorebook_test"),
+        {"lorebook": json.dumps(book), "messages": "hello\nwho plays the drums?"},
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "These messages would activate" in html
+    assert "<strong>Kit</strong>" in html and "<code>drums</code>" in html
+    assert "Never (its probability roll failed)" in html
+    assert "Bass" not in html
+
+
+def test_the_test_box_reports_a_lorebook_that_is_not_valid_yet(guild, admin_client):
+    response = admin_client.post(
+        reverse("dashboard:lorebook_test"), {"lorebook": "{", "messages": "drums"}
+    )
+    assert "The lorebook is not valid yet" in response.content.decode()
+
+
+@pytest.mark.django_db(transaction=False)
+def test_moderators_cannot_use_the_test_box(guild, moderator_client):
+    response = moderator_client.post(
+        reverse("dashboard:lorebook_test"), {"lorebook": "{}", "messages": "drums"}
+    )
+    assert response.status_code == 403

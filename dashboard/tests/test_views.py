@@ -96,6 +96,17 @@ def test_admin_creates_a_persona_with_sample_dialogue_and_the_workers_are_told(
     assert entry.user == admin_user and entry.is_addition()
 
 
+def test_the_persona_form_sets_the_delivery_mode_and_shows_it_again(guild, admin_client):
+    admin_client.post(
+        reverse("dashboard:persona_new", args=[guild.guild_id]),
+        persona_post(delivery_mode="edit"),
+    )
+    rikki = Persona.objects.get(guild=guild, name="Rikki")
+    assert rikki.delivery_mode == "edit"
+    page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, rikki.pk]))
+    assert b'<option value="edit" selected>' in page.content
+
+
 def test_bad_persona_input_is_shown_inline_and_nothing_is_saved(guild, admin_client):
     before = snapshot()
     response = admin_client.post(

@@ -171,6 +171,7 @@ def test_an_exported_v2_card_imports_back_to_the_same_persona(guild, media):
     )
     card = cards.card_from_persona(original)
     assert (card["spec"], card["spec_version"]) == ("chara_card_v2", "2.0")
+    assert card["data"]["extensions"]["personabot"]["delivery_mode"] == "paragraphs"
     assert card["data"]["description"].startswith("{{char}} is a bassist who is polite to {{user}}")
     assert card["data"]["mes_example"].splitlines()[:3] == [
         "<START>",

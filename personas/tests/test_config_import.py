@@ -96,6 +96,21 @@ def test_tools_and_short_term_memory_settings_are_imported_and_exported(document
     assert exported["Tomori"]["tools_enabled"] is True
 
 
+def test_the_delivery_mode_is_imported_exported_and_checked(document):
+    document["guilds"][0]["personas"][1]["delivery_mode"] = "edit"
+    config_import(data=document)
+
+    assert Persona.objects.get(name="Anon").delivery_mode == "edit"
+    assert Persona.objects.get(name="Tomori").delivery_mode == "paragraphs"  # the default
+    exported = {p["name"]: p for p in config_export()["guilds"][0]["personas"]}
+    assert exported["Anon"]["delivery_mode"] == "edit"
+
+    document["guilds"][0]["personas"][1]["delivery_mode"] = "typewriter"
+    with pytest.raises(ConfigError) as raised:
+        config_import(data=document)
+    assert raised.value.problems[0][0] == "guilds[0].personas[1].delivery_mode"
+
+
 def test_a_short_term_memory_cadence_below_one_is_reported_with_its_path(document):
     document["guilds"][0]["personas"][1]["short_term_memory"]["refresh_every"] = 0
 

@@ -8,14 +8,18 @@ import signal
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from chat.llm.fake_server import FakeLLMServer
+from chat.llm.fake_server import FakeLLMServer, StreamPace
 from chat.sandbox import SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
 
 DEFAULT_TOKEN = "sandbox-bot-token"
 DEMO_MODEL_INTRODUCTION = (
     "(This is the demo model: no LLM_BASE_URL is configured, so I only repeat what I was asked.)"
+    "\n\nI write at a human pace, so you can watch a reply arrive paragraph by paragraph."
+    "\n\n"
 )
+DEMO_MODEL_PACE = StreamPace(first_token_s=0.8, words_per_s=10)
+"""The demo model writes like a real one: the first word after 0.8 s, then ten a second."""
 
 
 class Command(BaseCommand):
@@ -75,6 +79,7 @@ class Command(BaseCommand):
                         port=demo_model_port,
                         models=("demo-model",),
                         introduction=DEMO_MODEL_INTRODUCTION,
+                        pace=DEMO_MODEL_PACE,
                     )
                 )
                 self.stdout.write(f"Demo model: export LLM_BASE_URL={model.base_url}")

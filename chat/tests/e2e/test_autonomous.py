@@ -7,7 +7,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from chat.llm.fake_server import Fault, FaultKind, Reply
+from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.loop.autonomous import MAX_CAPPED_LOOPS, MAX_LOOP_ITERATIONS
 from chat.models import Turn
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
@@ -177,3 +177,29 @@ async def test_the_planner_asks_the_guilds_planner_model(world):
     persona_turn = world.llm.chat_bodies[1]
     assert planner["model"] == "small-planner"
     assert persona_turn["model"] != "small-planner"
+
+
+async def test_a_message_arriving_mid_stream_does_not_cut_the_reply_and_is_read_next(world):
+    paragraphs = ["Once upon a time, a bassist.", "She practised every night.", "The end."]
+    world.llm.enqueue(
+        action(action="read_unread_messages"),
+        action(action="send_message", persona="Anon"),
+        Reply("\n\n".join(paragraphs), pace=StreamPace(first_token_s=0.1, words_per_s=5)),
+        action(action="read_unread_messages"),
+        action(action="continue"),
+    )
+    await world.start_worker(stream=True)
+
+    world.say("anon, tell me a story", channel_id=AUTONOMOUS)
+    await eventually(lambda: world.bot_messages(AUTONOMOUS))  # the first paragraph is out
+    world.say("wow, go on", channel_id=AUTONOMOUS, author=BOB)
+    await eventually(lambda: len(world.bot_messages(AUTONOMOUS)) == 3)
+    await eventually(lambda: len(planner_requests(world)) >= 4)
+    await world.settle()
+
+    assert [m["content"] for m in world.bot_messages(AUTONOMOUS)] == paragraphs
+    [turn] = await sync_to_async(lambda: list(Turn.objects.filter(persona_name="Anon")))()
+    assert turn.status == "replied"
+    after_send = state_of(planner_requests(world)[2])
+    assert "send_message: ok" in after_send
+    assert "You have 1 unread message." in after_send and "wow, go on" in after_send

@@ -18,6 +18,7 @@ from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.tokens import default_token_counter
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
+from chat.services.memory_documents import document_embed, document_upload
 from chat.services.memory_extraction import memories_extract
 from chat.services.memory_store import MemoryScope, memory_add
 from chat.services.turn_request import TurnRuntime
@@ -186,3 +187,23 @@ async def test_a_fact_extracted_from_a_quiet_conversation_reaches_a_later_prompt
     world.say("anon, what is my greyhound called?", author=ALICE)
     bodies = await _answered(world, 2)
     assert f"- About Alice: {fact['fact']}" in _memory_items(bodies[1])[0]
+
+
+def _upload_the_harbour_guide() -> None:
+    text = "The tea house on the pier opens at noon on Sundays and closes at dusk."
+    document = document_upload(guild_id=DEMO_GUILD_ID, name="harbour.md", data=text.encode())
+    document_embed(document_id=document.id)
+
+
+async def test_a_passage_of_a_guild_document_reaches_a_prompt_it_bears_on(world):
+    await sync_to_async(_upload_the_harbour_guide)()
+    await world.start_worker()
+
+    world.say("tomori, when does the tea house on the pier open?", author=BOB)
+    [body] = await _answered(world, 1)
+
+    [item] = _memory_items(body)
+    assert "- From harbour.md: The tea house on the pier opens at noon on Sundays" in item
+    [turn] = await sync_to_async(_turns)()
+    assert turn.recalled[0]["kind"] == "document"
+    assert "a passage of harbour.md" in turn.recalled[0]["why"]

@@ -157,3 +157,22 @@ async def test_a_queued_reply_by_webhook_sends_its_notice_before_the_first_piece
     turn = await turn_of(anon_trigger)
     assert turn.status == "replied"
     assert turn.delivered_message_ids == [m["id"] for m in anon]
+
+
+async def test_a_webhook_persona_edits_its_own_message(world):
+    await set_delivery_mode("Anon", "edit")
+    text = " ".join(f"note{n}" for n in range(40))  # 2 s at 20 words a second
+    world.llm.enqueue(Reply(text, pace=HUMAN_PACE))
+    await world.start_worker(stream=True)
+
+    world.say("anon, hum something")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await eventually(lambda: world.bot_messages(GENERAL)[0]["content"] == text)
+    await world.drained()
+
+    [message] = world.bot_messages(GENERAL)
+    assert message["author"]["username"] == "Anon"
+    edits = world.sandbox.requests(
+        "PATCH", "/webhooks/{webhook_id}/{webhook_token}/messages/{message_id}"
+    )
+    assert len(edits) >= 2

@@ -7,7 +7,15 @@ import asyncio
 
 from chat.llm.attempts import AttemptRunner, ReplyStream, Restart
 from chat.llm.base import ErrorKind, ModelSpec
-from chat.llm.fake_server import FakeLLMServer, Fault, FaultKind, Reply, StreamPace
+from chat.llm.fake_server import (
+    FakeLLMServer,
+    Fault,
+    FaultKind,
+    Reply,
+    ScriptedToolCall,
+    StreamPace,
+)
+from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import ToolBox
 from chat.pipeline.tools import ToolName
 from chat.tests.llm.conftest import RecordingRender
@@ -97,25 +105,73 @@ async def test_stopping_cancels_the_model_call(
     assert "the reply reached its cap" in result.warnings
 
 
-async def test_a_call_offering_tools_gives_its_text_only_once_it_is_known_to_be_text(
-    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
-) -> None:
-    fake_server.enqueue(
-        Reply.calling("reveal_message_metadata", {"ref": "ref_1"}), Reply(THREE_PARAGRAPHS)
-    )
-    toolbox = ToolBox(
+def metadata_toolbox() -> ToolBox:
+    return ToolBox(
         allowlist=(ToolName.REVEAL_MESSAGE_METADATA,), message_metadata=FakeMessageMetadata()
     )
 
+
+async def test_tool_rounds_finish_before_the_reply_streams(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    fake_server.enqueue(
+        Reply("Let me look.", tool_calls=(ScriptedToolCall("reveal_message_metadata"),)),
+        Reply(THREE_PARAGRAPHS),
+    )
+
     stream = runner.stream_turn(
-        models=[PRIMARY], render=render, persona_name="Tomori", toolbox=toolbox
+        models=[PRIMARY], render=render, persona_name="Tomori", toolbox=metadata_toolbox()
     )
     events = await drain(stream)
 
-    assert events == ["First part here.\n\nSecond part here.\n\nThird part."]
+    # The tool round's words were not delivered: they are void, and the reply is the answer
+    # after the tool, given as it was written.
+    restart = next(i for i, e in enumerate(events) if isinstance(e, Restart))
+    after = events[restart + 1 :]
+    assert len(after) > 3
+    assert "".join(after).strip() == "First part here.\n\nSecond part here.\n\nThird part."
+    assert stream.result().reply_text == "First part here.\n\nSecond part here.\n\nThird part."
     assert len(fake_server.chat_bodies) == 2
+
+
+async def test_words_a_tool_round_delivered_stand_and_the_answer_follows_them(
+    fake_server: FakeLLMServer, runner: AttemptRunner, render: RecordingRender
+) -> None:
+    fake_server.enqueue(
+        Reply("Let me look.", tool_calls=(ScriptedToolCall("reveal_message_metadata"),)),
+        Reply("Found it."),
+    )
+
+    stream = runner.stream_turn(
+        models=[PRIMARY],
+        render=render,
+        persona_name="Tomori",
+        toolbox=metadata_toolbox(),
+        delivered=lambda: True,
+    )
+    events = await drain(stream)
+
+    assert not any(isinstance(e, Restart) for e in events)
+    assert stream.result().reply_text == "Let me look.\n\nFound it."
 
 
 async def _until(check) -> None:
     while not check():  # noqa: ASYNC110 - the fake server offers no event to wait on
         await asyncio.sleep(0.01)
+
+
+async def test_the_demo_model_writes_paragraphs_at_a_human_pace(render: RecordingRender) -> None:
+    from chat.management.commands.runsandbox import DEMO_MODEL_INTRODUCTION, DEMO_MODEL_PACE
+
+    demo = FakeLLMServer(introduction=DEMO_MODEL_INTRODUCTION, pace=DEMO_MODEL_PACE)
+    async with demo, OpenAICompatibleClient(base_url=demo.base_url) as client:
+        runner = AttemptRunner(client)
+        started = asyncio.get_running_loop().time()
+        arrivals = []
+        stream = runner.stream_turn(models=[PRIMARY], render=render, persona_name="Tomori")
+        async for _piece in stream:
+            arrivals.append(asyncio.get_running_loop().time() - started)
+
+    assert arrivals[0] >= 0.8  # the first word, as a real model's first token
+    assert arrivals[-1] - arrivals[0] > 2.0  # then about ten words a second
+    assert stream.result().reply_text.count("\n\n") == 2  # three paragraphs to watch arrive

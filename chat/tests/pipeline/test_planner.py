@@ -1,21 +1,27 @@
 from __future__ import annotations
 
+from datetime import UTC
+
 import pytest
 
 from chat.pipeline.planner import (
     ActionRecord,
     Continue,
     PlannerOutputError,
+    PlannerPersona,
+    PlannerPromptInput,
     PlannerRosterEntry,
     React,
     ReadUnreadMessages,
     SendMessage,
     Sleep,
     build_planner_messages,
+    build_planner_prompt,
     parse_planner_action,
     render_planner_lines,
 )
-from chat.tests.factories import ALICE, message, sf, simplify
+from chat.pipeline.types import NameDirectory, PrivacyLevel, UserBlock
+from chat.tests.factories import ALICE, BOB, CAROL, T0, message, sf, simplify
 
 
 @pytest.mark.parametrize(
@@ -126,3 +132,67 @@ def test_an_action_result_reaches_the_planner_without_raw_snowflakes() -> None:
     state = messages[1]["content"]
     assert "1. react: failed: the reaction failed: channel [id]: gone" in state
     assert "1191168914227200010" not in state
+
+
+def _prompt_input(seen, unread_ids, **overrides) -> PlannerPromptInput:
+    fields = {
+        "seen": seen,
+        "unread_ids": unread_ids,
+        "personas": [
+            PlannerPersona("Tomori", "You are {char}; {user} spoke last.", is_main=True),
+            PlannerPersona("Anon", "A guitarist."),
+        ],
+        "blocks": [],
+        "now": T0,
+        "privacy": {},
+        "blacklisted_user_ids": frozenset(),
+        "names": NameDirectory(),
+        "timezone": UTC,
+        "channel_name": "general",
+        "actions": [],
+        "iteration": 2,
+        "max_iterations": 5,
+    }
+    return PlannerPromptInput(**(fields | overrides))
+
+
+def test_the_planner_prompt_splits_read_and_unread_and_keys_them():
+    read, unread = message(1, "we met yesterday"), message(2, "anon, play something", author=BOB)
+
+    prompt = build_planner_prompt(_prompt_input([read, unread], {unread.id}))
+
+    system, state, events = (m["content"] for m in prompt.messages)
+    assert "#general" in system and "- Tomori: You are Tomori; Bob spoke last." in system
+    assert "ref_1 Alice: we met yesterday" in state
+    assert "You have 1 unread message." in events and "ref_2 Bob: anon, play something" in events
+    assert "This is step 2 of at most 5." in events
+    assert prompt.refs == {"ref_1": read.id, "ref_2": unread.id}
+
+
+def test_the_planner_never_shows_a_user_every_persona_blocked_or_a_private_one():
+    blocked, private = message(1, "blocked words", author=BOB), message(2, "private words")
+    kept = message(3, "hello all", author=CAROL)
+    blocks = [UserBlock("Tomori", BOB.id), UserBlock("Anon", BOB.id)]
+
+    prompt = build_planner_prompt(
+        _prompt_input(
+            [blocked, private, kept],
+            {kept.id},
+            blocks=blocks,
+            privacy={ALICE.id: PrivacyLevel.FULL},
+        )
+    )
+
+    text = str(prompt.messages)
+    assert "blocked words" not in text and "private words" not in text
+    assert "hello all" in text
+
+
+def test_a_user_blocked_by_one_persona_only_still_reaches_the_planner():
+    said = message(1, "still here", author=BOB)
+
+    prompt = build_planner_prompt(
+        _prompt_input([said], {said.id}, blocks=[UserBlock("Anon", BOB.id)])
+    )
+
+    assert "still here" in str(prompt.messages)

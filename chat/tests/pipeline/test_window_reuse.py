@@ -48,7 +48,6 @@ def busy_channel(**overrides: Any) -> dict[str, Any]:
         shard_reconnected_since=False,
         is_dm=False,
         dm_reactions_subscribed=False,
-        channel_idle=False,
     )
     inputs.update(overrides)
     return inputs
@@ -79,7 +78,6 @@ def _signals(**changes: Any) -> ChangeSignals:
     [
         (dict(previous=None), RestReason.NO_PREVIOUS_WINDOW),
         (dict(previous=PreviousWindow(messages=(), limit=80)), RestReason.NO_PREVIOUS_WINDOW),
-        (dict(channel_idle=True), RestReason.CHANNEL_IDLE),
         (dict(shard_connected=False), RestReason.SHARD_DISCONNECTED),
         (dict(shard_reconnected_since=True), RestReason.SHARD_RECONNECTED),
         (dict(is_dm=True), RestReason.DM_WITHOUT_REACTION_EVENTS),
@@ -148,7 +146,6 @@ def test_untrustworthy_window_sends_turn_to_rest_with_its_reason(
 def test_every_rest_reason_has_a_stable_code() -> None:
     assert {reason.name.lower(): reason.value for reason in RestReason} == {
         "no_previous_window": "no_previous_window",
-        "channel_idle": "channel_idle",
         "shard_disconnected": "shard_disconnected",
         "shard_reconnected": "shard_reconnected",
         "dm_without_reaction_events": "dm_without_reaction_events",
@@ -193,7 +190,6 @@ def _drop_window(inputs: Inputs) -> Inputs:
 CONDITIONS_IN_ORDER: list[tuple[RestReason, Callable[[Inputs], Inputs]]] = [
     (RestReason.SHARD_DISCONNECTED, lambda i: {**i, "shard_connected": False}),
     (RestReason.SHARD_RECONNECTED, lambda i: {**i, "shard_reconnected_since": True}),
-    (RestReason.CHANNEL_IDLE, lambda i: {**i, "channel_idle": True}),
     (RestReason.DM_WITHOUT_REACTION_EVENTS, lambda i: {**i, "is_dm": True}),
     (RestReason.NO_PREVIOUS_WINDOW, lambda i: {**i, "previous": None}),
     (RestReason.SHARD_RECONNECTED, _drop_window),

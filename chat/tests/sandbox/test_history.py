@@ -7,9 +7,9 @@ import time
 import discord
 import pytest
 
+from chat.pipeline.snowflakes import snowflake_from_ms
 from chat.sandbox import SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_USER_IDS
-from chat.sandbox.snowflake import snowflake_from_ms
 from chat.tests.sandbox.conftest import RecordingClient, RestCaller
 
 POETRY = DEMO_CHANNEL_IDS["poetry"]

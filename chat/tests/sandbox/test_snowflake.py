@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp, snowflake_time
+from chat.pipeline.snowflakes import snowflake_time
+from chat.sandbox.snowflake import SnowflakeGenerator, iso_timestamp
 
 NOON = datetime(2026, 7, 11, 12, 0, tzinfo=UTC).timestamp()
 

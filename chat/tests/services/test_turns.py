@@ -18,9 +18,9 @@ from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turns import turn_prepare, turn_run
 from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.e2e.conftest import eventually
-from chat.tests.factories import ALICE, BOB, message
+from chat.tests.factories import ALICE, BOB, TOMORI, message
 from chat.windows import WindowRegistry
-from personas.models import GuildConfig
+from personas.models import GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -349,3 +349,58 @@ async def test_queued_triggers_the_window_moved_past_read_further_back_once(benc
     for trigger, window in zip(queued, windows, strict=True):
         assert window["message_ids"][-1] == str(trigger.id)
         assert 14 <= len(window["message_ids"]) <= 20  # what was said before it
+
+
+async def test_each_streamed_piece_has_its_own_nonce_and_the_humanizer_applies(bench: Bench):
+    await Persona.objects.filter(id=bench.tomori.id).aupdate(force_lowercase=True)
+    bench.llm.enqueue(Reply("Tomori: One; two.\n\nThree FOUR.\n\nFive."))
+    trigger = bench.discord.post(chat(40, "tomori, count"))
+    persona = await Persona.objects.aget(id=bench.tomori.id)
+
+    turn = await turn_run(runtime=bench.runtime, request=await bench.request(trigger, persona))
+
+    assert [text for _, text, _, _ in bench.discord.delivered] == [
+        "one; two.",
+        "three four.",
+        "five.",
+    ]
+    assert [reply_to for _, _, reply_to, _ in bench.discord.delivered] == [trigger.id, None, None]
+    assert bench.discord.nonce_seeds == [f"{trigger.id}:{persona.id}:{n}" for n in range(3)]
+    assert turn.status == "replied" and len(turn.delivered_message_ids) == 3
+
+
+async def test_a_crash_between_pieces_is_reconciled_to_the_pieces_on_record(bench: Bench):
+    trigger = bench.discord.post(chat(40, "tomori, long story"))
+    first = bench.discord.post(
+        message(
+            41,
+            "first paragraph",
+            channel_id=CHANNEL,
+            author=TOMORI,
+            at=NOW,
+        )
+    )
+    turn = await Turn.objects.acreate(
+        channel_id=CHANNEL,
+        guild_id=GUILD_ID,
+        persona=bench.tomori,
+        persona_name="Tomori",
+        trigger_message_id=trigger.id,
+        reason="trigger_word",
+        status=Turn.Status.DELIVERING,
+        delivered_message_ids=[str(first.id)],
+    )
+    await MessageIndex.objects.acreate(
+        message_id=first.id, channel_id=CHANNEL, guild_id=GUILD_ID, persona=bench.tomori
+    )
+
+    settled = await turns_reconcile_interrupted(port=bench.discord, on_shard=lambda _: True)
+
+    await turn.arefresh_from_db()
+    assert settled == Reconciled(replied=1)
+    assert turn.status == "replied" and turn.delivered_message_ids == [str(first.id)]
+    assert "stopped while the reply was being delivered" in turn.error
+    assert bench.discord.delivered == []  # nothing sent again
+    assert await sync_to_async(turn_already_answered)(
+        trigger_id=trigger.id, persona_id=bench.tomori.id
+    )

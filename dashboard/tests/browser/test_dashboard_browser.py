@@ -115,6 +115,7 @@ async def test_an_admin_creates_a_persona_in_the_browser_and_it_answers_in_the_s
     trigger = world.say("I brought a cucumber for you")
     [reply] = await eventually(lambda: replies_from(world, "Mutsumi"))
     assert reply["webhook_id"] is not None
+    await world.drained()  # the delivery is recorded after Discord has the reply
     assert await sync_to_async(answered_triggers)("Mutsumi") == [int(trigger["id"])]
     assert world.llm.chat_bodies[-1]["messages"][0]["content"] == PROMPT_START + PROMPT_END
 
@@ -135,8 +136,11 @@ async def test_an_admin_creates_a_persona_in_the_browser_and_it_answers_in_the_s
     # The other screens, with a block added through its form.
     await page.click("nav.tabs >> text=Channels")
     await page.screenshot(path=screenshots / "channels.png", full_page=True)
-    await page.click(f"text={GENERAL}")
-    await page.screenshot(path=screenshots / "channel.png", full_page=True)
+    await page.click("table >> text=#general")  # channels by name (the id in its tooltip)
+    await expect(page.locator("h1 .name.channel")).to_have_attribute(
+        "title", f"channel id {GENERAL}"
+    )
+    await page.screenshot(path=screenshots / "channel-settings.png", full_page=True)
     await page.click("nav.tabs >> text=Blocks")
     await page.select_option("#id_persona", "Mutsumi")
     await page.fill("#id_user_id", "1191168914227200101")

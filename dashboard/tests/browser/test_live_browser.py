@@ -55,7 +55,7 @@ async def test_a_moderator_watches_a_channel_previews_a_message_and_replays_the_
     await page.goto(f"{live_site}/")
     await expect(page.locator(".guild-overview .gateway")).to_contain_text("shard 0 of 1")
     await expect(page.locator(".guild-overview .latency")).to_contain_text("ms")
-    await page.screenshot(path=screenshots / "overview.png", full_page=True)
+    await expect(page.locator(".guild-overview .channels")).to_contain_text("#general")
 
     # The channel page: a message said in the sandbox appears, then the turn and its reply,
     # pushed over the socket: the page is never reloaded.
@@ -121,6 +121,11 @@ async def test_a_moderator_watches_a_channel_previews_a_message_and_replays_the_
     await expect(answers).to_contain_text("Replied (trigger_word (tomori))")
     await expect(answers).to_contain_text("No trigger rule fired")
     await page.screenshot(path=screenshots / "why.png", full_page=True)
+
+    # Back on the overview: the channels by name, the turn among the latest.
+    await page.goto(f"{live_site}/")
+    await expect(page.locator(".guild-overview .turn-list").first).to_contain_text(f"#{turn.pk}")
+    await page.screenshot(path=screenshots / "overview.png", full_page=True)
 
 
 async def test_an_admin_types_in_the_playground_and_watches_the_reply_arrive(

@@ -25,7 +25,7 @@ from botproject.events import (
     publish,
 )
 from chat.heartbeats import worker_heartbeat_record
-from chat.llm.fake_server import Fault, FaultKind
+from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.models import UnreadEvent
 from chat.tests.e2e.conftest import ALICE, GENERAL
 from dashboard.access import MODERATORS_GROUP
@@ -176,4 +176,27 @@ async def test_the_window_appears_while_the_model_is_still_answering(dashboard_o
     # The same frame, rendered as the window was recorded: the model has not answered yet.
     assert '<span class="status running">running</span>' in _section(frame, "channel-turns")
     await _receive_until(socket, '<span class="status replied">replied</span>')
+    await socket.disconnect()
+
+
+async def test_the_channel_page_shows_a_streaming_turn_piece_by_piece(dashboard_on_world):
+    world = dashboard_on_world
+    paragraphs = ["A first paragraph, out early.", "A second one, later.", "The end."]
+    world.llm.enqueue(
+        Reply("\n\n".join(paragraphs), pace=StreamPace(first_token_s=0.1, words_per_s=5))
+    )
+    await world.start_worker(stream=True)
+    session = await sync_to_async(_session_cookie)("mo", moderator=True)
+    socket = _socket(f"/ws/channels/{GENERAL}/", session)
+    assert (await socket.connect())[0]
+    await socket.receive_from(timeout=RECEIVE)
+    world.say("tomori, tell me slowly")
+
+    frame = await _receive_until(socket, paragraphs[0])
+    turns = _section(frame, "channel-turns")
+    # The first paragraph is shown while the model is still writing the rest.
+    assert '<span class="status delivering">delivering</span>' in turns
+    assert paragraphs[1] not in turns
+    frame = await _receive_until(socket, '<span class="status replied">replied</span>')
+    assert paragraphs[2] in _section(frame, "channel-turns")
     await socket.disconnect()

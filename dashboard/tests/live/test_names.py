@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.template import Context, Template
 
-from chat.models import DiscordName, Turn, WorkerHeartbeat
+from chat.models import DiscordName, EventQueue, Turn, WorkerHeartbeat
 
 GUILD = 1100000000000000001
 GENERAL = 1200000000000000001
@@ -108,3 +109,28 @@ def test_a_user_with_full_privacy_is_never_shown_by_name(moderator_client, admin
 def test_an_id_nobody_named_yet_is_shown_as_the_id(moderator_client, named):
     html = moderator_client.get("/channels/1200000000000000002/").content.decode()
     assert '<span class="name channel unnamed" title="channel id 1200000000000000002 (no' in html
+
+
+def test_the_why_pickers_messages_read_as_who_said_what(moderator_client, named):
+    EventQueue.objects.create(
+        channel_id=GENERAL,
+        message_id=named.trigger_message_id,
+        guild_id=GUILD,
+        event={},  # consumed: only the key is kept
+        status=EventQueue.Status.CONSUMED,
+    )
+    html = moderator_client.get("/why/").content.decode()
+    recent = html.split("Recent messages", 1)[1]
+    assert _named(recent, "Alice", ALICE) and _named(recent, "#general", GENERAL)
+    assert "“tomori, how are you doing on this fine morning after the long rehearsal last…”" in (
+        recent
+    )
+    assert f'title="message id {named.trigger_message_id}"' in recent
+
+
+def test_a_user_without_a_kept_name_falls_back_to_the_name_on_their_message(named):
+    page = Template('{% load names %}{% user_name 42 "Zed" %}|{% user_name hidden "Leak" %}')
+    html = page.render(Context({"hidden": HIDDEN}))
+    unknown, hidden = html.split("|")
+    assert 'title="user id 42"' in unknown and ">Zed<" in unknown
+    assert ">a user with full privacy<" in hidden and "Leak" not in hidden

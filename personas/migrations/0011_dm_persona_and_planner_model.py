@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('personas', '0009_persona_text_completion'),
+        ('personas', '0010_chat_presets'),
     ]
 
     operations = [

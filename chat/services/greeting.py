@@ -1,0 +1,74 @@
+"""A persona greets a channel: an admin's first message (a card's ``first_mes`` or a greeting
+they write), posted as the persona and recorded as a turn.
+
+The greeting answers no message, so the turn has no trigger and asks no model; it is a turn all
+the same (reason ``greeting``), so moderators find it with the others, and its messages are
+indexed as the persona's: the persona's later turns read the greeting as its own line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from asgiref.sync import sync_to_async
+
+from botproject.events import TurnFinished, channel_group, publish
+from chat.models import Turn
+from chat.pipeline.triggers import TurnReason
+from chat.ports import DeliveryError, DiscordPort
+from chat.services.turn_delivery import persona_speaker
+from chat.services.turn_record import ms_since, turn_delivered_record, turn_save
+from personas.models import Persona
+
+GREETING_MAX = 4_000
+"""Characters of one greeting (at most two Discord messages)."""
+
+
+async def persona_greet(
+    *, port: DiscordPort, persona: Persona, channel_id: int, text: str, by: str = ""
+) -> Turn:
+    """Post ``text`` as ``persona`` in ``channel_id`` and return its `Turn`.
+
+    Steps: record the turn (reason ``greeting``; ``by`` names who asked, for the record),
+    deliver as the persona (the bot account for the main persona, else its webhook), record
+    the delivered messages as the persona's, publish ``turn.finished``. A delivery Discord
+    refuses ends the turn ``failed`` with the error; nothing raises for it.
+
+    Raises:
+        ValueError: ``text`` is blank or longer than `GREETING_MAX`.
+    """
+    text = text.strip()
+    if not text or len(text) > GREETING_MAX:
+        raise ValueError(f"a greeting has 1 to {GREETING_MAX:,} characters")
+    turn = await sync_to_async(_greeting_turn)(persona, channel_id, text, by)
+    started = time.perf_counter()
+    try:
+        delivered = await port.deliver(
+            channel_id=channel_id, speaker=persona_speaker(persona), text=text, reply_to=None
+        )
+    except DeliveryError as error:
+        turn.deliver_ms = ms_since(started)
+        turn.status, turn.error = Turn.Status.FAILED, f"delivery failed: {error}"
+        await sync_to_async(turn_save)(turn)
+    else:
+        turn.deliver_ms = ms_since(started)
+        turn.delivered_message_ids = [str(item.message_id) for item in delivered]
+        turn.status = Turn.Status.REPLIED
+        await sync_to_async(turn_delivered_record)(turn, delivered)
+    await publish(
+        channel_group(channel_id),
+        TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status),
+    )
+    return turn
+
+
+def _greeting_turn(persona: Persona, channel_id: int, text: str, by: str) -> Turn:
+    return Turn.objects.create(
+        guild_id=persona.guild.guild_id,
+        channel_id=channel_id,
+        persona=persona,
+        persona_name=persona.name,
+        reason=TurnReason.GREETING,
+        reason_detail={"by": by} if by else {},
+        reply_text=text,
+    )
