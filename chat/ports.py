@@ -206,3 +206,17 @@ class SandboxControl(Protocol):
     async def say(self, channel_id: int, author_id: int, content: str) -> dict[str, Any]:
         """Post ``content`` as ``author_id``; returns the message. Raises `SandboxRefused`."""
         ...
+
+    async def run_command(
+        self,
+        channel_id: int,
+        author_id: int,
+        name: str,
+        options: dict[str, Any],
+        *,
+        target_message_id: int | None = None,
+    ) -> dict[str, Any]:
+        """Run a slash command (``memory add``) or, with ``target_message_id``, a message
+        command as ``author_id``; returns the interaction and the bot's answers once answered
+        (or after 5 s). Raises `SandboxRefused` (an unknown command, a missing option…)."""
+        ...

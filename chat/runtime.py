@@ -174,6 +174,22 @@ class _SandboxControl:
         except ControlError as error:
             raise SandboxRefused(str(error)) from None
 
+    async def run_command(
+        self,
+        channel_id: int,
+        author_id: int,
+        name: str,
+        options: dict[str, Any],
+        *,
+        target_message_id: int | None = None,
+    ) -> dict[str, Any]:
+        try:
+            return await self._client.run_command(
+                channel_id, author_id, name, options, target_message_id=target_message_id
+            )
+        except ControlError as error:
+            raise SandboxRefused(str(error)) from None
+
 
 @contextlib.asynccontextmanager
 async def sandbox_control(base_url: str) -> AsyncIterator[SandboxControl]:

@@ -119,14 +119,12 @@ def build_client(
         )
         client.scheduler.start()
         runtimes.append(runtime)
-        synced = await tree.sync_commands(
-            guild_ids=await sync_to_async(selectors.configured_guild_ids)(),
-            global_scope=settings.DISCORD_GLOBAL_COMMANDS,
-        )
+        synced = await _sync_commands(tree)
         logger.info("slash commands synced (%s scope(s))", synced)
 
         async def config_changed(message: Mapping[str, Any]) -> None:
             await _load_main_personas(client)
+            await _sync_commands(tree)  # a guild configured since gets the commands
             runtime.previous_contexts.clear()
             logger.info("configuration changed; reloaded")
 
@@ -176,6 +174,15 @@ async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str
     finally:
         with contextlib.suppress(DatabaseError):
             await asyncio.shield(sync_to_async(worker_heartbeat_clear)(holder=holder))
+
+
+async def _sync_commands(tree: PersonaCommandTree) -> int:
+    """Register the slash commands for every configured guild not synced yet (or globally,
+    with ``DISCORD_GLOBAL_COMMANDS``); how many scopes were synced now."""
+    return await tree.sync_commands(
+        guild_ids=await sync_to_async(selectors.configured_guild_ids)(),
+        global_scope=settings.DISCORD_GLOBAL_COMMANDS,
+    )
 
 
 async def _load_main_personas(client: PersonaBotClient) -> None:

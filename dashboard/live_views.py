@@ -316,6 +316,50 @@ def _why_json(answer: WhyAnswer) -> dict[str, Any]:
     }
 
 
+def _playground_command(
+    request: HttpRequest, world: dict[str, Any], channel_id: int | None, author_id: int | None
+) -> HttpResponse:
+    """Run the typed slash command as the demo user; the bot's answer is shown to them alone,
+    as Discord shows an ephemeral answer: in place with htmx, else on the page."""
+    answer = error = None
+    try:
+        if author_id is None or channel_id is None:
+            raise ValueError("choose a channel and a user")
+        name, options, target = sandbox_playground.parse_command(request.POST["command"])
+        answer = async_to_sync(sandbox_playground.run_command)(
+            settings.DISCORD_API_BASE,
+            channel_id,
+            author_id,
+            name,
+            options,
+            target_message_id=target,
+        )
+        if not answer["answered"]:
+            error = f"/{name}: the bot did not answer within 5 seconds (is the worker running?)"
+    except (ValueError, sandbox_playground.SandboxUnavailable) as problem:
+        error = str(problem)
+    context = {"command_answer": answer, "command_error": error}
+    if request.htmx:
+        return render(request, "dashboard/_playground_command_answer.html", context)
+    window = selectors.channel_window(channel_id=channel_id) if channel_id else None
+    return render(
+        request,
+        "dashboard/playground.html",
+        {
+            "world": world,
+            "channels": sandbox_playground.channels(world),
+            "users": sandbox_playground.users(world),
+            "channel_id": channel_id,
+            "author_id": author_id,
+            "window": window,
+            "command_text": request.POST["command"],
+            **context,
+            **(_playground_chat_context(channel_id) if channel_id else {}),
+        },
+        status=400 if error else 200,
+    )
+
+
 def _fetch_over_rest(channel_id: int, message_id: int) -> HistoryMessage | None:
     return async_to_sync(message_fetch)(channel_id=channel_id, message_id=message_id)
 
@@ -351,6 +395,8 @@ def playground(request: HttpRequest) -> HttpResponse:
     channel_id = channel_id or (channels[0][0] if channels else None)
     author_id = parse_id(request.POST.get("author") or request.GET.get("as"))
     sent = error = None
+    if request.method == "POST" and "command" in request.POST:
+        return _playground_command(request, world, channel_id, author_id)
     if request.method == "POST":
         content = request.POST.get("content", "").strip()
         if author_id is None or channel_id is None or not content:

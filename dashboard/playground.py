@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,60 @@ async def say(api_base: str, channel_id: int, author_id: int, content: str) -> d
         raise SandboxUnavailable(f"the sandbox refused: {error}") from None
     except (OSError, aiohttp.ClientError) as error:
         raise SandboxUnavailable(f"the sandbox is not reachable: {error}") from None
+
+
+async def run_command(
+    api_base: str,
+    channel_id: int,
+    author_id: int,
+    command: str,
+    options: dict[str, str],
+    *,
+    target_message_id: int | None = None,
+) -> dict[str, Any]:
+    """Run the slash command as ``author_id`` in the sandbox channel; returns the interaction
+    with the bot's answers (the control API's record), once answered or after 5 seconds.
+
+    Raises `SandboxUnavailable` when the sandbox is gone or refuses (an unknown command, a
+    missing option: its message says which)."""
+    try:
+        async with sandbox_control(control_base(api_base)) as api:
+            return await api.run_command(
+                channel_id, author_id, command, options, target_message_id=target_message_id
+            )
+    except SandboxRefused as error:
+        raise SandboxUnavailable(f"the sandbox refused: {error}") from None
+    except (OSError, aiohttp.ClientError) as error:
+        raise SandboxUnavailable(f"the sandbox is not reachable: {error}") from None
+
+
+_OPTION = re.compile(r"(?:^|\s)([a-z_]+):")
+
+
+def parse_command(text: str) -> tuple[str, dict[str, str], int | None]:
+    """A command typed as in Discord: ``/memory add text: I like tea``, ``/privacy level:full``,
+    or the message command ``Why (not)? message:<id>``. Returns (name with subcommands,
+    options, target message id). Raises ValueError saying what is wrong."""
+    text = text.strip().removeprefix("/").strip()
+    if not text:
+        raise ValueError("type a command, e.g. /persona list")
+    found = list(_OPTION.finditer(text))
+    name = " ".join((text[: found[0].start()] if found else text).split())
+    options: dict[str, str] = {}
+    for index, match in enumerate(found):
+        end = found[index + 1].start() if index + 1 < len(found) else len(text)
+        options[match.group(1)] = text[match.end() : end].strip()
+    if not name:
+        raise ValueError(f"{text!r} names no command")
+    target = None
+    if "message" in options and name.lower().startswith("why"):
+        raw = options.pop("message")
+        if not raw.isdigit():
+            raise ValueError(f"message:{raw} is not a message id")
+        target = int(raw)
+    elif name.lower().startswith("why"):
+        raise ValueError("Why (not)? needs the message: Why (not)? message:<message id>")
+    return name, options, target
 
 
 def channels(world: dict[str, Any]) -> list[tuple[int, str]]:

@@ -1,6 +1,6 @@
 """Slash commands and the "Why (not)?" message command, through discord.py's `app_commands`.
 
-Each callback is three lines: call a service of `chat.command_services` with plain arguments
+Each callback is three lines: call a service of `chat.services.commands` with plain arguments
 (through `answer`, which defers when the work takes longer than `DEFER_AFTER` seconds, so the
 first answer always comes within Discord's 3 s), and send its result ephemerally. Every rule,
 the permission checks included, is in the services: ``default_permissions`` only decides what
@@ -26,9 +26,9 @@ from asgiref.sync import sync_to_async
 from discord import app_commands
 from django.utils import timezone
 
-from chat import command_services as services
-from chat.command_services import CommandRateLimit, CommandRefused
 from chat.pipeline.types import HistoryMessage
+from chat.services import commands as services
+from chat.services.commands import CommandRateLimit, CommandRefused
 from chat.services.turn_request import TurnRuntime
 
 logger = logging.getLogger(__name__)
@@ -104,6 +104,8 @@ class PersonaCommandTree(app_commands.CommandTree):
         super().__init__(client)
         self._runtime = runtime
         self.rate_limit = rate_limit or CommandRateLimit()
+        self.synced: set[int | None] = set()
+        """The scopes synced so far (guild ids; None: global)."""
         self.add_command(privacy_command)
         self.add_command(MemoryGroup())
         self.add_command(PersonaGroup())
@@ -142,20 +144,25 @@ class PersonaCommandTree(app_commands.CommandTree):
             logger.warning("could not tell the member that %s failed", _command_name(interaction))
 
     async def sync_commands(self, *, guild_ids: Iterable[int], global_scope: bool) -> int:
-        """Register the commands with Discord: as guild commands of each of ``guild_ids``
-        (shown at once), or globally. Returns how many scopes were synced."""
-        if global_scope:
-            await self.sync()
-            return 1
+        """Register the commands with Discord: as guild commands of each of ``guild_ids`` not
+        synced yet by this worker (shown at once), or globally once. A guild Discord refuses
+        (the bot is not in it) is logged and tried again at the next call. Returns how many
+        scopes were synced now."""
+        scopes: list[int | None] = [None] if global_scope else list(guild_ids)
         count = 0
-        for guild_id in guild_ids:
-            guild = discord.Object(guild_id)
-            self.copy_global_to(guild=guild)
+        for guild_id in scopes:
+            if guild_id in self.synced:
+                continue
+            guild = None if guild_id is None else discord.Object(guild_id)
+            if guild is not None:
+                self.copy_global_to(guild=guild)
             try:
                 await self.sync(guild=guild)
-                count += 1
-            except discord.HTTPException:
-                logger.warning("could not sync the slash commands of guild %s", guild_id)
+            except discord.HTTPException as error:
+                logger.warning("could not sync the slash commands of %s: %s", guild_id, error)
+                continue
+            self.synced.add(guild_id)
+            count += 1
         return count
 
 

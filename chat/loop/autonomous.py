@@ -101,6 +101,11 @@ class ChannelConversation:
     def ordered(self) -> list[HistoryMessage]:
         return [self.messages[i] for i in sorted(self.messages)]
 
+    def forget_through(self, marker_id: int) -> None:
+        """Forget the messages said at or before a ``/reset`` (``marker_id``)."""
+        for message_id in [i for i in self.messages if i <= marker_id]:
+            del self.messages[message_id]
+
 
 @dataclass
 class _Step:
@@ -166,6 +171,9 @@ class AutonomousLoop:
         state = self.conversation(channel_id)
         if not state.seeded:
             await self._seed(configuration, state)
+        reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel_id)
+        if reset is not None:  # the personas see only what was said after a /reset
+            state.forget_through(reset.marker_id)
         loop_id = uuid.uuid4().hex
         group = channel_group(channel_id)
         for iteration in range(1, MAX_LOOP_ITERATIONS + 1):

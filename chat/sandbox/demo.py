@@ -6,6 +6,7 @@ name them across restarts:
     guild     Sandbox Café   DEMO_GUILD_ID
     channels  #general  #poetry  #autonomous          DEMO_CHANNEL_IDS["general"], …
     users     alice  bob  carol                       DEMO_USER_IDS["alice"], …
+    role      Moderators (alice): Manage Messages, Manage Server
     bot       Tomori                                  DEMO_BOT_ID
 """
 
@@ -28,6 +29,11 @@ DEMO_BOT_ID = _demo_id(1)
 DEMO_GUILD_ID = _demo_id(2)
 DEMO_CHANNEL_IDS = {"general": _demo_id(10), "poetry": _demo_id(11), "autonomous": _demo_id(12)}
 DEMO_USER_IDS = {"alice": _demo_id(20), "bob": _demo_id(21), "carol": _demo_id(22)}
+DEMO_MODERATOR_ROLE_ID = _demo_id(30)
+DEMO_MODERATORS = ("alice",)
+"""Members holding the Moderators role (Manage Messages, Manage Server): they may run /reset,
+/prompt and "Why (not)?"."""
+MODERATOR_PERMISSIONS = (1 << 13) | (1 << 5)
 
 _CHANNEL_TOPICS = {
     "general": "Talk to the personas here.",
@@ -46,7 +52,15 @@ def demo_sandbox(
         sandbox.add_text_channel(
             DEMO_GUILD_ID, name, channel_id=channel_id, topic=_CHANNEL_TOPICS[name]
         )
+    moderators = sandbox.add_role(
+        DEMO_GUILD_ID,
+        "Moderators",
+        permissions=MODERATOR_PERMISSIONS,
+        role_id=DEMO_MODERATOR_ROLE_ID,
+    )
     for name, user_id in DEMO_USER_IDS.items():
         sandbox.add_user(name, user_id=user_id, global_name=name.capitalize())
-        sandbox.add_member(DEMO_GUILD_ID, user_id)
+        sandbox.add_member(
+            DEMO_GUILD_ID, user_id, role_ids=[moderators] if name in DEMO_MODERATORS else []
+        )
     return sandbox

@@ -302,7 +302,7 @@ class Interactions:
         Returns the ``with_response`` body: the interaction and the message it created."""
         record = self._records.get(interaction_id)
         if record is None or not secrets.compare_digest(record.token, token):
-            raise unknown(ErrorCode.UNKNOWN_INTERACTION)
+            raise DiscordAPIError(404, ErrorCode.UNKNOWN_INTERACTION, "Unknown interaction")
         seconds = self._clock() - record.started
         if record.acknowledged:
             raise DiscordAPIError(
@@ -311,7 +311,7 @@ class Interactions:
                 "Interaction has already been acknowledged.",
             )
         if seconds > ACK_SECONDS:
-            raise unknown(ErrorCode.UNKNOWN_INTERACTION)
+            raise DiscordAPIError(404, ErrorCode.UNKNOWN_INTERACTION, "Unknown interaction")
         kind = body.get("type")
         if kind not in (CALLBACK_MESSAGE, CALLBACK_DEFERRED):
             raise DiscordAPIError(
@@ -422,7 +422,9 @@ class Interactions:
             for command in self._commands.get((application_id, scope), []):
                 if command["name"] == name and command["type"] == kind:
                     return command
-        raise unknown(ErrorCode.UNKNOWN_APPLICATION_COMMAND)
+        raise DiscordAPIError(
+            404, ErrorCode.UNKNOWN_APPLICATION_COMMAND, f"Unknown application command: {name}"
+        )
 
     def _live(self, application_id: int, token: str) -> InteractionRecord:
         """The interaction behind an interaction webhook, once acknowledged and while its

@@ -309,10 +309,12 @@ class Sandbox:
         data = {**member_payload(member, user=self._user(user_id)), "guild_id": str(guild_id)}
         self._publish("GUILD_MEMBER_UPDATE", data, guild_id)
 
-    def add_role(self, guild_id: int, name: str, *, permissions: int) -> int:
+    def add_role(
+        self, guild_id: int, name: str, *, permissions: int, role_id: int | None = None
+    ) -> int:
         """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
         guild = self._guild(guild_id)
-        role_id = self._snowflakes.next_id()
+        role_id = role_id or self._snowflakes.next_id()
         guild.roles[role_id] = Role(role_id, name, permissions, position=len(guild.roles))
         return role_id
 

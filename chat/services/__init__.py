@@ -13,4 +13,6 @@
 - `message_index`: a proxy system's messages in the message index.
 - `retention`: records past their keeping time deleted in bounded batches.
 - `discord_names`: the names of guilds, channels, threads and users, kept from the gateway.
+- `commands`: what the slash commands do (privacy, memory, personas, reset, prompt, why), with
+  their permission checks and rate limit.
 """

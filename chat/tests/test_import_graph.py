@@ -38,7 +38,6 @@ LAYERS: dict[str, int] = {
     "botproject.events": 1,
     "botproject.failures": 1,
     "chat.services": 2,
-    "chat.command_services": 2,
     "chat.why": 2,
     "chat.leases": 2,
     "chat.heartbeats": 2,

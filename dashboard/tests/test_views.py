@@ -13,8 +13,8 @@ from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
 from botproject.events import CONTROL_GROUP
-from chat.command_services import privacy_set
 from chat.pipeline.tokens import default_token_counter
+from chat.services.commands import privacy_set
 from personas.config_schema import CONFIG_FILE_MAX_BYTES
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_export
@@ -41,6 +41,9 @@ def persona_post(**overrides) -> dict:
         "note_depth": "4",
         "prefill": "",
         "deliberate_tool_mode": "on",
+        "tools_enabled": "on",
+        "stm_refresh_every": "5",
+        "delivery_mode": "paragraphs",
         "llm_model": "",
         "temperature": "0.7",
         "max_output_tokens": "512",

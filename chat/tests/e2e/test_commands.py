@@ -9,11 +9,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from chat.command_services import CommandRateLimit
 from chat.models import ChannelResetMarker, Memory, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
-from chat.sandbox.interactions import ACK_SECONDS, InteractionRecord
+from chat.sandbox.interactions import ACK_SECONDS, CALLBACK_DEFERRED, InteractionRecord
+from chat.services.commands import CommandRateLimit
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, World, eventually
 from chat.why import why_message
 from personas.models import PrivacySource, UserPrivacy
@@ -247,6 +247,21 @@ async def test_prompt_sends_the_dry_run_request_as_a_file_and_changes_nothing(wo
     assert "Bob: [ref_3] what a lovely evening" in prompt_text(body)
     assert await sync_to_async(Turn.objects.count)() == turns_before
     assert len(world.llm.chat_bodies) == calls_before
+
+
+async def test_a_slow_command_is_deferred_within_three_seconds_then_answered(world):
+    await world.start_worker()
+    world.say("what a lovely evening", author=BOB)
+    await world.drained()
+    world.sandbox.hold_responses("GET", "/channels/{channel_id}/messages", 2.5, count=5)
+
+    record = await run(world, "prompt", {"persona": "Tomori"})  # alice moderates the demo
+
+    deferral, edit = record.answers
+    assert (deferral.via, deferral.type) == ("callback", CALLBACK_DEFERRED)
+    assert deferral.seconds < ACK_SECONDS and deferral.ephemeral
+    assert edit.via == "original" and edit.seconds > 2.5
+    assert [f.filename for f in edit.files] == ["prompt-tomori.json"]
 
 
 async def test_prompt_refuses_an_unknown_persona_and_a_member_without_manage_server(world):

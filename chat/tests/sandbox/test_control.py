@@ -19,7 +19,8 @@ from django.core.management.base import CommandError
 from chat.sandbox import SandboxServer
 from chat.sandbox.control import ControlClient, ControlError, find_channel_id, find_user_id
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS
-from chat.tests.sandbox.conftest import RecordingClient
+from chat.tests.sandbox.conftest import RecordingClient, running
+from chat.tests.sandbox.test_interactions import CommandClient
 
 GENERAL = DEMO_CHANNEL_IDS["general"]
 ALICE = DEMO_USER_IDS["alice"]
@@ -181,6 +182,24 @@ async def test_sandboxsay_explains_what_went_wrong(server: SandboxServer) -> Non
         await say("--url", server.base_url, "--channel", "lobby", "hi")
     with pytest.raises(CommandError, match=r"no sandbox answers at http://127\.0\.0\.1:9 "):
         await say("--url", "http://127.0.0.1:9", "hi")
+
+
+async def test_sandboxsay_runs_a_slash_command_and_prints_the_answer(
+    server: SandboxServer,
+) -> None:
+    async with running(CommandClient(), server.token) as client:
+        await client.tree.sync()
+        output = await say(
+            "--url", server.base_url, "--as", "bob", "--command", "/echo", "--option", "text=hi"
+        )
+        with pytest.raises(CommandError, match=r"--option 'text': write it as NAME=VALUE"):
+            await say("--url", server.base_url, "--command", "echo", "--option", "text")
+        with pytest.raises(CommandError, match=r"/echo has no option 'txt'"):
+            await say("--url", server.base_url, "--command", "echo", "--option", "txt=hi")
+
+    assert output.strip() == "echo: hi"
+    [record] = server.sandbox.interactions.records()
+    assert (record.user_id, record.command, record.content) == (BOB, "echo", "echo: hi")
 
 
 async def manage(*args: str) -> asyncio.subprocess.Process:

@@ -100,11 +100,11 @@ async def test_global_sync_then_a_chat_command_is_answered_ephemerally(
 ) -> None:
     async with running(CommandClient(), server.token) as client:
         await client.tree.sync()
-        record = server.sandbox.interactions.run(GENERAL, ALICE, "echo", {"text": "hi"})
+        record = server.sandbox.interactions.run(GENERAL, BOB, "echo", {"text": "hi"})
         seen = await asyncio.wait_for(client.seen.get(), 5)
         await answered(server, record)
 
-    assert seen.user.id == ALICE and seen.channel_id == GENERAL
+    assert seen.user.id == BOB and seen.channel_id == GENERAL
     assert seen.permissions.send_messages and not seen.permissions.manage_messages
     assert seen.app_permissions.administrator
     [answer] = record.answers

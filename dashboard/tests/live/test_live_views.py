@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from chat.command_services import channel_reset
 from chat.models import EventQueue, Turn, UnreadEvent, WorkerHeartbeat
+from chat.services.commands import channel_reset
 from dashboard.selectors import TurnFilters, turns_filtered
 from personas.models import UserPrivacy
 

@@ -3,10 +3,12 @@ sending without JavaScript, and persona replies pushed over the socket as they a
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
@@ -93,3 +95,49 @@ async def test_only_admins_get_the_playground_socket(dashboard_on_world):
     socket = _socket(f"/ws/playground/{GENERAL}/", session)
     connected, code = await socket.connect()
     assert not connected and code == 4403
+
+
+async def _in_own_thread(call, *args, **kwargs):
+    """Run a dashboard request in a thread of its own (closing its database connection after):
+    the view waits for the worker's answer, and the worker's database work runs on the
+    thread `sync_to_async` would otherwise block."""
+
+    def request():
+        try:
+            return call(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(request)
+
+
+async def test_the_command_box_runs_a_slash_command_as_the_demo_user(dashboard_on_world):
+    world = dashboard_on_world
+    await world.start_worker()
+    admin = await sync_to_async(make_client)("ada", staff=True)
+
+    page = await _in_own_thread(
+        admin.post,
+        "/playground/",
+        {"channel": GENERAL, "author": ALICE, "command": "/memory add text: I like green tea"},
+    )
+    answer = await _in_own_thread(
+        admin.post,
+        "/playground/",
+        {"channel": GENERAL, "author": ALICE, "command": "/memory show"},
+        HTTP_HX_REQUEST="true",
+    )
+    refused = await _in_own_thread(
+        admin.post, "/playground/", {"channel": GENERAL, "author": BOB, "command": "/nope"}
+    )
+
+    assert page.status_code == 200
+    assert "Remembered: 1. I like green tea" in page.content.decode()
+    assert 'id="command-form"' in page.content.decode()
+    html = answer.content.decode()
+    assert html.startswith('<div id="command-answer"') and "/memory show · only you can see" in html
+    assert "1. I like green tea — added by you with /memory" in html
+    assert refused.status_code == 400
+    assert "Unknown application command: nope" in refused.content.decode()
+    [interaction, *_] = world.sandbox.sandbox.interactions.records()
+    assert (interaction.user_id, interaction.command) == (ALICE, "memory add")

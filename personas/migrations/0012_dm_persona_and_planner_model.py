@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('personas', '0010_chat_presets'),
+        ('personas', '0011_persona_greetings'),
     ]
 
     operations = [
