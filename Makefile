@@ -35,8 +35,10 @@ run: migrate
 
 # `make test` is the whole suite and names its slowest 25 tests; `make test-fast` leaves out
 # the slow tiers (the end-to-end worker, the browser, the real Celery worker: pytest markers)
-# and tries each Hypothesis property on 20 examples instead of 100.
+# and tries each Hypothesis property on 20 examples instead of 100, in FAST_WORKERS processes
+# (pytest-xdist; a module's tests stay in one process).
 SLOW_TIERS := e2e or browser or celery
+FAST_WORKERS ?= 2
 
 test: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
@@ -46,7 +48,8 @@ test: $(VENV)/.installed services | var/staticfiles
 test-fast: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --durations=10 -m "not ($(SLOW_TIERS))" --hypothesis-profile=fast
+	$(BIN)/python -m pytest -q --durations=10 -m "not ($(SLOW_TIERS))" --hypothesis-profile=fast \
+		-n $(FAST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

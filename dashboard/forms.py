@@ -1,7 +1,12 @@
 """Dashboard forms: thin wrappers over the configuration file's schema.
 
-A form only turns HTML inputs into the JSON row ``importconfig`` would read (text to numbers,
-comma lists to lists, empty to ``null``); every rule (ranges, enums, ids, time zones,
+A form edits one row of the configuration file (``personas[]``, ``channels[]``, …). Each form
+field shows one key of the row (`Shown`: its JSON path and, where the input's spelling
+differs, how a value crosses); the row's keys and the model columns holding them are declared
+once, in `personas.config_fields`. Editing an existing row starts from that row as the export
+writes it, so a key the form does not show is kept as it is. A form only turns HTML inputs into
+the row ``importconfig`` would read (text to numbers, comma lists to lists, empty to ``null``,
+the browser's ``\r\n`` line breaks to ``\n``); every rule (ranges, enums, ids, time zones,
 cross-field checks) is the import's own: ``clean`` validates the row with
 ``personas.config_schema.parse_config_row`` and puts each problem on the field its JSON path
 names. A valid form holds the row's pydantic spec in ``spec``, ready for the save service.
@@ -9,31 +14,97 @@ names. A valid form holds the row's pydantic spec in ``spec``, ready for the sav
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django import forms
+from django.db import models
 
+from personas.config_fields import (
+    BLOCK_SETTINGS,
+    CHANNEL_SETTINGS,
+    GUILD_SETTINGS,
+    PERSONA_SETTINGS,
+    USER_SETTINGS,
+    Setting,
+    path_get,
+    path_set,
+    row_from_instance,
+)
 from personas.config_schema import (
     ConfigError,
     RowCollection,
     parse_config_row,
 )
 from personas.models import (
-    Block,
     BlockType,
-    ChannelConfig,
     ChannelMode,
     DeliveryMode,
-    GuildConfig,
-    Persona,
     PrivacyLevel,
 )
 
 
+def _same(value: Any) -> Any:
+    return value
+
+
 def _comma_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _comma_text(values: list[str] | None) -> str:
+    return ", ".join(values or [])
+
+
+def _stripped_or_none(text: str) -> str | None:
+    return text.strip() or None
+
+
+def _none_as_empty(value: Any) -> Any:
+    return "" if value is None else value
+
+
+def _stripped(text: str) -> str:
+    return text.strip()
+
+
+def _iso_or_none(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _datetime_or_none(value: str | None) -> dt.datetime | None:
+    return dt.datetime.fromisoformat(value) if value else None
+
+
+def unix_newlines(text: str) -> str:
+    """Text with ``\n`` line breaks, whatever the browser sent (``\r\n``, ``\r``)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A form field showing the row's key at ``path``: ``to_form`` turns the row's value into
+    the field's initial value, ``from_form`` the field's cleaned value into the row's."""
+
+    path: str
+    to_form: Callable[[Any], Any] = _same
+    from_form: Callable[[Any], Any] = _same
+
+
+def _comma_listed(path: str) -> Shown:
+    return Shown(path, _comma_text, _comma_list)
+
+
+def _optional_text(path: str) -> Shown:
+    return Shown(path, _none_as_empty, _stripped_or_none)
+
+
+def _id(path: str) -> Shown:
+    return Shown(path, _same, _stripped)
 
 
 def _json_or(text: str, plain: Any) -> Any:
@@ -54,6 +125,13 @@ def _fallbacks_text(fallbacks: list) -> str:
     if all(isinstance(fallback, str) for fallback in fallbacks):
         return ", ".join(fallbacks)
     return json.dumps(fallbacks, ensure_ascii=False)
+
+
+def _template_text(template: Any) -> str:
+    """An instruct template as the form shows it: a built-in's name, or a preset as JSON."""
+    if isinstance(template, dict):
+        return json.dumps(template, indent=1, ensure_ascii=False)
+    return template or ""
 
 
 class JSONObjectField(forms.CharField):
@@ -100,20 +178,61 @@ class ChatPresetField(JSONObjectField):
 
 
 class SpecForm(forms.Form):
-    """Base: subclasses say which collection they edit, how fields map to JSON paths, and how
-    cleaned inputs become a row (``to_row``)."""
+    """Base: subclasses say which collection they edit (``collection``), the row's declaration
+    (``settings``), and which key each field shows (``shown``: field name → JSON path or
+    `Shown`). ``instance``: the row being edited, whose keys the form does not show are kept."""
 
     collection: ClassVar[RowCollection | None] = None
-    # JSON path (relative to the row) → form field; the longest matching prefix wins.
-    field_paths: ClassVar[dict[str, str]] = {}
+    settings: ClassVar[tuple[Setting, ...]] = ()
+    shown: ClassVar[dict[str, str | Shown]] = {}
+    # Further JSON paths whose problems belong on a field (the longest matching prefix wins).
+    error_fields: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, *args: Any, persona_names: list[str] | None = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        data: Any = None,
+        *args: Any,
+        instance: models.Model | None = None,
+        persona_names: list[str] | None = None,
+        **kwargs: Any,
+    ):
+        self.row: dict[str, Any] = (
+            row_from_instance(self.settings, instance) if instance is not None else {}
+        )
+        if instance is not None and data is None:
+            kwargs.setdefault("initial", self.initial_from(self.row))
+        super().__init__(data, *args, **kwargs)
         self.persona_names = persona_names or []
         self.spec: Any = None
 
+    @classmethod
+    def _shown(cls) -> dict[str, Shown]:
+        return {
+            field: shown if isinstance(shown, Shown) else Shown(shown)
+            for field, shown in cls.shown.items()
+        }
+
+    @classmethod
+    def initial_from(cls, row: dict[str, Any]) -> dict[str, Any]:
+        """The fields' initial values for a row as the export writes it."""
+        return {
+            field: shown.to_form(path_get(row, shown.path)) for field, shown in cls._shown().items()
+        }
+
+    @property
+    def field_paths(self) -> dict[str, str]:
+        """JSON path (relative to the row) → the field showing it."""
+        return {**self.error_fields, **{s.path: f for f, s in self._shown().items()}}
+
     def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """The edited row: the row as it was, with each shown key set from its field."""
+        row = copy.deepcopy(self.row)
+        for field, shown in self._shown().items():
+            value = cleaned.get(field)
+            if isinstance(value, str):
+                value = unix_newlines(value)
+            path_set(row, shown.path, shown.from_form(value))
+        return row
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
@@ -139,27 +258,29 @@ class SpecForm(forms.Form):
                 self.add_error(field, message)
 
     def field_for(self, path: str) -> str | None:
+        paths = self.field_paths
         matches = [
             key
-            for key in self.field_paths
+            for key in paths
             if path == key or path.startswith(key + ".") or path.startswith(key + "[")
         ]
-        return self.field_paths[max(matches, key=len)] if matches else None
+        return paths[max(matches, key=len)] if matches else None
 
 
 class GuildForm(SpecForm):
     collection = None
-    field_paths = {
-        "id": "guild_id",
+    settings = GUILD_SETTINGS
+    shown = {
+        "guild_id": _id("id"),
         "name": "name",
-        "timezone": "timezone",
+        "timezone": _id("timezone"),
         "message_fetch_limit": "message_fetch_limit",
-        "context_note.text": "note_text",
-        "context_note.depth": "note_depth",
-        "context_note": "note_text",
+        "note_text": "context_note.text",
+        "note_depth": "context_note.depth",
         "lorebook": "lorebook",
         "chat_preset": "chat_preset",
     }
+    error_fields = {"context_note": "note_text"}
 
     guild_id = forms.CharField(label="Discord server id", required=False)
     name = forms.CharField(required=False)
@@ -170,6 +291,7 @@ class GuildForm(SpecForm):
     note_text = forms.CharField(
         label="Guild note",
         required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Used where neither the persona nor the channel has a note",
     )
@@ -177,66 +299,50 @@ class GuildForm(SpecForm):
     lorebook = LorebookField(label="Guild lorebook (JSON)", help_text="Shared by every persona")
     chat_preset = ChatPresetField(help_text="For every persona without its own")
 
-    @classmethod
-    def initial_for(cls, guild: GuildConfig) -> dict[str, Any]:
-        return {
-            "lorebook": guild.lorebook,
-            "chat_preset": guild.chat_preset,
-            "guild_id": str(guild.guild_id),
-            "name": guild.name,
-            "timezone": guild.timezone,
-            "message_fetch_limit": guild.message_fetch_limit,
-            "note_text": guild.context_note,
-            "note_depth": guild.context_note_depth,
-        }
-
-    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": cleaned["guild_id"].strip(),
-            "name": cleaned["name"],
-            "timezone": cleaned["timezone"].strip(),
-            "message_fetch_limit": cleaned["message_fetch_limit"],
-            "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
-            "lorebook": cleaned["lorebook"],
-            "chat_preset": cleaned["chat_preset"],
-        }
-
 
 class PersonaForm(SpecForm):
     """A persona, as in the file's ``personas[]``. Sample dialogue rows come as repeated
-    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped."""
+    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped. Not shown
+    (kept as they are): the card's alternate greetings."""
 
     collection = "personas"
-    field_paths = {
+    settings = PERSONA_SETTINGS
+    shown = {
         "name": "name",
         "main": "main",
         "enabled": "enabled",
-        "avatar_url": "avatar_url",
+        "avatar_url": _optional_text("avatar_url"),
         "system_prompt": "system_prompt",
-        "triggers": "triggers",
-        "context_note": "note_text",
-        "context_note.depth": "note_depth",
+        "triggers": _comma_listed("triggers"),
+        "note_text": "context_note.text",
+        "note_depth": "context_note.depth",
         "prefill": "prefill",
+        "first_mes": "first_mes",
         "deliberate_tool_mode": "deliberate_tool_mode",
+        "tools_enabled": "tools_enabled",
+        "stm_refresh_every": "short_term_memory.refresh_every",
+        "stm_depth": "short_term_memory.depth",
         "force_lowercase": "force_lowercase",
         "punctuation_splits": "punctuation_splits",
-        "delivery_mode": "delivery_mode",
-        "llm.model": "llm_model",
-        "llm.temperature": "temperature",
-        "llm.max_output_tokens": "max_output_tokens",
-        "llm.context_window": "context_window",
-        "llm.fallback_models": "fallback_models",
-        "llm.api": "llm_api",
-        "llm.instruct_template": "instruct_template",
-        "llm.vision": "llm_vision",
-        "llm.prefill": "llm_prefill",
-        "llm.merge_same_role": "llm_merge_same_role",
-        "llm.reasoning_in_think_tags": "reasoning_in_think_tags",
-        "llm.verbatim_tool_nudge": "verbatim_tool_nudge",
-        "sample_dialogue": "sample_dialogue",
+        "delivery_mode": Shown(
+            "delivery_mode", _same, lambda mode: mode or DeliveryMode.PARAGRAPHS
+        ),
+        "llm_model": _optional_text("llm.model"),
+        "temperature": "llm.temperature",
+        "max_output_tokens": "llm.max_output_tokens",
+        "context_window": "llm.context_window",
+        "fallback_models": Shown("llm.fallback_models", _fallbacks_text),
+        "llm_api": Shown("llm.api", _same, lambda api: api or "chat"),
+        "instruct_template": Shown("llm.instruct_template", _template_text),
+        "llm_vision": "llm.vision",
+        "llm_prefill": "llm.prefill",
+        "llm_merge_same_role": "llm.merge_same_role",
+        "reasoning_in_think_tags": "llm.reasoning_in_think_tags",
+        "verbatim_tool_nudge": "llm.verbatim_tool_nudge",
         "lorebook": "lorebook",
         "chat_preset": "chat_preset",
     }
+    error_fields = {"context_note": "note_text", "sample_dialogue": "sample_dialogue"}
 
     name = forms.CharField(required=False)
     main = forms.BooleanField(
@@ -252,9 +358,11 @@ class PersonaForm(SpecForm):
     system_prompt = forms.CharField(
         label="System prompt",
         required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 10}),
         help_text=(
-            "{char} is this persona, {bot} the bot account's, {user} whoever the turn answers. "
+            "{char} is this persona, {bot} the bot account's, {user} whoever the turn answers "
+            "(SillyTavern's {{char}}, {{user}}, <BOT>, <USER> mean the same). "
             "A prompt that says {user} changes whenever someone else speaks, so the model "
             "provider cannot reuse its cached prompt; the context note can name them instead"
         ),
@@ -265,16 +373,40 @@ class PersonaForm(SpecForm):
         help_text="Comma-separated; a whole word in any case makes the persona answer",
     )
     note_text = forms.CharField(
-        label="Context note", required=False, widget=forms.Textarea(attrs={"rows": 2})
+        label="Context note", required=False, strip=False, widget=forms.Textarea(attrs={"rows": 2})
     )
     note_depth = forms.IntegerField(label="Context note depth", initial=4)
     prefill = forms.CharField(
         required=False,
+        strip=False,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="How the reply starts",
     )
+    first_mes = forms.CharField(
+        label="First message",
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="A character card's greeting (kept for the card's export)",
+    )
     deliberate_tool_mode = forms.BooleanField(
         label="Tools (Deliberate Tool Mode)", required=False, initial=True
+    )
+    tools_enabled = forms.BooleanField(
+        label="Tools offered at all",
+        required=False,
+        initial=True,
+        help_text="Off: the persona is never offered a tool (memory upkeep included)",
+    )
+    stm_refresh_every = forms.IntegerField(
+        label="Short-term memory: refresh every",
+        initial=5,
+        help_text="Of the persona's replies",
+    )
+    stm_depth = forms.IntegerField(
+        label="Short-term memory: depth",
+        required=False,
+        help_text="Empty: in the system prompt; a number: at that depth in the dialogue",
     )
     force_lowercase = forms.BooleanField(label="Force lowercase", required=False)
     punctuation_splits = forms.BooleanField(label="Split replies at punctuation", required=False)
@@ -354,50 +486,13 @@ class PersonaForm(SpecForm):
             roles = self.data.getlist("sample_role")
             contents = self.data.getlist("sample_content")
             self.sample_rows = [
-                {"role": role, "content": content}
+                {"role": role, "content": unix_newlines(content)}
                 for role, content in zip(roles, contents, strict=False)
                 if content.strip()
             ]
         else:
-            self.sample_rows = list(self.initial.get("sample_dialogue", []))
+            self.sample_rows = list(path_get(self.row, "sample_dialogue") or [])
         self.sample_errors: dict[int, list[str]] = {}
-
-    @classmethod
-    def initial_for(cls, persona: Persona) -> dict[str, Any]:
-        return {
-            "name": persona.name,
-            "main": persona.is_main,
-            "enabled": persona.enabled,
-            "avatar_url": persona.avatar_url,
-            "system_prompt": persona.system_prompt,
-            "triggers": ", ".join(persona.triggers),
-            "note_text": persona.context_note,
-            "note_depth": persona.context_note_depth,
-            "prefill": persona.prefill,
-            "deliberate_tool_mode": persona.deliberate_tool_mode,
-            "force_lowercase": persona.force_lowercase,
-            "punctuation_splits": persona.punctuation_splits,
-            "delivery_mode": persona.delivery_mode,
-            "llm_model": persona.llm_model,
-            "temperature": persona.temperature,
-            "max_output_tokens": persona.max_output_tokens,
-            "context_window": persona.context_window,
-            "fallback_models": _fallbacks_text(persona.fallback_models),
-            "llm_api": persona.llm_api,
-            "instruct_template": (
-                json.dumps(persona.instruct_template, indent=1, ensure_ascii=False)
-                if isinstance(persona.instruct_template, dict)
-                else persona.instruct_template or ""
-            ),
-            "llm_vision": persona.llm_vision,
-            "llm_prefill": persona.llm_prefill,
-            "llm_merge_same_role": persona.llm_merge_same_role,
-            "reasoning_in_think_tags": persona.reasoning_in_think_tags,
-            "verbatim_tool_nudge": persona.verbatim_tool_nudge,
-            "sample_dialogue": list(persona.sample_dialogue),
-            "lorebook": persona.lorebook,
-            "chat_preset": persona.chat_preset,
-        }
 
     def add_problems(self, problems: list[tuple[str, str]]) -> None:
         """Sample dialogue problems go on their row (``sample_dialogue[2].role``)."""
@@ -412,49 +507,23 @@ class PersonaForm(SpecForm):
         super().add_problems(rest)
 
     def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "name": cleaned["name"],
-            "main": cleaned["main"],
-            "enabled": cleaned["enabled"],
-            "avatar_url": cleaned["avatar_url"].strip() or None,
-            "system_prompt": cleaned["system_prompt"],
-            "triggers": _comma_list(cleaned["triggers"]),
-            "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
-            "prefill": cleaned["prefill"],
-            "deliberate_tool_mode": cleaned["deliberate_tool_mode"],
-            "force_lowercase": cleaned["force_lowercase"],
-            "punctuation_splits": cleaned["punctuation_splits"],
-            "delivery_mode": cleaned["delivery_mode"] or DeliveryMode.PARAGRAPHS,
-            "sample_dialogue": self.sample_rows,
-            "llm": {
-                "model": cleaned["llm_model"].strip() or None,
-                "temperature": cleaned["temperature"],
-                "max_output_tokens": cleaned["max_output_tokens"],
-                "context_window": cleaned["context_window"],
-                "fallback_models": cleaned["fallback_models"],
-                "api": cleaned["llm_api"] or "chat",
-                "instruct_template": cleaned["instruct_template"],
-                "vision": cleaned["llm_vision"],
-                "prefill": cleaned["llm_prefill"],
-                "merge_same_role": cleaned["llm_merge_same_role"],
-                "reasoning_in_think_tags": cleaned["reasoning_in_think_tags"],
-                "verbatim_tool_nudge": cleaned["verbatim_tool_nudge"],
-            },
-            "lorebook": cleaned["lorebook"],
-            "chat_preset": cleaned["chat_preset"],
-        }
+        row = super().to_row(cleaned)
+        row["sample_dialogue"] = self.sample_rows
+        return row
 
 
 class ChannelForm(SpecForm):
     collection = "channels"
-    field_paths = {
-        "id": "channel_id",
+    settings = CHANNEL_SETTINGS
+    shown = {
+        "channel_id": _id("id"),
         "mode": "mode",
         "enabled": "enabled",
         "message_fetch_limit": "message_fetch_limit",
-        "context_note": "note_text",
-        "context_note.depth": "note_depth",
+        "note_text": "context_note.text",
+        "note_depth": "context_note.depth",
     }
+    error_fields = {"context_note": "note_text"}
 
     channel_id = forms.CharField(label="Discord channel id", required=False)
     mode = forms.ChoiceField(choices=ChannelMode.choices, initial=ChannelMode.REACTIVE)
@@ -463,50 +532,33 @@ class ChannelForm(SpecForm):
         label="Message fetch limit", required=False, help_text="Empty: the guild's limit"
     )
     note_text = forms.CharField(
-        label="Channel note", required=False, widget=forms.Textarea(attrs={"rows": 2})
+        label="Channel note", required=False, strip=False, widget=forms.Textarea(attrs={"rows": 2})
     )
     note_depth = forms.IntegerField(label="Channel note depth", initial=4)
-
-    @classmethod
-    def initial_for(cls, channel: ChannelConfig) -> dict[str, Any]:
-        return {
-            "channel_id": str(channel.channel_id),
-            "mode": channel.mode,
-            "enabled": channel.enabled,
-            "message_fetch_limit": channel.message_fetch_limit,
-            "note_text": channel.context_note,
-            "note_depth": channel.context_note_depth,
-        }
-
-    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": cleaned["channel_id"].strip(),
-            "mode": cleaned["mode"],
-            "enabled": cleaned["enabled"],
-            "message_fetch_limit": cleaned["message_fetch_limit"],
-            "context_note": {"text": cleaned["note_text"], "depth": cleaned["note_depth"]},
-        }
 
 
 class BlockForm(SpecForm):
     collection = "blocks"
-    field_paths = {
-        "persona": "persona",
-        "user_id": "user_id",
+    settings = BLOCK_SETTINGS
+    shown = {
+        "persona": Shown("persona", _none_as_empty, _stripped_or_none),
+        "user_id": _id("user_id"),
         "type": "type",
         "reason": "reason",
-        "expires_at": "expires_at",
-        "(row)": "user_id",
+        "expires_at": Shown("expires_at", _datetime_or_none, _iso_or_none),
     }
+    error_fields = {"(row)": "user_id"}
 
     persona = forms.ChoiceField(label="Persona", required=False)
     user_id = forms.CharField(label="Discord user id", required=False)
     type = forms.ChoiceField(choices=BlockType.choices, initial=BlockType.BLOCK)
-    reason = forms.CharField(required=False)
+    reason = forms.CharField(required=False, strip=False)
     expires_at = forms.DateTimeField(
         label="Expires (UTC)",
         required=False,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        widget=forms.DateTimeInput(
+            attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"
+        ),
         help_text="Empty: never",
     )
 
@@ -516,41 +568,15 @@ class BlockForm(SpecForm):
             (name, name) for name in self.persona_names
         ]
 
-    @classmethod
-    def initial_for(cls, block: Block) -> dict[str, Any]:
-        return {
-            "persona": block.persona.name if block.persona else "",
-            "user_id": str(block.user_id),
-            "type": block.type,
-            "reason": block.reason,
-            "expires_at": block.expires_at,
-        }
-
-    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
-        expires: dt.datetime | None = cleaned["expires_at"]
-        return {
-            "persona": cleaned["persona"] or None,
-            "user_id": cleaned["user_id"].strip(),
-            "type": cleaned["type"],
-            "reason": cleaned["reason"],
-            "expires_at": expires.isoformat() if expires else None,
-        }
-
 
 class UserPrivacyForm(SpecForm):
     collection = "users"
-    field_paths = {"id": "user_id", "privacy": "privacy", "blacklisted": "blacklisted"}
+    settings = USER_SETTINGS
+    shown = {"user_id": _id("id"), "privacy": "privacy", "blacklisted": "blacklisted"}
 
     user_id = forms.CharField(label="Discord user id", required=False)
     privacy = forms.ChoiceField(choices=PrivacyLevel.choices, initial=PrivacyLevel.MINIMAL)
     blacklisted = forms.BooleanField(required=False)
-
-    def to_row(self, cleaned: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "id": cleaned["user_id"].strip(),
-            "privacy": cleaned["privacy"],
-            "blacklisted": cleaned["blacklisted"],
-        }
 
 
 class ConfigUploadForm(forms.Form):

@@ -115,9 +115,18 @@ class PreviewResult:
             "window": window_report(self.prepared),
             "recalled": recalled_record(self.prepared.recalled),
             "lorebook": context.lore.as_record(),
+            "chat_preset": self._preset_json(),
             "triggered_by": self.triggered_by,
             "decision": self.decision_json(),
         }
+
+    def _preset_json(self) -> dict[str, Any] | None:
+        """The SillyTavern preset the prompt was reassembled with (its name and the order of
+        its prompts and markers), None: this product's own order."""
+        preset = self.prepared.turn_input.preset
+        if preset is None:
+            return None
+        return {"name": preset.name, "order": [prompt.identifier for prompt in preset.prompts]}
 
     def tokens(self) -> dict[str, Any]:
         """Tokens per section (item tag), the total, and the persona's budget."""

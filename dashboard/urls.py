@@ -1,12 +1,23 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import URLPattern, path
 
 from dashboard import live_views, memory_views, views
 
 app_name = "dashboard"
 
 guild = "guilds/<int:guild_id>/"
+
+
+def rows_urls(prefix: str, url_id: str, kind: views.RowKind) -> list[URLPattern]:
+    """The list, edit and delete URLs of one kind of a guild's rows."""
+    row = f"{guild}{prefix}<int:{url_id}>/"
+    return [
+        path(guild + prefix, views.rows_page, {"kind": kind}, name=f"{kind.name}_list"),
+        path(row, views.row_page, {"kind": kind}, name=kind.name),
+        path(row + "delete/", views.row_delete, {"kind": kind}, name=f"{kind.name}_delete"),
+    ]
+
 
 urlpatterns = [
     path("", views.index, name="index"),
@@ -22,18 +33,18 @@ urlpatterns = [
         guild + "personas/<int:persona_id>/greet/", views.persona_greet_view, name="persona_greet"
     ),
     path(
+        guild + "personas/<int:persona_id>/chat-preset/",
+        views.chat_preset_upload,
+        name="chat_preset_upload",
+    ),
+    path(
         guild + "personas/<int:persona_id>/card.<str:fmt>",
         views.card_export,
         name="card_export",
     ),
-    path(guild + "channels/", views.channel_list, name="channel_list"),
-    path(guild + "channels/<int:channel_id>/", views.channel_detail, name="channel"),
-    path(guild + "channels/<int:channel_id>/delete/", views.channel_delete, name="channel_delete"),
-    path(guild + "blocks/", views.block_list, name="block_list"),
-    path(guild + "blocks/<int:block_id>/", views.block_detail, name="block"),
-    path(guild + "blocks/<int:block_id>/delete/", views.block_delete, name="block_delete"),
-    path(guild + "users/", views.user_list, name="user_list"),
-    path(guild + "users/<int:user_id>/delete/", views.user_delete, name="user_delete"),
+    *rows_urls("channels/", "channel_id", views.CHANNELS),
+    *rows_urls("blocks/", "block_id", views.BLOCKS),
+    *rows_urls("users/", "user_id", views.USERS),
     path(guild + "memories/", memory_views.memory_list, name="memory_list"),
     path(guild + "memories/<int:memory_id>/edit/", memory_views.memory_edit, name="memory_edit"),
     path(guild + "documents/", memory_views.document_list, name="document_list"),

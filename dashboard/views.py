@@ -11,13 +11,15 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from asgiref.sync import async_to_sync
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import connection
+from django.db import connection, models
 from django.http import (
     Http404,
     HttpRequest,
@@ -26,6 +28,7 @@ from django.http import (
     QueryDict,
 )
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -57,6 +60,7 @@ from personas.config_schema import (
     LorebookSpec,
     PersonaSpec,
     parse_config_bytes,
+    parse_config_row,
 )
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_changes, config_export, persona_names
@@ -119,10 +123,10 @@ def guild_new(request: HttpRequest) -> HttpResponse:
 def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's own settings: name, timezone, fetch limit, guild note."""
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    form = GuildForm(initial=GuildForm.initial_for(guild))
+    form = GuildForm(instance=guild)
     if request.method == "POST":
         _require_admin(request)
-        form = GuildForm(_with(request, guild_id=str(guild.guild_id)))
+        form = GuildForm(_with(request, guild_id=str(guild.guild_id)), instance=guild)
         if form.is_valid():
             guild_save(spec=form.spec, actor=request.user)
             messages.success(request, "Saved the guild settings.")
@@ -178,10 +182,10 @@ def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
 def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
     persona = get_object_or_404(Persona, pk=persona_id, guild=guild)
-    form = PersonaForm(initial=PersonaForm.initial_for(persona))
+    form = PersonaForm(instance=persona)
     if request.method == "POST":
         _require_admin(request)
-        form = PersonaForm(request.POST)
+        form = PersonaForm(request.POST, instance=persona)
         if form.is_valid():
             try:
                 persona_save(guild=guild, spec=form.spec, persona=persona, actor=request.user)
@@ -277,6 +281,40 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     else:
         messages.error(request, f"The greeting was not delivered: {turn.error}")
     return redirect("dashboard:turn", turn_id=turn.pk)
+
+
+@require_POST
+@admin_required
+def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
+    """Assign an uploaded SillyTavern Chat Completion preset (its exported JSON file) to the
+    persona: the persona's row with the preset, checked by the import's rules and saved as
+    one (a problem names its path in the preset; nothing is saved then)."""
+    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+    upload = request.FILES.get("preset")
+    if upload is None or upload.size > CONFIG_FILE_MAX_BYTES:
+        messages.error(request, "Preset: choose a SillyTavern preset file (JSON, at most 4 MB).")
+        return back
+    try:
+        preset = json.loads(upload.read().decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        messages.error(request, f"Preset: the file is not JSON ({error}).")
+        return back
+    [row] = [
+        row
+        for row in config_export(guild_ids=[persona.guild.guild_id])["guilds"][0]["personas"]
+        if row["name"] == persona.name
+    ]
+    try:
+        spec = parse_config_row("personas", {**row, "chat_preset": preset})
+        assert isinstance(spec, PersonaSpec)
+        persona_save(guild=persona.guild, spec=spec, persona=persona, actor=request.user)
+    except ConfigError as error:
+        for path, message in error.problems[:10]:
+            messages.error(request, f"Preset: {path}: {message}")
+        return back
+    messages.success(request, f"{persona.name} now uses the preset {upload.name}.")
+    return back
 
 
 @require_POST
@@ -403,91 +441,131 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
 
 
 # --- Channels, blocks, user privacy --------------------------------------------------------------
+# One shape for the three: a list page with an add form (`rows_page`), an edit page
+# (`row_page`) and a delete (`row_delete`), each told which kind of row it serves.
+
+
+@dataclass(frozen=True)
+class RowKind:
+    """One kind of a guild's configured rows, as its three views need it.
+
+    ``name`` prefixes the URL names (``<name>_list``, ``<name>``, ``<name>_delete``) and names
+    the partials (``_<name>_table.html``, ``_<name>_fields.html``); ``lookup`` is the model
+    field the URL's id matches; ``fixed`` the form field an edit takes from the URL (None: the
+    form may change every field); ``save`` stores a valid form's spec
+    (``guild, spec, instance, actor``).
+    """
+
+    name: str
+    section: str
+    title: str
+    intro: str
+    add_title: str
+    add_button: str
+    model: type[models.Model]
+    form: type[SpecForm]
+    lookup: str
+    fixed: str | None
+    save: Callable[..., models.Model]
+    ordering: tuple[str, ...]
+    saved: str
+
+    @property
+    def table_template(self) -> str:
+        return f"dashboard/_{self.name}_table.html"
+
+    @property
+    def fields_template(self) -> str:
+        return f"dashboard/_{self.name}_fields.html"
+
+
+CHANNELS = RowKind(
+    name="channel",
+    section="channels",
+    title="Channels",
+    intro="The bot answers only in configured, enabled channels.",
+    add_title="Add or update a channel",
+    add_button="Save the channel",
+    model=ChannelConfig,
+    form=ChannelForm,
+    lookup="channel_id",
+    fixed="channel_id",
+    save=lambda guild, spec, instance, actor: channel_save(guild=guild, spec=spec, actor=actor),
+    ordering=("channel_id",),
+    saved="Saved the channel.",
+)
+BLOCKS = RowKind(
+    name="block",
+    section="blocks",
+    title="Blocks and mutes",
+    intro=(
+        "A <em>block</em> hides a user's messages from the persona; a <em>mute</em> only stops "
+        "them from triggering it."
+    ),
+    add_title="Add a block",
+    add_button="Add the block",
+    model=Block,
+    form=BlockForm,
+    lookup="pk",
+    fixed=None,
+    save=lambda guild, spec, instance, actor: block_save(
+        guild=guild, spec=spec, block=instance, actor=actor
+    ),
+    ordering=("user_id", "type"),
+    saved="Saved the block.",
+)
+USERS = RowKind(
+    name="user",
+    section="users",
+    title="User privacy",
+    intro=(
+        "A user's level is their own and applies in every guild. <em>Full</em>: never shown to "
+        "the model, in previews or in records."
+    ),
+    add_title="Set a user's privacy",
+    add_button="Save",
+    model=UserPrivacy,
+    form=UserPrivacyForm,
+    lookup="user_id",
+    fixed="user_id",
+    save=lambda guild, spec, instance, actor: user_privacy_save(
+        guild=guild, spec=spec, actor=actor
+    ),
+    ordering=("user_id",),
+    saved="Saved the user's privacy.",
+)
+
+
+def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any) -> SpecForm:
+    names = persona_names(guild=guild) if kind is BLOCKS else None
+    return kind.form(data, persona_names=names, **kwargs)
 
 
 @require_http_methods(["GET", "POST"])
 @viewer_required
-def channel_list(request: HttpRequest, guild_id: int) -> HttpResponse:
-    """The guild's channels; admins add one (or update it, by id) with the form below."""
+def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpResponse:
+    """The guild's rows of one kind; admins add one (or update it, by its id) below."""
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    form = ChannelForm()
+    form = _row_form(kind, guild)
     if request.method == "POST":
         _require_admin(request)
-        form = ChannelForm(request.POST)
+        form = _row_form(kind, guild, request.POST)
         if form.is_valid() and _saved(
-            form, lambda: channel_save(guild=guild, spec=form.spec, actor=request.user)
+            form, lambda: kind.save(guild, form.spec, None, request.user)
         ):
-            messages.success(request, f"Saved channel {form.spec.id}.")
-            return redirect("dashboard:channel_list", guild_id=guild_id)
+            messages.success(request, kind.saved)
+            return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
+    rows = kind.model.objects.filter(guild=guild).order_by(*kind.ordering)
     return render(
         request,
-        "dashboard/channel_list.html",
+        "dashboard/guild_rows.html",
         {
             "guild": guild,
-            "channels": guild.channels.order_by("channel_id"),
-            "form": form,
-            "section": "channels",
-        },
-        status=_status(form),
-    )
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def channel_detail(request: HttpRequest, guild_id: int, channel_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    channel = get_object_or_404(ChannelConfig, channel_id=channel_id, guild=guild)
-    form = ChannelForm(initial=ChannelForm.initial_for(channel))
-    if request.method == "POST":
-        _require_admin(request)
-        form = ChannelForm(_with(request, channel_id=str(channel.channel_id)))
-        if form.is_valid() and _saved(
-            form, lambda: channel_save(guild=guild, spec=form.spec, actor=request.user)
-        ):
-            messages.success(request, f"Saved channel {channel.channel_id}.")
-            return redirect("dashboard:channel_list", guild_id=guild_id)
-    return render(
-        request,
-        "dashboard/channel.html",
-        {"guild": guild, "channel": channel, "form": form, "section": "channels"},
-        status=_status(form),
-    )
-
-
-@require_POST
-@admin_required
-def channel_delete(request: HttpRequest, guild_id: int, channel_id: int) -> HttpResponse:
-    channel = get_object_or_404(ChannelConfig, channel_id=channel_id, guild__guild_id=guild_id)
-    config_row_delete(instance=channel, actor=request.user)
-    messages.success(request, f"Removed channel {channel_id}.")
-    return redirect("dashboard:channel_list", guild_id=guild_id)
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def block_list(request: HttpRequest, guild_id: int) -> HttpResponse:
-    """The guild's blocks and mutes; admins add one with the form below."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    names = persona_names(guild=guild)
-    form = BlockForm(persona_names=names)
-    if request.method == "POST":
-        _require_admin(request)
-        form = BlockForm(request.POST, persona_names=names)
-        if form.is_valid() and _saved(
-            form, lambda: block_save(guild=guild, spec=form.spec, actor=request.user)
-        ):
-            messages.success(request, "Saved the block.")
-            return redirect("dashboard:block_list", guild_id=guild_id)
-    blocks = guild.blocks.select_related("persona").order_by("user_id", "type")
-    return render(
-        request,
-        "dashboard/block_list.html",
-        {
-            "guild": guild,
-            "blocks": blocks,
+            "kind": kind,
+            "rows": rows,
             "form": form,
             "now": timezone.now(),
-            "section": "blocks",
+            "section": kind.section,
         },
         status=_status(form),
     )
@@ -495,58 +573,29 @@ def block_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @viewer_required
-def block_detail(request: HttpRequest, guild_id: int, block_id: int) -> HttpResponse:
+def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) -> HttpResponse:
+    """One row: its settings (read-only for moderators), saved by admins."""
+    ((_, row_id),) = url_id.items()
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    block = get_object_or_404(Block, pk=block_id, guild=guild)
-    names = persona_names(guild=guild)
-    form = BlockForm(initial=BlockForm.initial_for(block), persona_names=names)
+    row = get_object_or_404(kind.model, guild=guild, **{kind.lookup: row_id})
+    form = _row_form(kind, guild, instance=row)
     if request.method == "POST":
         _require_admin(request)
-        form = BlockForm(request.POST, persona_names=names)
-        if form.is_valid() and _saved(
-            form, lambda: block_save(guild=guild, spec=form.spec, block=block, actor=request.user)
-        ):
-            messages.success(request, "Saved the block.")
-            return redirect("dashboard:block_list", guild_id=guild_id)
+        data = _with(request, **{kind.fixed: str(row_id)}) if kind.fixed else request.POST
+        form = _row_form(kind, guild, data, instance=row)
+        if form.is_valid() and _saved(form, lambda: kind.save(guild, form.spec, row, request.user)):
+            messages.success(request, kind.saved)
+            return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
     return render(
         request,
-        "dashboard/block.html",
-        {"guild": guild, "block": block, "form": form, "section": "blocks"},
-        status=_status(form),
-    )
-
-
-@require_POST
-@admin_required
-def block_delete(request: HttpRequest, guild_id: int, block_id: int) -> HttpResponse:
-    block = get_object_or_404(Block, pk=block_id, guild__guild_id=guild_id)
-    config_row_delete(instance=block, actor=request.user)
-    messages.success(request, "Removed the block.")
-    return redirect("dashboard:block_list", guild_id=guild_id)
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def user_list(request: HttpRequest, guild_id: int) -> HttpResponse:
-    """User privacy set through this guild; admins set a user's level (by id) below."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    form = UserPrivacyForm()
-    if request.method == "POST":
-        _require_admin(request)
-        form = UserPrivacyForm(request.POST)
-        if form.is_valid() and _saved(
-            form, lambda: user_privacy_save(guild=guild, spec=form.spec, actor=request.user)
-        ):
-            messages.success(request, f"Saved privacy for user {form.spec.id}.")
-            return redirect("dashboard:user_list", guild_id=guild_id)
-    return render(
-        request,
-        "dashboard/user_list.html",
+        "dashboard/guild_row.html",
         {
             "guild": guild,
-            "users": guild.users.order_by("user_id"),
+            "kind": kind,
+            "row": row,
             "form": form,
-            "section": "users",
+            "delete_url": reverse(f"dashboard:{kind.name}_delete", args=[guild_id, row_id]),
+            "section": kind.section,
         },
         status=_status(form),
     )
@@ -554,11 +603,12 @@ def user_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 
 @require_POST
 @admin_required
-def user_delete(request: HttpRequest, guild_id: int, user_id: int) -> HttpResponse:
-    row = get_object_or_404(UserPrivacy, user_id=user_id, guild__guild_id=guild_id)
+def row_delete(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) -> HttpResponse:
+    ((_, row_id),) = url_id.items()
+    row = get_object_or_404(kind.model, guild__guild_id=guild_id, **{kind.lookup: row_id})
     config_row_delete(instance=row, actor=request.user)
-    messages.success(request, f"Removed the privacy setting of user {user_id}.")
-    return redirect("dashboard:user_list", guild_id=guild_id)
+    messages.success(request, "Removed.")
+    return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
 
 
 # --- The configuration file ---------------------------------------------------------------------

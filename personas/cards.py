@@ -3,10 +3,12 @@
 Formats read (spec facts from the Character Card V2 and V3 specifications):
 
 - JSON: ``{"spec": "chara_card_v2", "spec_version": "2.0", "data": {...}}`` or
-  ``{"spec": "chara_card_v3", "spec_version": "3.0", "data": {...}}``; the fields used are
-  ``data.name``, ``description``, ``personality``, ``scenario`` and ``mes_example``.
+  ``{"spec": "chara_card_v3", "spec_version": "3.0", "data": {...}}``, or a V1 card (TavernAI's
+  format, still common): the fields at the top level and no ``spec``. The fields used are
+  ``name``, ``description``, ``personality``, ``scenario``, ``first_mes``, ``mes_example`` and
+  (V2/V3) ``alternate_greetings`` and ``character_book``.
 - PNG: the same JSON, UTF-8 then base64, in a text chunk named ``ccv3`` (V3, preferred) or
-  ``chara`` (V2). Pillow reads the chunks; the image itself becomes the persona's avatar.
+  ``chara`` (V1, V2). Pillow reads the chunks; the image itself becomes the persona's avatar.
 
 How a card becomes a persona (docs/dashboard.md, "SillyTavern character cards"):
 
@@ -17,6 +19,8 @@ How a card becomes a persona (docs/dashboard.md, "SillyTavern character cards"):
   beginning ``{{user}}:`` starts a user row and ``{{char}}:`` an assistant row (further lines
   continue the row; text before the first speaker is dropped); rows keep the speaker as
   ``{user}: …`` / ``{char}: …``, the ``Name: content`` shape of dialogue items;
+- ``first_mes`` and ``alternate_greetings`` are kept on the persona as they are (the file's
+  ``first_mes`` / ``alternate_greetings``) and exported back;
 - the card's ``{{char}}`` / ``{{user}}`` macros (and the older ``<BOT>`` / ``<USER>``) become
   this product's ``{char}`` / ``{user}``; export turns them back.
 
@@ -27,7 +31,7 @@ How a card becomes a persona (docs/dashboard.md, "SillyTavern character cards"):
   decorators read and taken out of the content. Every extension is also kept as it was, so an
   export (`character_book_from_lorebook`) gives back what was imported.
 
-Everything else on a card (first message, greetings, creator notes) is not used.
+Everything else on a card (creator notes, tags, its own system prompt) is not used.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ if TYPE_CHECKING:
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CARD_SPECS = {"chara_card_v2", "chara_card_v3"}
+V1_FIELDS = ("description", "personality", "scenario", "first_mes", "mes_example")
+"""A V1 card's fields besides its name: a document without ``spec`` with some is a V1 card."""
 AVATAR_DIR = "avatars"
 AVATAR_MAX_SIDE = 512
 
@@ -112,10 +118,18 @@ def _read_png(data: bytes) -> tuple[dict[str, Any], bytes]:
 
 
 def _card_data(document: object) -> dict[str, Any]:
+    """The card's fields: V2/V3's ``data``, or a V1 card's top level."""
+    if (
+        isinstance(document, dict)
+        and "spec" not in document
+        and isinstance(document.get("name"), str)
+        and any(key in document for key in V1_FIELDS)
+    ):
+        return document
     if not isinstance(document, dict) or document.get("spec") not in CARD_SPECS:
         raise CardError(
-            "This is not a character card: expected JSON with "
-            '"spec": "chara_card_v2" or "chara_card_v3".'
+            "This is not a character card: expected V1 card JSON (name, description, "
+            'first_mes, …) or JSON with "spec": "chara_card_v2" or "chara_card_v3".'
         )
     data = document.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("name"), str):
@@ -187,6 +201,12 @@ def persona_row_from_card(data: dict[str, Any], *, avatar_url: str | None) -> di
         "system_prompt": system_prompt_from_card(data),
         "triggers": [name.casefold()] if name else [],
         "sample_dialogue": sample_dialogue_from_card(data.get("mes_example") or ""),
+        "first_mes": _text(data, "first_mes"),
+        "alternate_greetings": [
+            _to_macros(greeting.strip())
+            for greeting in data.get("alternate_greetings") or []
+            if isinstance(greeting, str) and greeting.strip()
+        ],
     }
     book = data.get("character_book")
     if isinstance(book, dict):
@@ -406,8 +426,9 @@ def card_from_persona(persona: Persona) -> dict[str, Any]:
     """The persona as a Character Card V2 (``chara_card_v2``) document.
 
     The system prompt becomes the description; sample dialogue becomes ``mes_example`` (one
-    ``<START>`` block, ``{{user}}:`` / ``{{char}}:`` lines); this product's own settings are
-    kept under ``data.extensions.personabot``.
+    ``<START>`` block, ``{{user}}:`` / ``{{char}}:`` lines); the first message and alternate
+    greetings go back as they came; this product's own settings are kept under
+    ``data.extensions.personabot``.
     """
     lines = ["<START>"] if persona.sample_dialogue else []
     for row in persona.sample_dialogue:
@@ -425,12 +446,12 @@ def card_from_persona(persona: Persona) -> dict[str, Any]:
             "description": _from_macros(persona.system_prompt),
             "personality": "",
             "scenario": "",
-            "first_mes": "",
+            "first_mes": _from_macros(persona.first_mes),
             "mes_example": "\n".join(lines),
             "creator_notes": "",
             "system_prompt": "",
             "post_history_instructions": "",
-            "alternate_greetings": [],
+            "alternate_greetings": [_from_macros(g) for g in persona.alternate_greetings],
             "tags": [],
             "creator": "",
             "character_version": "",

@@ -123,6 +123,8 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("punctuation_splits", "punctuation_splits"),
     Setting("delivery_mode", "delivery_mode", to_column=_as_str),
     Setting("sample_dialogue", "sample_dialogue", to_column=_dumped_rows, to_json=_copy_list),
+    Setting("first_mes", "first_mes"),
+    Setting("alternate_greetings", "alternate_greetings", to_column=_copy_list, to_json=_copy_list),
     Setting("llm.model", "llm_model", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("llm.temperature", "temperature"),
     Setting("llm.max_output_tokens", "max_output_tokens"),

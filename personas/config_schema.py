@@ -42,6 +42,8 @@ from personas.models import (
     FETCH_LIMIT_DEFAULT,
     FETCH_LIMIT_MAX,
     FETCH_LIMIT_MIN,
+    GREETING_MAX,
+    GREETINGS_MAX,
     GUILD_NAME_MAX,
     GUILDS_MAX,
     INSTRUCT_SEQUENCE_MAX,
@@ -217,6 +219,7 @@ NoteText = Annotated[str, StringConstraints(max_length=NOTE_TEXT_MAX)]
 SampleText = Annotated[str, StringConstraints(max_length=SAMPLE_CONTENT_MAX)]
 SystemPrompt = Annotated[str, StringConstraints(max_length=SYSTEM_PROMPT_MAX)]
 Prefill = Annotated[str, StringConstraints(max_length=PREFILL_MAX)]
+Greeting = Annotated[str, StringConstraints(max_length=GREETING_MAX)]
 BlockReason = Annotated[str, StringConstraints(max_length=BLOCK_REASON_MAX)]
 
 
@@ -432,6 +435,10 @@ class PersonaSpec(_Strict):
     """How replies reach Discord: ``paragraphs`` (each as soon as it is written), ``whole``
     (once the model has finished) or ``edit`` (one message edited as it is written)."""
     sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
+    first_mes: Greeting = ""
+    """A character card's first message."""
+    alternate_greetings: Annotated[list[Greeting], Field(max_length=GREETINGS_MAX)] = []
+    """A character card's other greetings."""
     llm: LLMSpec = LLMSpec()
     lorebook: LorebookSpec | None = None
     chat_preset: ChatPresetSpec | None = None

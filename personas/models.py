@@ -34,6 +34,8 @@ TRIGGERS_MAX = 20  # trigger words per persona
 TRIGGER_LENGTH_MAX = 50  # characters per trigger word
 SAMPLE_DIALOGUE_MAX = 50  # sample dialogue rows per persona
 SAMPLE_CONTENT_MAX = 2_000  # characters per sample dialogue row
+GREETING_MAX = 16_000  # characters of a first message or an alternate greeting
+GREETINGS_MAX = 50  # alternate greetings per persona
 MODEL_NAME_MAX = 200
 INSTRUCT_SEQUENCE_MAX = 1_000  # characters of one instruct template field
 PRESET_PROMPTS_MAX = 200  # prompts (and order entries) of a SillyTavern chat preset
@@ -199,6 +201,14 @@ class Persona(models.Model):
     sample_dialogue = models.JSONField(
         default=list, blank=True, help_text='List of {"role": "user"|"assistant", "content": str}'
     )
+    first_mes = models.TextField(
+        blank=True,
+        validators=[MaxLengthValidator(GREETING_MAX)],
+        help_text="A character card's first message (its greeting)",
+    )
+    alternate_greetings = models.JSONField(
+        default=list, blank=True, help_text="A character card's other greetings (list of str)"
+    )
     prefill = models.TextField(blank=True, validators=[MaxLengthValidator(PREFILL_MAX)])
     context_note = models.TextField(blank=True, validators=[MaxLengthValidator(NOTE_TEXT_MAX)])
     context_note_depth = models.PositiveSmallIntegerField(default=4, validators=_depth_validators())
@@ -338,6 +348,8 @@ class Persona(models.Model):
             _items_at_most("triggers", TRIGGERS_MAX, "persona_trigger_count"),
             _items_at_most("sample_dialogue", SAMPLE_DIALOGUE_MAX, "persona_sample_dialogue_rows"),
             _items_at_most("fallback_models", FALLBACK_MODELS_MAX, "persona_fallback_count"),
+            _at_most("first_mes", GREETING_MAX, "persona_first_mes_length"),
+            _items_at_most("alternate_greetings", GREETINGS_MAX, "persona_greeting_count"),
             models.CheckConstraint(
                 condition=Q(llm_api__in=["chat", "completions"]), name="persona_llm_api_valid"
             ),

@@ -32,7 +32,8 @@ def admin_user(db) -> User:
 @pytest.fixture
 def moderator_user(db) -> User:
     user = User.objects.create_user("mo", password=PASSWORD)
-    user.groups.add(Group.objects.get(name=MODERATORS_GROUP))
+    # get_or_create: a transactional test run before this one flushes the migration's group.
+    user.groups.add(Group.objects.get_or_create(name=MODERATORS_GROUP)[0])
     return user
 
 

@@ -52,6 +52,7 @@ POST_ONLY = {
     "token_count",
     "lorebook_test",
     "persona_greet",
+    "chat_preset_upload",
     "turn_replay",
 }
 

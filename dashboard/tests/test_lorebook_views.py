@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from dashboard.tests.test_views import persona_post
@@ -104,3 +105,23 @@ def test_moderators_cannot_use_the_test_box(guild, moderator_client):
         reverse("dashboard:lorebook_test"), {"lorebook": "{}", "messages": "drums"}
     )
     assert response.status_code == 403
+
+
+def test_an_uploaded_preset_is_assigned_to_the_persona_and_a_bad_one_is_named(guild, admin_client):
+    admin_client.post(reverse("dashboard:persona_new", args=[guild.guild_id]), persona_post())
+    rikki = Persona.objects.get(name="Rikki")
+    url = reverse("dashboard:chat_preset_upload", args=[guild.guild_id, rikki.pk])
+    preset = {"name": "Mine", "prompts": [{"identifier": "main", "content": "Be brief."}]}
+
+    admin_client.post(url, {"preset": SimpleUploadedFile("mine.json", json.dumps(preset).encode())})
+    rikki.refresh_from_db()
+    assert rikki.chat_preset["prompts"][0]["content"] == "Be brief."
+    assert rikki.system_prompt == "You are Rikki, the drummer."  # the rest kept
+
+    bad = {"prompts": [{"identifier": "main", "injection_position": 7}]}
+    response = admin_client.post(
+        url, {"preset": SimpleUploadedFile("bad.json", json.dumps(bad).encode())}, follow=True
+    )
+    assert "chat_preset.prompts[0].injection_position" in response.content.decode()
+    rikki.refresh_from_db()
+    assert rikki.chat_preset["name"] == "Mine"

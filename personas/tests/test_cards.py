@@ -1,4 +1,4 @@
-"""SillyTavern character cards: V2/V3 JSON and PNG in, V2 JSON and PNG out."""
+"""SillyTavern character cards: V1/V2/V3 JSON and PNG in, V2 JSON and PNG out."""
 
 from __future__ import annotations
 
@@ -32,6 +32,19 @@ def card_v2(**data) -> dict:
             "mes_example": MES_EXAMPLE,
             **data,
         },
+    }
+
+
+def card_v1(**fields) -> dict:
+    """TavernAI's format, which SillyTavern still reads: the fields at the top, no spec."""
+    return {
+        "name": "Soyo",
+        "description": "{{char}} is a bassist who is polite to {{user}}.",
+        "personality": "gentle, calculating",
+        "scenario": "After practice at the studio.",
+        "first_mes": "Good evening, <USER>.",
+        "mes_example": MES_EXAMPLE,
+        **fields,
     }
 
 
@@ -124,6 +137,7 @@ def test_a_png_with_both_chunks_is_read_from_ccv3(guild, media):
     ("data", "message"),
     [
         (b'{"hello": "world"}', "This is not a character card"),
+        (b'{"name": "Soyo"}', "This is not a character card"),
         (b"GIF89a not a card", "This is not a character card"),
         (json.dumps({"spec": "chara_card_v2", "data": {}}).encode(), "The card has no data.name"),
         (png_bytes(), "This PNG holds no character card"),
@@ -136,6 +150,7 @@ def test_a_png_with_both_chunks_is_read_from_ccv3(guild, media):
     ],
     ids=[
         "not-a-card",
+        "a-name-alone",
         "not-json",
         "no-name",
         "png-without-chunk",
@@ -186,3 +201,34 @@ def test_an_exported_v2_card_imports_back_to_the_same_persona(guild, media):
     again = cards.card_import(guild=guild, data=png, media_base_url="http://h/media/")
     assert again.system_prompt == original.system_prompt
     assert again.sample_dialogue == original.sample_dialogue
+
+
+@pytest.mark.parametrize("packing", ["json", "png"])
+def test_a_v1_card_becomes_a_persona_with_its_first_message(guild, media, packing):
+    card = card_v1()
+    data = (
+        json.dumps(card).encode() if packing == "json" else png_bytes(chunks={"chara": b64(card)})
+    )
+
+    persona = cards.card_import(guild=guild, data=data, media_base_url="http://h/media/")
+
+    assert persona.name == "Soyo" and persona.triggers == ["soyo"]
+    assert persona.system_prompt == cards.system_prompt_from_card(card_v2()["data"])
+    assert persona.sample_dialogue == cards.sample_dialogue_from_card(MES_EXAMPLE)
+    assert persona.first_mes == "Good evening, {user}."
+    assert persona.alternate_greetings == []
+    assert (persona.avatar_url != "") is (packing == "png")
+
+
+def test_greetings_are_kept_and_exported_back(guild, media):
+    card = card_v2(alternate_greetings=["Oh, {{user}}. Again?", "  ", "Welcome back."])
+
+    persona = cards.card_import(
+        guild=guild, data=json.dumps(card).encode(), media_base_url="http://h/media/"
+    )
+
+    assert persona.first_mes == "Good evening."
+    assert persona.alternate_greetings == ["Oh, {user}. Again?", "Welcome back."]
+    exported = cards.card_from_persona(persona)["data"]
+    assert exported["first_mes"] == "Good evening."
+    assert exported["alternate_greetings"] == ["Oh, {{user}}. Again?", "Welcome back."]

@@ -131,3 +131,18 @@ async def test_a_held_response_arrives_late_after_the_message_exists(
     assert echo.content == "slow answer" and not sending.done()
     sent = await sending
     assert sent.id == echo.id
+
+
+async def test_every_request_is_logged_with_its_arrival_time_in_order(
+    server: SandboxServer, bot: RecordingClient
+) -> None:
+    sent = await general(bot).send("first draft")
+    await sent.edit(content="second draft")
+    await sent.edit(content="final draft")
+
+    edits = server.requests("PATCH", "/channels/{channel_id}/messages/{message_id}")
+    assert [r.path for r in edits] == [f"/channels/{GENERAL}/messages/{sent.id}"] * 2
+    [send] = server.requests(*SEND)
+    assert send.at <= edits[0].at <= edits[1].at
+    everything = server.requests()
+    assert everything.index(send) < everything.index(edits[0])

@@ -1,7 +1,11 @@
 """The preview says which lorebook entries a turn inserts, on which key, and which it leaves
-out; its rolls are the turn's own (seeded with the trigger), so a preview equals its turn."""
+out; its rolls are the turn's own (seeded with the trigger), so a preview equals its turn. With a
+SillyTavern preset it shows the prompt in the preset's order."""
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -9,7 +13,7 @@ from asgiref.sync import sync_to_async
 from chat.models import Turn
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
-from personas.models import Persona
+from personas.models import GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,3 +54,28 @@ async def test_the_preview_of_a_turns_trigger_lists_what_the_turn_inserted(dashb
         assert f"Haiku fact number {hit['uid']}." in sent
     for hit in preview["left_out"]:
         assert f"Haiku fact number {hit['uid']}." not in sent
+
+
+async def test_the_preview_shows_the_prompt_in_the_presets_order(dashboard_on_world):
+    preset = json.loads(
+        (
+            Path(__file__).parents[3] / "chat" / "tests" / "fixtures" / "st_chat_preset.json"
+        ).read_text()
+    )
+    world = dashboard_on_world
+    await sync_to_async(GuildConfig.objects.update)(chat_preset=preset)
+    world.say("tomori, good evening", author=BOB)
+    client = await sync_to_async(make_client)("mo", moderator=True)
+
+    response = await sync_to_async(client.get)(
+        f"/channels/{GENERAL}/preview/", {"persona": "Tomori", "format": "json"}
+    )
+
+    preview = response.json()
+    assert preview["chat_preset"]["order"][:3] == ["worldInfoBefore", "main", "charDescription"]
+    tags = [item["tag"] for item in preview["items"]]
+    assert tags[:2] == ["preset_prompt", "system_prompt"]
+    assert any(
+        m["role"] == "system" and m["content"].startswith("Stay in character")
+        for m in preview["request"]["messages"][1:]
+    )
