@@ -41,6 +41,7 @@ from chat.pipeline.window import ReanchorReason, history_window_stride, select_a
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
+from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
@@ -326,7 +327,7 @@ def _gather_people(
     }
     standing = selectors.user_standing(user_ids=user_ids)
     persona = request.persona
-    memory = selectors.short_term_memory(
+    memory = short_term_memory(
         persona=persona,
         channel_id=request.channel.channel_id,
         user_id=request.memory_user_id,

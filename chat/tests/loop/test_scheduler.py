@@ -11,7 +11,7 @@ from chat.llm.fake_server import Fault, FaultKind
 from chat.loop.scheduler import Scheduler
 from chat.models import Turn
 from chat.ports import ChannelPlace
-from chat.selectors import unread_pool_count
+from chat.selectors.event_queue import unread_pool_count
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.tests.conftest import BOT, CHANNEL, GUILD_ID, Bench
 from chat.tests.factories import ALICE, message
