@@ -222,8 +222,7 @@ def _persona_page(
         "tokenizer": _token_counter().name,
         "changes": config_changes(instance=persona) if persona else [],
         "greet_channels": ChannelConfig.objects.filter(guild=guild) if persona else [],
-        # A card's first message, once personas keep one; else the admin writes it.
-        "greeting": getattr(persona, "first_mes", "") if persona else "",
+        "greeting": persona.first_mes if persona else "",
         "section": "personas",
     }
     return render(request, "dashboard/persona.html", context, status=_status(form))
@@ -260,7 +259,8 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     recorded as a turn; then show that turn."""
     persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
     channel_raw = request.POST.get("channel_id", "").strip()
-    text = request.POST.get("text", "")
+    # An alternate greeting's button sends it as ``greeting``; else the (edited) text box.
+    text = request.POST.get("greeting") or request.POST.get("text", "")
     back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
     if not channel_raw.isdigit():
         messages.error(request, "Greeting: give the Discord id of the channel to greet.")
