@@ -9,7 +9,7 @@ import pytest
 from django.db import connections
 
 from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
-from chat.selectors import unread_channel_ids
+from chat.selectors.event_queue import unread_channel_ids
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.shards import EVERY_SHARD, ShardSet
 from chat.tests.factories import message

@@ -164,3 +164,25 @@ async def test_full_privacy_and_users_blocked_by_every_persona_never_reach_the_p
     prompts = json.dumps([body["messages"] for body in planner_requests(world)])
     assert "alice is here" in prompts
     assert "private words" not in prompts and "blocked words" not in prompts
+
+
+async def test_a_reset_clears_what_the_planner_remembers_of_the_channel(world):
+    world.llm.enqueue(action(action="read_unread_messages"), action(action="sleep"))
+    await world.start_worker()
+    world.say("the password is swordfish", channel_id=AUTONOMOUS, author=BOB)
+    await eventually(lambda: planner_requests(world))
+    await world.drained()
+    assert "swordfish" in json.dumps(planner_requests(world)[0])
+
+    record = world.sandbox.sandbox.interactions.run(AUTONOMOUS, ALICE, "reset")  # a moderator
+    await eventually(lambda: record.answered)
+    world.llm.enqueue(action(action="read_unread_messages"), action(action="sleep"))
+    world.say("anything new?", channel_id=AUTONOMOUS, author=BOB)
+
+    def after_reset() -> list[str]:
+        bodies = [json.dumps(b) for b in planner_requests(world)]
+        return [b for b in bodies if "anything new?" in b]
+
+    seen = await eventually(after_reset)
+    await world.drained()
+    assert all("swordfish" not in body for body in after_reset()), seen
