@@ -271,7 +271,7 @@ class AutonomousLoop:
         step.refs = dict(prompt.refs)
         step.shown_unread = unread
         completion = await self._runtime.runner.complete_turn(
-            models=selectors.persona_model_specs(personas[0]),
+            models=selectors.planner_model_specs(configuration),
             render=lambda plan: messages,
             persona_name="planner",
         )

@@ -125,14 +125,18 @@ def channel_configuration(
     """The channel's configuration at ``now``; None when the bot does not serve that guild.
 
     ``guild_id`` None means a DM (as Discord says, never guessed: see `channel_guild_id`).
+    A DM's persona is the one the admin chose to answer DMs (none: nobody answers), and the
+    blocks of that persona's guild apply: someone it blocked there is blocked in DMs too.
     """
     channel = channel_settings(channel_id=channel_id, guild_id=guild_id)
     if channel is None:
         return None
+    personas = guild_personas(guild=channel.guild)
+    blocks_of = channel.guild if channel.guild is not None or not personas else personas[0].guild
     return ChannelConfiguration(
         settings=channel,
-        personas=tuple(guild_personas(guild=channel.guild)),
-        blocks=tuple(active_blocks(guild=channel.guild, now=now)),
+        personas=tuple(personas),
+        blocks=tuple(active_blocks(guild=blocks_of, now=now)),
         read_at=now,
     )
 
@@ -162,11 +166,14 @@ def channel_guild_id(*, channel_id: int) -> KnownGuild | None:
 
 
 def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
-    """The guild's enabled personas, main first. In a DM (``guild`` None) the bot account speaks
-    for itself, so the answer is the first configured main persona, alone."""
+    """The guild's enabled personas, main first. In a DM (``guild`` None): the persona the admin
+    chose to answer DMs (``answers_dms``), alone; none when no enabled persona does (DMs are
+    off, the default)."""
     if guild is None:
-        main = Persona.objects.filter(is_main=True, enabled=True).order_by("id").first()
-        return [main] if main else []
+        dm_persona = (
+            Persona.objects.filter(answers_dms=True, enabled=True).select_related("guild").first()
+        )
+        return [dm_persona] if dm_persona else []
     return list(Persona.objects.filter(guild=guild, enabled=True).order_by("-is_main", "name"))
 
 
@@ -479,6 +486,28 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
             )
         )
     return tuple(specs)
+
+
+def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec, ...]:
+    """The models the planner of an autonomous channel asks: the guild's ``planner_model``,
+    else the deployment's ``LLM_PLANNER_MODEL`` (each with the main persona's temperature and
+    output limit), else the main persona's own models (`persona_model_specs`)."""
+    main = configuration.personas[0]
+    guild = configuration.settings.guild
+    name = (guild.planner_model if guild is not None else "") or settings.LLM_PLANNER_MODEL
+    if not name.strip():
+        return persona_model_specs(main)
+    capabilities = model_capabilities(name.strip())
+    return (
+        ModelSpec(
+            name.strip(),
+            supports_vision=capabilities.vision,
+            supports_prefill=capabilities.prefill,
+            merge_same_role=capabilities.merge_same_role,
+            temperature=main.temperature,
+            max_output_tokens=main.max_output_tokens,
+        ),
+    )
 
 
 def instruct_template(stored: str | dict | None) -> InstructTemplate:

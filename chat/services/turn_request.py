@@ -6,6 +6,7 @@ model request (`PreparedTurn`).
 from __future__ import annotations
 
 import datetime as dt
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from chat.windows import WindowRegistry
 from personas.models import Persona
 
 MAX_WARM_CONTEXTS = 2000
+MAX_REFRESHED_URLS = 4096
 
 AbortCheck = Callable[[], Awaitable[str | None]]
 """Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
@@ -58,6 +60,9 @@ class TurnRuntime:
     embeddings: EmbeddingModel | None = None
     """The embedding model long-term memory recall uses; None: the process's own
     (`memory_store.default_embedding_model`)."""
+    refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
+    the window keeps a message's original, so later turns reuse the refreshed one."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
