@@ -564,9 +564,11 @@ class DiscordAdapter:
         if channel_id in self._webhooks:
             return self._webhooks[channel_id]
         channel = await self._channel(channel_id)
-        if not isinstance(channel, discord.TextChannel):
+        # A forum's (or media channel's) posts are threads: its webhook posts into them.
+        if not isinstance(channel, discord.TextChannel | discord.ForumChannel):
             raise DeliveryError(
-                "personas other than the main one need a server text channel", permanent=True
+                "personas other than the main one need a server text or forum channel",
+                permanent=True,
             )
         own = [w for w in await channel.webhooks() if w.user and w.user.id == self.bot_user_id]
         webhook = next((w for w in own if w.token), None)

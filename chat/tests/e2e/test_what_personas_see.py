@@ -16,6 +16,7 @@ from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import MessageIndex, Turn
 from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
+from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
 from personas.models import Block, GuildConfig, Persona, UserPrivacy
@@ -519,3 +520,20 @@ async def test_process_gif_is_offered_for_a_gif_exactly_when_a_vision_model_read
     ] * 4
     [result] = [json.loads(m["content"]) for m in last["messages"] if m["role"] == "tool"]
     assert result == {"media_id": "media_1", "frames": 4, "analysis": "a square turning red"}
+
+
+async def test_an_alter_persona_answers_in_a_forum_post_through_the_forums_webhook(world):
+    sandbox = world.sandbox.sandbox
+    forum = sandbox.add_forum_channel(DEMO_GUILD_ID, "ideas")
+    await world.start_worker()
+    post = sandbox.start_forum_post(forum, ALICE, name="tour", content="a summer tour?")
+    world.say("anon, would you come?", channel_id=post)
+    await eventually(lambda: world.bot_messages(post))
+    await world.drained()
+
+    [reply] = world.bot_messages(post)
+    [hook] = sandbox.channel_webhooks(forum)
+    assert reply["author"]["username"] == "Anon" and reply["webhook_id"] == hook["id"]
+    [turn] = await sync_to_async(_turns)()
+    assert turn.status == "replied"
+    assert "a summer tour?" in _prompt_text(world.llm.chat_bodies[0])
