@@ -43,7 +43,7 @@ from chat.pipeline.types import (
     ContextNote,
     HistoryMessage,
     ModelSettings,
-    PersonaSpec,
+    PersonaProfile,
     PrivacyLevel,
     ProxyIdentity,
     Role,
@@ -177,9 +177,9 @@ def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
     return list(Persona.objects.filter(guild=guild, enabled=True).order_by("-is_main", "name"))
 
 
-def persona_spec(persona: Persona) -> PersonaSpec:
+def persona_profile(persona: Persona) -> PersonaProfile:
     """The pipeline's frozen view of a configured persona."""
-    return PersonaSpec(
+    return PersonaProfile(
         name=persona.name,
         system_prompt=persona.system_prompt,
         triggers=tuple(persona.triggers),
