@@ -224,6 +224,9 @@ if LLM_BASE_URL:
     LLM_BASE_URL = env_url("LLM_BASE_URL", "", schemes=("http", "https"))
 LLM_API_KEY = env_str("LLM_API_KEY")
 LLM_MODEL = env_str("LLM_MODEL", "gpt-4o-mini")
+LLM_PLANNER_MODEL = env_str("LLM_PLANNER_MODEL")
+"""The planner's model in autonomous channels where the guild names none; empty: the main
+persona's model."""
 LLM_VISION_MODEL = env_str("LLM_VISION_MODEL")
 LLM_VISION_BASE_URL = env_str("LLM_VISION_BASE_URL")
 if LLM_VISION_BASE_URL:

@@ -161,6 +161,11 @@ class DiscordPort(Protocol):
         """Add a reaction; raises DeliveryError."""
         ...
 
+    async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
+        """Signed anew, each of ``urls`` whose file still exists: original → refreshed URL
+        (Discord's ``POST /attachments/refresh-urls``); raises DeliveryError."""
+        ...
+
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         """The first ``max_bytes`` of an attachment; raises DeliveryError."""
         ...

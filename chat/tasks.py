@@ -31,10 +31,10 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from chat import selectors
 from chat.models import ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.runtime import memory_runtime
+from chat.selectors.short_term_memory import short_term_memories_due
 from chat.services.memory_documents import document_embed, documents_embed_stale
 from chat.services.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.services.memory_refresh import MemoryRefresh, short_term_memory_refresh
@@ -80,7 +80,7 @@ def short_term_memory_maintenance_task() -> list[int]:
     queued ids. Not retried: the next run finds the same rows."""
     now = timezone.now()
     cleared = short_term_memory_expire(now=now)
-    due = selectors.short_term_memories_due(
+    due = short_term_memories_due(
         now=now,
         idle_for=dt.timedelta(seconds=settings.STM_IDLE_SECONDS),
         raw_turns_ttl=RAW_TURNS_TTL,

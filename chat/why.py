@@ -27,7 +27,7 @@ from chat.pipeline.triggers import (
     trigger_decision,
 )
 from chat.pipeline.types import BlockType, HistoryMessage
-from chat.selectors import MessageRecord, message_record, planner_loop_after
+from chat.selectors.message_trace import MessageRecord, message_record, planner_loop_after
 from personas.models import ChannelMode
 
 

@@ -46,6 +46,7 @@ from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.ports import UNFENCED, LeaseFence, LeaseLost
 from chat.runtime import gateway_runtime
+from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
 from chat.shards import EVERY_SHARD, ShardSet
@@ -104,7 +105,7 @@ def build_client(
 
     async def start(client: PersonaBotClient) -> None:
         # Where catch-up starts is fixed before the gateway can deliver anything new.
-        client.intake.seed(await sync_to_async(selectors.last_ingested)(shards=config.shards))
+        client.intake.seed(await sync_to_async(last_ingested)(shards=config.shards))
         client.background(client.intake.run())
         own_webhooks = await sync_to_async(selectors.own_webhook_ids)()
         client.adapter.webhook_ids.update(own_webhooks)

@@ -278,6 +278,7 @@ class GuildForm(SpecForm):
         "note_text": "context_note.text",
         "note_depth": "context_note.depth",
         "lorebook": "lorebook",
+        "planner_model": _optional_text("planner_model"),
         "chat_preset": "chat_preset",
     }
     error_fields = {"context_note": "note_text"}
@@ -297,6 +298,12 @@ class GuildForm(SpecForm):
     )
     note_depth = forms.IntegerField(label="Guild note depth", help_text="Messages from the end")
     lorebook = LorebookField(label="Guild lorebook (JSON)", help_text="Shared by every persona")
+    planner_model = forms.CharField(
+        label="Planner model",
+        required=False,
+        help_text="Decides who speaks in autonomous channels; empty: the deployment's "
+        "LLM_PLANNER_MODEL, else the main persona's model",
+    )
     chat_preset = ChatPresetField(help_text="For every persona without its own")
 
 
@@ -310,6 +317,7 @@ class PersonaForm(SpecForm):
     shown = {
         "name": "name",
         "main": "main",
+        "answers_dms": "answers_dms",
         "enabled": "enabled",
         "avatar_url": _optional_text("avatar_url"),
         "system_prompt": "system_prompt",
@@ -347,6 +355,12 @@ class PersonaForm(SpecForm):
     name = forms.CharField(required=False)
     main = forms.BooleanField(
         label="Main persona", required=False, help_text="Speaks through the bot account"
+    )
+    answers_dms = forms.BooleanField(
+        label="Answers DMs",
+        required=False,
+        help_text="Direct messages to the bot get this persona (one in the deployment; none: "
+        "DMs go unanswered); people it blocked in this server are blocked there too",
     )
     enabled = forms.BooleanField(required=False, initial=True)
     avatar_url = forms.CharField(

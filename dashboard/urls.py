@@ -33,6 +33,11 @@ urlpatterns = [
         guild + "personas/<int:persona_id>/greet/", views.persona_greet_view, name="persona_greet"
     ),
     path(
+        guild + "personas/<int:persona_id>/lorebook/",
+        views.lorebook_editor,
+        name="lorebook_editor",
+    ),
+    path(
         guild + "personas/<int:persona_id>/chat-preset/",
         views.chat_preset_upload,
         name="chat_preset_upload",

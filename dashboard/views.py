@@ -53,6 +53,14 @@ from dashboard.forms import (
     SpecForm,
     UserPrivacyForm,
 )
+from dashboard.lorebook_editor import (
+    BLANK_ENTRY,
+    LOGIC_CHOICES,
+    POSITION_CHOICES,
+    ROLE_CHOICES,
+    book_from_rows,
+)
+from dashboard.lorebook_editor import rows_for as lorebook_rows_for
 from personas import cards
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
@@ -214,8 +222,7 @@ def _persona_page(
         "tokenizer": _token_counter().name,
         "changes": config_changes(instance=persona) if persona else [],
         "greet_channels": ChannelConfig.objects.filter(guild=guild) if persona else [],
-        # A card's first message, once personas keep one; else the admin writes it.
-        "greeting": getattr(persona, "first_mes", "") if persona else "",
+        "greeting": persona.first_mes if persona else "",
         "section": "personas",
     }
     return render(request, "dashboard/persona.html", context, status=_status(form))
@@ -252,7 +259,8 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     recorded as a turn; then show that turn."""
     persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
     channel_raw = request.POST.get("channel_id", "").strip()
-    text = request.POST.get("text", "")
+    # An alternate greeting's button sends it as ``greeting``; else the (edited) text box.
+    text = request.POST.get("greeting") or request.POST.get("text", "")
     back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
     if not channel_raw.isdigit():
         messages.error(request, "Greeting: give the Discord id of the channel to greet.")
@@ -315,6 +323,46 @@ def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> 
         return back
     messages.success(request, f"{persona.name} now uses the preset {upload.name}.")
     return back
+
+
+@require_http_methods(["GET", "POST"])
+@admin_required
+def lorebook_editor(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
+    """A persona's lorebook, one row per entry (`dashboard.lorebook_editor`), with the test
+    box; saving checks the book with the persona's row by the import's rules."""
+    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    problems: list[str] = []
+    rows = lorebook_rows_for(persona.lorebook)
+    if request.method == "POST":
+        book = book_from_rows(request.POST, persona.lorebook)
+        [row] = [
+            row
+            for row in config_export(guild_ids=[persona.guild.guild_id])["guilds"][0]["personas"]
+            if row["name"] == persona.name
+        ]
+        try:
+            spec = parse_config_row("personas", {**row, "lorebook": book})
+            assert isinstance(spec, PersonaSpec)
+            persona_save(guild=persona.guild, spec=spec, persona=persona, actor=request.user)
+        except ConfigError as error:
+            problems = [f"{path}: {message}" for path, message in error.problems]
+            rows = lorebook_rows_for(book)
+        else:
+            messages.success(request, f"Saved {persona.name}'s lorebook.")
+            return redirect("dashboard:lorebook_editor", guild_id=guild_id, persona_id=persona.pk)
+    context = {
+        "guild": persona.guild,
+        "persona": persona,
+        "rows": rows,
+        "blank": {**BLANK_ENTRY, "keys_text": "", "secondary_text": ""},
+        "problems": problems,
+        "logic_choices": LOGIC_CHOICES,
+        "position_choices": POSITION_CHOICES,
+        "role_choices": ROLE_CHOICES,
+        "lorebook_json": json.dumps(persona.lorebook or {"entries": []}),
+        "section": "personas",
+    }
+    return render(request, "dashboard/lorebook.html", context, status=400 if problems else 200)
 
 
 @require_POST

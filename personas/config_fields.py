@@ -102,6 +102,7 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
     Setting("message_fetch_limit", "message_fetch_limit"),
     *_note(),
     Setting("lorebook", "lorebook", to_column=_dumped_json),
+    Setting("planner_model", "planner_model", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("chat_preset", "chat_preset", to_column=_dumped_json),
 )
 """A guild's own settings (its personas, channels, blocks and users have tables of their own)."""
@@ -109,6 +110,7 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
 PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("name", "name"),
     Setting("main", "is_main"),
+    Setting("answers_dms", "answers_dms"),
     Setting("enabled", "enabled"),
     Setting("avatar_url", "avatar_url", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("system_prompt", "system_prompt"),

@@ -420,6 +420,9 @@ class ShortTermMemorySpec(_Strict):
 class PersonaSpec(_Strict):
     name: Name
     main: bool = False
+    answers_dms: bool = False
+    """The persona that answers direct messages (at most one in the deployment; importing one
+    takes the role from any other guild's persona). None does: DMs go unanswered."""
     enabled: bool = True
     avatar_url: AvatarUrl | None = None
     system_prompt: SystemPrompt = ""
@@ -477,6 +480,9 @@ class GuildSpec(_Strict):
     message_fetch_limit: FetchLimit = FETCH_LIMIT_DEFAULT
     context_note: ContextNoteSpec | None = None
     lorebook: LorebookSpec | None = None
+    planner_model: ModelName | None = None
+    """The planner's model in autonomous channels; None: the deployment's LLM_PLANNER_MODEL,
+    else the main persona's model."""
     chat_preset: ChatPresetSpec | None = None
     personas: Annotated[list[PersonaSpec], Field(max_length=PERSONAS_PER_GUILD_MAX)] = []
     channels: Annotated[list[ChannelSpec], Field(max_length=CHANNELS_PER_GUILD_MAX)] = []
@@ -576,6 +582,14 @@ def _cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, s
         ),
         "user id",
     )
+    dm_personas = [
+        (f"guilds[{g}].personas[{p}].answers_dms", persona.name)
+        for g, guild in enumerate(document.guilds)
+        for p, persona in enumerate(guild.personas)
+        if persona.answers_dms
+    ]
+    for path, _ in dm_personas[1:]:
+        yield path, f"only one persona can answer DMs; {dm_personas[0][1]!r} already does"
     for g, guild in enumerate(document.guilds):
         where = f"guilds[{g}]"
         yield from _duplicates(

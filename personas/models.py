@@ -155,6 +155,12 @@ class GuildConfig(models.Model):
         blank=True,
         help_text="Shared by every persona of the guild; the configuration file's lorebook",
     )
+    planner_model = models.CharField(
+        max_length=MODEL_NAME_MAX,
+        blank=True,
+        help_text="The planner's model in autonomous channels; empty: LLM_PLANNER_MODEL, "
+        "else the main persona's model",
+    )
     chat_preset = models.JSONField(
         null=True,
         blank=True,
@@ -194,6 +200,11 @@ class Persona(models.Model):
     guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="personas")
     name = models.CharField(max_length=PERSONA_NAME_MAX)
     is_main = models.BooleanField(default=False)
+    answers_dms = models.BooleanField(
+        default=False,
+        help_text="Answers direct messages to the bot (at most one persona of the deployment; "
+        "none: DMs go unanswered); its guild's blocks apply there too",
+    )
     enabled = models.BooleanField(default=True)
     avatar_url = models.URLField(max_length=AVATAR_URL_MAX, blank=True)
     system_prompt = models.TextField(blank=True, validators=[MaxLengthValidator(SYSTEM_PROMPT_MAX)])
@@ -301,6 +312,9 @@ class Persona(models.Model):
             ),
             models.UniqueConstraint(
                 fields=["guild"], condition=Q(is_main=True), name="one_main_persona_per_guild"
+            ),
+            models.UniqueConstraint(
+                fields=["answers_dms"], condition=Q(answers_dms=True), name="one_dm_persona"
             ),
             models.CheckConstraint(
                 condition=Q(context_note_depth__lte=NOTE_DEPTH_MAX),

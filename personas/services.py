@@ -194,7 +194,8 @@ def persona_save(
 
     Raises ConfigError (path ``name``) when another persona of the guild has that name, ignoring
     case. Making a persona main demotes the guild's other main persona first, in the same
-    transaction, as ``config_import`` does.
+    transaction, as ``config_import`` does; making it the DM persona takes that role from any
+    other persona of the deployment the same way.
     """
     report = ImportReport()
     with transaction.atomic():
@@ -207,6 +208,8 @@ def persona_save(
             for other in others:
                 if other.is_main:
                     _write(other, report, {"is_main": False})
+        if spec.answers_dms:
+            _hand_over_dms(report, keep=persona)
         saved = _upsert(
             Persona,
             report,
@@ -410,6 +413,9 @@ def _import_personas(
     statement.
     """
     existing = {p.name.casefold(): p for p in Persona.objects.filter(guild=guild)}
+    dm_persona = next((spec.name.casefold() for spec in specs if spec.answers_dms), None)
+    if dm_persona is not None:
+        _hand_over_dms(report, keep=existing.get(dm_persona))
     if any(spec.main for spec in specs):
         file_main = next(spec.name.casefold() for spec in specs if spec.main)
         for key, persona in existing.items():
@@ -429,6 +435,14 @@ def _import_personas(
         stale = [p.pk for key, p in existing.items() if key not in by_name]
         _prune(Persona.objects.filter(pk__in=stale), report)
     return by_name
+
+
+def _hand_over_dms(report: ImportReport, *, keep: Persona | None) -> None:
+    """Clear the DM role on every persona but ``keep`` (any guild), before a persona takes it,
+    so the one-DM-persona constraint holds at every statement."""
+    for other in Persona.objects.select_for_update().filter(answers_dms=True):
+        if keep is None or other.pk != keep.pk:
+            _write(other, report, {"answers_dms": False})
 
 
 def _import_block(

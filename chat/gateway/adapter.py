@@ -39,6 +39,8 @@ UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
 RECENT_DELIVERIES = 5000
+REFRESH_URLS_PER_REQUEST = 50
+"""Attachment URLs Discord signs anew per `POST /attachments/refresh-urls`."""
 """How many of its own deliveries (and proxied messages) the adapter remembers for attributing
 cached messages (the size of the gateway's message cache: an older one is no longer cached)."""
 THREAD_STARTERS = 256
@@ -372,6 +374,19 @@ class DiscordAdapter:
             roles={r.id: r.name for r in guild.roles} if guild else {},
         )
 
+    async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
+        route = discord.http.Route("POST", "/attachments/refresh-urls")
+        refreshed: dict[str, str] = {}
+        try:
+            for start in range(0, len(urls), REFRESH_URLS_PER_REQUEST):
+                batch = list(urls[start : start + REFRESH_URLS_PER_REQUEST])
+                answer = await self._client.http.request(route, json={"attachment_urls": batch})
+                for entry in answer.get("refreshed_urls", []):
+                    refreshed[entry["original"]] = entry["refreshed"]
+        except discord.HTTPException as error:
+            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+        return refreshed
+
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         try:
             async with httpx.AsyncClient(timeout=10) as http, http.stream("GET", url) as response:
@@ -549,9 +564,11 @@ class DiscordAdapter:
         if channel_id in self._webhooks:
             return self._webhooks[channel_id]
         channel = await self._channel(channel_id)
-        if not isinstance(channel, discord.TextChannel):
+        # A forum's (or media channel's) posts are threads: its webhook posts into them.
+        if not isinstance(channel, discord.TextChannel | discord.ForumChannel):
             raise DeliveryError(
-                "personas other than the main one need a server text channel", permanent=True
+                "personas other than the main one need a server text or forum channel",
+                permanent=True,
             )
         own = [w for w in await channel.webhooks() if w.user and w.user.id == self.bot_user_id]
         webhook = next((w for w in own if w.token), None)

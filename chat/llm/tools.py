@@ -14,6 +14,9 @@ reveal_message_metadata     a ``MessageMetadataLookup`` (``ref_N`` → author, t
 update_short_term_memory    a ``ShortTermMemoryWriter`` (at most one write per turn)
 remember                    a ``LongTermMemoryWriter`` (a guild's turn; at most three per turn)
 analyze_image               ``attachments`` lookup and a ``VisionModel`` (a vision model call)
+process_gif                 ``attachments``, an ``AttachmentReader`` and a ``VisionModel``: the
+                            GIF is read, `GIF_FRAMES` frames sampled with Pillow, and the
+                            vision model asked about them in order
 ==========================  =================================================================
 
 Running a call never raises for anything the model did: unknown tools, tools not offered,
@@ -24,6 +27,8 @@ malformed or invalid arguments, unknown ids and a second memory write all come b
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -143,6 +148,51 @@ class AnalyzeImageArguments(_Arguments):
     )
 
 
+class ProcessGifArguments(_Arguments):
+    media_id: str = Field(
+        pattern=r"^media_\d+$",
+        description="The GIF's media id as shown in the conversation, e.g. media_4.",
+    )
+    question: str = Field(
+        default="Describe what happens in this animation.",
+        max_length=500,
+        description="What to find out about the animation.",
+    )
+
+
+GIF_FRAMES = 4
+"""Frames of a GIF `process_gif` shows the vision model, evenly spaced from first to last."""
+GIF_READ_LIMIT_BYTES = 8 * 1024 * 1024
+"""Most bytes of a GIF `process_gif` reads (Discord's own upload limit for most servers)."""
+GIF_FRAME_SIDE = 512
+"""Sampled frames are scaled down to fit this many pixels a side (fewer image tokens)."""
+
+
+def sample_gif_frames(data: bytes, *, frames: int = GIF_FRAMES) -> list[bytes]:
+    """``frames`` evenly spaced frames of the animation in ``data`` (all of them when it has
+    fewer), each as PNG bytes scaled to fit `GIF_FRAME_SIDE`; raises ``ToolError`` when
+    ``data`` is not an image Pillow can read."""
+    from PIL import Image, ImageSequence, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            count = getattr(image, "n_frames", 1)
+            wanted = sorted({round(i * (count - 1) / max(1, frames - 1)) for i in range(frames)})
+            sampled = []
+            for index, frame in enumerate(ImageSequence.Iterator(image)):
+                if index in wanted:
+                    still = frame.convert("RGB")
+                    still.thumbnail((GIF_FRAME_SIDE, GIF_FRAME_SIDE))
+                    out = io.BytesIO()
+                    still.save(out, format="PNG")
+                    sampled.append(out.getvalue())
+                if index >= wanted[-1]:
+                    break
+            return sampled
+    except (UnidentifiedImageError, OSError, EOFError) as error:
+        raise ToolError(f"the animation could not be read ({type(error).__name__})") from None
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: ToolName
@@ -195,6 +245,12 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             "Look at an image attached to a message in this conversation and answer a question "
             "about it.",
             AnalyzeImageArguments,
+        ),
+        ToolSpec(
+            ToolName.PROCESS_GIF,
+            "Watch a GIF attached to a message in this conversation (a few frames, in order) "
+            "and answer a question about it.",
+            ProcessGifArguments,
         ),
     )
 }
@@ -304,6 +360,9 @@ class ToolBox:
             ToolName.UPDATE_SHORT_TERM_MEMORY: short_term_memory is not None,
             ToolName.REMEMBER: long_term_memory is not None,
             ToolName.ANALYZE_IMAGE: vision is not None and attachments is not None,
+            ToolName.PROCESS_GIF: (
+                vision is not None and attachments is not None and attachment_reader is not None
+            ),
         }
         self.offered: tuple[ToolName, ...] = tuple(
             name for name in TOOL_SPECS if name in allowlist and configured[name]
@@ -328,6 +387,7 @@ class ToolBox:
             ToolName.UPDATE_SHORT_TERM_MEMORY: self._update_memory,
             ToolName.REMEMBER: self._remember,
             ToolName.ANALYZE_IMAGE: self._analyze_image,
+            ToolName.PROCESS_GIF: self._process_gif,
         }
         try:
             name = self._offered_tool(call.name)
@@ -422,6 +482,44 @@ class ToolBox:
             raise ToolError(f"the image could not be analysed ({error})") from error
         analysis = strip_reasoning(completion.text).strip()
         return _result(media_id=attachment.media_id, analysis=analysis, usage=completion.usage)
+
+    async def _process_gif(self, arguments: ProcessGifArguments) -> ToolResult:
+        attachment = self._attachment(arguments.media_id)
+        is_gif = attachment.content_type == "image/gif" or attachment.filename.lower().endswith(
+            ".gif"
+        )
+        if not is_gif:
+            raise ToolError(f"{attachment.media_id} ({attachment.filename}) is not a GIF")
+        assert self._reader is not None and self._vision is not None
+        data = await self._reader.read(attachment, max_bytes=GIF_READ_LIMIT_BYTES)
+        frames = sample_gif_frames(data)
+        parts: list[dict[str, Any]] = [
+            {
+                "type": "text",
+                "text": f"{len(frames)} frames of one animation, in order. {arguments.question}",
+            }
+        ]
+        parts += [
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/png;base64," + base64.b64encode(f).decode()},
+            }
+            for f in frames
+        ]
+        request = ChatRequest(
+            model=self._vision.model, messages=[{"role": "user", "content": parts}]
+        )
+        try:
+            completion = await self._vision.client.complete(request)
+        except LLMError as error:
+            raise ToolError(f"the animation could not be analysed ({error})") from error
+        analysis = strip_reasoning(completion.text).strip()
+        return _result(
+            media_id=attachment.media_id,
+            frames=len(frames),
+            analysis=analysis,
+            usage=completion.usage,
+        )
 
 
 def _parse_arguments(model: type[_Arguments], raw: str) -> _Arguments:

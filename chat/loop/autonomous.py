@@ -62,6 +62,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
 from chat.selectors import ChannelConfiguration
+from chat.selectors.event_queue import unread_pool_count, unread_pool_messages
 from chat.services import event_queue
 from chat.services.planner_steps import planner_step_finish, planner_step_record
 from chat.services.turn_request import TurnRequest, TurnRuntime
@@ -159,7 +160,7 @@ class AutonomousLoop:
             if not await self._loop(configuration):
                 return
             await self._sleep(self._step_delay)
-            if not await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id):
+            if not await sync_to_async(unread_pool_count)(channel_id=channel_id):
                 return
             logger.info("a new planner loop in %s: messages are still unread", channel_id)
 
@@ -220,7 +221,7 @@ class AutonomousLoop:
         except Exception:  # Discord failed: plan without the history, try again next loop
             logger.warning("could not read %s's history", channel.channel_id, exc_info=True)
             return
-        unread = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel.channel_id)
+        unread = await sync_to_async(unread_pool_messages)(channel_id=channel.channel_id)
         unread_ids = {m.id for m in unread}
         state.add([m for m in read.messages if m.id not in unread_ids])
         state.seeded = True
@@ -270,7 +271,7 @@ class AutonomousLoop:
         step.refs = dict(prompt.refs)
         step.shown_unread = unread
         completion = await self._runtime.runner.complete_turn(
-            models=selectors.persona_model_specs(personas[0]),
+            models=selectors.planner_model_specs(configuration),
             render=lambda plan: messages,
             persona_name="planner",
         )
@@ -362,7 +363,7 @@ class AutonomousLoop:
             return ActionResult(False, True, f"no persona named {action.persona!r} ({names})")
         channel_id = configuration.channel_id
         shown = {m.id for m in step.shown_unread}
-        pool = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel_id)
+        pool = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
         arrived = [m for m in pool if m.id not in shown]
         if arrived:
             return ActionResult(
@@ -438,7 +439,7 @@ def _own_reply(
 
 def _unread_arrived(channel_id: int) -> Callable[[], Awaitable[str | None]]:
     async def check() -> str | None:
-        count = await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id)
+        count = await sync_to_async(unread_pool_count)(channel_id=channel_id)
         return f"{count} new messages arrived during generation" if count else None
 
     return check

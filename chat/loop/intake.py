@@ -28,8 +28,8 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, close_old_connections, connections
 
 from botproject.failures import FailureStreak
-from chat import selectors
 from chat.pipeline.types import HistoryMessage
+from chat.selectors.event_queue import LastIngested
 from chat.services import event_queue
 
 logger = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ class Intake:
         self.last_seen: dict[int, int] = {}
         """Per channel, the newest message taken in (the queue's, before this worker's)."""
 
-    def seed(self, last: selectors.LastIngested) -> None:
+    def seed(self, last: LastIngested) -> None:
         """Start from what the event queue holds (call before the gateway connects)."""
         for channel_id, message_id in last.ids.items():
             self._saw(channel_id, message_id)

@@ -27,6 +27,7 @@ from botproject.failures import FailureStreak
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
 from chat.loop.reactive import ReactiveLoop
+from chat.selectors.event_queue import event_queue_has_ready, unread_channel_ids, unread_pool_count
 from chat.services import event_queue
 from chat.services.event_queue import OwnIdentity
 from chat.services.turn_request import TurnRuntime
@@ -98,7 +99,7 @@ class Scheduler:
         """Wait until the queue is consumed and no channel loop runs (used by tests)."""
         while True:
             await asyncio.sleep(0.05)
-            ready = await sync_to_async(selectors.event_queue_has_ready)(shards=self._shards)
+            ready = await sync_to_async(event_queue_has_ready)(shards=self._shards)
             if not self._loops and not ready and not self._wakeup.is_set():
                 return
 
@@ -118,9 +119,7 @@ class Scheduler:
                 )
                 channel_ids = consumed.channel_ids
                 if first:
-                    channel_ids += await sync_to_async(selectors.unread_channel_ids)(
-                        shards=self._shards
-                    )
+                    channel_ids += await sync_to_async(unread_channel_ids)(shards=self._shards)
                     first = False
             except Exception as error:
                 consuming.failed(error)
@@ -137,7 +136,7 @@ class Scheduler:
         """Tell the dashboard the channel's pool changed, as soon as new messages reach it
         (a channel whose loop is busy with a turn would otherwise say so only after it)."""
         try:
-            count = await sync_to_async(selectors.unread_pool_count)(channel_id=channel_id)
+            count = await sync_to_async(unread_pool_count)(channel_id=channel_id)
         except Exception:
             logger.warning("could not count the unread pool of %s", channel_id, exc_info=True)
             return

@@ -108,6 +108,9 @@ class TurnInput:
         stm_depth: The memory's saved depth: None puts it in the system block after the
             system prompt; a number places it in the dialogue like a context note at that depth.
         configured_tools: Tools whose outside service is configured.
+        tool_schema_tokens: What each tool's definition costs in a request's ``tools`` list,
+            in tokens of ``token_counter`` (by tool name); the offered tools' cost is taken
+            from the budget (DESIGN §5, "Budget"). A tool missing here costs nothing.
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
         stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
         verbatim_tool_nudge: Inject the verbatim tool-calling nudge (custom endpoints).
@@ -149,6 +152,7 @@ class TurnInput:
     stm_text: str | None = None
     stm_depth: int | None = None
     configured_tools: frozenset[str] = frozenset()
+    tool_schema_tokens: Mapping[str, int] = field(default_factory=dict)
     tools_enabled: bool = True
     stm_maintenance_due: bool = False
     verbatim_tool_nudge: bool = False
@@ -341,10 +345,10 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         ]
     naming_the_user_from = _first_of(items, varying)
     counted = count_item_tokens(items, turn.token_counter, _known_token_counts(turn))
+    tool_tokens = sum(turn.tool_schema_tokens.get(name, 0) for name in admission.tools)
+    budget = context_budget(persona.model.context_window, persona.model.max_output_tokens)
     kept, truncation = truncate_dialogue_history(
-        counted,
-        budget=context_budget(persona.model.context_window, persona.model.max_output_tokens),
-        stride=history_window_stride(limit),
+        counted, budget=max(0, budget - tool_tokens), stride=history_window_stride(limit)
     )
     if truncation.warning:
         warnings.append(truncation.warning)

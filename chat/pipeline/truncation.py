@@ -18,6 +18,10 @@ from chat.pipeline.notes import place_notes
 from chat.pipeline.types import Role
 
 BUDGET_SHARE_PERCENT = 90
+IMAGE_PART_TOKENS = 765
+"""What one image part costs in the budget: a 1024×1024 image at high detail as OpenAI bills
+it (85 + 4 × 170). History is built before the attempt's model is known, so every image an
+item shows is counted, whether it will go as a part or as a notice to a blind model."""
 DIALOGUE_TAGS = frozenset(
     {ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER, ItemTag.CONTEXT_NOTE_INJECTION}
 )
@@ -42,6 +46,11 @@ class TruncationReport:
     removed_spacers: int = 0
     removed_message_ids: tuple[int, ...] = ()
     warning: str | None = None
+
+
+def item_tokens(items: Sequence[ContextItem]) -> int:
+    """What ``items`` cost against a budget (text and images; see `IMAGE_PART_TOKENS`)."""
+    return _total(items)
 
 
 def context_budget(context_window: int, max_output_tokens: int) -> int:
@@ -116,7 +125,11 @@ def truncate_dialogue_history(
 
 
 def _total(items: Sequence[ContextItem]) -> int:
-    return sum(item.tokens for item in items)
+    """The items' tokens: their text, and `IMAGE_PART_TOKENS` for each image they show."""
+    return sum(
+        item.tokens + IMAGE_PART_TOKENS * sum(m.image_identity is not None for m in item.media)
+        for item in items
+    )
 
 
 def is_placed_at_depth(item: ContextItem) -> bool:

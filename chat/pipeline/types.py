@@ -8,12 +8,12 @@ about discord.py. `PersonaSpec`, `UserBlock` and `ContextNote` carry the admin's
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from posixpath import splitext
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -128,6 +128,11 @@ class Attachment:
         )
 
     @property
+    def url_expires_at(self) -> datetime | None:
+        """When the URL's signature runs out (`signed_url_expiry`)."""
+        return signed_url_expiry(self.url)
+
+    @property
     def image_identity(self) -> str:
         """What makes two image attachments "the same image": the content hash, else the URL
         without its query (Discord CDN URLs carry expiring signature parameters)."""
@@ -135,6 +140,16 @@ class Attachment:
             return f"hash:{self.content_hash}"
         parts = urlsplit(self.url)
         return f"url:{parts.netloc}{parts.path}"
+
+
+def signed_url_expiry(url: str) -> datetime | None:
+    """When a signed CDN URL stops working: Discord's carry it as ``ex``, Unix seconds in hex;
+    None for a URL without one."""
+    values = parse_qs(urlsplit(url).query).get("ex")
+    try:
+        return datetime.fromtimestamp(int(values[0], 16), tz=UTC) if values else None
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,3 +324,26 @@ class NameDirectory:
     users: Mapping[int, str] = field(default_factory=dict)
     channels: Mapping[int, str] = field(default_factory=dict)
     roles: Mapping[int, str] = field(default_factory=dict)
+
+
+def with_attachment_urls(message: HistoryMessage, urls: Mapping[str, str]) -> HistoryMessage:
+    """``message`` with each attachment (its forwarded copies' included) whose URL is a key of
+    ``urls`` pointing at that key's value instead; ``message`` itself when none is."""
+
+    def renewed(attachments: tuple[Attachment, ...]) -> tuple[Attachment, ...]:
+        if not any(a.url in urls for a in attachments):
+            return attachments
+        return tuple(replace(a, url=urls[a.url]) if a.url in urls else a for a in attachments)
+
+    attachments = renewed(message.attachments)
+    snapshots = tuple(
+        s
+        if renewed(s.attachments) is s.attachments
+        else replace(s, attachments=renewed(s.attachments))
+        for s in message.snapshots
+    )
+    if attachments is message.attachments and all(
+        a is b for a, b in zip(snapshots, message.snapshots, strict=True)
+    ):
+        return message
+    return replace(message, attachments=attachments, snapshots=snapshots)

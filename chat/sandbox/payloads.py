@@ -14,6 +14,7 @@ from chat.sandbox.records import Attachment, Channel, Guild, Member, Role, User,
 from chat.sandbox.snowflake import iso_timestamp
 
 GUILD_TEXT = 0
+GUILD_FORUM = 15
 PUBLIC_THREAD = 11
 """Discord's channel type for a text channel (the only kind the sandbox has)."""
 
@@ -75,7 +76,7 @@ def channel_payload(channel: Channel) -> dict[str, Any]:
         return thread_payload(channel)
     return {
         "id": str(channel.id),
-        "type": GUILD_TEXT,
+        "type": GUILD_FORUM if channel.is_forum else GUILD_TEXT,
         "guild_id": str(channel.guild_id),
         "name": channel.name,
         "position": channel.position,

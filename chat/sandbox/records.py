@@ -108,6 +108,8 @@ class Channel:
     """Set for a thread: the text channel it was started in."""
     owner_id: int | None = None
     """Set for a thread: who started it."""
+    is_forum: bool = False
+    """A forum channel (type 15): it holds no messages of its own, only posts (threads)."""
 
 
 @dataclass(slots=True)

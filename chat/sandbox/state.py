@@ -231,6 +231,45 @@ class Sandbox:
         self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
 
+    def add_forum_channel(self, guild_id: int, name: str) -> int:
+        """Create a forum channel (posts only, each a thread); dispatches CHANNEL_CREATE."""
+        guild = self._guild(guild_id)
+        channel_id = self._snowflakes.next_id()
+        channel = Channel(channel_id, guild_id, name, position=len(guild.channels), is_forum=True)
+        guild.channels[channel_id] = self._channels[channel_id] = channel
+        self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
+        return channel_id
+
+    def start_forum_post(self, forum_id: int, author_id: int, *, name: str, content: str) -> int:
+        """``author_id`` opens a post in forum ``forum_id``, as Discord does: a thread whose
+        first message (the post's text) has the thread's id; dispatches THREAD_CREATE and that
+        MESSAGE_CREATE. Returns the post's (thread's) id."""
+        forum = self._channel(forum_id)
+        guild = self._guild(forum.guild_id)
+        self._member(guild, author_id)
+        post_id = self._snowflakes.next_id()
+        thread = Channel(
+            post_id, guild.id, name, position=0, parent_id=forum_id, owner_id=author_id
+        )
+        guild.threads[post_id] = self._channels[post_id] = thread
+        self._publish("THREAD_CREATE", {**thread_payload(thread), "newly_created": True}, guild.id)
+        first = Message(
+            id=post_id,
+            channel_id=post_id,
+            guild_id=guild.id,
+            author_id=author_id,
+            content=content,
+            embeds=[],
+            attachments=[],
+            mention_ids=[],
+            mention_role_ids=[],
+            mention_everyone=False,
+        )
+        thread.messages[first.id] = first
+        thread.last_message_id = first.id
+        self._publish("MESSAGE_CREATE", self.message_payload(first, gateway=True), guild.id)
+        return post_id
+
     def start_thread(self, channel_id: int, message_id: int, *, name: str, creator_id: int) -> int:
         """``creator_id`` starts a public thread from message ``message_id`` of text channel
         ``channel_id``, as Discord does: the thread's id is the message's, THREAD_CREATE is

@@ -24,6 +24,7 @@ from chat.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DiscordPort
+from chat.selectors.event_queue import unread_pool_messages
 from chat.shards import EVERY_SHARD, ShardSet
 
 
@@ -184,7 +185,7 @@ async def unread_pool_without_superseded(
 ) -> list[HistoryMessage]:
     """The channel's unread messages, oldest first, once originals a proxy system replaced
     are discarded from the pool (`DiscordPort.superseded_originals`)."""
-    pending = await sync_to_async(selectors.unread_pool_messages)(channel_id=channel_id)
+    pending = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
     superseded = await port.superseded_originals(pending) if pending else frozenset()
     if not superseded:
         return pending

@@ -21,6 +21,7 @@ from chat.pipeline.memory import (
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
+from chat.selectors.short_term_memory import short_term_memory_get
 from chat.services.short_term_memory import short_term_memory_release, short_term_memory_write
 from chat.services.turn_record import (
     turn_completion_record,
@@ -71,7 +72,7 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     the turn asks for one too.
     """
     now = runtime.clock()
-    memory = await sync_to_async(selectors.short_term_memory_get)(memory_id=memory_id)
+    memory = await sync_to_async(short_term_memory_get)(memory_id=memory_id)
     if memory is None:
         return MemoryRefresh("skipped", "the memory is gone")
     persona = memory.persona

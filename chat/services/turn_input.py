@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
+import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -17,25 +20,39 @@ from django.conf import settings
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, Render
 from chat.llm.base import ModelApi
+from chat.llm.tools import TOOL_SPECS
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
 from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, recall_query, window_people
 from chat.pipeline.simplify import hidden_user_ids
+from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
-from chat.pipeline.truncation import context_budget, truncate_dialogue_history
-from chat.pipeline.types import HistoryMessage, PrivacyLevel, ReferenceKind
+from chat.pipeline.truncation import context_budget, item_tokens, truncate_dialogue_history
+from chat.pipeline.types import (
+    HistoryMessage,
+    PrivacyLevel,
+    ReferenceKind,
+    signed_url_expiry,
+    with_attachment_urls,
+)
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
-from chat.ports import DiscordPort
+from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
+from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
-from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
 REPLY_TARGET_CONCURRENCY = 4
+URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
+"""An attachment URL whose signature runs out within this is signed anew before a turn hands
+it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -169,6 +186,55 @@ async def _with_thread_starter(
     return window if starter is None else (starter, *window)
 
 
+async def turn_attachment_urls_refresh(
+    runtime: TurnRuntime, turn_input: TurnInput, *, now: dt.datetime
+) -> TurnInput:
+    """``turn_input`` with every attachment URL that expires within `URL_REFRESH_MARGIN`
+    signed anew (remembered ones reused, the others asked of Discord in one go). A refresh
+    that fails leaves the URLs as they were: the model is then told a file could not be read."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    attachments = [
+        a
+        for m in messages
+        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
+    ]
+    stale = {
+        a.url
+        for a in attachments
+        if (ex := a.url_expires_at) is not None and ex - now < URL_REFRESH_MARGIN
+    }
+    if not stale:
+        return turn_input
+    fresh = {url: runtime.refreshed_urls[url] for url in stale if url in runtime.refreshed_urls}
+    fresh = {
+        url: new
+        for url, new in fresh.items()
+        if (ex := signed_url_expiry(new)) is None or ex - now >= URL_REFRESH_MARGIN
+    }
+    missing = sorted(stale - fresh.keys())
+    if missing:
+        try:
+            fetched = await runtime.port.refresh_attachment_urls(missing)
+        except DeliveryError:
+            logger.warning("could not refresh %d attachment URLs", len(missing), exc_info=True)
+            fetched = {}
+        for url, new in fetched.items():
+            runtime.refreshed_urls[url] = new
+            runtime.refreshed_urls.move_to_end(url)
+        while len(runtime.refreshed_urls) > MAX_REFRESHED_URLS:
+            runtime.refreshed_urls.popitem(last=False)
+        fresh |= fetched
+    if not fresh:
+        return turn_input
+    return replace(
+        turn_input,
+        history=tuple(with_attachment_urls(m, fresh) for m in turn_input.history),
+        reply_targets={
+            i: with_attachment_urls(m, fresh) for i, m in turn_input.reply_targets.items()
+        },
+    )
+
+
 async def turn_input_gather(
     runtime: TurnRuntime,
     request: TurnRequest,
@@ -205,6 +271,7 @@ async def turn_input_gather(
         stm_text=people.stm_text,
         stm_depth=persona.stm_depth,
         configured_tools=_configured_tools(runtime, request),
+        tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -215,10 +282,21 @@ async def turn_input_gather(
     )
 
 
+@functools.cache
+def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
+    """What each tool's definition costs in a request's ``tools`` list, by tool name."""
+    return {
+        name.value: counter.count(json.dumps(spec.definition(), ensure_ascii=False))
+        for name, spec in TOOL_SPECS.items()
+    }
+
+
 def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
-    """The tools whose outside service this turn has: ``analyze_image`` with a vision
-    model, ``remember`` in a guild (long-term memories are kept per guild)."""
-    configured = {ToolName.ANALYZE_IMAGE} if runtime.vision is not None else set()
+    """The tools whose outside service this turn has: ``analyze_image`` and ``process_gif``
+    with a vision model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    configured = (
+        {ToolName.ANALYZE_IMAGE, ToolName.PROCESS_GIF} if runtime.vision is not None else set()
+    )
     if request.configuration.guild_id is not None:
         configured.add(ToolName.REMEMBER)
     return frozenset(configured)
@@ -249,7 +327,7 @@ def _gather_people(
     }
     standing = selectors.user_standing(user_ids=user_ids)
     persona = request.persona
-    memory = selectors.short_term_memory(
+    memory = short_term_memory(
         persona=persona,
         channel_id=request.channel.channel_id,
         user_id=request.memory_user_id,
@@ -343,7 +421,7 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
     items = context.items
     for _ in range(batches):
         items, _report = truncate_dialogue_history(
-            items, budget=max(0, sum(i.tokens for i in items) - 1), stride=stride
+            items, budget=max(0, item_tokens(items) - 1), stride=stride
         )
     return context if items is context.items else replace(context, items=items)
 

@@ -6,6 +6,7 @@ model request (`PreparedTurn`).
 from __future__ import annotations
 
 import datetime as dt
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ from chat.windows import WindowRegistry
 from personas.models import Persona
 
 MAX_WARM_CONTEXTS = 2000
+MAX_REFRESHED_URLS = 4096
 
 AbortCheck = Callable[[], Awaitable[str | None]]
 """Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
@@ -61,6 +63,9 @@ class TurnRuntime:
     fence: LeaseFence = UNFENCED
     """Asked before a planner step is recorded and acted on: raises `chat.ports.LeaseLost` once
     this worker lost the channel's shard lease (a process without shards: never)."""
+    refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
+    the window keeps a message's original, so later turns reuse the refreshed one."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least

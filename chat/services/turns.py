@@ -29,6 +29,7 @@ from chat.pipeline.recall import memory_line
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
+    turn_attachment_urls_refresh,
     turn_input_gather,
     turn_memories_recall,
     turn_renderer,
@@ -81,6 +82,8 @@ async def turn_prepare(
 
     started = time.perf_counter()
     turn_input = await turn_input_gather(runtime, request, history, now=now)
+    if not dry_run:
+        turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
     recalled = await sync_to_async(turn_memories_recall)(runtime, request, turn_input)
     turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
     participant_ms = ms_since(started)

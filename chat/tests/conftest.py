@@ -151,6 +151,9 @@ class FakeDiscord:
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
         return None
 
+    async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
+        return {}
+
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         raise DeliveryError("no files here", permanent=True)
 

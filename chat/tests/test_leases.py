@@ -20,7 +20,7 @@ from chat.leases import (
     shard_leases_release,
 )
 from chat.ports import ChannelPlace, LeaseLost
-from chat.selectors import unread_channel_ids
+from chat.selectors.event_queue import unread_channel_ids
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.shards import EVERY_SHARD, ShardSet
 from chat.tests.factories import message

@@ -16,6 +16,7 @@ from chat.selectors import (
     channel_configuration,
     channel_guild_id,
     persona_model_specs,
+    planner_model_specs,
     replied_persona_names,
     user_standing,
 )
@@ -140,3 +141,47 @@ def test_model_capabilities_come_from_the_name_and_the_persona_overrides_its_fir
         False,
     )
     assert (fallback.supports_vision, fallback.supports_prefill) == (True, False)
+
+
+@pytest.mark.django_db
+def test_dms_are_answered_by_the_persona_the_admin_chose_with_its_guilds_blocks():
+    now = dt.datetime(2026, 7, 11, 12, tzinfo=dt.UTC)
+    first = GuildConfig.objects.create(guild_id=10, name="first")
+    second = GuildConfig.objects.create(guild_id=11, name="second")
+    Persona.objects.create(guild=first, name="Tomori", is_main=True)
+    anon = Persona.objects.create(guild=second, name="Anon")
+    Block.objects.create(guild=second, persona=anon, user_id=7, type="block")
+    Block.objects.create(guild=first, user_id=8, type="block")
+
+    off_by_default = channel_configuration(channel_id=99, guild_id=None, now=now)
+    Persona.objects.filter(pk=anon.pk).update(answers_dms=True)
+    chosen = channel_configuration(channel_id=99, guild_id=None, now=now)
+
+    assert off_by_default is not None and off_by_default.personas == ()
+    assert [p.name for p in chosen.personas] == ["Anon"]
+    assert [(b.persona_name, b.user_id) for b in chosen.blocks] == [("Anon", 7)]
+
+
+@pytest.mark.django_db
+def test_the_planner_model_is_the_guilds_else_the_deployments_else_the_main_personas(
+    settings: Settings,
+):
+    now = dt.datetime(2026, 7, 11, 12, tzinfo=dt.UTC)
+    guild = GuildConfig.objects.create(guild_id=10, name="g")
+    Persona.objects.create(guild=guild, name="Tomori", is_main=True, llm_model="persona-model")
+    settings.LLM_PLANNER_MODEL = ""
+
+    def planner_model() -> str:
+        configuration = channel_configuration(channel_id=20, guild_id=10, now=now)
+        return planner_model_specs(configuration)[0].name
+
+    by_persona = planner_model()
+    settings.LLM_PLANNER_MODEL = "deployment-planner"
+    by_deployment = planner_model()
+    GuildConfig.objects.filter(pk=guild.pk).update(planner_model="guild-planner")
+
+    assert (by_persona, by_deployment, planner_model()) == (
+        "persona-model",
+        "deployment-planner",
+        "guild-planner",
+    )

@@ -6,9 +6,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from chat import selectors
 from chat.models import EventQueue, MessageIndex, ShortTermMemory, Turn, UnreadEvent
 from chat.pipeline.memory import RAW_TURNS_TTL
+from chat.selectors.short_term_memory import short_term_memories_due
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.services.retention import Retention, records_prune
 from chat.tasks import records_prune_task, short_term_memory_maintenance_task
@@ -104,9 +104,7 @@ def test_maintenance_picks_due_memories_of_quiet_channels_only():
         channel_id=busy_channel, message_id=1, guild_id=1, author_id=2, event={}
     )
 
-    assert selectors.short_term_memories_due(
-        now=now, idle_for=idle, raw_turns_ttl=RAW_TURNS_TTL
-    ) == [
+    assert short_term_memories_due(now=now, idle_for=idle, raw_turns_ttl=RAW_TURNS_TTL) == [
         custom_cadence,
         due,
     ]

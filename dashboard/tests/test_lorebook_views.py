@@ -125,3 +125,68 @@ def test_an_uploaded_preset_is_assigned_to_the_persona_and_a_bad_one_is_named(gu
     assert "chat_preset.prompts[0].injection_position" in response.content.decode()
     rikki.refresh_from_db()
     assert rikki.chat_preset["name"] == "Mine"
+
+
+def test_the_entry_editor_saves_rows_and_keeps_what_it_does_not_show(guild, admin_client):
+    admin_client.post(reverse("dashboard:persona_new", args=[guild.guild_id]), persona_post())
+    rikki = Persona.objects.get(name="Rikki")
+    rikki.lorebook = {
+        "name": "Band",
+        "scan_depth": 3,
+        "entries": [
+            {"id": 7, "keys": ["drums"], "content": "Red kit.", "priority": 9,
+             "extensions": {"sticky": 2}},
+            {"keys": ["bass"], "content": "Old bass."},
+        ],
+    }  # fmt: skip
+    rikki.save()
+    url = reverse("dashboard:lorebook_editor", args=[guild.guild_id, rikki.pk])
+    page = admin_client.get(url)
+    assert page.status_code == 200 and "Red kit." in page.content.decode()
+
+    admin_client.post(
+        url,
+        {
+            "entry_count": "3",
+            "entries-0-keys": "drums, kit",
+            "entries-0-secondary_keys": "red",
+            "entries-0-selective_logic": "not_any",
+            "entries-0-content": "Red kit, always.",
+            "entries-0-insertion_order": "5",
+            "entries-0-position": "at_depth",
+            "entries-0-depth": "2",
+            "entries-0-role": "user",
+            "entries-0-enabled": "on",
+            "entries-0-match_whole_words": "on",
+            "entries-1-keys": "bass",
+            "entries-1-content": "Old bass.",
+            "entries-1-remove": "on",
+            "entries-2-keys": "/cymbals?/i",
+            "entries-2-content": "Crash!",
+            "entries-2-constant": "on",
+            "entries-2-enabled": "on",
+        },
+    )
+    rikki.refresh_from_db()
+    book = rikki.lorebook
+    assert (book["name"], book["scan_depth"]) == ("Band", 3)
+    first, second = book["entries"]
+    assert first["keys"] == ["drums", "kit"] and first["secondary_keys"] == ["red"]
+    assert first["selective"] and first["selective_logic"] == "not_any"
+    assert (first["position"], first["depth"], first["role"]) == ("at_depth", 2, "user")
+    assert first["match_whole_words"] and not first["constant"]
+    assert (first["id"], first["priority"], first["extensions"]) == (7, 9, {"sticky": 2})
+    assert second["keys"] == ["/cymbals?/i"] and second["constant"]
+
+
+def test_the_entry_editor_names_the_entry_of_a_problem_and_saves_nothing(guild, admin_client):
+    admin_client.post(reverse("dashboard:persona_new", args=[guild.guild_id]), persona_post())
+    rikki = Persona.objects.get(name="Rikki")
+    url = reverse("dashboard:lorebook_editor", args=[guild.guild_id, rikki.pk])
+    response = admin_client.post(
+        url, {"entry_count": "1", "entries-0-keys": "/(/", "entries-0-content": "x"}
+    )
+    assert response.status_code == 400
+    assert "lorebook.entries[0].keys[0]" in response.content.decode()
+    rikki.refresh_from_db()
+    assert rikki.lorebook is None

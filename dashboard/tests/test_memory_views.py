@@ -59,7 +59,7 @@ def test_search_ranks_with_scores_and_filters_by_person_or_persona(
     html = moderator_client.get(url(guild), {"q": "what is the cat called? Miso"}).content.decode()
     assert html.index("Alice&#x27;s cat is called Miso") < html.index("Bob plays bass")
     assert "(kw " in html and "vec " in html  # the scores are shown
-    assert "who is in the window" in html
+    assert html.count('<td class="score">') == 4  # every memory, ranked
 
     only_bob = moderator_client.get(url(guild), {"user": str(BOB)}).content.decode()
     assert "Bob plays bass" in only_bob and "Miso" not in only_bob
@@ -103,3 +103,27 @@ def test_moderators_cannot_change_memories(guild, remembered, moderator_client):
     assert moderator_client.post(delete).status_code == 403
     cat.refresh_from_db()
     assert cat.text == "Alice's cat is called Miso"
+
+
+def test_an_extraction_turn_shows_what_it_stored_and_refused(guild, moderator_client):
+    turn = Turn.objects.create(
+        channel_id=1,
+        guild_id=guild.guild_id,
+        persona_name="Tomori",
+        reason="extraction",
+        status="replied",
+        reason_detail={
+            "stored": [
+                {"about": "Alice", "fact": "Alice sings", "memory_id": 3, "outcome": "added"}
+            ],
+            "refused": [
+                {"about": "Dave", "fact": "Dave hums", "why": "names nobody of this conversation"}
+            ],
+        },
+    )
+    html = moderator_client.get(reverse("dashboard:turn", args=[turn.id])).content.decode()
+    assert "Memory extraction" in html
+    assert "Alice sings" in html and "(about Alice, added, memory 3)" in html
+    assert "Dave hums" in html and "names nobody of this conversation" in html
+    listed = moderator_client.get(url(guild)).content.decode()
+    assert f'href="/turns/{turn.id}/"' in listed and "1 stored · 1 refused" in listed

@@ -59,6 +59,7 @@ LOREBOOK = {
 PERSONA = {
     "name": "Anon",
     "main": False,
+    "answers_dms": True,
     "enabled": False,
     "avatar_url": "https://example.org/anon.png",
     "system_prompt": "You are Anon.\nLoud, cheerful.\n\n  Indented line, trailing space ",
@@ -108,6 +109,7 @@ DOCUMENT = {
             "context_note": {"text": "Short answers.\nNo spoilers.", "depth": 7},
             "lorebook": LOREBOOK,
             "chat_preset": PRESET,
+            "planner_model": "qwen2.5:3b",
             "personas": [
                 {"name": "Tomori", "main": True, "system_prompt": "You are Tomori."},
                 PERSONA,

@@ -371,3 +371,36 @@ def test_exportconfig_output_imports_back_unchanged(document):
     report = config_import(data=json.loads(out.getvalue()))
 
     assert not report.changed
+
+
+def test_one_persona_answers_dms_and_importing_another_takes_the_role(document):
+    document["guilds"][0]["personas"][0]["answers_dms"] = True
+    config_import(data=document)
+    other = copy.deepcopy(document["guilds"][0])
+    other["id"], other["name"] = "999999999999999999", "Other"
+    other["channels"], other["blocks"], other["users"] = [], [], []
+    other["personas"][0]["answers_dms"] = False
+    other["personas"][1]["answers_dms"] = True
+
+    config_import(data={"version": 1, "guilds": [other]})
+
+    dm_personas = Persona.objects.filter(answers_dms=True).values_list("guild__name", "name")
+    assert list(dm_personas) == [("Other", document["guilds"][0]["personas"][1]["name"])]
+
+
+def test_two_dm_personas_in_one_file_are_reported_with_their_path(document):
+    for persona in document["guilds"][0]["personas"][:2]:
+        persona["answers_dms"] = True
+
+    with pytest.raises(ConfigError) as raised:
+        config_import(data=document)
+
+    assert raised.value.problems[0][0] == "guilds[0].personas[1].answers_dms"
+
+
+def test_the_planner_model_is_imported_and_exported(document):
+    document["guilds"][0]["planner_model"] = "small-planner"
+    config_import(data=document)
+
+    assert GuildConfig.objects.get().planner_model == "small-planner"
+    assert config_export()["guilds"][0]["planner_model"] == "small-planner"

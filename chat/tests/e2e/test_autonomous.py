@@ -11,7 +11,7 @@ from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.loop.autonomous import MAX_CAPPED_LOOPS, MAX_LOOP_ITERATIONS
 from chat.models import Turn
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
-from personas.models import Persona
+from personas.models import GuildConfig, Persona
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -162,6 +162,21 @@ async def test_the_planner_sees_a_proxied_member_and_never_the_replaced_original
     assert "l: hello" not in first
     [turn] = await sync_to_async(lambda: list(Turn.objects.filter(persona_name="Anon")))()
     assert turn.status == "replied"
+
+
+async def test_the_planner_asks_the_guilds_planner_model(world):
+    await GuildConfig.objects.aupdate(planner_model="small-planner")
+    world.llm.enqueue(action(action="send_message", persona="Tomori"), Reply("hello"))
+    await world.start_worker()
+
+    world.say("hi there", channel_id=AUTONOMOUS)
+    await eventually(lambda: world.bot_messages(AUTONOMOUS))
+    await world.drained()
+
+    [planner] = planner_requests(world)[:1]
+    persona_turn = world.llm.chat_bodies[1]
+    assert planner["model"] == "small-planner"
+    assert persona_turn["model"] != "small-planner"
 
 
 async def test_a_message_arriving_mid_stream_does_not_cut_the_reply_and_is_read_next(world):

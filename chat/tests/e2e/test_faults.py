@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
-from chat.selectors import unread_channel_ids
+from chat.selectors.event_queue import unread_channel_ids
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, GENERAL, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

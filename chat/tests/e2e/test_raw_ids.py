@@ -73,3 +73,20 @@ async def test_reveal_message_metadata_names_an_author_without_the_ids_their_nam
     _, second = world.llm.chat_bodies
     [result] = _tool_results(second)
     assert (result["ref"], result["author"]) == ("ref_1", "fan[id]")
+
+
+async def test_an_expired_link_is_signed_anew_before_a_tool_reads_it(world):
+    world.llm.enqueue(Reply.calling("read_file", {"media_id": "media_1"}), Reply("Read it."))
+    await world.start_worker()
+
+    world.sandbox.sandbox.attachment_url_lifetime = 0  # the link is expired once posted …
+    posted = world.say("tomori, read this", attachments=[Upload("plan.txt", b"step one")])
+    world.sandbox.sandbox.attachment_url_lifetime = 3600  # … and lasts an hour when refreshed
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+
+    _, second = world.llm.chat_bodies
+    [result] = _tool_results(second)
+    assert (result["filename"], result["content"]) == ("plan.txt", "step one")
+    assert world.sandbox.request_counts[("POST", "/attachments/refresh-urls")] == 1
+    assert "?ex=" in posted["attachments"][0]["url"]

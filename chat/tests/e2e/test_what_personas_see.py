@@ -4,6 +4,8 @@ capabilities, their own past after a restart, threads, privacy, co-responders.""
 from __future__ import annotations
 
 import datetime as dt
+import io
+import json
 import re
 
 import pytest
@@ -14,6 +16,7 @@ from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import MessageIndex, Turn
 from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
+from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
 from personas.models import Block, GuildConfig, Persona, UserPrivacy
@@ -477,3 +480,60 @@ async def test_a_date_spacer_points_at_message_times_when_the_turn_offers_the_to
     assert [t["function"]["name"] for t in asked["tools"]] == ["reveal_message_metadata"]
     assert spacer.fullmatch(with_tool)["pointer"] == pointer
     assert "tools" not in thanked and spacer.fullmatch(without)["pointer"] is None
+
+
+def _gif(frames: int) -> bytes:
+    from PIL import Image
+
+    images = [Image.new("RGB", (32, 32), (30 * n, 0, 0)) for n in range(frames)]
+    out = io.BytesIO()
+    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=80)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("vision_model", [None, "llava:13b"])
+async def test_process_gif_is_offered_for_a_gif_exactly_when_a_vision_model_reads_it(
+    world, vision_model
+):
+    await sync_to_async(_set_persona)("Tomori", llm_model="llama3:8b")
+    if vision_model:
+        world.llm.enqueue(
+            Reply.calling("process_gif", {"media_id": "media_1"}),
+            Reply("a square turning red"),  # the vision model, shown the sampled frames
+            Reply("It slowly turns red."),
+        )
+    await world.start_worker(vision_model=vision_model)
+    world.say("tomori, look", attachments=[Upload("turn.gif", _gif(8), "image/gif")])
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+
+    first = world.llm.chat_bodies[0]
+    offered = [tool["function"]["name"] for tool in first.get("tools", [])]
+    if vision_model is None:
+        assert "process_gif" not in offered and len(world.llm.chat_bodies) == 1
+        return
+    assert offered == ["analyze_image", "process_gif"]
+    _, vision, last = world.llm.chat_bodies
+    assert vision["model"] == "llava:13b"
+    assert [p["image_url"]["url"][:22] for p in _image_parts(vision)] == [
+        "data:image/png;base64,"
+    ] * 4
+    [result] = [json.loads(m["content"]) for m in last["messages"] if m["role"] == "tool"]
+    assert result == {"media_id": "media_1", "frames": 4, "analysis": "a square turning red"}
+
+
+async def test_an_alter_persona_answers_in_a_forum_post_through_the_forums_webhook(world):
+    sandbox = world.sandbox.sandbox
+    forum = sandbox.add_forum_channel(DEMO_GUILD_ID, "ideas")
+    await world.start_worker()
+    post = sandbox.start_forum_post(forum, ALICE, name="tour", content="a summer tour?")
+    world.say("anon, would you come?", channel_id=post)
+    await eventually(lambda: world.bot_messages(post))
+    await world.drained()
+
+    [reply] = world.bot_messages(post)
+    [hook] = sandbox.channel_webhooks(forum)
+    assert reply["author"]["username"] == "Anon" and reply["webhook_id"] == hook["id"]
+    [turn] = await sync_to_async(_turns)()
+    assert turn.status == "replied"
+    assert "a summer tour?" in _prompt_text(world.llm.chat_bodies[0])

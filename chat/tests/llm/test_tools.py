@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ from chat.llm.tools import (
     ToolError,
     ToolName,
     VisionModel,
+    sample_gif_frames,
 )
 from chat.pipeline.tools import TOOL_CATALOGUE
 from chat.tests.llm.conftest import FakeShortTermMemory, RecordingRender
@@ -419,3 +421,56 @@ def test_every_tool_the_pipeline_can_offer_without_configuration_exists() -> Non
     unconfigured = {tool.name for tool in TOOL_CATALOGUE if not tool.needs_configuration}
     assert unconfigured <= set(TOOL_SPECS)
     assert ToolName.ANALYZE_IMAGE in TOOL_SPECS
+
+
+def animated_gif(colours: list[tuple[int, int, int]]) -> bytes:
+    """A small GIF with one solid frame per colour."""
+    from PIL import Image
+
+    frames = [Image.new("RGB", (64, 48), colour) for colour in colours]
+    out = io.BytesIO()
+    frames[0].save(out, format="GIF", save_all=True, append_images=frames[1:], duration=100)
+    return out.getvalue()
+
+
+def test_gif_frames_are_sampled_evenly_first_to_last() -> None:
+    from PIL import Image
+
+    colours = [(10 * n, 0, 255 - 10 * n) for n in range(10)]
+
+    frames = sample_gif_frames(animated_gif(colours), frames=4)
+
+    seen = [Image.open(io.BytesIO(frame)).convert("RGB").getpixel((5, 5)) for frame in frames]
+    assert len(frames) == 4
+    assert [pixel[0] // 10 for pixel in seen] == [0, 3, 6, 9]  # frames 0, 3, 6 and 9
+
+
+async def test_process_gif_shows_the_vision_model_sampled_frames(
+    fake_server: FakeLLMServer, runner: AttemptRunner
+) -> None:
+    dance = Attachment("media_4", "dance.gif", "https://cdn.example/dance.gif", "image/gif", 900)
+    reader = FakeAttachmentReader(
+        files={dance.url: animated_gif([(40 * n, 0, 0) for n in range(6)])}
+    )
+    vision = VisionModel(runner.client, ModelSpec("vision-model", supports_vision=True))
+    toolbox = full_toolbox(attachments={"media_4": dance}, attachment_reader=reader, vision=vision)
+    fake_server.enqueue(Reply("A square turning red."))
+
+    result = await run(toolbox, "process_gif", {"media_id": "media_4"})
+
+    parts = fake_server.chat_bodies[0]["messages"][0]["content"]
+    assert parts[0]["text"].startswith("4 frames of one animation, in order.")
+    assert all(p["image_url"]["url"].startswith("data:image/png;base64,") for p in parts[1:])
+    assert len(parts) == 5
+    assert result == {"media_id": "media_4", "frames": 4, "analysis": "A square turning red."}
+
+
+async def test_process_gif_is_offered_only_with_a_vision_model_and_refuses_a_still(
+    runner: AttemptRunner,
+) -> None:
+    vision = VisionModel(runner.client, ModelSpec("vision-model", supports_vision=True))
+
+    assert "process_gif" not in full_toolbox().offered
+    assert "process_gif" in full_toolbox(vision=vision).offered
+    refused = await run(full_toolbox(vision=vision), "process_gif", {"media_id": "media_2"})
+    assert refused == {"error": "media_2 (cat.png) is not a GIF"}

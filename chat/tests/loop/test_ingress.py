@@ -9,7 +9,7 @@ import pytest
 from chat.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import Attachment, Author, HistoryMessage
-from chat.selectors import unread_channel_ids, unread_pool_count, unread_pool_messages
+from chat.selectors.event_queue import unread_channel_ids, unread_pool_count, unread_pool_messages
 from chat.services.event_queue import (
     OwnIdentity,
     event_ingest_many,

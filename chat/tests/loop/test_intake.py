@@ -10,7 +10,7 @@ from django.db import connections
 
 from chat.loop.intake import Intake
 from chat.models import EventQueue, UnreadEvent
-from chat.selectors import unread_pool_messages
+from chat.selectors.event_queue import unread_pool_messages
 from chat.services.event_queue import OwnIdentity, event_queue_consume
 from chat.tests.e2e.conftest import eventually
 from chat.tests.factories import message

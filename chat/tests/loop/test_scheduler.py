@@ -11,11 +11,11 @@ from chat.llm.fake_server import Fault, FaultKind
 from chat.loop.scheduler import Scheduler
 from chat.models import Turn
 from chat.ports import ChannelPlace
-from chat.selectors import unread_pool_count
+from chat.selectors.event_queue import unread_pool_count
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.tests.conftest import BOT, CHANNEL, GUILD_ID, Bench
 from chat.tests.factories import ALICE, message
-from personas.models import GuildConfig
+from personas.models import Block, GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,21 +59,41 @@ async def test_a_message_arriving_as_a_pass_begins_on_an_empty_pool_gets_the_gui
     await scheduler.stop()
 
 
-async def test_a_dm_is_a_dm_because_discord_says_so(bench: Bench):
+async def dm_turns(bench: Bench, text: str, *, author=ALICE) -> list[Turn]:
+    """``author`` writes ``text`` in a DM; the scheduler runs; the turns it ran."""
     dm_channel = CHANNEL + 1
     bench.discord.places[dm_channel] = ChannelPlace(guild_id=None)
     await sync_to_async(event_ingest_many)(
-        [(message(content="anon, hi", channel_id=dm_channel), None)]
+        [(message(content=text, channel_id=dm_channel, author=author), None)]
     )
     await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
     scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
-
     scheduler.schedule(dm_channel)
     await scheduler.idle()
-
-    [turn] = await sync_to_async(list)(Turn.objects.all())
-    assert (turn.persona_name, turn.reason, turn.guild_id) == ("Tomori", "dm", None)
     await scheduler.stop()
+    return await sync_to_async(list)(Turn.objects.all())
+
+
+async def test_a_dm_is_a_dm_because_discord_says_so(bench: Bench):
+    await Persona.objects.filter(name="Tomori").aupdate(answers_dms=True)
+
+    [turn] = await dm_turns(bench, "anon, hi")
+
+    assert (turn.persona_name, turn.reason, turn.guild_id) == ("Tomori", "dm", None)
+
+
+async def test_dms_go_unanswered_until_an_admin_chooses_a_persona_for_them(bench: Bench):
+    assert await dm_turns(bench, "hello?") == []
+    assert await sync_to_async(unread_pool_count)(channel_id=CHANNEL + 1) == 0
+
+
+async def test_someone_the_dm_persona_blocked_in_its_guild_is_blocked_in_dms(bench: Bench):
+    guild = await GuildConfig.objects.aget(guild_id=GUILD_ID)
+    tomori = await Persona.objects.aget(name="Tomori")
+    await Persona.objects.filter(pk=tomori.pk).aupdate(answers_dms=True)
+    await Block.objects.acreate(guild=guild, persona=tomori, user_id=ALICE.id, type="block")
+
+    assert await dm_turns(bench, "hello?") == []
 
 
 async def test_where_discord_cannot_say_the_ingested_guild_decides(bench: Bench):
@@ -116,6 +136,7 @@ async def test_a_message_consumed_while_its_channels_loop_ends_is_answered(bench
 
 
 async def test_channel_loops_never_exceed_the_cap_and_every_woken_channel_is_served(bench: Bench):
+    await Persona.objects.filter(name="Tomori").aupdate(answers_dms=True)
     dms = [CHANNEL + 100 + n for n in range(6)]
     bench.llm.enqueue(*[Fault(FaultKind.TIMEOUT, delay=0.2)] * len(dms))  # turns take a while
     for channel_id in dms:

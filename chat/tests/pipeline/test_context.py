@@ -407,3 +407,16 @@ def test_configuration_naming_the_user_ends_the_cacheable_prefix(system_prompt, 
         n for n, item in enumerate(context.items) if item.tag is ItemTag.DIALOGUE_HISTORY
     )
     assert context.cacheable_prefix_end == (newest_entry if end is None else end)
+
+
+def test_the_offered_tools_definitions_come_out_of_the_budget():
+    history = [message(1, "tomori, what is in this file?", attachments=(document(2),))]
+    persona = PersonaSpec(
+        name="Tomori", model=ModelSettings(context_window=1000, max_output_tokens=200)
+    )
+    schemas = {"read_file": 120, "analyze_image": 500}
+
+    context = build_turn_context(turn_input(history, persona=persona, tool_schema_tokens=schemas))
+
+    assert context.tools == ("read_file",)
+    assert context.truncation.budget == 720 - 120  # analyze_image is not offered: free

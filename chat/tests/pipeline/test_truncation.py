@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chat.pipeline.items import ContextItem, ItemTag
-from chat.pipeline.truncation import context_budget, truncate_dialogue_history
+from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor
+from chat.pipeline.truncation import (
+    IMAGE_PART_TOKENS,
+    context_budget,
+    truncate_dialogue_history,
+)
 from chat.pipeline.types import Role
 from chat.tests.factories import sf
 
@@ -175,3 +181,15 @@ def test_truncation_keeps_protected_items_and_fits_whenever_it_can(items, budget
     assert len(gone) % stride == 0 or len(gone) == len(removable)
     assert report.removed_entries == len(gone)
     assert report.tokens_after == sum(item.tokens for item in kept)
+
+
+def test_images_count_against_the_budget():
+    picture = MediaDescriptor("media_1", "cat.png", "u", "image/png", sf(1), image_identity="i")
+    with_image = replace(entry(1), media=(picture,))
+    items = (SYSTEM, with_image, entry(2), entry(3), STOP)
+    text_only = sum(item.tokens for item in items)
+
+    kept, report = truncate_dialogue_history(items, budget=text_only + 100, stride=2)
+
+    assert report.tokens_before == text_only + IMAGE_PART_TOKENS
+    assert texts(kept) == ["system", "e3", "stop"]  # a whole stride batch went, the image too

@@ -16,6 +16,7 @@ from chat.models import ShortTermMemory, Turn
 from chat.pipeline.triggers import TurnReason
 from chat.ports import ChannelPlace
 from chat.selectors import turn_already_answered
+from chat.selectors.short_term_memory import short_term_memories, short_term_memory
 from chat.services.memory_refresh import short_term_memory_refresh
 from chat.services.short_term_memory import (
     REFRESH_CLAIM_TTL,
@@ -48,9 +49,7 @@ def system_text(body: dict) -> str:
 
 
 async def memory_of(bench: Bench, channel_id: int = CHANNEL) -> ShortTermMemory | None:
-    return await sync_to_async(selectors.short_term_memory)(
-        persona=bench.tomori, channel_id=channel_id
-    )
+    return await sync_to_async(short_term_memory)(persona=bench.tomori, channel_id=channel_id)
 
 
 async def test_each_delivered_reply_counts_and_the_fifth_makes_the_memory_tool_offered(
@@ -242,7 +241,7 @@ async def test_clearing_forgets_one_memory_or_all_of_a_personas(bench: Bench):
     await ShortTermMemory.objects.acreate(persona=bench.tomori, channel_id=OTHER_CHANNEL)
     await ShortTermMemory.objects.acreate(persona=bench.anon, channel_id=CHANNEL)
 
-    listed = await sync_to_async(selectors.short_term_memories)(persona_id=bench.tomori.id)
+    listed = await sync_to_async(short_term_memories)(persona_id=bench.tomori.id)
     assert {m.channel_id for m in listed} == {CHANNEL, OTHER_CHANNEL}
     assert (
         await sync_to_async(short_term_memory_clear)(persona_id=bench.anon.id, memory_id=first.id)

@@ -34,6 +34,12 @@ window.__wsOpens = 0;
 document.addEventListener('htmx:wsOpen', () => { window.__wsOpens += 1; });
 """
 
+# Layout checks read both elements' boxes in one script run, so a live swap cannot come between.
+RIGHT_OF = """([left, right]) => document.querySelector(left).getBoundingClientRect().right
+    <= document.querySelector(right).getBoundingClientRect().left"""
+FITS_IN = """([inner, outer]) => document.querySelector(inner).getBoundingClientRect().right
+    <= document.querySelector(outer).getBoundingClientRect().right"""
+
 
 async def _sockets_opened(page: Page) -> int:
     return await page.evaluate("window.__wsOpens || 0")
@@ -71,9 +77,7 @@ async def test_a_moderator_watches_a_channel_previews_a_message_and_replays_the_
     assert await page.evaluate("window.__sameDocument === true")
     # Names, not numbers; the latest turns fit their card.
     await expect(page.locator("h1 .name.channel")).to_have_text("#general")
-    card = await page.locator("#channel-turns").bounding_box()
-    table = await page.locator("#channel-turns table").bounding_box()
-    assert table["x"] + table["width"] <= card["x"] + card["width"]
+    assert await page.evaluate(FITS_IN, ["#channel-turns table", "#channel-turns"])
     await page.screenshot(path=screenshots / "channel.png", full_page=True)
 
     # The preview: "as alice: hello tomori" shows the request that message would make.
@@ -159,8 +163,8 @@ async def test_an_admin_types_in_the_playground_and_watches_the_reply_arrive(
     await expect(page.locator("#channel-turns")).to_contain_text("Anon")
     await expect(page.locator("#channel-turns")).to_contain_text("You said:")
     assert await page.evaluate("window.__sameDocument === true")
-    boxes = [await page.locator(s).bounding_box() for s in ("#playground-chat", "#window")]
-    assert boxes[0]["x"] + boxes[0]["width"] <= boxes[1]["x"]  # the chat beside the window
+    # The chat beside the window (measured in one go: a live swap may replace either).
+    assert await page.evaluate(RIGHT_OF, ["#playground-chat", "#window"])
     await page.screenshot(path=screenshots / "playground.png", full_page=True)
 
 

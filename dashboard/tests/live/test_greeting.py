@@ -71,3 +71,26 @@ async def test_a_blank_greeting_is_refused_and_nothing_is_posted(dashboard_on_wo
     assert response.status_code == 302
     assert not await sync_to_async(Turn.objects.exists)()
     assert world.bot_messages(GENERAL) == []
+
+
+async def test_the_page_offers_the_first_message_and_posts_an_alternate(dashboard_on_world):
+    world = dashboard_on_world
+    await sync_to_async(Persona.objects.filter(name="Tomori").update)(
+        first_mes="...hello.", alternate_greetings=["Oh. You came back."]
+    )
+    admin = await sync_to_async(make_client)("ad", staff=True)
+    persona = await sync_to_async(Persona.objects.get)(name="Tomori")
+    guild = await sync_to_async(GuildConfig.objects.get)()
+    page = await sync_to_async(admin.get)(
+        reverse("dashboard:persona", args=[guild.guild_id, persona.pk])
+    )
+    html = page.content.decode()
+    assert ">...hello.</textarea>" in html and "Post this alternate greeting" in html
+
+    await sync_to_async(admin.post)(
+        reverse("dashboard:persona_greet", args=[guild.guild_id, persona.pk]),
+        {"channel_id": str(GENERAL), "text": "...hello.", "greeting": "Oh. You came back."},
+    )
+
+    [posted] = world.bot_messages(GENERAL)
+    assert posted["content"] == "Oh. You came back."

@@ -1,17 +1,17 @@
 """Reads that turn the admin's configuration and the worker's records into the pipeline's and
-the loop's inputs. Nothing here writes."""
+the loop's inputs: channel configuration, personas, blocks, people's standing, the message
+index and turns. Nothing here writes. The event queue's and unread pools' reads are in
+`event_queue`, short-term memory's in `short_term_memory`, what the why-trace reads about one
+message in `message_trace`."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Max
 
-from chat.codec import message_from_json
 from chat.llm.base import ModelApi, ModelSpec
 from chat.llm.capabilities import model_capabilities
 from chat.models import (
@@ -19,8 +19,6 @@ from chat.models import (
     ChannelWindowAnchor,
     EventQueue,
     MessageIndex,
-    PlannerStep,
-    ShortTermMemory,
     Turn,
     UnreadEvent,
 )
@@ -52,7 +50,6 @@ from chat.pipeline.types import (
     SampleMessage,
     UserBlock,
 )
-from chat.shards import EVERY_SHARD, ShardSet
 from personas.models import Block, ChannelConfig, ChannelMode, GuildConfig, Persona, UserPrivacy
 
 
@@ -128,14 +125,18 @@ def channel_configuration(
     """The channel's configuration at ``now``; None when the bot does not serve that guild.
 
     ``guild_id`` None means a DM (as Discord says, never guessed: see `channel_guild_id`).
+    A DM's persona is the one the admin chose to answer DMs (none: nobody answers), and the
+    blocks of that persona's guild apply: someone it blocked there is blocked in DMs too.
     """
     channel = channel_settings(channel_id=channel_id, guild_id=guild_id)
     if channel is None:
         return None
+    personas = guild_personas(guild=channel.guild)
+    blocks_of = channel.guild if channel.guild is not None or not personas else personas[0].guild
     return ChannelConfiguration(
         settings=channel,
-        personas=tuple(guild_personas(guild=channel.guild)),
-        blocks=tuple(active_blocks(guild=channel.guild, now=now)),
+        personas=tuple(personas),
+        blocks=tuple(active_blocks(guild=blocks_of, now=now)),
         read_at=now,
     )
 
@@ -165,11 +166,14 @@ def channel_guild_id(*, channel_id: int) -> KnownGuild | None:
 
 
 def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
-    """The guild's enabled personas, main first. In a DM (``guild`` None) the bot account speaks
-    for itself, so the answer is the first configured main persona, alone."""
+    """The guild's enabled personas, main first. In a DM (``guild`` None): the persona the admin
+    chose to answer DMs (``answers_dms``), alone; none when no enabled persona does (DMs are
+    off, the default)."""
     if guild is None:
-        main = Persona.objects.filter(is_main=True, enabled=True).order_by("id").first()
-        return [main] if main else []
+        dm_persona = (
+            Persona.objects.filter(answers_dms=True, enabled=True).select_related("guild").first()
+        )
+        return [dm_persona] if dm_persona else []
     return list(Persona.objects.filter(guild=guild, enabled=True).order_by("-is_main", "name"))
 
 
@@ -484,55 +488,34 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     return tuple(specs)
 
 
+def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec, ...]:
+    """The models the planner of an autonomous channel asks: the guild's ``planner_model``,
+    else the deployment's ``LLM_PLANNER_MODEL`` (each with the main persona's temperature and
+    output limit), else the main persona's own models (`persona_model_specs`)."""
+    main = configuration.personas[0]
+    guild = configuration.settings.guild
+    name = (guild.planner_model if guild is not None else "") or settings.LLM_PLANNER_MODEL
+    if not name.strip():
+        return persona_model_specs(main)
+    capabilities = model_capabilities(name.strip())
+    return (
+        ModelSpec(
+            name.strip(),
+            supports_vision=capabilities.vision,
+            supports_prefill=capabilities.prefill,
+            merge_same_role=capabilities.merge_same_role,
+            temperature=main.temperature,
+            max_output_tokens=main.max_output_tokens,
+        ),
+    )
+
+
 def instruct_template(stored: str | dict | None) -> InstructTemplate:
     """A stored instruct template: a built-in's name, or an imported SillyTavern preset;
     None (or an unknown name) is `DEFAULT_TEMPLATE`."""
     if isinstance(stored, dict):
         return instruct_template_from_preset(stored)
     return BUILTIN_TEMPLATES.get(stored or DEFAULT_TEMPLATE, BUILTIN_TEMPLATES[DEFAULT_TEMPLATE])
-
-
-def short_term_memory(
-    *, persona: Persona, channel_id: int, user_id: int | None = None
-) -> ShortTermMemory | None:
-    """The persona's memory of the channel (``user_id`` None), or of its DM with ``user_id``;
-    None when it has none. A channel's memory is only ever read for that channel."""
-    if user_id is not None:  # a DM memory belongs to the user, whichever DM channel it is
-        return ShortTermMemory.objects.filter(persona=persona, user_id=user_id).first()
-    return ShortTermMemory.objects.filter(
-        persona=persona, channel_id=channel_id, user_id=None
-    ).first()
-
-
-def short_term_memories(*, persona_id: int) -> list[ShortTermMemory]:
-    """Every memory the persona keeps, newest change first (the dashboard's list)."""
-    return list(
-        ShortTermMemory.objects.filter(persona_id=persona_id)
-        .select_related("persona")
-        .order_by("-updated_at", "id")
-    )
-
-
-def short_term_memories_due(
-    *, now: dt.datetime, idle_for: dt.timedelta, raw_turns_ttl: dt.timedelta
-) -> list[int]:
-    """Ids of memories the background maintenance should refresh at ``now``: the persona is
-    enabled and has tools on, its unexpired raw turns reached its cadence, and the channel has
-    been idle: no raw turn for ``idle_for`` and nothing waiting in its unread pool. Oldest
-    first. The task re-checks each row (`chat.pipeline.memory.stm_maintenance_due`)."""
-    busy = UnreadEvent.objects.values("channel_id")
-    rows = (
-        ShortTermMemory.objects.filter(
-            persona__enabled=True,
-            persona__tools_enabled=True,
-            turns_since_refresh__gte=F("persona__stm_refresh_every"),
-            last_turn_at__gt=now - raw_turns_ttl,
-            last_turn_at__lte=now - idle_for,
-        )
-        .exclude(channel_id__in=busy)
-        .order_by("last_turn_at")
-    )
-    return list(rows.values_list("id", flat=True))
 
 
 def last_presence(*, persona_id: int, user_id: int) -> dt.datetime | None:
@@ -573,67 +556,6 @@ def turns_delivering(*, on_shard: Callable[[int | None], bool]) -> list[Turn]:
     return [turn for turn in turns if on_shard(turn.guild_id)]
 
 
-def short_term_memory_get(*, memory_id: int) -> ShortTermMemory | None:
-    """The memory with its persona; None when it is gone."""
-    return ShortTermMemory.objects.select_related("persona").filter(id=memory_id).first()
-
-
-# -- the event queue and the unread pools ---------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LastIngested:
-    """Per channel, the newest message the event queue holds, and its guild (None: a DM)."""
-
-    ids: dict[int, int]
-    guilds: dict[int, int | None]
-
-    def get(self, channel_id: int) -> int | None:
-        return self.ids.get(channel_id)
-
-    def guild_of(self, channel_id: int) -> int | None:
-        return self.guilds.get(channel_id)
-
-
-def last_ingested(*, shards: ShardSet = EVERY_SHARD) -> LastIngested:
-    """Per channel of guilds on ``shards``: the newest message the event queue holds (where a
-    worker's catch-up starts)."""
-    rows = (
-        shards.filter(EventQueue.objects.all())
-        .values("channel_id", "guild_id")
-        .annotate(newest=Max("message_id"))
-        .order_by()
-    )
-    ids: dict[int, int] = {}
-    guilds: dict[int, int | None] = {}
-    for row in rows:
-        if row["newest"] > ids.get(row["channel_id"], 0):
-            ids[row["channel_id"]] = row["newest"]
-            guilds[row["channel_id"]] = row["guild_id"]
-    return LastIngested(ids=ids, guilds=guilds)
-
-
-def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
-    return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).exists()
-
-
-def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
-    """The channel's unread messages, oldest first, without taking them."""
-    rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
-    return [message_from_json(row.event) for row in rows]
-
-
-def unread_pool_count(*, channel_id: int) -> int:
-    return UnreadEvent.objects.filter(channel_id=channel_id).count()
-
-
-def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:
-    """Channels of guilds on ``shards`` with a non-empty unread pool (the worker resumes their
-    loops at start)."""
-    rows = shards.filter(UnreadEvent.objects.all()).order_by("channel_id")
-    return list(rows.values_list("channel_id", flat=True).distinct())
-
-
 def configured_guild_ids() -> list[int]:
     """Every configured guild's id (where the slash commands are synced)."""
     return list(GuildConfig.objects.order_by("guild_id").values_list("guild_id", flat=True))
@@ -646,67 +568,3 @@ def channel_reset_marker(*, channel_id: int) -> ChannelResetMarker | None:
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
-
-
-# --- What is recorded about one message (the why-trace) ---------------------------------------
-
-
-@dataclass(frozen=True)
-class MessageRecord:
-    """What the worker recorded about one message: whether the queue or the pool holds its key
-    (``stored``) and its event (None once only the key is kept), whether it is still waiting,
-    and the turns it triggered."""
-
-    message_id: int
-    channel_id: int | None
-    guild_id: int | None
-    event: dict[str, Any] | None
-    stored: bool
-    queued: bool
-    unread: bool
-    consumed_status: str | None
-    turns: tuple[Turn, ...]
-    delivered_by: str | None
-    received_at: dt.datetime | None = None
-
-
-def message_record(*, message_id: int) -> MessageRecord:
-    """Everything recorded about ``message_id`` (a message people sent, or one the bot
-    delivered: ``delivered_by`` names its persona)."""
-    unread = UnreadEvent.objects.filter(message_id=message_id).first()
-    queued = EventQueue.objects.filter(message_id=message_id).first()
-    row = unread or queued
-    delivered = MessageIndex.objects.filter(message_id=message_id).select_related("persona").first()
-    turns = tuple(Turn.objects.filter(trigger_message_id=message_id).order_by("created_at"))
-    channel_id = row.channel_id if row else (turns[0].channel_id if turns else None)
-    if channel_id is None and delivered is not None:
-        channel_id = delivered.channel_id
-    guild_id = row.guild_id if row else (turns[0].guild_id if turns else None)
-    return MessageRecord(
-        message_id=message_id,
-        channel_id=channel_id,
-        guild_id=guild_id,
-        event=(row.event or None) if row else None,
-        stored=row is not None,
-        queued=bool(queued and queued.status == EventQueue.Status.READY),
-        unread=unread is not None,
-        consumed_status=queued.status if queued else None,
-        turns=turns,
-        delivered_by=delivered.persona.name
-        if delivered and delivered.persona
-        else ("the bot" if delivered else None),
-        received_at=min((r.created_at for r in (unread, queued) if r is not None), default=None),
-    )
-
-
-def planner_loop_after(*, channel_id: int, since: dt.datetime) -> tuple[PlannerStep, ...]:
-    """The steps of the first planner loop of the channel that began at or after ``since`` (when
-    a message reached the bot), in order; empty when none has run since."""
-    first = (
-        PlannerStep.objects.filter(channel_id=channel_id, created_at__gte=since)
-        .order_by("id")
-        .first()
-    )
-    if first is None:
-        return ()
-    return tuple(PlannerStep.objects.filter(loop_id=first.loop_id).order_by("iteration", "id"))

@@ -1,0 +1,70 @@
+"""Reads of the event queue and the unread pools (the writes are `chat.services.event_queue`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Max
+
+from chat.codec import message_from_json
+from chat.models import (
+    EventQueue,
+    UnreadEvent,
+)
+from chat.pipeline.types import (
+    HistoryMessage,
+)
+from chat.shards import EVERY_SHARD, ShardSet
+
+
+@dataclass(frozen=True)
+class LastIngested:
+    """Per channel, the newest message the event queue holds, and its guild (None: a DM)."""
+
+    ids: dict[int, int]
+    guilds: dict[int, int | None]
+
+    def get(self, channel_id: int) -> int | None:
+        return self.ids.get(channel_id)
+
+    def guild_of(self, channel_id: int) -> int | None:
+        return self.guilds.get(channel_id)
+
+
+def last_ingested(*, shards: ShardSet = EVERY_SHARD) -> LastIngested:
+    """Per channel of guilds on ``shards``: the newest message the event queue holds (where a
+    worker's catch-up starts)."""
+    rows = (
+        shards.filter(EventQueue.objects.all())
+        .values("channel_id", "guild_id")
+        .annotate(newest=Max("message_id"))
+        .order_by()
+    )
+    ids: dict[int, int] = {}
+    guilds: dict[int, int | None] = {}
+    for row in rows:
+        if row["newest"] > ids.get(row["channel_id"], 0):
+            ids[row["channel_id"]] = row["newest"]
+            guilds[row["channel_id"]] = row["guild_id"]
+    return LastIngested(ids=ids, guilds=guilds)
+
+
+def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
+    return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).exists()
+
+
+def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
+    """The channel's unread messages, oldest first, without taking them."""
+    rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
+    return [message_from_json(row.event) for row in rows]
+
+
+def unread_pool_count(*, channel_id: int) -> int:
+    return UnreadEvent.objects.filter(channel_id=channel_id).count()
+
+
+def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:
+    """Channels of guilds on ``shards`` with a non-empty unread pool (the worker resumes their
+    loops at start)."""
+    rows = shards.filter(UnreadEvent.objects.all()).order_by("channel_id")
+    return list(rows.values_list("channel_id", flat=True).distinct())
