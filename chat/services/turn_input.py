@@ -6,7 +6,6 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
 import json
@@ -39,7 +38,7 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
-from chat.ports import DeliveryError, DiscordPort
+from chat.ports import DeliveryError, DiscordPort, messages_fetch
 from chat.selectors import ChannelSettings
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
@@ -47,7 +46,6 @@ from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
-REPLY_TARGET_CONCURRENCY = 4
 URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
 """An attachment URL whose signature runs out within this is signed anew before a turn hands
 it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
@@ -379,16 +377,8 @@ async def _reply_targets(
         }
     )
     known = {(where, i): runtime.windows.reply_target(channel_id, i) for where, i in wanted}
-    gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
-
-    async def fetch(where: int, message_id: int) -> HistoryMessage | None:
-        async with gate:
-            return await runtime.port.fetch_message(where, message_id)
-
     missing = [key for key, target in known.items() if target is None]
-    for key, target in zip(
-        missing, await asyncio.gather(*(fetch(where, i) for where, i in missing)), strict=True
-    ):
+    for key, target in zip(missing, await messages_fetch(runtime.port, missing), strict=True):
         known[key] = target
         if target is not None:
             runtime.windows.remember_reply_target(channel_id, target)

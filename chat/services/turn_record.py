@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.utils import timezone
 
 from chat.llm.attempts import TurnCompletion
 from chat.models import ChannelWindowAnchor, MessageIndex, Turn
+from chat.pipeline.items import ContextItem
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
 from chat.ports import Delivered
@@ -69,10 +71,10 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
     }
 
 
-def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
-    """What the turn was built from: items, request, truncation, tools, timings."""
-    context = prepared.context
-    turn.context_items = [
+def context_items_json(items: Sequence[ContextItem]) -> list[dict[str, Any]]:
+    """The context's items as JSON (the turn record keeps them, the preview shows them): tag,
+    role, text, tokens and the source message ids as strings."""
+    return [
         {
             "tag": str(item.tag),
             "role": str(item.role),
@@ -80,8 +82,14 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
             "tokens": item.tokens,
             "source_ids": [str(i) for i in item.source_ids],
         }
-        for item in context.items
+        for item in items
     ]
+
+
+def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
+    """What the turn was built from: items, request, truncation, tools, timings."""
+    context = prepared.context
+    turn.context_items = context_items_json(context.items)
     turn.request = prepared.body
     turn.window = {**prepared.window, **window_report(prepared)}
     turn.cache_prefix_end = context.cacheable_prefix_end
