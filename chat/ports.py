@@ -172,6 +172,30 @@ class DiscordPort(Protocol):
         ...
 
 
+class LeaseLost(Exception):
+    """This worker no longer holds the shard lease of the guild it was about to act in: another
+    worker may own it now, so nothing is sent, reacted or recorded (`LeaseFence`)."""
+
+
+class LeaseFence(Protocol):
+    """Asked before every act with side effects (a send, an edit, a reaction, a planner step):
+    raises `LeaseLost` unless this worker still holds the lease of ``guild_id``'s shard (None: a
+    DM, on shard 0) under the fencing token it was given when it took the lease."""
+
+    async def check(self, guild_id: int | None) -> None: ...
+
+
+class Unfenced:
+    """The fence of a process that owns no shards (a dry run, the dashboard, Celery): always
+    passes."""
+
+    async def check(self, guild_id: int | None) -> None:
+        return None
+
+
+UNFENCED = Unfenced()
+
+
 class DiscordUnavailable(Exception):
     """No Discord to read: no token is configured, or logging in failed."""
 

@@ -293,6 +293,7 @@ class AutonomousLoop:
         except PlannerOutputError as error:
             action = error
         step.decision = completion.reply_text
+        await self._runtime.fence.check(configuration.guild_id)
         step.step_id = await sync_to_async(planner_step_record)(
             channel_id=channel.channel_id,
             guild_id=configuration.guild_id,
