@@ -385,12 +385,25 @@ async def _reply_targets(
     return {target.id: target for target in known.values() if target is not None}
 
 
-def turn_renderer(context: TurnContext, *, limit: int) -> Render:
-    """The attempt runner's ``render``: projects the context for each attempt's model."""
+def turn_renderer(context: TurnContext, *, limit: int, budget: int | None = None) -> Render:
+    """The attempt runner's ``render``: projects the context for each attempt's model.
+
+    ``budget`` is the persona's whole budget (`context_budget` of its context window); what
+    the context was fitted to is less by the offered tools' definitions. A model with a
+    smaller context window of its own (a fallback's ``context_window``) gets its history
+    truncated to its own budget, less the same tools."""
     stride = history_window_stride(limit)
+    reserved = 0 if budget is None else max(0, budget - context.truncation.budget)
 
     def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
         shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if plan.model.context_window is not None:
+            own = context_budget(plan.model.context_window, plan.model.max_output_tokens)
+            if own - reserved < context.truncation.budget:
+                items, _report = truncate_dialogue_history(
+                    shortened.items, budget=max(0, own - reserved), stride=stride
+                )
+                shortened = replace(shortened, items=items)
         if plan.model.api is ModelApi.COMPLETIONS:
             return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(
