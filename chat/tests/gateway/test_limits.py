@@ -25,17 +25,30 @@ def token() -> str:
     return f"token-{uuid.uuid4().hex}"
 
 
+class Sleeps:
+    """Real sleeps, counted: which waits a pacer asked for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.count += 1
+        await asyncio.sleep(seconds)
+
+
 async def test_a_second_process_waits_for_the_bucket_and_another_bucket_does_not(redis, token):
-    first = IdentifyPacer(redis, token=token, max_concurrency=2, interval_ms=400)
-    second = IdentifyPacer(redis, token=token, max_concurrency=2, interval_ms=400)
+    sleeps = Sleeps()
+    first = IdentifyPacer(redis, token=token, max_concurrency=2, interval_ms=400, sleep=sleeps)
+    second = IdentifyPacer(redis, token=token, max_concurrency=2, interval_ms=400, sleep=sleeps)
     loop = asyncio.get_running_loop()
 
     started = loop.time()
     await first.wait_turn(0, initial=True)
     await second.wait_turn(1, initial=True)  # bucket 1: free
-    assert loop.time() - started < 0.3
+    assert sleeps.count == 0
     await second.wait_turn(2)  # bucket 0 again: waits for the first's slot to lapse
 
+    assert sleeps.count >= 1
     assert loop.time() - started >= 0.39
 
 
