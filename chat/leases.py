@@ -1,48 +1,107 @@
-"""Shard leases: one worker owns a gateway shard at a time (see `chat.models.ShardLease`).
+"""Shard leases: one worker owns a guild at a time, whatever the shard count (see
+`chat.models.ShardLease`), and a fencing token that every act with side effects checks.
+
+A guild lives on shard ``(guild_id >> 22) % count``. Two leases taken under different counts,
+``(s, n)`` and ``(t, m)``, cover a guild in common exactly when ``s ≡ t (mod gcd(n, m))`` (the
+Chinese remainder theorem), so a claim is refused while any live lease of another worker
+overlaps one of its shards, under any count: during a reshard (4 → 8 shards, workers restarted
+one by one) an old and a new worker never serve one channel. A worker without shards holds
+``(0, 1)``, which overlaps everything.
+
+Each fresh claim takes a new fencing token, one higher than any token given before, kept with
+the lease; renewals keep it. A worker asks `shard_lease_fenced` before acting, so a worker that
+lost its lease (lapsed while its database call hung, or taken over) acts no more.
 
 Times are the database's own clock (``Now()``), so workers on machines whose clocks differ
-still agree on when a lease lapsed.
+still agree on when a lease lapsed. Claims are serialised: on PostgreSQL by a transaction-level
+advisory lock, on SQLite by its single writer.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Max
 from django.db.models.functions import Now
 
 from chat.models import ShardLease
+from chat.pipeline.types import HistoryMessage
+from chat.ports import Delivered, DiscordPort, LeaseFence, Speaker
 from chat.shards import ShardSet
 
 _LAPSED = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+_CLAIM_LOCK = 0x5348_4C53  # the advisory lock id that serialises claims on PostgreSQL
 
 
-class _Held(Exception):
-    """Another worker holds one of the leases: undo the whole claim."""
+def lease_keys_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
+    """Whether shard ``a`` = (id, count) and shard ``b`` share a guild: ids congruent modulo
+    the counts' greatest common divisor."""
+    (shard_a, count_a), (shard_b, count_b) = a, b
+    return (shard_a - shard_b) % math.gcd(count_a, count_b) == 0
 
 
-def shard_leases_claim(*, shards: ShardSet, holder: str, ttl: dt.timedelta) -> bool:
-    """Take or renew the leases of every shard in ``shards`` for ``holder``, for ``ttl``.
+def guild_shard(guild_id: int | None, shard_count: int) -> int:
+    """The shard of ``guild_id`` under ``shard_count`` (Discord's rule; DMs on shard 0)."""
+    return (guild_id >> 22) % shard_count if guild_id else 0
 
-    All or nothing, in one transaction: a lease is taken when it is free, lapsed, or already
-    ``holder``'s; when another worker holds any of them nothing changes and the answer is
-    False. Renewing is claiming again before the lease lapses.
+
+def shard_leases_claim(*, shards: ShardSet, holder: str, ttl: dt.timedelta) -> int | None:
+    """Take or renew the leases of every shard in ``shards`` for ``holder``, for ``ttl``; the
+    fencing token they are held under, or None when another worker's live lease overlaps any
+    of them (under any shard count: then nothing changes).
+
+    All or nothing, in one transaction. A renewal (every lease still live and ``holder``'s
+    under one token) keeps the token; any other claim takes a new one, higher than any before.
     """
-    try:
-        with transaction.atomic():
-            for shard_id, shard_count in shards.lease_keys:
-                _ensure_row(shard_id, shard_count)
-                taken = (
-                    ShardLease.objects.filter(shard_id=shard_id, shard_count=shard_count)
-                    .filter(Q(holder=holder) | Q(expires_at__lte=Now()))
-                    .update(holder=holder, expires_at=Now() + ttl)
-                )
-                if not taken:
-                    raise _Held
-    except _Held:
-        return False
-    return True
+    keys = shards.lease_keys
+    with transaction.atomic():
+        _serialise_claims()
+        others = ShardLease.objects.filter(expires_at__gt=Now()).exclude(holder=holder)
+        live = [(row.shard_id, row.shard_count) for row in others]
+        if any(lease_keys_overlap(key, other) for key in keys for other in live):
+            return None
+        mine = {
+            (row.shard_id, row.shard_count): row
+            for row in ShardLease.objects.filter(holder=holder, expires_at__gt=Now())
+            if (row.shard_id, row.shard_count) in keys
+        }
+        fences = {row.fence for row in mine.values()}
+        if len(mine) == len(keys) and len(fences) == 1:
+            fence = fences.pop()
+        else:
+            fence = (ShardLease.objects.aggregate(top=Max("fence"))["top"] or 0) + 1
+        for shard_id, shard_count in keys:
+            ShardLease.objects.update_or_create(
+                shard_id=shard_id,
+                shard_count=shard_count,
+                defaults={"holder": holder, "fence": fence, "expires_at": Now() + ttl},
+            )
+    return fence
+
+
+def _serialise_claims() -> None:
+    """Let one claim at a time read the live leases and write its own (PostgreSQL: an advisory
+    lock released at commit; SQLite: a write takes the database's single write lock)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_CLAIM_LOCK])
+    else:
+        ShardLease.objects.filter(pk__lt=0).update(holder="")
+
+
+def shard_lease_fenced(*, holder: str, fence: int, guild_id: int | None) -> bool:
+    """Whether ``holder`` still holds, under token ``fence``, a live lease covering the guild
+    (None: a DM)."""
+    rows = ShardLease.objects.filter(holder=holder, fence=fence, expires_at__gt=Now())
+    return any(
+        guild_shard(guild_id, row.shard_count) == row.shard_id
+        for row in rows.only("shard_id", "shard_count")
+    )
 
 
 def shard_leases_release(*, shards: ShardSet, holder: str) -> None:
@@ -54,22 +113,48 @@ def shard_leases_release(*, shards: ShardSet, holder: str) -> None:
 
 
 def shard_lease_holders(*, shards: ShardSet) -> dict[tuple[int, int], str]:
-    """Who holds each of the shards' leases now (lapsed ones left out)."""
-    rows = ShardLease.objects.filter(expires_at__gt=Now())
+    """Who holds a live lease overlapping the shards (under any count), by (shard id, count)."""
+    keys = shards.lease_keys
     return {
         (row.shard_id, row.shard_count): row.holder
-        for row in rows
-        if (row.shard_id, row.shard_count) in set(shards.lease_keys)
+        for row in ShardLease.objects.filter(expires_at__gt=Now())
+        if any(lease_keys_overlap((row.shard_id, row.shard_count), key) for key in keys)
     }
 
 
-def _ensure_row(shard_id: int, shard_count: int) -> None:
-    try:
-        with transaction.atomic():
-            ShardLease.objects.get_or_create(
-                shard_id=shard_id,
-                shard_count=shard_count,
-                defaults={"holder": "", "expires_at": _LAPSED},
-            )
-    except IntegrityError:  # another worker created it at the same moment
-        pass
+class FencedPort:
+    """A Discord port whose acts (send, edit, react) first ask ``fence`` whether this worker
+    still holds the channel's guild; reads pass straight through to ``port``."""
+
+    def __init__(self, port: DiscordPort, *, fence: LeaseFence) -> None:
+        self._port = port
+        self._fence = fence
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._port, name)
+
+    async def _check(self, channel_id: int) -> None:
+        place = await self._port.locate_channel(channel_id)
+        await self._fence.check(place.guild_id if place is not None else None)
+
+    async def deliver(self, *, channel_id: int, **kwargs: Any) -> list[Delivered]:
+        await self._check(channel_id)
+        return await self._port.deliver(channel_id=channel_id, **kwargs)
+
+    async def edit_message(
+        self, *, channel_id: int, speaker: Speaker, message_id: int, text: str
+    ) -> None:
+        await self._check(channel_id)
+        await self._port.edit_message(
+            channel_id=channel_id, speaker=speaker, message_id=message_id, text=text
+        )
+
+    async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
+        await self._check(channel_id)
+        await self._port.react(channel_id, message_id, emoji)
+
+    def typing(self, channel_id: int) -> AbstractAsyncContextManager[None]:
+        return self._port.typing(channel_id)
+
+    async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
+        return await self._port.superseded_originals(messages)

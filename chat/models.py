@@ -402,7 +402,9 @@ class ChannelResetMarker(models.Model):
 class ShardLease(models.Model):
     """Who runs a gateway shard: one worker at a time (DESIGN §2, scale-out).
 
-    A worker holds a lease for each of its shards and renews it well before ``expires_at``; a
+    Leases under different shard counts that share a guild exclude each other (a reshard
+    never lets two workers serve one channel). A worker holds a lease for each of its shards
+    and renews it well before ``expires_at``; a
     second worker for the same shard waits as a standby and takes over once the lease lapses
     (its holder stopped renewing: killed, hung, or cut off from the database). Leases live in
     the database because what they guard — the queue, the unread pools, the turns — lives
@@ -413,6 +415,10 @@ class ShardLease(models.Model):
     shard_count = models.PositiveSmallIntegerField()
     holder = models.CharField(max_length=64)
     expires_at = models.DateTimeField()
+    fence = models.PositiveBigIntegerField(default=0)
+    """The fencing token: a number higher than every token before, taken with the lease and
+    kept by its renewals; a worker acts only while its token is still the lease's
+    (`chat.leases`)."""
 
     class Meta:
         constraints = [

@@ -7,6 +7,7 @@ limit, webhook names) belong to the implementation: a service hands over the who
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -171,6 +172,30 @@ class DiscordPort(Protocol):
         ...
 
 
+class LeaseLost(Exception):
+    """This worker no longer holds the shard lease of the guild it was about to act in: another
+    worker may own it now, so nothing is sent, reacted or recorded (`LeaseFence`)."""
+
+
+class LeaseFence(Protocol):
+    """Asked before every act with side effects (a send, an edit, a reaction, a planner step):
+    raises `LeaseLost` unless this worker still holds the lease of ``guild_id``'s shard (None: a
+    DM, on shard 0) under the fencing token it was given when it took the lease."""
+
+    async def check(self, guild_id: int | None) -> None: ...
+
+
+class Unfenced:
+    """The fence of a process that owns no shards (a dry run, the dashboard, Celery): always
+    passes."""
+
+    async def check(self, guild_id: int | None) -> None:
+        return None
+
+
+UNFENCED = Unfenced()
+
+
 class DiscordUnavailable(Exception):
     """No Discord to read: no token is configured, or logging in failed."""
 
@@ -220,3 +245,22 @@ class SandboxControl(Protocol):
         command as ``author_id``; returns the interaction and the bot's answers once answered
         (or after 5 s). Raises `SandboxRefused` (an unknown command, a missing option…)."""
         ...
+
+
+MESSAGE_FETCH_CONCURRENCY = 4
+"""How many single-message reads one caller has in flight at a time (reply targets, a recorded
+window read again)."""
+
+
+async def messages_fetch(
+    port: DiscordPort, wanted: Sequence[tuple[int, int]]
+) -> list[HistoryMessage | None]:
+    """Each (channel id, message id) of ``wanted`` read over REST, in order, at most
+    `MESSAGE_FETCH_CONCURRENCY` at a time; None where a message is gone or cannot be read."""
+    gate = asyncio.Semaphore(MESSAGE_FETCH_CONCURRENCY)
+
+    async def fetch(channel_id: int, message_id: int) -> HistoryMessage | None:
+        async with gate:
+            return await port.fetch_message(channel_id, message_id)
+
+    return list(await asyncio.gather(*(fetch(c, m) for c, m in wanted)))

@@ -36,7 +36,14 @@ from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
 from chat.pipeline.tokens import default_token_counter
 from chat.pipeline.types import HistoryMessage
-from chat.ports import DiscordPort, RestDiscordPort, SandboxControl, SandboxRefused
+from chat.ports import (
+    UNFENCED,
+    DiscordPort,
+    LeaseFence,
+    RestDiscordPort,
+    SandboxControl,
+    SandboxRefused,
+)
 from chat.sandbox.control import ControlClient, ControlError
 from chat.services.turn_request import TurnRuntime
 from chat.windows import WindowRegistry
@@ -83,11 +90,14 @@ def gateway_runtime(
     windows: WindowRegistry,
     runner: AttemptRunner,
     vision: VisionModel | None,
+    fence: LeaseFence = UNFENCED,
 ) -> TurnRuntime:
     """The worker's runtime over its gateway port and window registry: ``runner`` asks the
     model, ``vision`` backs ``analyze_image`` (None: not offered), and as many warm contexts
-    as ``WORKER_WARM_CONTEXTS`` are kept."""
+    as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before each planner step (the
+    port's acts are fenced by the port itself, `chat.leases.FencedPort`)."""
     return TurnRuntime(
+        fence=fence,
         port=port,
         windows=windows,
         llm=runner,

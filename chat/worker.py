@@ -32,12 +32,19 @@ from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.proxies import ProxyResolver
 from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
-from chat.leases import shard_lease_holders, shard_leases_claim, shard_leases_release
+from chat.leases import (
+    FencedPort,
+    shard_lease_fenced,
+    shard_lease_holders,
+    shard_leases_claim,
+    shard_leases_release,
+)
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
 from chat.llm.tools import VisionModel
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
+from chat.ports import UNFENCED, LeaseFence, LeaseLost
 from chat.runtime import gateway_runtime
 from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
@@ -85,11 +92,13 @@ def build_client(
     holder: str | None = None,
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
+    fence: LeaseFence = UNFENCED,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
     records a heartbeat under ``holder`` (default: a fresh name) while it runs; ``vision`` is
     the model behind ``analyze_image`` (None: the tool is not offered); ``proxies`` the proxy
-    system's API (None: proxied members are not recognised)."""
+    system's API (None: proxied members are not recognised); ``fence`` is asked before every
+    send, edit, reaction and planner step (`LeaseKeeper` under a lease)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     runtimes: list[TurnRuntime] = []
@@ -107,7 +116,8 @@ def build_client(
         if settled != Reconciled():
             logger.info("turns left by the previous run: %s", settled)
         runtime = gateway_runtime(
-            port=client.adapter,
+            port=FencedPort(client.adapter, fence=fence),
+            fence=fence,
             windows=client.windows,
             runner=runner or AttemptRunner(client=llm),
             vision=vision,
@@ -230,7 +240,9 @@ async def _run_client(
     proxies: ProxyResolver | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost."""
-    client = build_client(config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies)
+    client = build_client(
+        config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies, fence=keeper
+    )
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
@@ -249,23 +261,36 @@ async def _run_client(
 
 
 class LeaseKeeper:
-    """Holds this worker's shard leases: waits for them, renews them, notices losing them."""
+    """Holds this worker's shard leases: waits for them, renews them, notices losing them, and
+    fences every act with side effects (`chat.ports.LeaseFence`).
+
+    The lease is trusted locally until ``ttl * 0.9`` after the start of the last claim that
+    succeeded (``valid_until``): a renewal that hangs in the database past it loses the lease
+    at that moment, not when the call returns, and `check` refuses from then on without asking
+    the database."""
 
     def __init__(self, shards: ShardSet, *, ttl: dt.timedelta) -> None:
         self.shards = shards
         self.ttl = ttl
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.fence: int | None = None
+        self.valid_until = 0.0
 
     @property
     def _interval(self) -> float:
         return self.ttl.total_seconds() / 3
+
+    def _remaining(self) -> float:
+        return self.valid_until - asyncio.get_running_loop().time()
 
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Wait until this worker holds every lease; False when ``stop`` was set first."""
         announced = False
         while not stop.is_set():
             if await self._claim():
-                logger.info("holding the lease of shards %s", self.shards.lease_keys)
+                logger.info(
+                    "holding the lease of shards %s (fence %s)", self.shards.lease_keys, self.fence
+                )
                 return True
             if not announced:
                 holders = await sync_to_async(shard_lease_holders)(shards=self.shards)
@@ -277,27 +302,54 @@ class LeaseKeeper:
 
     async def keep(self) -> None:
         """Renew every third of the lease time; return when the lease is lost: another
-        worker took it, or no renewal succeeded before it lapsed."""
-        loop = asyncio.get_running_loop()
-        renewed_at = loop.time()
+        worker took it, or no renewal succeeded before it lapsed (a hung call included)."""
         while True:
             await asyncio.sleep(self._interval)
-            claimed = await self._claim()
-            if claimed:
-                renewed_at = loop.time()
-            elif claimed is False:
+            held = self.fence
+            try:
+                claimed = await asyncio.wait_for(self._claim(), max(self._remaining(), 0.0))
+            except TimeoutError:
+                claimed = None
+            if claimed and self.fence == held:
+                continue
+            if claimed is False or (claimed and self.fence != held):
                 logger.error("another worker holds the lease of shards %s", self.shards.lease_keys)
+                self.valid_until = 0.0
                 return
-            elif loop.time() - renewed_at >= self.ttl.total_seconds() * 0.9:
+            if self._remaining() <= 0:
                 logger.error("could not renew the shard lease before it lapsed")
                 return
 
+    async def check(self, guild_id: int | None) -> None:
+        """Raise `LeaseLost` unless this worker still holds the guild's lease under its token:
+        at once when the lease's local time ran out, else as the database says (an answer
+        that comes too late counts as no)."""
+        if self.fence is None or self._remaining() <= 0:
+            raise LeaseLost(f"no live lease for guild {guild_id}")
+        try:
+            fenced = await asyncio.wait_for(
+                sync_to_async(shard_lease_fenced)(
+                    holder=self.holder, fence=self.fence, guild_id=guild_id
+                ),
+                self._remaining(),
+            )
+        except (TimeoutError, DatabaseError):
+            fenced = False
+        if not fenced:
+            raise LeaseLost(f"the lease of guild {guild_id} is no longer fence {self.fence}")
+
     async def _claim(self) -> bool | None:
         """True: held; False: another worker holds one; None: the database did not answer."""
+        started = asyncio.get_running_loop().time()
         try:
-            return await sync_to_async(shard_leases_claim)(
+            fence = await sync_to_async(shard_leases_claim)(
                 shards=self.shards, holder=self.holder, ttl=self.ttl
             )
         except DatabaseError:
             logger.warning("could not reach the database to claim the shard lease")
             return None
+        if fence is None:
+            return False
+        self.fence = fence
+        self.valid_until = started + self.ttl.total_seconds() * 0.9
+        return True

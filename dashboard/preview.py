@@ -12,7 +12,6 @@ when the user sent it.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime as dt
 import difflib
@@ -33,11 +32,11 @@ from chat.pipeline.snowflakes import snowflake_at
 from chat.pipeline.triggers import TriggerDecision, TurnReason, trigger_decision
 from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import Author, HistoryMessage
-from chat.ports import DiscordPort, DiscordUnavailable, RestDiscordPort
+from chat.ports import DiscordPort, DiscordUnavailable, RestDiscordPort, messages_fetch
 from chat.runtime import discord_rest_port, dry_run_runtime, llm_client_from_settings
 from chat.selectors import ChannelConfiguration
 from chat.services.memory_recall import recalled_record
-from chat.services.turn_record import window_report
+from chat.services.turn_record import context_items_json, window_report
 from chat.services.turn_request import PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
 from chat.why import rule_label, verdict_sentence
@@ -90,15 +89,7 @@ class PreviewResult:
         recalled long-term memories with their scores and why (`memory_recall.recalled_record`)."""
         context = self.prepared.context
         items = [
-            {
-                "index": index,
-                "tag": str(item.tag),
-                "role": str(item.role),
-                "text": item.text,
-                "tokens": item.tokens,
-                "source_ids": [str(i) for i in item.source_ids],
-            }
-            for index, item in enumerate(context.items)
+            {"index": index, **item} for index, item in enumerate(context_items_json(context.items))
         ]
         return {
             "request": self.prepared.body,
@@ -322,16 +313,10 @@ async def _recorded_window(
     wanted: frozenset[int],
 ) -> list[HistoryMessage]:
     """The recorded window's messages that still exist: from ``newest`` where they are there,
-    the older ones fetched one by one (at most four at a time)."""
+    the older ones fetched one by one (`messages_fetch`)."""
     found = {m.id: m for m in newest if m.id in wanted}
-    gate = asyncio.Semaphore(4)
-
-    async def fetch(message_id: int) -> HistoryMessage | None:
-        async with gate:
-            return await port.fetch_message(channel_id, message_id)
-
     missing = sorted(wanted - found.keys())
-    for message in await asyncio.gather(*(fetch(i) for i in missing)):
+    for message in await messages_fetch(port, [(channel_id, i) for i in missing]):
         if message is not None:
             found[message.id] = message
     return [found[i] for i in sorted(found)]

@@ -24,6 +24,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("guilds/new/", views.guild_new, name="guild_new"),
     path(guild, views.guild_detail, name="guild"),
+    path(guild + "lorebook/", views.guild_lorebook_editor, name="guild_lorebook_editor"),
     path(guild + "personas/", views.persona_list, name="persona_list"),
     path(guild + "personas/new/", views.persona_new, name="persona_new"),
     path(guild + "personas/import-card/", views.card_import, name="card_import"),

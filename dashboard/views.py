@@ -65,6 +65,7 @@ from personas import cards
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
     ConfigError,
+    GuildSpec,
     LorebookSpec,
     PersonaSpec,
     parse_config_bytes,
@@ -331,38 +332,66 @@ def lorebook_editor(request: HttpRequest, guild_id: int, persona_id: int) -> Htt
     """A persona's lorebook, one row per entry (`dashboard.lorebook_editor`), with the test
     box; saving checks the book with the persona's row by the import's rules."""
     persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    return _lorebook_editor(request, persona.guild, persona)
+
+
+@require_http_methods(["GET", "POST"])
+@admin_required
+def guild_lorebook_editor(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's lorebook (shared by its personas), as `lorebook_editor` edits a persona's."""
+    return _lorebook_editor(request, get_object_or_404(GuildConfig, guild_id=guild_id), None)
+
+
+def _lorebook_editor(
+    request: HttpRequest, guild: GuildConfig, persona: Persona | None
+) -> HttpResponse:
+    owner: GuildConfig | Persona = persona if persona is not None else guild
     problems: list[str] = []
-    rows = lorebook_rows_for(persona.lorebook)
+    rows = lorebook_rows_for(owner.lorebook)
     if request.method == "POST":
-        book = book_from_rows(request.POST, persona.lorebook)
-        [row] = [
-            row
-            for row in config_export(guild_ids=[persona.guild.guild_id])["guilds"][0]["personas"]
-            if row["name"] == persona.name
-        ]
+        book = book_from_rows(request.POST, owner.lorebook)
         try:
-            spec = parse_config_row("personas", {**row, "lorebook": book})
-            assert isinstance(spec, PersonaSpec)
-            persona_save(guild=persona.guild, spec=spec, persona=persona, actor=request.user)
+            _lorebook_save(request, guild, persona, book)
         except ConfigError as error:
             problems = [f"{path}: {message}" for path, message in error.problems]
             rows = lorebook_rows_for(book)
         else:
-            messages.success(request, f"Saved {persona.name}'s lorebook.")
-            return redirect("dashboard:lorebook_editor", guild_id=guild_id, persona_id=persona.pk)
+            messages.success(request, "Saved the lorebook.")
+            return redirect(request.path)
     context = {
-        "guild": persona.guild,
+        "guild": guild,
         "persona": persona,
+        "owner_name": persona.name if persona is not None else guild.name,
         "rows": rows,
         "blank": {**BLANK_ENTRY, "keys_text": "", "secondary_text": ""},
         "problems": problems,
         "logic_choices": LOGIC_CHOICES,
         "position_choices": POSITION_CHOICES,
         "role_choices": ROLE_CHOICES,
-        "lorebook_json": json.dumps(persona.lorebook or {"entries": []}),
-        "section": "personas",
+        "lorebook_json": json.dumps(owner.lorebook or {"entries": []}),
+        "context_window": persona.context_window if persona is not None else 16000,
+        "section": "personas" if persona is not None else "guild",
     }
     return render(request, "dashboard/lorebook.html", context, status=400 if problems else 200)
+
+
+def _lorebook_save(
+    request: HttpRequest, guild: GuildConfig, persona: Persona | None, book: dict
+) -> None:
+    """Save ``book`` as the persona's (or the guild's) lorebook through its row, by the
+    import's rules. Raises ConfigError."""
+    [exported] = config_export(guild_ids=[guild.guild_id])["guilds"]
+    if persona is None:
+        collections = ("personas", "channels", "blocks", "users")
+        row = {key: value for key, value in exported.items() if key not in collections}
+        guild_spec = parse_config_row(None, {**row, "lorebook": book})
+        assert isinstance(guild_spec, GuildSpec)
+        guild_save(spec=guild_spec, actor=request.user)
+        return
+    [row] = [row for row in exported["personas"] if row["name"] == persona.name]
+    spec = parse_config_row("personas", {**row, "lorebook": book})
+    assert isinstance(spec, PersonaSpec)
+    persona_save(guild=guild, spec=spec, persona=persona, actor=request.user)
 
 
 @require_POST

@@ -55,8 +55,16 @@ def _dumped_rows(rows: Any) -> Any:
 
 
 def _fallback_models(fallbacks: Any) -> Any:
-    """Fallback models as stored: a bare name, or an object naming its API."""
-    return [f if isinstance(f, str) else f.model_dump(mode="json") for f in fallbacks]
+    """Fallback models as stored: a bare name, or an object naming its API (and its own
+    context window, written only when it has one)."""
+    return [f if isinstance(f, str) else _fallback_object(f) for f in fallbacks]
+
+
+def _fallback_object(fallback: BaseModel) -> dict[str, Any]:
+    stored = fallback.model_dump(mode="json")
+    if stored.get("context_window") is None:
+        stored.pop("context_window", None)
+    return stored
 
 
 def _name_or_dumped(value: str | BaseModel | None) -> Any:

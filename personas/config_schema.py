@@ -276,6 +276,11 @@ class FallbackModelSpec(_Strict):
     model: ModelName
     api: ModelApi = "chat"
     instruct_template: InstructTemplateSpec | None = None
+    context_window: (
+        Annotated[int, Field(strict=True, ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)] | None
+    ) = None
+    """The fallback's own context window, when it is smaller than the persona's: attempts on it
+    get their own budget. None: the persona's."""
 
 
 FallbackModel = Annotated[

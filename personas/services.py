@@ -4,9 +4,10 @@ Two ways in, one set of rules and one write path:
 
 - ``config_import`` takes a whole configuration document (``importconfig``, the dashboard's
   import page);
-- the per-row services (``guild_save``, ``persona_save``, ``persona_delete``, ``channel_save``,
-  ``block_save``, ``user_privacy_save`` and their ``*_delete``) take one row already validated
-  by the same pydantic specs (the dashboard's forms).
+- the per-row services (``guild_save``, ``persona_save``, ``channel_save``, ``block_save``,
+  ``user_privacy_save``) take one row already validated by the same pydantic specs (the
+  dashboard's forms), and ``config_row_delete`` deletes one persona, channel, block or user
+  row.
 
 Every service writes in one transaction, records who changed what (Django's ``LogEntry``, when
 an ``actor`` is given) in that same transaction, and after the commit tells running bot workers

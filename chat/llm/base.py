@@ -50,6 +50,9 @@ class ModelSpec:
     api: ModelApi = ModelApi.CHAT
     instruct: InstructTemplate | None = None
     """For a ``completions`` model: the template its prompt is written in (None: ChatML)."""
+    context_window: int | None = None
+    """A fallback model's own context window (tokens); None: the persona's. A smaller one gets
+    its own budget: the attempt's history is truncated to it (DESIGN §5, "Budget")."""
 
     def template(self) -> InstructTemplate:
         """The instruct template this model's prompt is written in."""

@@ -43,7 +43,7 @@ from chat.pipeline.types import (
     ContextNote,
     HistoryMessage,
     ModelSettings,
-    PersonaSpec,
+    PersonaProfile,
     PrivacyLevel,
     ProxyIdentity,
     Role,
@@ -177,9 +177,9 @@ def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
     return list(Persona.objects.filter(guild=guild, enabled=True).order_by("-is_main", "name"))
 
 
-def persona_spec(persona: Persona) -> PersonaSpec:
+def persona_profile(persona: Persona) -> PersonaProfile:
     """The pipeline's frozen view of a configured persona."""
-    return PersonaSpec(
+    return PersonaProfile(
         name=persona.name,
         system_prompt=persona.system_prompt,
         triggers=tuple(persona.triggers),
@@ -464,17 +464,28 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
     the persona's ``llm_api`` for its model, a fallback's own (``chat`` for a bare name); a
     text-completion model with its instruct template (`chat.pipeline.instruct`).
     """
-    wanted = [(persona.llm_model or settings.LLM_MODEL, persona.llm_api, persona.instruct_template)]
+    wanted = [
+        (persona.llm_model or settings.LLM_MODEL, persona.llm_api, persona.instruct_template, None)
+    ]
     for fallback in persona.fallback_models:
         if isinstance(fallback, str):
-            wanted.append((fallback, "chat", None))
+            wanted.append((fallback, "chat", None, None))
         else:
             wanted.append(
-                (fallback["model"], fallback.get("api", "chat"), fallback.get("instruct_template"))
+                (
+                    fallback["model"],
+                    fallback.get("api", "chat"),
+                    fallback.get("instruct_template"),
+                    fallback.get("context_window"),
+                )
             )
-    unique = {(name.strip(), api): template for name, api, template in wanted if name.strip()}
+    unique = {
+        (name.strip(), api): (template, window)
+        for name, api, template, window in wanted
+        if name.strip()
+    }
     specs = []
-    for index, ((name, api), template) in enumerate(unique.items()):
+    for index, ((name, api), (template, window)) in enumerate(unique.items()):
         overrides = (
             {
                 "vision": persona.llm_vision,
@@ -497,6 +508,7 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
                 stop=stop,
                 api=ModelApi(api),
                 instruct=instruct_template(template) if text_model else None,
+                context_window=window,
             )
         )
     return tuple(specs)

@@ -6,7 +6,6 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
 import json
@@ -39,7 +38,7 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
-from chat.ports import DeliveryError, DiscordPort
+from chat.ports import DeliveryError, DiscordPort, messages_fetch
 from chat.selectors import ChannelSettings
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
@@ -47,7 +46,6 @@ from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
-REPLY_TARGET_CONCURRENCY = 4
 URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
 """An attachment URL whose signature runs out within this is signed anew before a turn hands
 it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
@@ -250,13 +248,13 @@ async def turn_input_gather(
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
-        persona=selectors.persona_spec(persona),
+        persona=selectors.persona_profile(persona),
         history=history,
         trigger_id=request.trigger.id,
         now=now,
         timezone=channel.timezone,
         token_counter=runtime.token_counter,
-        personas=tuple(selectors.persona_spec(p) for p in request.configuration.personas),
+        personas=tuple(selectors.persona_profile(p) for p in request.configuration.personas),
         reply_targets=reply_targets,
         is_queued_turn=request.is_queued_turn,
         later_queued_trigger_ids=request.later_queued_trigger_ids,
@@ -379,28 +377,33 @@ async def _reply_targets(
         }
     )
     known = {(where, i): runtime.windows.reply_target(channel_id, i) for where, i in wanted}
-    gate = asyncio.Semaphore(REPLY_TARGET_CONCURRENCY)
-
-    async def fetch(where: int, message_id: int) -> HistoryMessage | None:
-        async with gate:
-            return await runtime.port.fetch_message(where, message_id)
-
     missing = [key for key, target in known.items() if target is None]
-    for key, target in zip(
-        missing, await asyncio.gather(*(fetch(where, i) for where, i in missing)), strict=True
-    ):
+    for key, target in zip(missing, await messages_fetch(runtime.port, missing), strict=True):
         known[key] = target
         if target is not None:
             runtime.windows.remember_reply_target(channel_id, target)
     return {target.id: target for target in known.values() if target is not None}
 
 
-def turn_renderer(context: TurnContext, *, limit: int) -> Render:
-    """The attempt runner's ``render``: projects the context for each attempt's model."""
+def turn_renderer(context: TurnContext, *, limit: int, budget: int | None = None) -> Render:
+    """The attempt runner's ``render``: projects the context for each attempt's model.
+
+    ``budget`` is the persona's whole budget (`context_budget` of its context window); what
+    the context was fitted to is less by the offered tools' definitions. A model with a
+    smaller context window of its own (a fallback's ``context_window``) gets its history
+    truncated to its own budget, less the same tools."""
     stride = history_window_stride(limit)
+    reserved = 0 if budget is None else max(0, budget - context.truncation.budget)
 
     def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
         shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if plan.model.context_window is not None:
+            own = context_budget(plan.model.context_window, plan.model.max_output_tokens)
+            if own - reserved < context.truncation.budget:
+                items, _report = truncate_dialogue_history(
+                    shortened.items, budget=max(0, own - reserved), stride=stride
+                )
+                shortened = replace(shortened, items=items)
         if plan.model.api is ModelApi.COMPLETIONS:
             return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -16,6 +17,7 @@ from django.utils import timezone
 
 from chat.llm.attempts import TurnCompletion
 from chat.models import ChannelWindowAnchor, MessageIndex, Turn
+from chat.pipeline.items import ContextItem
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.pipeline.triggers import TurnReason
 from chat.ports import Delivered
@@ -70,22 +72,34 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
     }
 
 
-def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
-    """What the turn was built from: items, request, truncation, tools, timings."""
-    context = prepared.context
-    given = prepared.turn_input
-    authors = {m.id: m.accountable_user_id for m in (*given.history, *given.reply_targets.values())}
-    turn.context_items = [
-        {
+def context_items_json(
+    items: Sequence[ContextItem], *, authors: Mapping[int, int] | None = None
+) -> list[dict[str, Any]]:
+    """The context's items as JSON (the turn record keeps them, the preview shows them): tag,
+    role, text, tokens and the source message ids as strings; with ``authors`` (message id →
+    accountable user id) also each item's ``author_ids``, so a user's lines can be found and
+    redacted later (`turn_records_scrub`)."""
+    rows = []
+    for item in items:
+        row = {
             "tag": str(item.tag),
             "role": str(item.role),
             "text": item.text,
             "tokens": item.tokens,
             "source_ids": [str(i) for i in item.source_ids],
-            "author_ids": sorted({str(authors[i]) for i in item.source_ids if i in authors}),
         }
-        for item in context.items
-    ]
+        if authors is not None:
+            row["author_ids"] = sorted({str(authors[i]) for i in item.source_ids if i in authors})
+        rows.append(row)
+    return rows
+
+
+def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
+    """What the turn was built from: items, request, truncation, tools, timings."""
+    context = prepared.context
+    given = prepared.turn_input
+    authors = {m.id: m.accountable_user_id for m in (*given.history, *given.reply_targets.values())}
+    turn.context_items = context_items_json(context.items, authors=authors)
     turn.request = prepared.body
     turn.window = {**prepared.window, **window_report(prepared)}
     turn.cache_prefix_end = context.cacheable_prefix_end

@@ -23,7 +23,7 @@ from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import HistoryMessage
 from chat.pipeline.window_reuse import RestReason
-from chat.ports import DiscordPort
+from chat.ports import UNFENCED, DiscordPort, LeaseFence
 from chat.selectors import ChannelConfiguration, ChannelSettings
 from chat.windows import WindowRegistry
 from personas.models import Persona
@@ -60,6 +60,9 @@ class TurnRuntime:
     embeddings: EmbeddingModel | None = None
     """The embedding model long-term memory recall uses; None: the process's own
     (`memory_store.default_embedding_model`)."""
+    fence: LeaseFence = UNFENCED
+    """Asked before a planner step is recorded and acted on: raises `chat.ports.LeaseLost` once
+    this worker lost the channel's shard lease (a process without shards: never)."""
     refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
     """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
     the window keeps a message's original, so later turns reuse the refreshed one."""

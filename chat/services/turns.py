@@ -26,6 +26,7 @@ from chat.llm.attempts import request_body
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
+from chat.pipeline.truncation import context_budget
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
@@ -95,7 +96,11 @@ async def turn_prepare(
         runtime.remember_context(channel.channel_id, persona.id, context)
 
     models = selectors.persona_model_specs(persona)
-    render = turn_renderer(context, limit=channel.fetch_limit)
+    render = turn_renderer(
+        context,
+        limit=channel.fetch_limit,
+        budget=context_budget(persona.context_window, persona.max_output_tokens),
+    )
     toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id)
     return PreparedTurn(
         request=request,

@@ -206,24 +206,14 @@ def test_the_fixture_is_left_out_of_the_real_walk():
         ("from chat import selectors", "chat.selectors"),
         ("from chat.services.event_queue import OwnIdentity", "chat.services.event_queue"),
         ("import chat.services", "chat.services"),
-    ],
-)
-def test_the_walker_resolves_each_import_form(tmp_path, source, expected):
-    module = tmp_path / "probe.py"
-    module.write_text(source + "\n")
-    assert [name for _, name in _imports(module, "chat.services.probe")] == [expected]
-
-
-@pytest.mark.parametrize(
-    ("source", "expected"),
-    [
+        # Relative imports, read from the module chat.services.probe:
         ("from .turns import turn_run", "chat.services.turns"),
         ("from . import turns", "chat.services.turns"),
         ("from ..loop import scheduler", "chat.loop.scheduler"),
         ("from .. import selectors", "chat.selectors"),
     ],
 )
-def test_the_walker_reads_relative_imports(tmp_path, source, expected):
+def test_the_walker_resolves_each_import_form(tmp_path, source, expected):
     module = tmp_path / "probe.py"
     module.write_text(source + "\n")
     assert [name for _, name in _imports(module, "chat.services.probe")] == [expected]

@@ -37,7 +37,7 @@ GET_ONLY = {
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
 # Screens for admins alone.
-ADMIN_SCREENS = {"playground", "lorebook_editor"}
+ADMIN_SCREENS = {"playground", "lorebook_editor", "guild_lorebook_editor"}
 # htmx helpers that exist only for the edit forms (admins).
 ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview", "lorebook_test"}
 POST_ONLY = {

@@ -190,3 +190,20 @@ def test_the_entry_editor_names_the_entry_of_a_problem_and_saves_nothing(guild, 
     assert "lorebook.entries[0].keys[0]" in response.content.decode()
     rikki.refresh_from_db()
     assert rikki.lorebook is None
+
+
+def test_the_guilds_lorebook_has_the_same_editor(guild, admin_client):
+    url = reverse("dashboard:guild_lorebook_editor", args=[guild.guild_id])
+    assert admin_client.get(url).status_code == 200
+    admin_client.post(
+        url,
+        {
+            "entry_count": "1",
+            "entries-0-keys": "café",
+            "entries-0-content": "Opens at nine.",
+            "entries-0-enabled": "on",
+        },
+    )
+    guild.refresh_from_db()
+    assert guild.lorebook["entries"][0]["keys"] == ["café"]
+    assert Persona.objects.filter(guild=guild).exists()  # the guild's rows are untouched

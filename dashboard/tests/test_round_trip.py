@@ -85,7 +85,12 @@ PERSONA = {
         "context_window": 8000,
         "fallback_models": [
             "qwen2.5:7b",
-            {"model": "mistral", "api": "completions", "instruct_template": "mistral"},
+            {
+                "model": "mistral",
+                "api": "completions",
+                "instruct_template": "mistral",
+                "context_window": 4096,
+            },
         ],
         "api": "completions",
         "instruct_template": "llama3",
