@@ -323,7 +323,7 @@ def _gather_people(
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
     }
-    standing = selectors.user_standing(user_ids=user_ids)
+    standing = selectors.user_standing(user_ids=user_ids, guild_id=request.configuration.guild_id)
     persona = request.persona
     memory = short_term_memory(
         persona=persona,

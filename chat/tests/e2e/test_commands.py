@@ -14,7 +14,9 @@ from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
 from chat.sandbox.interactions import ACK_SECONDS, CALLBACK_DEFERRED, InteractionRecord
 from chat.services.commands import CommandRateLimit
+from chat.services.turn_record import REDACTED
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, World, eventually
+from chat.tests.privacy import user_privacy
 from chat.why import why_message
 from personas.models import PrivacySource, UserPrivacy
 
@@ -86,8 +88,12 @@ async def test_privacy_full_hides_the_caller_from_the_next_prompt_and_says_what_
 
     assert record.content.startswith("Your privacy is now **full**")
     assert "Deleted: 0 memory(ies) about you" in record.content
+    assert "your words in 1 turn record(s)" in record.content
     row = await sync_to_async(UserPrivacy.objects.get)(user_id=ALICE)
     assert (row.level, row.set_by) == ("full", PrivacySource.USER)
+    kept = await sync_to_async(Turn.objects.get)(trigger_message_id=int(first["id"]))
+    assert "my cat is called Miso" not in json.dumps(kept.prompt_record)  # items and request
+    assert REDACTED in [item["text"] for item in kept.context_items]
     ignored = world.say("tomori, are you there?")
     trigger = world.say("tomori, what is the cat's name?", author=BOB)
     await replied_to(world, trigger)
@@ -185,7 +191,7 @@ async def test_persona_list_names_each_persona_with_its_triggers(world):
 
 
 async def test_a_blacklisted_user_is_refused_persona_commands(world):
-    await sync_to_async(UserPrivacy.objects.create)(user_id=BOB, blacklisted=True)
+    await sync_to_async(user_privacy)(BOB, guild_id=DEMO_GUILD_ID, blacklisted=True)
     await world.start_worker()
 
     record = await run(world, "persona list", user=BOB)
