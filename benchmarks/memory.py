@@ -43,7 +43,7 @@ def main() -> None:
     from chat.gateway.convert import shared_author
     from chat.pipeline.context import TurnInput, build_turn_context
     from chat.pipeline.tokens import default_token_counter
-    from chat.pipeline.types import HistoryMessage, NameDirectory, PersonaSpec
+    from chat.pipeline.types import HistoryMessage, NameDirectory, PersonaProfile
     from chat.pipeline.window_reuse import GatewayCacheView
     from chat.windows import WindowRegistry
 
@@ -52,8 +52,8 @@ def main() -> None:
     counter.count("warm the tokenizer up")
     idle = rss_mb()
 
-    tomori = PersonaSpec(name="Tomori", is_main=True)
-    personas = (tomori, PersonaSpec(name="Kaito", aliases=("Kai",)))
+    tomori = PersonaProfile(name="Tomori", is_main=True)
+    personas = (tomori, PersonaProfile(name="Kaito", aliases=("Kai",)))
     people = [(SNOWFLAKE + 1, "Alice", None), (SNOWFLAKE + 2, "Bob", None)]
     people.append((SNOWFLAKE + 3, "Tomori", "Tomori"))
     names = NameDirectory(users={user_id: name for user_id, name, _ in people})

@@ -54,7 +54,7 @@ from chat.pipeline.types import (
     HistoryMessage,
     MessageReference,
     NameDirectory,
-    PersonaSpec,
+    PersonaProfile,
 )
 from chat.pipeline.window import history_window_stride, select_anchored_history
 
@@ -66,7 +66,7 @@ SNOWFLAKE_BASE = 1_300_000_000_000_000_000
 CHANNEL_ID = SNOWFLAKE_BASE + 1
 START = datetime(2026, 7, 11, 9, 0, tzinfo=UTC)
 
-TOMORI = PersonaSpec(
+TOMORI = PersonaProfile(
     name="Tomori",
     is_main=True,
     system_prompt="You are {char}, a cheerful guitarist who chats with {user} and friends.",
@@ -77,7 +77,7 @@ TOMORI_WITHOUT_USER = replace(
 )
 """Tomori with a system prompt that does not name the triggering user: the same text every
 turn (``{user}`` expands to whoever triggered the turn)."""
-KAITO = PersonaSpec(name="Kaito", aliases=("Kai",))
+KAITO = PersonaProfile(name="Kaito", aliases=("Kai",))
 PEOPLE = tuple(
     Author(id=SNOWFLAKE_BASE + 100 + n, display_name=name)
     for n, name in enumerate(
@@ -180,7 +180,7 @@ def benchmark_window() -> list[HistoryMessage]:
 def turn_for(
     window: Sequence[HistoryMessage],
     all_messages: dict[int, HistoryMessage],
-    persona: PersonaSpec = TOMORI,
+    persona: PersonaProfile = TOMORI,
 ) -> TurnInput:
     return TurnInput(
         persona=persona,
@@ -267,7 +267,7 @@ def repeated_prefix_end(previous: TurnContext, current: TurnContext) -> int:
 
 
 def simulate_turns(
-    messages: Sequence[HistoryMessage], trigger_ids: set[int], persona: PersonaSpec = TOMORI
+    messages: Sequence[HistoryMessage], trigger_ids: set[int], persona: PersonaProfile = TOMORI
 ) -> PrefixFigures:
     """Build ``persona``'s prompt at every message in ``trigger_ids``, with the anchored window
     and with a naive newest-``LIMIT`` window, each warmed from its own previous turn."""

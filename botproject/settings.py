@@ -215,6 +215,9 @@ DISCORD_TOKEN = env_str("DISCORD_TOKEN")
 DISCORD_API_BASE = env_url(
     "DISCORD_API_BASE", "https://discord.com/api/v10", schemes=("http", "https")
 )
+# Discord's global REST limit per bot token, shared by every worker through Redis; lower it when
+# other programs use the same token, or leave pacing to a REST proxy (runbot --no-shared-limits).
+DISCORD_REST_PER_SECOND = env_int("DISCORD_REST_PER_SECOND", 50, minimum=1, maximum=10_000)
 DISCORD_GATEWAY_URL = env_str("DISCORD_GATEWAY_URL")
 if DISCORD_GATEWAY_URL:
     DISCORD_GATEWAY_URL = env_url("DISCORD_GATEWAY_URL", "", schemes=("ws", "wss"))

@@ -544,9 +544,11 @@ class Memory(models.Model):
 def forget_memories_on_private(sender: type, instance: UserPrivacy, **kwargs: object) -> None:
     """Nothing is kept about a user with partial or full privacy: whenever a privacy row is
     saved at either level (the dashboard, a configuration import, the ``/privacy`` command),
-    every personal memory about that user and their proxied members goes, in every guild."""
+    every personal memory about that user and their proxied members in that guild goes."""
     if instance.level in (PrivacyLevel.PARTIAL, PrivacyLevel.FULL):
-        Memory.objects.filter(kind=Memory.Kind.PERSONAL, user_id=instance.user_id).delete()
+        Memory.objects.filter(
+            kind=Memory.Kind.PERSONAL, user_id=instance.user_id, guild_id=instance.guild.guild_id
+        ).delete()
 
 
 class DiscordName(models.Model):

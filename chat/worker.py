@@ -30,6 +30,7 @@ from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
 from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
 from chat.leases import (
@@ -65,6 +66,11 @@ class WorkerConfig:
     shard_count: int | None = None
     step_delay: float = 2.5
     lease_seconds: float = 15.0
+    max_concurrency: int | None = None
+    """IDENTIFYs Discord lets start at once (None: ask ``GET /gateway/bot``)."""
+    shared_limits: bool = False
+    """Pace IDENTIFYs and REST requests with the bot's other processes through ``REDIS_URL``
+    (`chat.gateway.limits`); ``runbot`` turns it on."""
 
     @property
     def shards(self) -> ShardSet:
@@ -150,6 +156,14 @@ def build_client(
         proxies=proxies,
         window_channels=settings.WORKER_WINDOW_CHANNELS,
         recent_messages=settings.WORKER_RECENT_MESSAGES,
+        limits=SharedLimits.from_url(
+            settings.REDIS_URL,
+            token=config.token,
+            max_concurrency=config.max_concurrency,
+            rest_per_second=settings.DISCORD_REST_PER_SECOND,
+        )
+        if config.shared_limits
+        else None,
     )
     tree = client.tree = PersonaCommandTree(
         client, runtime=lambda: runtimes[0] if runtimes else None

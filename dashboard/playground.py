@@ -207,7 +207,10 @@ def chat_lines(*, messages: list[HistoryMessage]) -> list[ChatLine]:
     book = NameBook()
     accounts = {m.accountable_user_id for m in messages}
     book.prefetch_users(accounts)
-    standing = chat_selectors.user_standing(user_ids=accounts)
+    known = chat_selectors.channel_guild_id(channel_id=messages[0].channel_id) if messages else None
+    standing = chat_selectors.user_standing(
+        user_ids=accounts, guild_id=known.guild_id if known else None
+    )
     persona_names = {m.author.persona_name for m in messages if m.author.persona_name}
     avatars = dict(
         Persona.objects.filter(name__in=persona_names)

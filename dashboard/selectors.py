@@ -164,7 +164,9 @@ def window_entries(turn: Turn) -> tuple[WindowEntry, ...]:
 def unread_entries(*, channel_id: int) -> tuple[UnreadEntry, ...]:
     """The channel's unread pool, oldest first; hidden users' words left out."""
     rows = list(UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id"))
-    standing = chat_selectors.user_standing(user_ids=[r.author_id for r in rows])
+    standing = chat_selectors.user_standing(
+        user_ids=[r.author_id for r in rows], guild_id=_guild_of(rows)
+    )
     hidden = standing.full_privacy | standing.blacklisted
     entries = []
     for row in rows:
@@ -366,10 +368,17 @@ def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:
         t.trigger_message_id: t
         for t in Turn.objects.filter(trigger_message_id__in=[r.message_id for r in rows])
     }
-    people = chat_selectors.user_standing(
-        user_ids=[(r.event or {}).get("author", {}).get("id", 0) for r in rows]
-    )
-    hidden = people.full_privacy | people.blacklisted
+    hidden: set[int] = set()
+    for guild_id in {r.guild_id for r in rows}:
+        people = chat_selectors.user_standing(
+            user_ids=[
+                (r.event or {}).get("author", {}).get("id", 0)
+                for r in rows
+                if r.guild_id == guild_id
+            ],
+            guild_id=guild_id,
+        )
+        hidden |= people.full_privacy | people.blacklisted
     result = []
     for row in rows:
         author = (row.event or {}).get("author", {})
@@ -399,9 +408,15 @@ def channel_people(*, channel_id: int, limit: int = 200) -> list[tuple[str, str]
         if author.get("is_bot") or not author.get("id"):
             continue
         seen.setdefault(int(author["id"]), author.get("display_name", ""))
-    standing = chat_selectors.user_standing(user_ids=seen)
+    standing = chat_selectors.user_standing(user_ids=seen, guild_id=_guild_of(rows))
     hidden = standing.full_privacy | standing.blacklisted
     return [(str(uid), name) for uid, name in seen.items() if uid not in hidden]
+
+
+def _guild_of(rows: Iterable[EventQueue | UnreadEvent]) -> int | None:
+    """The guild of one channel's ``rows`` (None: a DM, or nothing recorded, where the
+    strictest privacy a user holds anywhere applies)."""
+    return next((row.guild_id for row in rows if row.guild_id is not None), None)
 
 
 def guild_filter_choices() -> Iterable[tuple[int, str]]:

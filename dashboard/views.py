@@ -596,8 +596,8 @@ USERS = RowKind(
     section="users",
     title="User privacy",
     intro=(
-        "A user's level is their own and applies in every guild. <em>Full</em>: never shown to "
-        "the model, in previews or in records."
+        "A user's level applies in this guild (in direct messages, the strictest level they "
+        "hold in any guild). <em>Full</em>: never shown to the model, in previews or in records."
     ),
     add_title="Set a user's privacy",
     add_button="Save",

@@ -474,24 +474,22 @@ class Block(models.Model):
 
 
 class UserPrivacy(models.Model):
-    """A Discord user's privacy level and blacklist flag.
+    """A Discord user's privacy level and blacklist flag in one guild.
 
-    The level is the user's own and applies everywhere; ``full`` means the user never appears in
-    prompts, previews, turn records or memories; ``partial``: seen in conversation, but nothing
-    about them is remembered or retrieved. ``guild`` records which guild's configuration set
-    the row (so ``exportconfig`` can list it there); it is empty when set outside one.
+    The level is the user's own choice for that guild; ``full`` means the user never appears in
+    its prompts, previews, turn records or memories; ``partial``: seen in conversation, but
+    nothing about them is remembered or retrieved. In direct messages (no guild) the strictest
+    level the user holds in any guild applies, and a blacklist in any guild holds there too.
     ``set_by`` says who set the level last (an admin, or the user with ``/privacy``), at
     ``updated_at``.
     """
 
-    user_id = models.PositiveBigIntegerField(unique=True)
+    user_id = models.PositiveBigIntegerField()
     level = models.CharField(
         max_length=8, choices=PrivacyLevel.choices, default=PrivacyLevel.MINIMAL
     )
     blacklisted = models.BooleanField(default=False)
-    guild = models.ForeignKey(
-        GuildConfig, on_delete=models.SET_NULL, null=True, blank=True, related_name="users"
-    )
+    guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="users")
     set_by = models.CharField(
         max_length=8, choices=PrivacySource.choices, default=PrivacySource.ADMIN
     )
@@ -500,12 +498,14 @@ class UserPrivacy(models.Model):
     class Meta:
         verbose_name = "user privacy"
         verbose_name_plural = "user privacy"
-        ordering = ["user_id"]
+        ordering = ["guild_id", "user_id"]
         constraints = [
             models.CheckConstraint(
                 condition=Q(level__in=PrivacyLevel.values), name="privacy_level_valid"
             ),
+            models.UniqueConstraint(fields=["guild", "user_id"], name="privacy_one_per_guild_user"),
         ]
+        indexes = [models.Index(fields=["user_id"], name="privacy_user")]
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.level}{' (blacklisted)' if self.blacklisted else ''}"

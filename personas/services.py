@@ -290,15 +290,15 @@ def user_privacy_save(
     actor: AbstractBaseUser | None = None,
     set_by: PrivacySource = PrivacySource.ADMIN,
 ) -> UserPrivacy:
-    """Set a user's privacy level and blacklist flag (the row is the user's, by user id);
+    """Set a user's privacy level and blacklist flag in ``guild`` (one row per guild and user);
     ``set_by`` records who set it (an admin, or the user with ``/privacy``)."""
     report = ImportReport()
     with transaction.atomic():
         row = _upsert(
             UserPrivacy,
             report,
-            lookup={"user_id": int(spec.id)},
-            values={**_user_values(guild, spec), "set_by": set_by},
+            lookup={"guild": guild, "user_id": int(spec.id)},
+            values={**_user_values(spec), "set_by": set_by},
         )
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return row
@@ -367,9 +367,9 @@ def _channel_values(guild: GuildConfig, spec: ChannelSpec) -> dict:
     return {"guild": guild, **_columns(CHANNEL_SETTINGS, spec, key="channel_id")}
 
 
-def _user_values(guild: GuildConfig, spec: UserSpec) -> dict:
+def _user_values(spec: UserSpec) -> dict:
+    """A privacy row's columns, less the (guild, user) it is looked up by."""
     return {
-        "guild": guild,
         **_columns(USER_SETTINGS, spec, key="user_id"),
         "set_by": PrivacySource.ADMIN,
     }
@@ -393,7 +393,10 @@ def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None
     kept_blocks = [_import_block(guild, personas, block, report=report).pk for block in spec.blocks]
     kept_users = [
         _upsert(
-            UserPrivacy, report, lookup={"user_id": int(user.id)}, values=_user_values(guild, user)
+            UserPrivacy,
+            report,
+            lookup={"guild": guild, "user_id": int(user.id)},
+            values=_user_values(user),
         ).pk
         for user in spec.users
     ]

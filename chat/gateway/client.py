@@ -16,6 +16,7 @@ import discord
 from asgiref.sync import sync_to_async
 
 from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
+from chat.gateway.limits import SharedLimits
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
 from chat.loop.intake import Intake
@@ -43,6 +44,17 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
+def _rest_paced(request: Callable[..., Awaitable[Any]], limits: SharedLimits):
+    """discord.py's ``HTTPClient.request``, starting each request only when the bot's global
+    REST limit has room (counted with its other processes)."""
+
+    async def paced(route: discord.http.Route, **kwargs: Any) -> Any:
+        await limits.rest.acquire()
+        return await request(route, **kwargs)
+
+    return paced
+
+
 class PersonaBotClient(discord.AutoShardedClient):
     """The gateway connection of one worker (one or more shards)."""
 
@@ -55,9 +67,12 @@ class PersonaBotClient(discord.AutoShardedClient):
         proxies: ProxyResolver | None = None,
         window_channels: int = MAX_CHANNELS,
         recent_messages: int = RECENT_DELIVERIES,
+        limits: SharedLimits | None = None,
     ) -> None:
         """``window_channels`` bounds the history windows kept (`WindowRegistry`),
-        ``recent_messages`` the newest messages whose speaker is remembered (`Recent`)."""
+        ``recent_messages`` the newest messages whose speaker is remembered (`Recent`);
+        ``limits`` paces IDENTIFYs and REST requests with the bot's other processes (None:
+        discord.py paces this process alone)."""
         super().__init__(
             intents=bot_intents(),
             shard_ids=shard_ids,
@@ -79,6 +94,9 @@ class PersonaBotClient(discord.AutoShardedClient):
             stored=self._wake_scheduler, read_after=self.adapter.fetch_history_after
         )
         self._on_start = on_start
+        self.limits = limits
+        if limits is not None:
+            self.http.request = _rest_paced(self.http.request, limits)
         self._background: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
 
@@ -99,8 +117,24 @@ class PersonaBotClient(discord.AutoShardedClient):
         )
 
     async def setup_hook(self) -> None:
+        if self.limits is not None and self.limits.identify.max_concurrency is None:
+            started = await self.fetch_session_start_limits()  # GET /gateway/bot
+            self.limits.identify.max_concurrency = started.max_concurrency
+            logger.info(
+                "IDENTIFY buckets: %s; session starts left today: %s of %s",
+                started.max_concurrency,
+                started.remaining,
+                started.total,
+            )
         if self._on_start is not None:
             await self._on_start(self)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """Wait for the shard's IDENTIFY bucket, shared with the bot's other processes."""
+        if self.limits is None:
+            await super().before_identify_hook(shard_id, initial=initial)
+            return
+        await self.limits.identify.wait_turn(shard_id or 0, initial=initial)
 
     def _schedule_event(
         self,
@@ -141,6 +175,8 @@ class PersonaBotClient(discord.AutoShardedClient):
         except TimeoutError:
             logger.error("the scheduler did not stop within %s s", SHUTDOWN_GRACE_SECONDS)
         await super().close()
+        if self.limits is not None:
+            await self.limits.close()
 
     # -- messages ----------------------------------------------------------------------------
 

@@ -243,7 +243,7 @@ class AutonomousLoop:
         unread_ids = {m.id for m in unread}
         seen = [m for m in state.ordered() if m.id not in unread_ids] + unread
         standing = await sync_to_async(selectors.user_standing)(
-            user_ids=[m.accountable_user_id for m in seen]
+            user_ids=[m.accountable_user_id for m in seen], guild_id=configuration.guild_id
         )
         personas = configuration.personas
         planner_personas = [PlannerPersona(p.name, p.system_prompt, p.is_main) for p in personas]

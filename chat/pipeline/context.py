@@ -62,7 +62,7 @@ from chat.pipeline.types import (
     ContextNote,
     HistoryMessage,
     NameDirectory,
-    PersonaSpec,
+    PersonaProfile,
     PrivacyLevel,
     Role,
     UserBlock,
@@ -132,13 +132,13 @@ class TurnInput:
             rendered items, and known texts keep their token counts.
     """
 
-    persona: PersonaSpec
+    persona: PersonaProfile
     history: tuple[HistoryMessage, ...]
     trigger_id: int
     now: datetime
     timezone: tzinfo | str
     token_counter: TokenCounter
-    personas: tuple[PersonaSpec, ...] = ()
+    personas: tuple[PersonaProfile, ...] = ()
     reply_targets: Mapping[int, HistoryMessage] = field(default_factory=dict)
     is_queued_turn: bool = False
     later_queued_trigger_ids: frozenset[int] = frozenset()

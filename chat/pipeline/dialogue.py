@@ -27,7 +27,7 @@ from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor, system_no
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.media import EntryMedia, plan_media
 from chat.pipeline.simplify import EntryKind, SimplifiedEntry
-from chat.pipeline.types import PersonaSpec, Role
+from chat.pipeline.types import PersonaProfile, Role
 
 DOCUMENT_HINT_TEMPLATE = (
     "[System: {filename} is attached as {media_id}."
@@ -134,7 +134,7 @@ class RenderedDialogue:
 def render_dialogue(
     history: Sequence[SimplifiedEntry],
     *,
-    persona: PersonaSpec,
+    persona: PersonaProfile,
     impersonated_user_id: int | None,
     macros: MacroContext,
     timezone: tzinfo,

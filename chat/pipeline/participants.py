@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from chat.pipeline.simplify import EntryKind, SimplifiedEntry
-from chat.pipeline.types import PersonaSpec
+from chat.pipeline.types import PersonaProfile
 
 
 class ParticipantRole(StrEnum):
@@ -51,7 +51,7 @@ class ParticipantContext:
 def prepare_participant_context(
     history: Sequence[SimplifiedEntry],
     *,
-    personas: Sequence[PersonaSpec],
+    personas: Sequence[PersonaProfile],
     member_names: Mapping[int, str],
     hidden_user_ids: AbstractSet[int],
 ) -> ParticipantContext:
@@ -122,7 +122,7 @@ def participant_note(context: ParticipantContext) -> str | None:
     return " ".join(sentences) or None
 
 
-def _is_addressed(persona: PersonaSpec, prose: str) -> bool:
+def _is_addressed(persona: PersonaProfile, prose: str) -> bool:
     words = sorted({persona.name, *persona.aliases, *persona.triggers} - {""}, key=len)
     if not words:
         return False

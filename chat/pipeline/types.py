@@ -2,7 +2,7 @@
 
 A `HistoryMessage` is one Discord message as the gateway converted it at the boundary
 (`chat/gateway/`): snowflakes are ints, datetimes are timezone-aware, and nothing here knows
-about discord.py. `PersonaSpec`, `UserBlock` and `ContextNote` carry the admin's configuration;
+about discord.py. `PersonaProfile`, `UserBlock` and `ContextNote` carry the admin's configuration;
 `TurnInput` (in `context.py`) bundles everything one turn needs.
 """
 
@@ -279,7 +279,7 @@ class ModelSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class PersonaSpec:
+class PersonaProfile:
     """A persona as configured. ``aliases`` are other names people call it by; ``triggers`` are
     the words that wake it. Both count as addressing it in participant resolution. The guild's
     ``is_main`` persona speaks through the bot account (``{bot}`` in macros)."""

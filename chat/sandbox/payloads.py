@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from chat.pipeline.snowflakes import snowflake_time
-from chat.sandbox.records import Attachment, Channel, Guild, Member, Role, User, Webhook
+from chat.sandbox.records import Attachment, Channel, Guild, GuildRole, Member, User, Webhook
 from chat.sandbox.snowflake import iso_timestamp
 
 GUILD_TEXT = 0
@@ -51,7 +51,7 @@ def member_payload(member: Member, *, user: User | None) -> dict[str, Any]:
     return payload
 
 
-def role_payload(role: Role) -> dict[str, Any]:
+def role_payload(role: GuildRole) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "id": str(role.id),
         "name": role.name,

@@ -21,7 +21,7 @@ class User:
 
 
 @dataclass(slots=True)
-class Role:
+class GuildRole:
     id: int
     name: str
     permissions: int
@@ -117,7 +117,7 @@ class Guild:
     id: int
     name: str
     owner_id: int
-    roles: dict[int, Role] = field(default_factory=dict)
+    roles: dict[int, GuildRole] = field(default_factory=dict)
     channels: dict[int, Channel] = field(default_factory=dict)
     members: dict[int, Member] = field(default_factory=dict)
     threads: dict[int, Channel] = field(default_factory=dict)

@@ -41,9 +41,9 @@ from chat.sandbox.records import (
     Attachment,
     Channel,
     Guild,
+    GuildRole,
     Member,
     Message,
-    Role,
     Upload,
     User,
     Webhook,
@@ -211,10 +211,12 @@ class Sandbox:
         (holding an administrator role); dispatches GUILD_CREATE, as when a bot joins."""
         guild_id = guild_id or self._snowflakes.next_id()
         guild = Guild(guild_id, name, owner_id=self.bot_user_id)
-        guild.roles[guild_id] = Role(guild_id, "@everyone", EVERYONE_PERMISSIONS, position=0)
+        guild.roles[guild_id] = GuildRole(guild_id, "@everyone", EVERYONE_PERMISSIONS, position=0)
         bot_role_id = self._snowflakes.next_id()
         bot_name = self._users[self.bot_user_id].username
-        guild.roles[bot_role_id] = Role(bot_role_id, bot_name, ADMINISTRATOR, 1, self.bot_user_id)
+        guild.roles[bot_role_id] = GuildRole(
+            bot_role_id, bot_name, ADMINISTRATOR, 1, self.bot_user_id
+        )
         guild.members[self.bot_user_id] = Member(self.bot_user_id, self._now(), None, [bot_role_id])
         self._guilds[guild_id] = guild
         self._publish("GUILD_CREATE", self.guild_create(guild_id, joined=True), guild_id)
@@ -354,7 +356,7 @@ class Sandbox:
         """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
         guild = self._guild(guild_id)
         role_id = role_id or self._snowflakes.next_id()
-        guild.roles[role_id] = Role(role_id, name, permissions, position=len(guild.roles))
+        guild.roles[role_id] = GuildRole(role_id, name, permissions, position=len(guild.roles))
         return role_id
 
     def member_permissions(self, guild_id: int, user_id: int) -> int:

@@ -43,7 +43,7 @@ from chat.pipeline.types import (
     ContextNote,
     HistoryMessage,
     ModelSettings,
-    PersonaSpec,
+    PersonaProfile,
     PrivacyLevel,
     ProxyIdentity,
     Role,
@@ -177,9 +177,9 @@ def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
     return list(Persona.objects.filter(guild=guild, enabled=True).order_by("-is_main", "name"))
 
 
-def persona_spec(persona: Persona) -> PersonaSpec:
+def persona_profile(persona: Persona) -> PersonaProfile:
     """The pipeline's frozen view of a configured persona."""
-    return PersonaSpec(
+    return PersonaProfile(
         name=persona.name,
         system_prompt=persona.system_prompt,
         triggers=tuple(persona.triggers),
@@ -299,7 +299,9 @@ def trigger_inputs(
     (the proxy's sender for a proxied member), the personas that wrote the replied-to
     messages, and which messages a proxy system replaced. The one gathering step before
     `chat.pipeline.triggers.trigger_decision`, for the worker and the dashboard alike."""
-    standing = user_standing(user_ids=[m.accountable_user_id for m in messages])
+    standing = user_standing(
+        user_ids=[m.accountable_user_id for m in messages], guild_id=configuration.guild_id
+    )
     replied = replied_persona_names(
         message_ids=[m.reference.message_id for m in messages if m.reference]
     )
@@ -370,13 +372,25 @@ class UserStanding:
         return level is PrivacyLevel.MINIMAL and user_id not in self.blacklisted
 
 
-def user_standing(*, user_ids: Iterable[int]) -> UserStanding:
-    """Which of ``user_ids`` chose full privacy, and which are blacklisted."""
+_STRICTNESS = {PrivacyLevel.MINIMAL: 0, PrivacyLevel.PARTIAL: 1, PrivacyLevel.FULL: 2}
+
+
+def user_standing(*, user_ids: Iterable[int], guild_id: int | None) -> UserStanding:
+    """Which of ``user_ids`` chose which privacy in the guild ``guild_id``, and which are
+    blacklisted there. In direct messages (``guild_id`` None) the strictest level each user
+    holds in any guild applies, and a blacklist in any guild holds."""
     rows = UserPrivacy.objects.filter(user_id__in=set(user_ids))
-    return UserStanding(
-        privacy={r.user_id: PrivacyLevel(r.level) for r in rows},
-        blacklisted=frozenset(r.user_id for r in rows if r.blacklisted),
-    )
+    if guild_id is not None:
+        rows = rows.filter(guild__guild_id=guild_id)
+    privacy: dict[int, PrivacyLevel] = {}
+    blacklisted = set()
+    for row in rows:
+        level = PrivacyLevel(row.level)
+        held = privacy.get(row.user_id, PrivacyLevel.MINIMAL)
+        privacy[row.user_id] = max(level, held, key=_STRICTNESS.__getitem__)
+        if row.blacklisted:
+            blacklisted.add(row.user_id)
+    return UserStanding(privacy=privacy, blacklisted=frozenset(blacklisted))
 
 
 def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
@@ -545,10 +559,10 @@ def window_anchor(*, channel_id: int) -> ChannelWindowAnchor | None:
     return ChannelWindowAnchor.objects.filter(channel_id=channel_id).first()
 
 
-def full_privacy_user_ids(*, user_ids: Iterable[int]) -> frozenset[int]:
-    """Those of ``user_ids`` who chose full privacy (their words are stored nowhere)."""
-    rows = UserPrivacy.objects.filter(user_id__in=set(user_ids), level=PrivacyLevel.FULL)
-    return frozenset(rows.values_list("user_id", flat=True))
+def full_privacy_user_ids(*, user_ids: Iterable[int], guild_id: int | None) -> frozenset[int]:
+    """Those of ``user_ids`` who chose full privacy in the guild ``guild_id`` (in direct
+    messages: in any guild); their words are stored nowhere there."""
+    return user_standing(user_ids=user_ids, guild_id=guild_id).full_privacy
 
 
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:

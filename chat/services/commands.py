@@ -33,6 +33,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
+from django.db.models import Q
 
 from chat import selectors
 from chat.models import ChannelResetMarker, EventQueue, Memory, ShortTermMemory, UnreadEvent
@@ -42,6 +43,8 @@ from chat.pipeline.types import PrivacyLevel
 from chat.services.memory_store import MemoryRefused, MemoryScope
 from chat.services.memory_store import memory_add as store_memory_add
 from chat.services.memory_store import memory_forget as store_memory_forget
+from chat.services.short_term_memory import short_term_memories_forget_user
+from chat.services.turn_record import turn_records_redact, turn_records_scrub
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
 from chat.why import MessageFetch, why_message
@@ -110,6 +113,10 @@ class PrivacyChange:
     previous: PrivacyLevel
     forgotten_memories: int = 0
     forgotten_messages: int = 0
+    scrubbed_turns: int = 0
+    """Turn records whose copy of their words (or of a summary drawn on them) was redacted."""
+    cleared_summaries: int = 0
+    """Channel short-term memories cleared because they may have drawn on their words."""
 
     def sentence(self) -> str:
         meaning = {
@@ -126,8 +133,10 @@ class PrivacyChange:
         text = f"Your privacy is now **{self.level.value}**: {meaning}"
         if self.level is PrivacyLevel.FULL:
             text += (
-                f" Deleted: {self.forgotten_memories} memory(ies) about you and "
-                f"{self.forgotten_messages} stored message(s) of yours."
+                f" Deleted: {self.forgotten_memories} memory(ies) about you, "
+                f"{self.forgotten_messages} stored message(s) of yours, your words in "
+                f"{self.scrubbed_turns} turn record(s), and {self.cleared_summaries} channel "
+                "summary(ies) that may have drawn on them."
             )
         elif self.level is PrivacyLevel.PARTIAL:
             text += f" Deleted: {self.forgotten_memories} memory(ies) about you."
@@ -135,7 +144,8 @@ class PrivacyChange:
 
 
 def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
-    """Set the caller's own privacy (it applies wherever the bot is) as set by the user.
+    """Set the caller's own privacy in this guild (in direct messages the strictest level they
+    hold in any guild applies) as set by the user.
 
     ``partial`` and ``full`` delete, in the same transaction, their personal memories (the
     long-term ones about them, and the short-term memories of their direct messages); ``full``
@@ -152,24 +162,34 @@ def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
         ) from None
     guild = _guild(guild_id)
     with transaction.atomic():
-        row = UserPrivacy.objects.select_for_update().filter(user_id=user_id).first()
+        row = UserPrivacy.objects.select_for_update().filter(guild=guild, user_id=user_id).first()
         previous = PrivacyLevel(row.level) if row else PrivacyLevel.MINIMAL
         blacklisted = row.blacklisted if row else False
         spec = UserSpec(id=str(user_id), privacy=wanted.value, blacklisted=blacklisted)
-        memories = messages = 0
+        memories = messages = turns = cleared = 0
         private = wanted is not PrivacyLevel.MINIMAL
         if private:
             # Long-term memories about them go with the privacy row's save
             # (`chat.models.forget_memories_on_private`); they are counted here first.
-            memories = Memory.objects.filter(kind=Memory.Kind.PERSONAL, user_id=user_id).count()
+            memories = Memory.objects.filter(
+                kind=Memory.Kind.PERSONAL, user_id=user_id, guild_id=guild_id
+            ).count()
         user_privacy_save(guild=guild, spec=spec, set_by=PrivacySource.USER)
         if private:
             memories += ShortTermMemory.objects.filter(user_id=user_id).delete()[0]
         if wanted is PrivacyLevel.FULL:
-            unread, _ = UnreadEvent.objects.filter(author_id=user_id).delete()
-            queued, _ = EventQueue.objects.filter(event__author__id=user_id).delete()
+            # This guild's, and their direct messages' (where the strictest level applies).
+            here = Q(guild_id=guild_id) | Q(guild_id__isnull=True)
+            unread, _ = UnreadEvent.objects.filter(here, author_id=user_id).delete()
+            queued, _ = EventQueue.objects.filter(here, event__author__id=user_id).delete()
             messages = unread + queued
-    return PrivacyChange(wanted, previous, memories, messages)
+            scrub = turn_records_scrub(user_id=user_id, guild_id=guild_id)
+            cleared, summaries = short_term_memories_forget_user(
+                guild_id=guild_id, turn_ids=scrub.turn_ids
+            )
+            quoted = turn_records_redact(guild_id=guild_id, texts=summaries)
+            turns = len(scrub.turn_ids | quoted)
+    return PrivacyChange(wanted, previous, memories, messages, turns, cleared)
 
 
 def _guild(guild_id: int) -> GuildConfig:
@@ -179,8 +199,12 @@ def _guild(guild_id: int) -> GuildConfig:
     return guild
 
 
-def _privacy(user_id: int) -> PrivacyLevel:
-    level = UserPrivacy.objects.filter(user_id=user_id).values_list("level", flat=True).first()
+def _privacy(user_id: int, guild_id: int) -> PrivacyLevel:
+    level = (
+        UserPrivacy.objects.filter(user_id=user_id, guild__guild_id=guild_id)
+        .values_list("level", flat=True)
+        .first()
+    )
     return PrivacyLevel(level) if level else PrivacyLevel.MINIMAL
 
 
@@ -253,7 +277,7 @@ def memory_add(
     or full (nothing about them is remembered), or a full scope."""
     if not " ".join(text.split()):
         raise CommandRefused("The memory text is empty: write what the personas should remember.")
-    _require_remembered(user_id)
+    _require_remembered(user_id, guild_id)
     _guild(guild_id)
     try:
         written = store_memory_add(
@@ -306,8 +330,8 @@ def _sentence(text: str) -> str:
     return (text[:1].upper() + text[1:]).rstrip(".") + "."
 
 
-def _require_remembered(user_id: int) -> None:
-    level = _privacy(user_id)
+def _require_remembered(user_id: int, guild_id: int) -> None:
+    level = _privacy(user_id, guild_id)
     if level is not PrivacyLevel.MINIMAL:
         raise CommandRefused(
             f"Your privacy is {level.value}: nothing about you is remembered. "
@@ -338,7 +362,7 @@ def persona_list(*, guild_id: int, user_id: int, now: dt.datetime) -> list[Perso
     sentence of its system prompt. Raises `CommandRefused` when the caller is blacklisted or
     blocked from every persona, or the guild has none."""
     guild = _guild(guild_id)
-    standing = selectors.user_standing(user_ids=[user_id])
+    standing = selectors.user_standing(user_ids=[user_id], guild_id=guild_id)
     if user_id in standing.blacklisted:
         raise CommandRefused("You are blocked from this bot's personas on this server.")
     personas = selectors.guild_personas(guild=guild)

@@ -57,11 +57,14 @@ def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int
     """
     if not batch:
         return 0
-    private = selectors.full_privacy_user_ids(
-        user_ids={message.accountable_user_id for message, _ in batch}
-    )
+    private = {
+        guild_id: selectors.full_privacy_user_ids(
+            user_ids={m.accountable_user_id for m, g in batch if g == guild_id}, guild_id=guild_id
+        )
+        for guild_id in {guild_id for _, guild_id in batch}
+    }
     EventQueue.objects.bulk_create(
-        [_queue_row(message, guild_id, private) for message, guild_id in batch],
+        [_queue_row(message, guild_id, private[guild_id]) for message, guild_id in batch],
         ignore_conflicts=True,
     )
     return len(batch)

@@ -84,7 +84,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     ):
         return MemoryRefresh("skipped", "no longer due")
     if memory.user_id is not None:
-        standing = await sync_to_async(selectors.user_standing)(user_ids=[memory.user_id])
+        standing = await sync_to_async(selectors.user_standing)(
+            user_ids=[memory.user_id], guild_id=memory.guild_id
+        )
         if not standing.remembers(memory.user_id):
             return MemoryRefresh("skipped", "the user's privacy keeps nothing about them")
     configuration = await sync_to_async(selectors.channel_configuration)(

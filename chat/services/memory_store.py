@@ -125,9 +125,12 @@ class MemoryWrite:
     outcome: str
 
 
-def user_is_private(user_id: int) -> bool:
-    """True when the user chose ``partial`` or ``full`` privacy: nothing is kept about them."""
-    return UserPrivacy.objects.filter(user_id=user_id, level__in=PRIVATE_LEVELS).exists()
+def user_is_private(user_id: int, guild_id: int) -> bool:
+    """True when the user chose ``partial`` or ``full`` privacy in the guild: nothing is kept
+    about them there."""
+    return UserPrivacy.objects.filter(
+        user_id=user_id, guild__guild_id=guild_id, level__in=PRIVATE_LEVELS
+    ).exists()
 
 
 def memory_add(
@@ -159,7 +162,7 @@ def memory_add(
         raise MemoryRefused(
             f"a memory here holds at most {scope.max_chars} characters; this one has {len(text)}"
         )
-    if scope.kind is MemoryKind.PERSONAL and user_is_private(scope.user_id):
+    if scope.kind is MemoryKind.PERSONAL and user_is_private(scope.user_id, scope.guild_id):
         raise MemoryRefused(
             f"nothing is remembered about {scope.describe()}: they chose not to be remembered"
         )

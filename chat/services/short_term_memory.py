@@ -88,6 +88,34 @@ def short_term_memory_clear(*, persona_id: int, memory_id: int | None = None) ->
     return deleted
 
 
+def short_term_memories_forget_user(
+    *, guild_id: int, turn_ids: frozenset[int]
+) -> tuple[int, list[str]]:
+    """Clear the guild's channel short-term memories that may have drawn on a user's lines:
+    those last refreshed by one of ``turn_ids`` (the turns that showed their lines), and
+    those whose refreshing turn is no longer known. A cleared memory has no summary, notes or
+    refresh time; its next refresh writes it again from what may still be seen. Returns how
+    many were cleared and their texts (summaries and notes), for the turn records that showed
+    them."""
+    drew_on = Q(last_refreshed_turn_id__in=turn_ids) | Q(last_refreshed_turn__isnull=True)
+    rows = ShortTermMemory.objects.select_for_update().filter(
+        drew_on, guild_id=guild_id, user_id__isnull=True
+    )
+    texts = []
+    cleared = 0
+    for row in rows:
+        notes = row.categories if isinstance(row.categories, dict) else {}
+        held = [row.summary, *(str(v) for v in notes.values())]
+        held = [t.strip() for t in held if str(t).strip()]
+        if not held:
+            continue
+        texts.extend(held)
+        cleared += 1
+        row.summary, row.categories, row.refreshed_at = "", {}, None
+        row.save(update_fields=["summary", "categories", "refreshed_at", "updated_at"])
+    return cleared, texts
+
+
 def short_term_memory_expire(*, now: dt.datetime) -> int:
     """Clear what has expired at ``now``: summaries and categories older than 24 h, raw-turn
     counts whose newest turn is older than 12 h. Returns how many memories changed."""

@@ -254,13 +254,13 @@ async def turn_input_gather(
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
-        persona=selectors.persona_spec(persona),
+        persona=selectors.persona_profile(persona),
         history=history,
         trigger_id=request.trigger.id,
         now=now,
         timezone=channel.timezone,
         token_counter=runtime.token_counter,
-        personas=tuple(selectors.persona_spec(p) for p in request.configuration.personas),
+        personas=tuple(selectors.persona_profile(p) for p in request.configuration.personas),
         reply_targets=reply_targets,
         is_queued_turn=request.is_queued_turn,
         later_queued_trigger_ids=request.later_queued_trigger_ids,
@@ -330,7 +330,7 @@ def _gather_people(
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
     }
-    standing = selectors.user_standing(user_ids=user_ids)
+    standing = selectors.user_standing(user_ids=user_ids, guild_id=request.configuration.guild_id)
     persona = request.persona
     memory = short_term_memory(
         persona=persona,

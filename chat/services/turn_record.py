@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Sequence
-from dataclasses import asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from chat.llm.attempts import TurnCompletion
@@ -71,25 +72,34 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
     }
 
 
-def context_items_json(items: Sequence[ContextItem]) -> list[dict[str, Any]]:
+def context_items_json(
+    items: Sequence[ContextItem], *, authors: Mapping[int, int] | None = None
+) -> list[dict[str, Any]]:
     """The context's items as JSON (the turn record keeps them, the preview shows them): tag,
-    role, text, tokens and the source message ids as strings."""
-    return [
-        {
+    role, text, tokens and the source message ids as strings; with ``authors`` (message id →
+    accountable user id) also each item's ``author_ids``, so a user's lines can be found and
+    redacted later (`turn_records_scrub`)."""
+    rows = []
+    for item in items:
+        row = {
             "tag": str(item.tag),
             "role": str(item.role),
             "text": item.text,
             "tokens": item.tokens,
             "source_ids": [str(i) for i in item.source_ids],
         }
-        for item in items
-    ]
+        if authors is not None:
+            row["author_ids"] = sorted({str(authors[i]) for i in item.source_ids if i in authors})
+        rows.append(row)
+    return rows
 
 
 def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
     """What the turn was built from: items, request, truncation, tools, timings."""
     context = prepared.context
-    turn.context_items = context_items_json(context.items)
+    given = prepared.turn_input
+    authors = {m.id: m.accountable_user_id for m in (*given.history, *given.reply_targets.values())}
+    turn.context_items = context_items_json(context.items, authors=authors)
     turn.request = prepared.body
     turn.window = {**prepared.window, **window_report(prepared)}
     turn.cache_prefix_end = context.cacheable_prefix_end
@@ -208,3 +218,85 @@ def window_anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
 
 def ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
+
+
+# --- Forgetting a user ---------------------------------------------------------------------------
+
+REDACTED = "[deleted: this person chose full privacy]"
+
+
+@dataclass(frozen=True)
+class TurnScrub:
+    """What `turn_records_scrub` did: the turns whose prompt record lost a user's lines."""
+
+    turn_ids: frozenset[int]
+
+
+def turn_records_scrub(*, user_id: int, guild_id: int) -> TurnScrub:
+    """Replace ``user_id``'s lines with `REDACTED` in the stored turns of the guild and of
+    direct messages (where the strictest level a user holds in any guild applies).
+
+    A context item is theirs when it renders a message of theirs (``author_ids``; a record
+    written before authors were kept: when it renders the turn's trigger and they triggered
+    it). Its text is replaced in the items and wherever the request body quotes it, so the
+    record keeps its shape (roles, order, token counts). Call it inside the caller's
+    transaction."""
+    mine = str(user_id)
+    changed = set()
+    turns = Turn.objects.filter(Q(guild_id=guild_id) | Q(guild_id__isnull=True))
+    for turn in turns.select_for_update().iterator(chunk_size=200):
+        items = turn.context_items
+        quoted = []
+        for item in items:
+            if _is_theirs(item, turn, mine) and item.get("text") and item["text"] != REDACTED:
+                quoted.append(item["text"])
+                item["text"] = REDACTED
+        if not quoted:
+            continue
+        turn.context_items = items
+        turn.request = _redact(turn.request, sorted(quoted, key=len, reverse=True))
+        turn.save(update_fields=["prompt_record"])
+        changed.add(turn.id)
+    return TurnScrub(frozenset(changed))
+
+
+def turn_records_redact(*, guild_id: int, texts: list[str]) -> frozenset[int]:
+    """Replace each of ``texts`` (a cleared short-term memory's summary or notes) with
+    `REDACTED` wherever the guild's stored turns quote it; returns the turns changed."""
+    wanted = sorted({t for t in texts if t}, key=len, reverse=True)
+    changed = set()
+    if not wanted:
+        return frozenset()
+    for turn in Turn.objects.filter(guild_id=guild_id).select_for_update().iterator(chunk_size=200):
+        record = turn.prompt_record
+        redacted = _redact(record, wanted)
+        if redacted != record:
+            turn.prompt_record = redacted
+            turn.save(update_fields=["prompt_record"])
+            changed.add(turn.id)
+    return frozenset(changed)
+
+
+def _is_theirs(item: dict[str, Any], turn: Turn, user_id: str) -> bool:
+    if "author_ids" in item:
+        return user_id in item["author_ids"]
+    trigger = str(turn.trigger_message_id) if turn.trigger_message_id else None
+    return (
+        trigger is not None
+        and str(turn.trigger_author_id) == user_id
+        and trigger in item.get("source_ids", [])
+    )
+
+
+def _redact(value: Any, texts: list[str]) -> Any:
+    """``value`` (a request body) with each of ``texts`` replaced by `REDACTED` in every
+    string it holds."""
+    if isinstance(value, str):
+        for text in texts:
+            value = value.replace(text, REDACTED)
+        return value
+    if isinstance(value, list):
+        return [_redact(v, texts) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact(v, texts) for k, v in value.items()}
+    return value

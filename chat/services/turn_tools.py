@@ -138,7 +138,10 @@ class _MemoryWriter:
         if self._turn_id is None:
             raise ToolError("a dry run writes no memory")
         if self._user_id is not None:
-            standing = await sync_to_async(selectors.user_standing)(user_ids=[self._user_id])
+            standing = await sync_to_async(selectors.user_standing)(
+                user_ids=[self._user_id],
+                guild_id=self._channel.guild.guild_id if self._channel.guild else None,
+            )
             if not standing.remembers(self._user_id):
                 raise ToolError("this user's privacy allows no memory about them")
         await sync_to_async(short_term_memory_write)(

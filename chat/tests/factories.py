@@ -19,7 +19,7 @@ from chat.pipeline.types import (
     HistoryMessage,
     MessageReference,
     NameDirectory,
-    PersonaSpec,
+    PersonaProfile,
     Reaction,
     Sticker,
 )
@@ -42,8 +42,8 @@ TOMORI = Author(id=sf(9100), display_name="Tomori", is_bot=True, persona_name="T
 KAITO = Author(
     id=sf(9101), display_name="Kaito", is_bot=True, webhook_id=sf(9201), persona_name="Kaito"
 )
-TOMORI_PERSONA = PersonaSpec(name="Tomori", is_main=True)
-KAITO_PERSONA = PersonaSpec(name="Kaito", aliases=("Kai",))
+TOMORI_PERSONA = PersonaProfile(name="Tomori", is_main=True)
+KAITO_PERSONA = PersonaProfile(name="Kaito", aliases=("Kai",))
 NAMES = NameDirectory(
     users={ALICE.id: "Alice", BOB.id: "Bob", CAROL.id: "Carol", TOMORI.id: "Tomori"},
     channels={sf(8001): "general"},

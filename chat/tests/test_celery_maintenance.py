@@ -23,7 +23,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.sandbox import SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
 from chat.tests.e2e.conftest import DEMO_CONFIG, eventually
-from personas.models import Persona, UserPrivacy
+from personas.models import GuildConfig, Persona, UserPrivacy
 from personas.services import config_import
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
@@ -82,7 +82,9 @@ def stop(process: subprocess.Popen) -> None:
 
 async def test_beat_refreshes_a_due_memory_with_one_model_call(tmp_path):
     await sync_to_async(config_import)(data=json.loads(DEMO_CONFIG.read_text()))
-    await UserPrivacy.objects.acreate(user_id=CAROL, level="full")
+    await UserPrivacy.objects.acreate(
+        guild=await GuildConfig.objects.aget(guild_id=DEMO_GUILD_ID), user_id=CAROL, level="full"
+    )
     tomori = await Persona.objects.aget(guild__guild_id=DEMO_GUILD_ID, name="Tomori")
     memory = await ShortTermMemory.objects.acreate(
         persona=tomori,

@@ -106,13 +106,35 @@ def test_a_channels_guild_is_what_its_messages_were_ingested_with():
 
 @pytest.mark.django_db
 def test_privacy_levels_are_read_as_the_pipelines_enum():
-    UserPrivacy.objects.create(user_id=1, level="full")
-    UserPrivacy.objects.create(user_id=2, level="partial", blacklisted=True)
+    guild = GuildConfig.objects.create(guild_id=10, name="g")
+    UserPrivacy.objects.create(guild=guild, user_id=1, level="full")
+    UserPrivacy.objects.create(guild=guild, user_id=2, level="partial", blacklisted=True)
 
-    standing = user_standing(user_ids=[1, 2, 3])
+    standing = user_standing(user_ids=[1, 2, 3], guild_id=10)
 
     assert standing.privacy == {1: PrivacyLevel.FULL, 2: PrivacyLevel.PARTIAL}
     assert (standing.full_privacy, standing.blacklisted) == ({1}, {2})
+
+
+@pytest.mark.django_db
+def test_privacy_is_the_guilds_and_in_direct_messages_the_strictest_anywhere():
+    a = GuildConfig.objects.create(guild_id=10, name="a")
+    b = GuildConfig.objects.create(guild_id=11, name="b")
+    UserPrivacy.objects.create(guild=a, user_id=1, level="full")
+    UserPrivacy.objects.create(guild=b, user_id=1, level="minimal", blacklisted=True)
+    UserPrivacy.objects.create(guild=a, user_id=2, level="minimal")
+    UserPrivacy.objects.create(guild=b, user_id=2, level="partial")
+
+    in_a = user_standing(user_ids=[1, 2], guild_id=10)
+    in_b = user_standing(user_ids=[1, 2], guild_id=11)
+    in_dms = user_standing(user_ids=[1, 2], guild_id=None)
+
+    assert in_a.privacy == {1: PrivacyLevel.FULL, 2: PrivacyLevel.MINIMAL}
+    assert (in_a.full_privacy, in_a.blacklisted) == ({1}, set())
+    assert in_b.privacy == {1: PrivacyLevel.MINIMAL, 2: PrivacyLevel.PARTIAL}
+    assert (in_b.full_privacy, in_b.blacklisted) == (set(), {1})
+    assert in_dms.privacy == {1: PrivacyLevel.FULL, 2: PrivacyLevel.PARTIAL}
+    assert in_dms.blacklisted == {1}
 
 
 @pytest.mark.django_db

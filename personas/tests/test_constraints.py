@@ -107,13 +107,15 @@ def test_unknown_block_type_is_rejected(guild, persona):
     )
 
 
-def test_unknown_privacy_level_is_rejected():
-    assert_rejected(lambda: UserPrivacy.objects.create(user_id=3, level="secret"))
+def test_unknown_privacy_level_is_rejected(guild):
+    assert_rejected(lambda: UserPrivacy.objects.create(guild=guild, user_id=3, level="secret"))
 
 
-def test_privacy_is_one_row_per_user():
-    UserPrivacy.objects.create(user_id=3, level="full")
-    assert_rejected(lambda: UserPrivacy.objects.create(user_id=3, level="minimal"))
+def test_privacy_is_one_row_per_guild_and_user(guild):
+    UserPrivacy.objects.create(guild=guild, user_id=3, level="full")
+    other = GuildConfig.objects.create(guild_id=2, name="Other")
+    UserPrivacy.objects.create(guild=other, user_id=3, level="minimal")
+    assert_rejected(lambda: UserPrivacy.objects.create(guild=guild, user_id=3, level="minimal"))
 
 
 def test_event_queue_deduplicates_channel_and_message():

@@ -49,13 +49,35 @@ class Command(BaseCommand):
             "a shard this long after its holder stopped (default 15)",
         )
         parser.add_argument(
+            "--max-concurrency",
+            type=int,
+            default=None,
+            help="IDENTIFYs Discord lets start at once (default: as GET /gateway/bot says)",
+        )
+        parser.add_argument(
+            "--no-shared-limits",
+            action="store_true",
+            help="pace IDENTIFYs and REST requests in this process alone, not through Redis "
+            "with the bot's other workers (one worker, or a REST proxy in front of Discord)",
+        )
+        parser.add_argument(
             "--step-delay",
             type=float,
             default=2.5,
             help="seconds between autonomous planner steps (default 2.5)",
         )
 
-    def handle(self, *args, shard_ids, shard_count, step_delay, lease_seconds, **options) -> None:
+    def handle(
+        self,
+        *args,
+        shard_ids,
+        shard_count,
+        step_delay,
+        lease_seconds,
+        max_concurrency,
+        no_shared_limits,
+        **options,
+    ) -> None:
         if not settings.DISCORD_TOKEN:
             raise CommandError("DISCORD_TOKEN is not set: the worker cannot log in")
         if shard_ids is not None and shard_count is None:
@@ -64,6 +86,8 @@ class Command(BaseCommand):
             raise CommandError("--lease-seconds must be at least 1")
         if shard_count is not None and shard_ids and max(shard_ids) >= shard_count:
             raise CommandError("--shard-ids must be below --shard-count")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise CommandError("--max-concurrency must be at least 1")
         config = WorkerConfig(
             token=settings.DISCORD_TOKEN,
             api_base=settings.DISCORD_API_BASE,
@@ -72,6 +96,8 @@ class Command(BaseCommand):
             shard_count=shard_count,
             step_delay=step_delay,
             lease_seconds=lease_seconds,
+            max_concurrency=max_concurrency,
+            shared_limits=not no_shared_limits,
         )
         asyncio.run(self._run(config))
 

@@ -89,11 +89,14 @@ class World:
         vision_model: str | None = None,
         proxies: bool = False,
         stream: bool = False,
+        shared_limits: bool = False,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
         the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
         with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
-        makes it; with ``stream`` its model requests stream, as the product's do."""
+        makes it; with ``stream`` its model requests stream, as the product's do; with
+        ``shared_limits`` it paces IDENTIFYs and REST requests through Redis, as ``runbot``
+        does."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -101,6 +104,7 @@ class World:
             shard_ids=shard_ids,
             shard_count=shard_count,
             step_delay=step_delay,
+            shared_limits=shared_limits,
         )
         llm_client = OpenAICompatibleClient(base_url=self.llm.base_url, api_key="test")
         runner = AttemptRunner(

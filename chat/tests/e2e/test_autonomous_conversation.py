@@ -149,8 +149,8 @@ async def test_no_planner_prompt_holds_a_raw_id_and_the_channel_is_named(world):
 
 
 async def test_full_privacy_and_users_blocked_by_every_persona_never_reach_the_planner(world):
-    await UserPrivacy.objects.acreate(user_id=CAROL, level="full")
     guild = await GuildConfig.objects.aget(guild_id=DEMO_GUILD_ID)
+    await UserPrivacy.objects.acreate(guild=guild, user_id=CAROL, level="full")
     await Block.objects.acreate(guild=guild, persona=None, user_id=BOB, type="block")
     world.llm.enqueue(action(action="continue"))
     await world.start_worker()

@@ -14,9 +14,20 @@ from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
 from chat.sandbox.interactions import ACK_SECONDS, CALLBACK_DEFERRED, InteractionRecord
 from chat.services.commands import CommandRateLimit
-from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, World, eventually
+from chat.services.turn_record import REDACTED
+from chat.tests.e2e.conftest import (
+    ALICE,
+    BOB,
+    DEMO_BOT_ID,
+    DEMO_CONFIG,
+    GENERAL,
+    World,
+    eventually,
+)
+from chat.tests.privacy import user_privacy
 from chat.why import why_message
 from personas.models import PrivacySource, UserPrivacy
+from personas.services import config_import
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,8 +97,12 @@ async def test_privacy_full_hides_the_caller_from_the_next_prompt_and_says_what_
 
     assert record.content.startswith("Your privacy is now **full**")
     assert "Deleted: 0 memory(ies) about you" in record.content
+    assert "your words in 1 turn record(s)" in record.content
     row = await sync_to_async(UserPrivacy.objects.get)(user_id=ALICE)
     assert (row.level, row.set_by) == ("full", PrivacySource.USER)
+    kept = await sync_to_async(Turn.objects.get)(trigger_message_id=int(first["id"]))
+    assert "my cat is called Miso" not in json.dumps(kept.prompt_record)  # items and request
+    assert REDACTED in [item["text"] for item in kept.context_items]
     ignored = world.say("tomori, are you there?")
     trigger = world.say("tomori, what is the cat's name?", author=BOB)
     await replied_to(world, trigger)
@@ -98,6 +113,40 @@ async def test_privacy_full_hides_the_caller_from_the_next_prompt_and_says_what_
         (m.get("message_reference") or {}).get("message_id") == ignored["id"]
         for m in world.bot_messages(GENERAL)
     )
+
+
+SECOND_GUILD, LOUNGE = 1191168914227200900, 1191168914227200901
+
+
+async def test_privacy_is_per_guild_full_in_one_and_still_seen_in_the_other(world):
+    sandbox = world.sandbox.sandbox
+    sandbox.add_guild("Second Café", guild_id=SECOND_GUILD)
+    sandbox.add_text_channel(SECOND_GUILD, "lounge", channel_id=LOUNGE, topic="Chat.")
+    for user in (ALICE, BOB):
+        sandbox.add_member(SECOND_GUILD, user)
+    [demo] = json.loads(DEMO_CONFIG.read_text())["guilds"]
+    second = {
+        **demo,
+        "id": str(SECOND_GUILD),
+        "name": "Second Café",
+        "channels": [{"id": str(LOUNGE), "mode": "reactive"}],
+        "blocks": [],
+        "users": [],
+    }
+    await sync_to_async(config_import)(data={"version": 1, "guilds": [second]})
+    await world.start_worker()
+
+    await run(world, "privacy", {"level": "full"})  # in the demo guild
+    ignored = world.say("tomori, are you there?")
+    seen = world.say("tomori, hello from the lounge", channel_id=LOUNGE)
+    await replied_to(world, seen)
+    await world.drained()
+
+    assert any("hello from the lounge" in line for line in user_lines(world.llm.chat_bodies[-1]))
+    taken = Turn.objects.filter(trigger_message_id=int(ignored["id"])).exists
+    assert not await sync_to_async(taken)()
+    rows = UserPrivacy.objects.filter(user_id=ALICE).values_list("guild__guild_id", "level")
+    assert await sync_to_async(list)(rows) == [(DEMO_GUILD_ID, "full")]
 
 
 async def test_privacy_full_deletes_the_callers_memories(world):
@@ -185,7 +234,7 @@ async def test_persona_list_names_each_persona_with_its_triggers(world):
 
 
 async def test_a_blacklisted_user_is_refused_persona_commands(world):
-    await sync_to_async(UserPrivacy.objects.create)(user_id=BOB, blacklisted=True)
+    await sync_to_async(user_privacy)(BOB, guild_id=DEMO_GUILD_ID, blacklisted=True)
     await world.start_worker()
 
     record = await run(world, "persona list", user=BOB)

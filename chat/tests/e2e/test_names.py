@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from chat.models import DiscordName
 from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
-from personas.models import UserPrivacy
+from chat.tests.privacy import user_privacy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -21,7 +21,7 @@ def _names() -> dict[tuple[str, int], str]:
 
 
 async def test_the_worker_keeps_the_names_the_gateway_gives(world):
-    await sync_to_async(UserPrivacy.objects.create)(user_id=CAROL, level="full")
+    await sync_to_async(user_privacy)(CAROL, guild_id=DEMO_GUILD_ID, level="full")
     await world.start_worker()
     await world.drained()
 
@@ -55,7 +55,7 @@ async def test_a_user_who_chooses_full_privacy_loses_their_stored_name(world):
     await eventually(
         sync_to_async(DiscordName.objects.filter(kind="user", discord_id=ALICE).exists)
     )
-    await sync_to_async(UserPrivacy.objects.create)(user_id=ALICE, level="full")
+    await sync_to_async(user_privacy)(ALICE, guild_id=DEMO_GUILD_ID, level="full")
     world.sandbox.sandbox.set_nick(DEMO_GUILD_ID, BOB, "Bobby")  # any names event
     await world.drained()
 

@@ -23,3 +23,17 @@ async def test_a_worker_serves_only_its_shards(world, shard, answers):
     await world.settle()
 
     assert len(world.bot_messages(GENERAL)) == (1 if answers else 0)
+
+
+async def test_a_worker_paces_identify_and_rest_through_redis(world):
+    client = await world.start_worker(shard_ids=[0, 1], shard_count=2, shared_limits=True)
+    limits = client.limits
+    assert limits is not None
+    assert limits.identify.max_concurrency == 1  # from the sandbox's GET /gateway/bot
+
+    world.say("tomori, are you paced?")
+    await eventually(lambda: world.bot_messages(GENERAL))
+
+    identify_slot = f"{limits.identify._prefix}:0"
+    assert await limits.redis.pttl(identify_slot) > 0  # both shards identified through it
+    assert await limits.redis.zcard(limits.rest._key) >= 1  # the reply's REST calls counted

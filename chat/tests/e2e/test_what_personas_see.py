@@ -19,7 +19,8 @@ from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
-from personas.models import Block, GuildConfig, Persona, UserPrivacy
+from chat.tests.privacy import user_privacy
+from personas.models import Block, GuildConfig, Persona
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -261,7 +262,7 @@ async def test_a_threads_starter_message_and_its_image_reach_the_threads_prompt(
 
 
 async def test_a_user_with_full_privacy_triggers_nothing(world):
-    await sync_to_async(UserPrivacy.objects.create)(user_id=BOB, level="full")
+    await sync_to_async(user_privacy)(BOB, guild_id=DEMO_GUILD_ID, level="full")
     await world.start_worker()
     world.say("tomori, are you there?", author=BOB)
     await world.drained()

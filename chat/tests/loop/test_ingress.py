@@ -17,7 +17,7 @@ from chat.services.event_queue import (
     unread_pool_take,
 )
 from chat.tests.factories import ALICE, BOB, CHANNEL_ID, T0, message
-from personas.models import UserPrivacy
+from chat.tests.privacy import user_privacy
 
 pytestmark = pytest.mark.django_db
 
@@ -126,7 +126,7 @@ def test_a_consumed_queue_row_keeps_only_its_key():
 
 
 def test_a_full_privacy_users_words_are_stored_nowhere():
-    UserPrivacy.objects.create(user_id=ALICE.id, level="full")
+    user_privacy(ALICE.id, guild_id=1, level="full")
     secret = message(
         content="my secret plans",
         author=ALICE,

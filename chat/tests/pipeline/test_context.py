@@ -18,7 +18,7 @@ from chat.pipeline.tokens import O200kTokenCounter
 from chat.pipeline.types import (
     ContextNote,
     ModelSettings,
-    PersonaSpec,
+    PersonaProfile,
     PrivacyLevel,
     Role,
     SampleMessage,
@@ -57,7 +57,7 @@ class CountingCounter:
 
 
 def test_the_whole_prompt_in_order():
-    persona = PersonaSpec(
+    persona = PersonaProfile(
         name="Tomori",
         is_main=True,
         system_prompt="You are {char}, talking with {user}.",
@@ -128,7 +128,7 @@ def test_the_whole_prompt_in_order():
 
 
 def test_macros_name_the_main_persona_as_bot():
-    persona = PersonaSpec(name="Kaito", system_prompt="{char} works with {bot}.")
+    persona = PersonaProfile(name="Kaito", system_prompt="{char} works with {bot}.")
 
     context = build_turn_context(turn_input([message(1)], persona=persona))
 
@@ -149,7 +149,7 @@ def test_a_queued_turn_ends_at_its_own_trigger_and_gets_guidance():
             trigger_id=sf(2),
             is_queued_turn=True,
             later_queued_trigger_ids=frozenset({sf(4)}),
-            persona=PersonaSpec(name="Tomori", deliberate_tool_mode=False),
+            persona=PersonaProfile(name="Tomori", deliberate_tool_mode=False),
         )
     )
 
@@ -169,7 +169,7 @@ def test_an_invisible_trigger_is_recorded_as_a_warning():
     context = build_turn_context(
         turn_input(
             history,
-            persona=PersonaSpec(name="Tomori", system_prompt="Talking to {user}."),
+            persona=PersonaProfile(name="Tomori", system_prompt="Talking to {user}."),
             privacy={ALICE.id: PrivacyLevel.FULL},
         )
     )
@@ -226,7 +226,7 @@ def test_the_budget_removes_the_oldest_stride_batches():
         message(n, f"message number {n} " * 5, author=BOB if n % 2 else ALICE, minutes=n)
         for n in range(1, 41)
     ]
-    persona = PersonaSpec(
+    persona = PersonaProfile(
         name="Tomori",
         context_note=ContextNote("Be brief.", 3),
         model=ModelSettings(context_window=1000, max_output_tokens=200),
@@ -393,7 +393,7 @@ def test_a_reunion_note_after_days_away_names_the_absolute_day(days_away, noted)
     ],
 )
 def test_configuration_naming_the_user_ends_the_cacheable_prefix(system_prompt, sample, end):
-    persona = PersonaSpec(
+    persona = PersonaProfile(
         name="Tomori",
         is_main=True,
         system_prompt=system_prompt,
@@ -411,7 +411,7 @@ def test_configuration_naming_the_user_ends_the_cacheable_prefix(system_prompt, 
 
 def test_the_offered_tools_definitions_come_out_of_the_budget():
     history = [message(1, "tomori, what is in this file?", attachments=(document(2),))]
-    persona = PersonaSpec(
+    persona = PersonaProfile(
         name="Tomori", model=ModelSettings(context_window=1000, max_output_tokens=200)
     )
     schemas = {"read_file": 120, "analyze_image": 500}

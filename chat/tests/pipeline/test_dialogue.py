@@ -15,7 +15,7 @@ from chat.pipeline.dialogue import RenderedDialogue, humanize_stably, render_dia
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.macros import MacroContext
 from chat.pipeline.notes import context_note_items, place_notes
-from chat.pipeline.types import Author, CardKind, ContextNote, Embed, PersonaSpec, Role
+from chat.pipeline.types import Author, CardKind, ContextNote, Embed, PersonaProfile, Role
 from chat.tests.factories import (
     ALICE,
     BOB,
@@ -40,7 +40,7 @@ DAY = timedelta(days=1)
 def render_entries(
     history,
     *,
-    persona: PersonaSpec = TOMORI_PERSONA,
+    persona: PersonaProfile = TOMORI_PERSONA,
     tools: frozenset[str] = frozenset(),
     timezone=UTC,
     impersonated_user_id=None,
@@ -62,7 +62,7 @@ def render_entries(
 def render(
     messages,
     *,
-    persona: PersonaSpec = TOMORI_PERSONA,
+    persona: PersonaProfile = TOMORI_PERSONA,
     tools: frozenset[str] = frozenset(),
     timezone=UTC,
     notes=(),
@@ -137,7 +137,7 @@ def test_author_labels_resolve_macros():
 
 
 def test_humanizer_touches_only_the_personas_own_words():
-    persona = PersonaSpec(name="Tomori", force_lowercase=True, punctuation_splits=True)
+    persona = PersonaProfile(name="Tomori", force_lowercase=True, punctuation_splits=True)
 
     items = render(
         [message(1, "Is it OK; Tomori?"), message(2, "Sure; It Is", author=TOMORI)],
@@ -367,7 +367,7 @@ def test_an_entry_whose_media_changed_is_rendered_again():
 @pytest.mark.parametrize(
     "change",
     [
-        {"persona": PersonaSpec(name="Kaito")},
+        {"persona": PersonaProfile(name="Kaito")},
         {"tools": frozenset({"read_file"})},
         {"timezone": TOKYO},
         {"impersonated_user_id": BOB.id},

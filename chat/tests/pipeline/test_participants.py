@@ -7,7 +7,7 @@ from chat.pipeline.participants import (
     participant_note,
     prepare_participant_context,
 )
-from chat.pipeline.types import Author, PersonaSpec, ProxyIdentity
+from chat.pipeline.types import Author, PersonaProfile, ProxyIdentity
 from chat.tests.factories import (
     ALICE,
     BOB,
@@ -21,7 +21,7 @@ from chat.tests.factories import (
     simplify,
 )
 
-MOMO = PersonaSpec(name="Momo", triggers=("momo-chan",))
+MOMO = PersonaProfile(name="Momo", triggers=("momo-chan",))
 
 
 def participants_of(messages, *, hidden=frozenset(), blocked=frozenset()):

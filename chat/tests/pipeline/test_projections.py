@@ -7,10 +7,10 @@ import pytest
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.projections import AttemptProfile, to_completion_text, to_openai_messages
 from chat.pipeline.recall import MEMORY_HEADER
-from chat.pipeline.types import ContextNote, PersonaSpec, Reaction
+from chat.pipeline.types import ContextNote, PersonaProfile, Reaction
 from chat.tests.factories import BOB, TOMORI, gif, image, message, reply_to, turn_input
 
-PERSONA = PersonaSpec(
+PERSONA = PersonaProfile(
     name="Tomori",
     is_main=True,
     system_prompt="You are {char}.",

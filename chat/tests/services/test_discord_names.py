@@ -7,7 +7,7 @@ import pytest
 
 from chat.models import DiscordName
 from chat.services.discord_names import BATCH, NameRecord, names_record
-from personas.models import UserPrivacy
+from chat.tests.privacy import user_privacy
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +37,7 @@ def test_names_are_inserted_then_replaced_and_the_last_of_a_batch_wins():
 
 def test_a_user_with_full_privacy_is_never_stored_and_loses_an_older_name():
     names_record(names=[NameRecord("user", ALICE, "Alice"), NameRecord("user", BOB, "Bob")])
-    UserPrivacy.objects.create(user_id=ALICE, level="full")
+    user_privacy(ALICE, guild_id=GUILD, level="full")
     stored = names_record(names=[NameRecord("channel", GENERAL, "general")])
     assert stored == 1
     assert names_record(names=[NameRecord("user", ALICE, "Alice again")]) == 0

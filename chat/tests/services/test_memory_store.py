@@ -19,6 +19,7 @@ from chat.services.memory_store import (
     memory_forget,
     memory_update,
 )
+from chat.tests.privacy import user_privacy
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
 from personas.services import user_privacy_save
@@ -73,7 +74,7 @@ def test_each_scope_is_bounded_in_count_and_length():
 
 
 @pytest.mark.parametrize("level", [PrivacyLevel.PARTIAL, PrivacyLevel.FULL])
-def test_nothing_is_kept_about_a_private_user_and_going_private_forgets(level):
+def test_nothing_is_kept_about_a_private_user_in_that_guild_and_going_private_forgets(level):
     guild = GuildConfig.objects.create(guild_id=GUILD, name="g")
     add(alice(), "has a cat")
     add(alice(member="lilya"), "loves rain")
@@ -82,13 +83,15 @@ def test_nothing_is_kept_about_a_private_user_and_going_private_forgets(level):
 
     user_privacy_save(guild=guild, spec=UserSpec(id=str(ALICE), privacy=level))
 
-    assert list(Memory.objects.values_list("user_id", flat=True)) == [BOB]
+    kept = Memory.objects.order_by("guild_id", "user_id").values_list("guild_id", "user_id")
+    assert list(kept) == [(GUILD, BOB), (OTHER_GUILD, ALICE)]  # her privacy is per guild
     with pytest.raises(MemoryRefused, match="chose not to be remembered"):
         add(alice(), "has a dog")
+    add(alice(OTHER_GUILD), "has a dog")
 
 
 def test_minimal_privacy_keeps_memories():
-    UserPrivacy.objects.create(user_id=ALICE, level=PrivacyLevel.MINIMAL)
+    user_privacy(ALICE, guild_id=GUILD, level=PrivacyLevel.MINIMAL)
     add(alice(), "has a cat")
     UserPrivacy.objects.filter(user_id=ALICE).get().save()
     assert Memory.objects.count() == 1

@@ -7,11 +7,11 @@ from chat.llm.attempts import AttemptPlan
 from chat.llm.base import ModelSpec
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.truncation import context_budget
-from chat.pipeline.types import ModelSettings, PersonaSpec
+from chat.pipeline.types import ModelSettings, PersonaProfile
 from chat.services.turn_input import turn_renderer
 from chat.tests.factories import ALICE, BOB, message, turn_input
 
-PERSONA = PersonaSpec(
+PERSONA = PersonaProfile(
     name="Tomori", model=ModelSettings(context_window=16000, max_output_tokens=200)
 )
 

@@ -7,11 +7,11 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.models import Turn
-from chat.sandbox.demo import DEMO_USER_IDS
+from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from chat.tests.privacy import user_privacy
 from dashboard.tests.live.conftest import make_client
-from personas.models import UserPrivacy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -24,7 +24,7 @@ def _replied() -> Turn | None:
 
 
 async def test_the_window_shows_refs_merged_runs_media_and_counts_what_it_left_out(world):
-    await sync_to_async(UserPrivacy.objects.create)(user_id=CAROL, level="full")
+    await sync_to_async(user_privacy)(CAROL, guild_id=DEMO_GUILD_ID, level="full")
     world.say("first part of a thought", author=ALICE)
     world.say("and the second part", author=ALICE)
     world.say("carol's secret words", author=CAROL)

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from chat.models import EventQueue, Turn, UnreadEvent, WorkerHeartbeat
 from chat.services.commands import channel_reset
+from chat.tests.privacy import user_privacy
 from dashboard.selectors import TurnFilters, turns_filtered
-from personas.models import UserPrivacy
 
 CHANNEL = 1200000000000000001  # #general of the personas fixture's first guild
 GUILD = 1100000000000000001
@@ -33,7 +33,7 @@ def _event(message_id: int, author_id: int, name: str, content: str) -> dict:
 def recorded(guild):
     """A replied turn with its window, an unread message from alice and one from a user with
     full privacy, and a worker heartbeat."""
-    UserPrivacy.objects.create(user_id=HIDDEN, level="full")
+    user_privacy(HIDDEN, guild_id=GUILD, level="full")
     turn = Turn.objects.create(
         guild_id=GUILD,
         channel_id=CHANNEL,

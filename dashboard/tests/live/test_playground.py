@@ -10,10 +10,12 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
+from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from chat.tests.privacy import user_privacy
 from dashboard.tests.live.conftest import make_client
 from dashboard.tests.live.test_consumers import _receive_until, _session_cookie, _socket
-from personas.models import Persona, UserPrivacy
+from personas.models import Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -58,7 +60,7 @@ async def test_sending_works_without_javascript_and_the_reply_joins_the_chat(das
 
 async def test_a_user_with_full_privacy_is_in_the_chat_without_name_or_words(dashboard_on_world):
     world = dashboard_on_world
-    await sync_to_async(UserPrivacy.objects.create)(user_id=BOB, level="full")
+    await sync_to_async(user_privacy)(BOB, guild_id=DEMO_GUILD_ID, level="full")
     world.say("my secret words", author=BOB)
     admin = await sync_to_async(make_client)("ada", staff=True)
 

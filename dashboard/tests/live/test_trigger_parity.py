@@ -9,8 +9,9 @@ from asgiref.sync import sync_to_async
 from chat.models import Turn
 from chat.sandbox.demo import DEMO_USER_IDS
 from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
+from chat.tests.privacy import user_privacy
 from dashboard.tests.live.conftest import make_client
-from personas.models import Block, Persona, UserPrivacy
+from personas.models import Block, Persona
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -25,7 +26,7 @@ def _standing() -> None:
     anon = Persona.objects.get(name="Anon")
     Block.objects.create(guild=tomori.guild, persona=tomori, user_id=ALICE, type="block")
     Block.objects.create(guild=anon.guild, persona=anon, user_id=BOB, type="mute")
-    UserPrivacy.objects.create(user_id=CAROL, level="full")
+    user_privacy(CAROL, guild_id=tomori.guild.guild_id, level="full")
 
 
 def _worker_answers(message_id: int) -> dict[str, str]:

@@ -1,0 +1,168 @@
+"""Discord's limits shared by every worker of one bot, through Redis.
+
+- IDENTIFY: one session start per ``max_concurrency`` bucket every 5 s, across all of a bot's
+  processes (bucket = ``shard_id % max_concurrency``). `IdentifyPacer` takes a Redis lock per
+  bucket (``SET key NX PX 5000``) before each IDENTIFY; the lock is never released, it lapses
+  after 5 s, so the next IDENTIFY in that bucket, from any process, waits for it.
+- REST: 50 requests per second per bot token, whichever process makes them. `RestRateLimiter`
+  keeps a one-second sliding log of request times in a Redis sorted set, read and written by
+  one Lua script (atomic, on Redis's own clock), and makes a request wait until the log has
+  room.
+
+Both are keyed by a hash of the token, so several bots can share one Redis. When Redis cannot
+be reached they fall back to pacing this process alone (discord.py's own rules), and say so.
+A shared REST proxy in front of Discord (``DISCORD_API_BASE``) can take the REST limit over
+instead (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+IDENTIFY_INTERVAL_MS = 5000
+"""Discord's pause between two IDENTIFYs of one concurrency bucket."""
+GLOBAL_REST_PER_SECOND = 50
+"""Discord's global REST limit per bot token."""
+REST_WINDOW_MS = 1100
+"""The log counts a second and a tenth: requests counted at Redis reach Discord with some
+jitter, and a window of exactly one second let up to 55 in measured at the client."""
+
+_SLIDING_LOG = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local window = tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now, ARGV[3])
+  redis.call('PEXPIRE', KEYS[1], window)
+  return 0
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return tonumber(oldest[2]) + window - now + 1
+"""
+
+
+def token_key(token: str) -> str:
+    """A short name for the bot token in Redis keys (the token itself never leaves the
+    process)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+class IdentifyPacer:
+    """Waits before each IDENTIFY until this shard's concurrency bucket is free, across every
+    process of the bot (``max_concurrency`` from the command line, or None: the client asks
+    ``GET /gateway/bot`` before its first IDENTIFY)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        token: str,
+        max_concurrency: int | None = None,
+        interval_ms: int = IDENTIFY_INTERVAL_MS,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, not {max_concurrency}")
+        self._redis = redis
+        self._prefix = f"discord:{token_key(token)}:identify"
+        self.max_concurrency = max_concurrency
+        self.interval_ms = interval_ms
+        self._sleep = sleep
+        self._holder = uuid.uuid4().hex
+
+    def bucket(self, shard_id: int) -> int:
+        return shard_id % (self.max_concurrency or 1)
+
+    async def wait_turn(self, shard_id: int, *, initial: bool = False) -> None:
+        """Return once this process holds the bucket's 5-second IDENTIFY slot (without Redis:
+        after 5 s, unless this is the process's first IDENTIFY, as discord.py paces alone)."""
+        key = f"{self._prefix}:{self.bucket(shard_id)}"
+        while True:
+            try:
+                if await self._redis.set(key, self._holder, nx=True, px=self.interval_ms):
+                    return
+                wait_ms = await self._redis.pttl(key)
+            except RedisError:
+                logger.warning("Redis unreachable: pacing IDENTIFY in this process only")
+                if not initial:
+                    await self._sleep(self.interval_ms / 1000)
+                return
+            await self._sleep(max(wait_ms, 10) / 1000)
+
+
+class RestRateLimiter:
+    """Lets at most ``per_second`` REST requests of the bot start in any second, counted
+    across every process that shares the Redis."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        token: str,
+        per_second: int = GLOBAL_REST_PER_SECOND,
+        window_ms: int = REST_WINDOW_MS,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+    ) -> None:
+        self._redis = redis
+        self._key = f"discord:{token_key(token)}:rest"
+        self.per_second = per_second
+        self.window_ms = window_ms
+        self._sleep = sleep
+        self._script = redis.register_script(_SLIDING_LOG)
+        self._warned = False
+
+    async def acquire(self) -> None:
+        """Wait until a request may start now, and count it."""
+        while True:
+            try:
+                wait_ms = await self._script(
+                    keys=[self._key], args=[self.per_second, self.window_ms, uuid.uuid4().hex]
+                )
+            except RedisError:
+                if not self._warned:
+                    logger.warning("Redis unreachable: REST requests not counted across workers")
+                    self._warned = True
+                return
+            if not wait_ms:
+                return
+            await self._sleep(int(wait_ms) / 1000)
+
+
+@dataclass
+class SharedLimits:
+    """The limits a worker shares with the bot's other processes, over one Redis connection."""
+
+    redis: Redis
+    identify: IdentifyPacer
+    rest: RestRateLimiter
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        token: str,
+        max_concurrency: int | None = None,
+        rest_per_second: int = GLOBAL_REST_PER_SECOND,
+    ) -> SharedLimits:
+        redis = Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        return cls(
+            redis=redis,
+            identify=IdentifyPacer(redis, token=token, max_concurrency=max_concurrency),
+            rest=RestRateLimiter(redis, token=token, per_second=rest_per_second),
+        )
+
+    async def close(self) -> None:
+        await self.redis.aclose()

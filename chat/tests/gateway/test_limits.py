@@ -1,0 +1,78 @@
+"""Discord's limits shared through Redis: one IDENTIFY per concurrency bucket per interval, and
+the global REST limit counted across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from django.conf import settings
+from redis.asyncio import Redis
+
+from chat.gateway.limits import IdentifyPacer, RestRateLimiter
+
+
+@pytest.fixture
+async def redis():
+    client = Redis.from_url(settings.REDIS_URL)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def token() -> str:
+    return f"token-{uuid.uuid4().hex}"
+
+
+class Sleeps:
+    """Real sleeps, counted: which waits a pacer asked for."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, seconds: float) -> None:
+        self.count += 1
+        await asyncio.sleep(seconds)
+
+
+async def test_a_second_process_waits_for_the_bucket_and_another_bucket_does_not(redis, token):
+    sleeps = Sleeps()
+    first = IdentifyPacer(redis, token=token, max_concurrency=2, interval_ms=400, sleep=sleeps)
+    second = IdentifyPacer(redis, token=token, max_concurrency=2, interval_ms=400, sleep=sleeps)
+    loop = asyncio.get_running_loop()
+
+    started = loop.time()
+    await first.wait_turn(0, initial=True)
+    await second.wait_turn(1, initial=True)  # bucket 1: free
+    assert sleeps.count == 0
+    await second.wait_turn(2)  # bucket 0 again: waits for the first's slot to lapse
+
+    assert sleeps.count >= 1
+    assert loop.time() - started >= 0.39
+
+
+async def test_the_rest_limit_is_shared_by_every_process_of_the_bot(redis, token):
+    limiters = [RestRateLimiter(redis, token=token, per_second=5, window_ms=300) for _ in range(2)]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    done: list[float] = []
+
+    async def request(limiter: RestRateLimiter) -> None:
+        await limiter.acquire()
+        done.append(loop.time() - started)
+
+    await asyncio.gather(*(request(limiters[i % 2]) for i in range(12)))
+
+    done.sort()
+    assert done[4] < 0.25  # the first five at once
+    assert done[5] >= 0.29  # the sixth waits for the window, whichever process asks
+    assert done[10] >= 0.59
+
+
+async def test_a_different_bot_token_has_limits_of_its_own(redis, token):
+    mine = RestRateLimiter(redis, token=token, per_second=1, window_ms=5000)
+    other = RestRateLimiter(redis, token=f"{token}-other", per_second=1, window_ms=5000)
+    await mine.acquire()
+
+    await asyncio.wait_for(other.acquire(), timeout=1)
