@@ -25,7 +25,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from chat import selectors
-from chat.llm.attempts import AttemptRunner, TurnCompletion, request_body
+from chat.llm.attempts import AttemptRunner, request_body
+from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.items import ItemTag
 from chat.pipeline.snowflakes import snowflake_at

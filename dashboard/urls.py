@@ -2,20 +2,20 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import live_views, memory_views, views
+from dashboard import live_views, memory_views, row_views, views
 
 app_name = "dashboard"
 
 guild = "guilds/<int:guild_id>/"
 
 
-def rows_urls(prefix: str, url_id: str, kind: views.RowKind) -> list[URLPattern]:
+def rows_urls(prefix: str, url_id: str, kind: row_views.RowKind) -> list[URLPattern]:
     """The list, edit and delete URLs of one kind of a guild's rows."""
     row = f"{guild}{prefix}<int:{url_id}>/"
     return [
-        path(guild + prefix, views.rows_page, {"kind": kind}, name=f"{kind.name}_list"),
-        path(row, views.row_page, {"kind": kind}, name=kind.name),
-        path(row + "delete/", views.row_delete, {"kind": kind}, name=f"{kind.name}_delete"),
+        path(guild + prefix, row_views.rows_page, {"kind": kind}, name=f"{kind.name}_list"),
+        path(row, row_views.row_page, {"kind": kind}, name=kind.name),
+        path(row + "delete/", row_views.row_delete, {"kind": kind}, name=f"{kind.name}_delete"),
     ]
 
 
@@ -48,9 +48,9 @@ urlpatterns = [
         views.card_export,
         name="card_export",
     ),
-    *rows_urls("channels/", "channel_id", views.CHANNELS),
-    *rows_urls("blocks/", "block_id", views.BLOCKS),
-    *rows_urls("users/", "user_id", views.USERS),
+    *rows_urls("channels/", "channel_id", row_views.CHANNELS),
+    *rows_urls("blocks/", "block_id", row_views.BLOCKS),
+    *rows_urls("users/", "user_id", row_views.USERS),
     path(guild + "memories/", memory_views.memory_list, name="memory_list"),
     path(guild + "memories/<int:memory_id>/edit/", memory_views.memory_edit, name="memory_edit"),
     path(guild + "documents/", memory_views.document_list, name="document_list"),

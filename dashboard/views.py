@@ -11,15 +11,13 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import connection, models
+from django.db import connection
 from django.http import (
     Http404,
     HttpRequest,
@@ -28,8 +26,6 @@ from django.http import (
     QueryDict,
 )
 from django.shortcuts import get_object_or_404, redirect, render
-from django.urls import reverse
-from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
@@ -44,14 +40,11 @@ from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
 from dashboard.access import admin_required, is_admin, viewer_required
 from dashboard.forms import (
-    BlockForm,
     CardUploadForm,
-    ChannelForm,
     ConfigUploadForm,
     GuildForm,
     PersonaForm,
     SpecForm,
-    UserPrivacyForm,
 )
 from dashboard.lorebook_editor import (
     BLANK_ENTRY,
@@ -71,16 +64,13 @@ from personas.config_schema import (
     parse_config_bytes,
     parse_config_row,
 )
-from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
-from personas.selectors import config_changes, config_export, persona_names
+from personas.models import ChannelConfig, GuildConfig, Persona
+from personas.selectors import config_changes, config_export
 from personas.services import (
-    block_save,
-    channel_save,
     config_import,
     config_row_delete,
     guild_save,
     persona_save,
-    user_privacy_save,
 )
 
 
@@ -515,177 +505,6 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
         raise Http404
     response["Content-Disposition"] = content_disposition_header(True, filename)
     return response
-
-
-# --- Channels, blocks, user privacy --------------------------------------------------------------
-# One shape for the three: a list page with an add form (`rows_page`), an edit page
-# (`row_page`) and a delete (`row_delete`), each told which kind of row it serves.
-
-
-@dataclass(frozen=True)
-class RowKind:
-    """One kind of a guild's configured rows, as its three views need it.
-
-    ``name`` prefixes the URL names (``<name>_list``, ``<name>``, ``<name>_delete``) and names
-    the partials (``_<name>_table.html``, ``_<name>_fields.html``); ``lookup`` is the model
-    field the URL's id matches; ``fixed`` the form field an edit takes from the URL (None: the
-    form may change every field); ``save`` stores a valid form's spec
-    (``guild, spec, instance, actor``).
-    """
-
-    name: str
-    section: str
-    title: str
-    intro: str
-    add_title: str
-    add_button: str
-    model: type[models.Model]
-    form: type[SpecForm]
-    lookup: str
-    fixed: str | None
-    save: Callable[..., models.Model]
-    ordering: tuple[str, ...]
-    saved: str
-
-    @property
-    def table_template(self) -> str:
-        return f"dashboard/_{self.name}_table.html"
-
-    @property
-    def fields_template(self) -> str:
-        return f"dashboard/_{self.name}_fields.html"
-
-
-CHANNELS = RowKind(
-    name="channel",
-    section="channels",
-    title="Channels",
-    intro="The bot answers only in configured, enabled channels.",
-    add_title="Add or update a channel",
-    add_button="Save the channel",
-    model=ChannelConfig,
-    form=ChannelForm,
-    lookup="channel_id",
-    fixed="channel_id",
-    save=lambda guild, spec, instance, actor: channel_save(guild=guild, spec=spec, actor=actor),
-    ordering=("channel_id",),
-    saved="Saved the channel.",
-)
-BLOCKS = RowKind(
-    name="block",
-    section="blocks",
-    title="Blocks and mutes",
-    intro=(
-        "A <em>block</em> hides a user's messages from the persona; a <em>mute</em> only stops "
-        "them from triggering it."
-    ),
-    add_title="Add a block",
-    add_button="Add the block",
-    model=Block,
-    form=BlockForm,
-    lookup="pk",
-    fixed=None,
-    save=lambda guild, spec, instance, actor: block_save(
-        guild=guild, spec=spec, block=instance, actor=actor
-    ),
-    ordering=("user_id", "type"),
-    saved="Saved the block.",
-)
-USERS = RowKind(
-    name="user",
-    section="users",
-    title="User privacy",
-    intro=(
-        "A user's level applies in this guild (in direct messages, the strictest level they "
-        "hold in any guild). <em>Full</em>: never shown to the model, in previews or in records."
-    ),
-    add_title="Set a user's privacy",
-    add_button="Save",
-    model=UserPrivacy,
-    form=UserPrivacyForm,
-    lookup="user_id",
-    fixed="user_id",
-    save=lambda guild, spec, instance, actor: user_privacy_save(
-        guild=guild, spec=spec, actor=actor
-    ),
-    ordering=("user_id",),
-    saved="Saved the user's privacy.",
-)
-
-
-def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any) -> SpecForm:
-    names = persona_names(guild=guild) if kind is BLOCKS else None
-    return kind.form(data, persona_names=names, **kwargs)
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpResponse:
-    """The guild's rows of one kind; admins add one (or update it, by its id) below."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    form = _row_form(kind, guild)
-    if request.method == "POST":
-        _require_admin(request)
-        form = _row_form(kind, guild, request.POST)
-        if form.is_valid() and _saved(
-            form, lambda: kind.save(guild, form.spec, None, request.user)
-        ):
-            messages.success(request, kind.saved)
-            return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
-    rows = kind.model.objects.filter(guild=guild).order_by(*kind.ordering)
-    return render(
-        request,
-        "dashboard/guild_rows.html",
-        {
-            "guild": guild,
-            "kind": kind,
-            "rows": rows,
-            "form": form,
-            "now": timezone.now(),
-            "section": kind.section,
-        },
-        status=_status(form),
-    )
-
-
-@require_http_methods(["GET", "POST"])
-@viewer_required
-def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) -> HttpResponse:
-    """One row: its settings (read-only for moderators), saved by admins."""
-    ((_, row_id),) = url_id.items()
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    row = get_object_or_404(kind.model, guild=guild, **{kind.lookup: row_id})
-    form = _row_form(kind, guild, instance=row)
-    if request.method == "POST":
-        _require_admin(request)
-        data = _with(request, **{kind.fixed: str(row_id)}) if kind.fixed else request.POST
-        form = _row_form(kind, guild, data, instance=row)
-        if form.is_valid() and _saved(form, lambda: kind.save(guild, form.spec, row, request.user)):
-            messages.success(request, kind.saved)
-            return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
-    return render(
-        request,
-        "dashboard/guild_row.html",
-        {
-            "guild": guild,
-            "kind": kind,
-            "row": row,
-            "form": form,
-            "delete_url": reverse(f"dashboard:{kind.name}_delete", args=[guild_id, row_id]),
-            "section": kind.section,
-        },
-        status=_status(form),
-    )
-
-
-@require_POST
-@admin_required
-def row_delete(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) -> HttpResponse:
-    ((_, row_id),) = url_id.items()
-    row = get_object_or_404(kind.model, guild__guild_id=guild_id, **{kind.lookup: row_id})
-    config_row_delete(instance=row, actor=request.user)
-    messages.success(request, "Removed.")
-    return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
 
 
 # --- The configuration file ---------------------------------------------------------------------

@@ -6,8 +6,9 @@ listing every problem with the JSON path it was found at, e.g.
 ``guilds[0].personas[1].context_note.depth: must be at most 100``. No input ends in a traceback:
 oversized files, deep nesting, huge numbers and NUL characters are problems like any other.
 Structural checks (types, ranges, lengths, counts, enums, unknown keys) come from the models
-below, whose bounds are the database's (``personas.models``); cross-references (unique names,
-one main persona, blocks naming known personas) are checked afterwards on the parsed document.
+below and their value types (`personas.config_values`), whose bounds are the database's
+(``personas.models``); cross-references (unique names, one main persona, blocks naming known
+personas) are checked afterwards on the parsed document (`personas.config_checks`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-import zoneinfo
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
 
@@ -31,18 +31,32 @@ from pydantic import (
 )
 
 from chat.pipeline.lorebook import parse_regex_key
+from personas.config_checks import cross_reference_problems
+from personas.config_values import (
+    SNOWFLAKE_MAX,
+    AvatarUrl,
+    BlockReason,
+    Depth,
+    FetchLimit,
+    Greeting,
+    ModelName,
+    Name,
+    NoteText,
+    Prefill,
+    SampleText,
+    Snowflake,
+    SystemPrompt,
+    Trigger,
+    check_aware,
+    check_timezone,
+)
 from personas.models import (
-    AVATAR_URL_MAX,
-    BLOCK_REASON_MAX,
     BLOCKS_PER_GUILD_MAX,
     CHANNELS_PER_GUILD_MAX,
     CONTEXT_WINDOW_MAX,
     CONTEXT_WINDOW_MIN,
     FALLBACK_MODELS_MAX,
     FETCH_LIMIT_DEFAULT,
-    FETCH_LIMIT_MAX,
-    FETCH_LIMIT_MIN,
-    GREETING_MAX,
     GREETINGS_MAX,
     GUILD_NAME_MAX,
     GUILDS_MAX,
@@ -55,21 +69,15 @@ from personas.models import (
     LORE_TEXT_MAX,
     MAX_OUTPUT_TOKENS_MAX,
     MODEL_NAME_MAX,
-    NOTE_DEPTH_MAX,
-    NOTE_TEXT_MAX,
-    PERSONA_NAME_MAX,
     PERSONAS_PER_GUILD_MAX,
-    PREFILL_MAX,
     PRESET_PROMPTS_MAX,
     PRESET_TEXT_MAX,
-    SAMPLE_CONTENT_MAX,
     SAMPLE_DIALOGUE_MAX,
     STM_REFRESH_EVERY_MAX,
     SYSTEM_PROMPT_MAX,
     TEMPERATURE_MAX,
     TEMPERATURE_MIN,
     TIMEZONE_NAME_MAX,
-    TRIGGER_LENGTH_MAX,
     TRIGGERS_MAX,
     USERS_PER_GUILD_MAX,
     BlockType,
@@ -79,7 +87,6 @@ from personas.models import (
 )
 
 CONFIG_VERSION = 1
-SNOWFLAKE_MAX = 2**63 - 1
 CONFIG_FILE_MAX_BYTES = 4 * 1024 * 1024
 NESTING_MAX = 16  # the format itself nests 6 levels deep
 PROBLEMS_SHOWN_MAX = 50
@@ -170,57 +177,6 @@ def _decode_json(raw: bytes) -> object:
         ) from None
     except ValueError as error:  # e.g. an integer literal of more than 4,300 digits
         raise ConfigError([(DOCUMENT, f"holds a number too large to read ({error})")]) from None
-
-
-def _check_snowflake(value: str) -> str:
-    if not value.isascii() or not value.isdigit():
-        raise ValueError("must be a Discord id: a string of digits")
-    if int(value) > SNOWFLAKE_MAX:
-        raise ValueError("is too large to be a Discord id")
-    return value
-
-
-def _check_timezone(value: str) -> str:
-    try:
-        zoneinfo.ZoneInfo(value)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise ValueError(
-            f"{value!r} is not an IANA time zone name such as 'Europe/Paris'"
-        ) from None
-    return value
-
-
-def _check_aware(value: dt.datetime | None) -> dt.datetime | None:
-    if value is None:
-        return value
-    if value.utcoffset() is None:
-        raise ValueError("must include a time zone offset, e.g. 2026-12-01T00:00:00Z")
-    try:
-        value.astimezone(dt.UTC)
-    except OverflowError:
-        raise ValueError("is out of range once converted to UTC") from None
-    return value
-
-
-Snowflake = Annotated[
-    str, Field(strict=True), StringConstraints(max_length=20), AfterValidator(_check_snowflake)
-]
-Name = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=PERSONA_NAME_MAX)
-]
-ModelName = Annotated[str, StringConstraints(min_length=1, max_length=MODEL_NAME_MAX)]
-Trigger = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TRIGGER_LENGTH_MAX)
-]
-Depth = Annotated[int, Field(strict=True, ge=0, le=NOTE_DEPTH_MAX)]
-AvatarUrl = Annotated[str, StringConstraints(pattern=r"^https?://\S+$", max_length=AVATAR_URL_MAX)]
-FetchLimit = Annotated[int, Field(strict=True, ge=FETCH_LIMIT_MIN, le=FETCH_LIMIT_MAX)]
-NoteText = Annotated[str, StringConstraints(max_length=NOTE_TEXT_MAX)]
-SampleText = Annotated[str, StringConstraints(max_length=SAMPLE_CONTENT_MAX)]
-SystemPrompt = Annotated[str, StringConstraints(max_length=SYSTEM_PROMPT_MAX)]
-Prefill = Annotated[str, StringConstraints(max_length=PREFILL_MAX)]
-Greeting = Annotated[str, StringConstraints(max_length=GREETING_MAX)]
-BlockReason = Annotated[str, StringConstraints(max_length=BLOCK_REASON_MAX)]
 
 
 class _Strict(BaseModel):
@@ -465,7 +421,7 @@ class BlockSpec(_Strict):
     user_id: Snowflake
     type: BlockType = BlockType.BLOCK
     reason: BlockReason = ""
-    expires_at: Annotated[dt.datetime | None, AfterValidator(_check_aware)] = None
+    expires_at: Annotated[dt.datetime | None, AfterValidator(check_aware)] = None
 
 
 class UserSpec(_Strict):
@@ -480,7 +436,7 @@ class GuildSpec(_Strict):
         str, StringConstraints(strip_whitespace=True, min_length=1, max_length=GUILD_NAME_MAX)
     ]
     timezone: Annotated[
-        str, StringConstraints(max_length=TIMEZONE_NAME_MAX), AfterValidator(_check_timezone)
+        str, StringConstraints(max_length=TIMEZONE_NAME_MAX), AfterValidator(check_timezone)
     ] = "UTC"
     message_fetch_limit: FetchLimit = FETCH_LIMIT_DEFAULT
     context_note: ContextNoteSpec | None = None
@@ -518,7 +474,7 @@ def parse_config_document(data: object) -> ConfigDocument:
             problems.append((DOCUMENT, f"is nested too deeply (at most {NESTING_MAX} levels)"))
     if problems:
         raise ConfigError(problems)
-    problems = list(_cross_reference_problems(document))
+    problems = list(cross_reference_problems(document))
     if problems:
         raise ConfigError(problems)
     return document
@@ -564,125 +520,6 @@ def _short(value: object, limit: int = 60) -> str:
     """``repr(value)``, cut to ``limit`` characters so a huge input cannot flood the report."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, str]]:
-    """Problems no single field shows: duplicates, two main personas, unknown block personas."""
-    yield from _duplicates(
-        ((f"guilds[{g}].id", guild.id) for g, guild in enumerate(document.guilds)), "guild id"
-    )
-    yield from _duplicates(
-        (
-            (f"guilds[{g}].channels[{c}].id", channel.id)
-            for g, guild in enumerate(document.guilds)
-            for c, channel in enumerate(guild.channels)
-        ),
-        "channel id",
-    )
-    dm_personas = [
-        (f"guilds[{g}].personas[{p}].answers_dms", persona.name)
-        for g, guild in enumerate(document.guilds)
-        for p, persona in enumerate(guild.personas)
-        if persona.answers_dms
-    ]
-    for path, _ in dm_personas[1:]:
-        yield path, f"only one persona can answer DMs; {dm_personas[0][1]!r} already does"
-    for g, guild in enumerate(document.guilds):
-        where = f"guilds[{g}]"
-        yield from _duplicates(  # a user's privacy is per guild: once in each
-            ((f"{where}.users[{u}].id", user.id) for u, user in enumerate(guild.users)),
-            "user id",
-        )
-        yield from _duplicates(
-            (
-                (f"{where}.personas[{p}].name", persona.name.casefold())
-                for p, persona in enumerate(guild.personas)
-            ),
-            "persona name (names are compared ignoring case)",
-        )
-        mains = [p for p, persona in enumerate(guild.personas) if persona.main]
-        for p in mains[1:]:
-            yield (
-                f"{where}.personas[{p}].main",
-                f"only one persona per guild can be main; "
-                f"{guild.personas[mains[0]].name!r} already is",
-            )
-        for p, persona in enumerate(guild.personas):
-            models = [("llm", persona.llm)] + [
-                (f"llm.fallback_models[{f}]", fallback)
-                for f, fallback in enumerate(persona.llm.fallback_models)
-                if isinstance(fallback, FallbackModelSpec)
-            ]
-            for path, model in models:
-                if model.instruct_template is not None and model.api != "completions":
-                    yield (
-                        f"{where}.personas[{p}].{path}.instruct_template",
-                        'applies only with "api": "completions"',
-                    )
-            if persona.llm.context_window <= persona.llm.max_output_tokens:
-                yield (
-                    f"{where}.personas[{p}].llm.context_window",
-                    "must be larger than max_output_tokens",
-                )
-        books = [(f"{where}.lorebook", guild.lorebook)] + [
-            (f"{where}.personas[{p}].lorebook", persona.lorebook)
-            for p, persona in enumerate(guild.personas)
-        ]
-        for path, book in books:
-            if book is not None:
-                yield from lorebook_problems(book, path)
-        known = {persona.name.casefold() for persona in guild.personas}
-        for b, block in enumerate(guild.blocks):
-            if block.persona is not None and block.persona.casefold() not in known:
-                yield (
-                    f"{where}.blocks[{b}].persona",
-                    f"names no persona of this guild: {block.persona!r}",
-                )
-        yield from _duplicates(
-            (
-                (f"{where}.blocks[{b}]", (_fold(block.persona), block.user_id, block.type))
-                for b, block in enumerate(guild.blocks)
-            ),
-            "block (same persona, user and type)",
-        )
-
-
-def lorebook_problems(book: LorebookSpec, where: str) -> Iterable[tuple[str, str]]:
-    """What no single field of a lorebook shows: two entries with one id, and keys of a
-    ``use_regex`` entry that are not valid patterns."""
-    yield from _duplicates(
-        (
-            (f"{where}.entries[{e}].id", entry.id)
-            for e, entry in enumerate(book.entries)
-            if entry.id is not None
-        ),
-        "entry id",
-    )
-    for e, entry in enumerate(book.entries):
-        if not entry.use_regex:
-            continue
-        for kind in ("keys", "secondary_keys"):
-            for k, key in enumerate(getattr(entry, kind)):
-                try:
-                    re.compile(key.strip())
-                except re.error as error:
-                    yield (
-                        f"{where}.entries[{e}].{kind}[{k}]",
-                        f"is not a valid regular expression (use_regex is on): {error}",
-                    )
-
-
-def _fold(name: str | None) -> str | None:
-    return None if name is None else name.casefold()
-
-
-def _duplicates(keyed: Iterable[tuple[str, object]], what: str) -> Iterable[tuple[str, str]]:
-    seen: dict[object, str] = {}
-    for path, key in keyed:
-        if key in seen:
-            yield path, f"duplicate {what}; first given at {seen[key]}"
-        else:
-            seen[key] = path
 
 
 RowCollection = Literal["personas", "channels", "blocks", "users"]

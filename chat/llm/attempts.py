@@ -47,8 +47,8 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from chat.llm.base import (
@@ -67,7 +67,9 @@ from chat.llm.base import (
     Usage,
 )
 from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
+from chat.llm.streaming import ReplyStream, Restart
 from chat.llm.tools import ToolBox, ToolName
+from chat.llm.turn_completion import AttemptRecord, TurnCompletion
 from chat.pipeline.instruct import InstructPrompt, instruct_prompt_from_messages
 
 MAX_TOOL_ROUNDS = 3
@@ -119,59 +121,6 @@ class RetryPolicy:
             return min(error.retry_after, self.retry_after_cap)
         ceiling = min(self.backoff_cap, self.backoff_base * 2 ** (retry_number - 1))
         return ceiling * (1 + jitter) / 2
-
-
-@dataclass(frozen=True)
-class AttemptRecord:
-    """One model call, as moderators see it on the turn.
-
-    ``tool_round`` counts the tool rounds before this call (0 for the first); ``outcome`` is
-    ``"ok"`` or the ``ErrorKind``; ``retry_after`` is the provider's header value and ``wait_s``
-    the pause actually taken before the next attempt.
-    """
-
-    model: str
-    tool_round: int
-    shorten_batches: int
-    latency_ms: float
-    outcome: str
-    error: str = ""
-    status: int | None = None
-    retry_after: float | None = None
-    wait_s: float = 0.0
-    usage: Usage = field(default_factory=Usage)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "tool_round": self.tool_round,
-            "shorten_batches": self.shorten_batches,
-            "latency_ms": round(self.latency_ms, 1),
-            "outcome": self.outcome,
-            "error": self.error,
-            "status": self.status,
-            "retry_after": self.retry_after,
-            "wait_s": round(self.wait_s, 3),
-            "usage": self.usage.as_json(),
-        }
-
-
-@dataclass(frozen=True)
-class TurnCompletion:
-    """The result of ``complete_turn``.
-
-    ``reply_text`` is what the persona says (empty when ``error`` is set); ``usage`` sums every
-    model call of the turn, tools' own calls included; ``request`` is the exact body of the final
-    attempt; ``llm_ms`` is the wall time of the whole exchange, pauses and tools included.
-    """
-
-    reply_text: str
-    attempts: tuple[AttemptRecord, ...]
-    usage: Usage
-    request: dict[str, Any]
-    llm_ms: float
-    warnings: tuple[str, ...] = ()
-    error: LLMError | None = None
 
 
 @dataclass(frozen=True)
@@ -274,60 +223,6 @@ def _model_request(
         stream=stream,
     )
     return plan, chat, _prefill(messages)
-
-
-@dataclass(frozen=True)
-class Restart:
-    """The text given so far is void: its attempt failed before any of it was delivered, and
-    the next attempt starts the reply over."""
-
-    error: str
-
-
-class ReplyStream:
-    """One persona reply as the model writes it (`AttemptRunner.stream_turn`).
-
-    Iterate it for the reply's text pieces (``str``, in order; joined and stripped they are
-    the reply) and ``Restart``s; then ``result()`` is the turn's record, as ``complete_turn``
-    returns it (``reply_text`` is the text given, ``error`` set when the model failed). Stop
-    early with ``stop``: the model call is cancelled.
-    """
-
-    def __init__(
-        self, exchange: _Exchange, toolbox: ToolBox | None, delivered: Callable[[], bool]
-    ) -> None:
-        self._exchange = exchange
-        self._error: LLMError | None = None
-        self._given: list[str] = []
-        self._iterator = self._iterate(exchange.stream_converse(toolbox, delivered))
-
-    def __aiter__(self) -> AsyncIterator[str | Restart]:
-        return self._iterator
-
-    async def _iterate(
-        self, events: AsyncGenerator[str | Restart, None]
-    ) -> AsyncGenerator[str | Restart, None]:
-        async with contextlib.aclosing(events):
-            try:
-                async for event in events:
-                    if isinstance(event, Restart):
-                        self._given.clear()
-                    else:
-                        self._given.append(event)
-                    yield event
-            except LLMError as error:
-                self._error = error
-
-    async def stop(self, reason: str) -> None:
-        """Cancel the model call; the reply ends with the text given so far (``reason`` is
-        kept among the turn's warnings)."""
-        await self._iterator.aclose()
-        self._exchange.warn(reason)
-
-    def result(self) -> TurnCompletion:
-        """The turn's record so far (whole once the iteration has ended)."""
-        text = "".join(self._given).strip()
-        return self._exchange.result(reply_text=text, error=self._error)
 
 
 @dataclass(frozen=True)

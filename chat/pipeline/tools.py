@@ -9,7 +9,9 @@ tool is offered only when the turn gives a reason:
   process_gif, a YouTube link → process_youtube_video;
 - short-term memory maintenance being due → update_short_term_memory;
 - ``remember`` (long-term memory) on words that announce a fact worth keeping ("remember",
-  "my birthday", "i like" …); it needs a guild (configured per turn: never in a DM).
+  "my birthday", "i like" …); it needs a guild (configured per turn: never in a DM);
+- a follow-up: the trigger replies to this persona's reply, and that reply's turn offered the
+  tool (a question about what a tool found keeps the tool at hand).
 
 Either way a tool needing an outside service is never offered until that service is configured.
 The catalogue names only tools the model access layer implements (`chat.llm.tools.TOOL_SPECS`)
@@ -115,6 +117,7 @@ def admit_tools(
     configured_tools: AbstractSet[str],
     stm_maintenance_due: bool,
     is_queued_turn: bool,
+    follow_up_tools: AbstractSet[str] = frozenset(),
 ) -> ToolAdmission:
     """Decide the turn's tool allowlist.
 
@@ -132,6 +135,8 @@ def admit_tools(
         stm_maintenance_due: Short-term memory maintenance is due for this channel.
         is_queued_turn: The turn answers a queued trigger (no tool depends on it today: the
             queued turn's reply is its answer, and no tool sends replies).
+        follow_up_tools: The tools the turn offered whose reply the trigger replies to (empty
+            when it replies to none of this persona's replies).
 
     Returns:
         A `ToolAdmission`.
@@ -145,6 +150,8 @@ def admit_tools(
     ]
     if deliberate_tool_mode:
         wanted = _deliberate_reasons(trigger, stm_maintenance_due)
+        for name in sorted(follow_up_tools):
+            wanted.setdefault(name, "a follow-up to a reply that offered it")
     else:
         wanted = dict.fromkeys(available, "Deliberate Tool Mode is off")
     reasons = {name: wanted[name] for name in available if name in wanted}

@@ -594,3 +594,24 @@ def channel_reset_marker(*, channel_id: int) -> ChannelResetMarker | None:
 
 def _note(text: str, depth: int) -> ContextNote | None:
     return ContextNote(text=text, depth=depth) if text.strip() else None
+
+
+FOLLOW_UP_LOOKBACK = 50
+"""A persona's newest replied turns in a channel searched for the reply a follow-up answers."""
+
+
+def replied_turn_tools(*, channel_id: int, persona_id: int, message_id: int) -> frozenset[str]:
+    """The tools offered to the persona's turn that delivered ``message_id`` in the channel
+    (among its newest `FOLLOW_UP_LOOKBACK` replies); empty when no such turn is found."""
+    rows = (
+        Turn.objects.filter(
+            channel_id=channel_id, persona_id=persona_id, status=Turn.Status.REPLIED
+        )
+        .order_by("-id")
+        .values_list("tool_allowlist", "delivered_message_ids")[:FOLLOW_UP_LOOKBACK]
+    )
+    wanted = str(message_id)
+    for allowlist, delivered in rows:
+        if wanted in delivered:
+            return frozenset(allowlist)
+    return frozenset()

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 
 from botproject.events import TurnDelivered, channel_group, publish
-from chat.llm.attempts import Restart
+from chat.llm.streaming import Restart
 from chat.models import Turn
 from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.reply_pieces import MAX_REPLY_PIECES, ReplyPieces, edit_pieces, paragraph_pieces

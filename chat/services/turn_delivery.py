@@ -11,7 +11,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 
-from chat.llm.attempts import TurnCompletion
+from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.dialogue import humanize_stably
 from chat.ports import DeliveryError, Speaker

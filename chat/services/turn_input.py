@@ -245,6 +245,12 @@ async def turn_input_gather(
         runtime, channel.channel_id, [m for m in history if m.id <= request.trigger.id]
     )
     people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
+    reference = request.trigger.reference
+    follow_up_tools = frozenset()
+    if reference is not None and reference.kind is ReferenceKind.REPLY:
+        follow_up_tools = await sync_to_async(selectors.replied_turn_tools)(
+            channel_id=channel.channel_id, persona_id=persona.id, message_id=reference.message_id
+        )
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
     return TurnInput(
@@ -270,6 +276,7 @@ async def turn_input_gather(
         stm_depth=persona.stm_depth,
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
+        follow_up_tools=follow_up_tools,
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chat.llm.attempts import TurnCompletion
+from chat.llm.turn_completion import TurnCompletion
 from chat.models import ChannelWindowAnchor, MessageIndex, Turn
 from chat.pipeline.items import ContextItem
 from chat.pipeline.simplify import EntryKind, hidden_user_ids

@@ -90,3 +90,19 @@ async def test_an_expired_link_is_signed_anew_before_a_tool_reads_it(world):
     assert (result["filename"], result["content"]) == ("plan.txt", "step one")
     assert world.sandbox.request_counts[("POST", "/attachments/refresh-urls")] == 1
     assert "?ex=" in posted["attachments"][0]["url"]
+
+
+async def test_a_follow_up_to_a_reply_keeps_the_tools_that_reply_had(world):
+    world.llm.enqueue(Reply("It is a plan."), Reply("Step one."), Reply("Hello."))
+    await world.start_worker()
+
+    world.say("tomori, read this", attachments=[Upload("plan.txt", b"step one")])
+    [answer] = await eventually(lambda: world.bot_messages(GENERAL))
+    world.say("and what comes first?", reply_to=int(answer["id"]))  # a follow-up
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
+    world.say("tomori, and how are you?")  # not a follow-up
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 3)
+    await world.drained()
+
+    offered = [[t["function"]["name"] for t in b.get("tools", [])] for b in world.llm.chat_bodies]
+    assert offered == [["read_file"], ["read_file"], []]

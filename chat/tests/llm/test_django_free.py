@@ -16,6 +16,8 @@ def test_model_access_imports_without_django() -> None:
         "capabilities",
         "openai_compat",
         "attempts",
+        "streaming",
+        "turn_completion",
         "reply",
         "tools",
         "fake_server",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from chat.llm.attempts import AttemptRunner, ReplyStream, Restart
+from chat.llm.attempts import AttemptRunner
 from chat.llm.base import ErrorKind, ModelSpec
 from chat.llm.fake_server import (
     FakeLLMServer,
@@ -16,6 +16,7 @@ from chat.llm.fake_server import (
     StreamPace,
 )
 from chat.llm.openai_compat import OpenAICompatibleClient
+from chat.llm.streaming import ReplyStream, Restart
 from chat.llm.tools import ToolBox
 from chat.pipeline.tools import ToolName
 from chat.tests.llm.conftest import RecordingRender

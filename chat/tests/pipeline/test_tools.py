@@ -106,3 +106,21 @@ def test_each_offered_tool_says_why():
         "update_short_term_memory": "short-term memory maintenance is due",
         "analyze_image": "keyword 'look at' in the trigger",
     }
+
+
+@pytest.mark.parametrize(
+    ("configured", "expected"),
+    [(frozenset({"analyze_image"}), ("read_file", "analyze_image")), (frozenset(), ("read_file",))],
+)
+def test_a_follow_up_keeps_the_tools_the_answered_reply_had(configured, expected):
+    admission = admit_tools(
+        deliberate_tool_mode=True,
+        trigger=trigger_entry(message(1, "and the second line?")),
+        configured_tools=configured,
+        stm_maintenance_due=False,
+        is_queued_turn=False,
+        follow_up_tools=frozenset({"read_file", "analyze_image"}),
+    )
+
+    assert admission.tools == expected  # an unconfigured tool stays out
+    assert admission.reasons["read_file"] == "a follow-up to a reply that offered it"
