@@ -14,7 +14,8 @@ What the planner sees (kept per channel across loops, bounded):
   persona turn reads it), then every message it was shown and every reply a persona gave, the
   newest `MAX_CONVERSATION_MESSAGES`; users with full privacy or blacklisted, and users every
   persona of the channel has blocked, are never shown;
-- its **recent actions** with their results (the newest `MAX_REMEMBERED_ACTIONS`);
+- its **recent actions** with their results (the newest `MAX_REMEMBERED_ACTIONS`), rebuilt from
+  the `PlannerStep` rows when a worker starts planning a channel (a restart, a takeover);
 - closing the prompt, the **incoming events**: the unread messages;
 - the channel **by name** (the Discord port's name directory), never by id.
 
@@ -64,7 +65,11 @@ from chat.ports import DeliveryError
 from chat.selectors import ChannelConfiguration
 from chat.selectors.event_queue import unread_pool_count, unread_pool_messages
 from chat.services import event_queue
-from chat.services.planner_steps import planner_step_finish, planner_step_record
+from chat.services.planner_steps import (
+    planner_actions_recent,
+    planner_step_finish,
+    planner_step_record,
+)
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_run
 from personas.models import Persona
@@ -209,8 +214,17 @@ class AutonomousLoop:
         """Start the conversation from the channel's recent window, as a persona turn reads it
         (the unread messages are left to the incoming events). Once per channel while the worker
         runs; read without changing the window registry, so the persona turns' own window and
-        anchoring are exactly as without the planner."""
+        anchoring are exactly as without the planner.
+
+        The recent actions come back from the channel's `PlannerStep` rows, so a worker that
+        takes the channel over (a restart, a shard moved to another worker) plans on from where
+        the previous one stopped."""
         channel = configuration.settings
+        if not state.actions:
+            recent = await sync_to_async(planner_actions_recent)(
+                channel_id=channel.channel_id, limit=MAX_REMEMBERED_ACTIONS
+            )
+            state.actions.extend(ActionRecord(*record) for record in recent)
         try:
             read = await self._runtime.windows.read(
                 channel.channel_id,

@@ -37,3 +37,18 @@ def planner_step_finish(
 ) -> None:
     """Record what came of a planner step: its result and the persona turn it ran, if any."""
     PlannerStep.objects.filter(id=step_id).update(success=success, result=result, turn_id=turn_id)
+
+
+def planner_actions_recent(*, channel_id: int, limit: int) -> list[tuple[str, bool, str]]:
+    """The channel's newest ``limit`` finished planner steps as (action, success, result),
+    oldest first, from whichever worker ran them: what a worker taking the channel over shows
+    its planner as the recent actions. A step whose answer was no valid action is ``invalid``;
+    a step the model never answered has no result and is left out."""
+    rows = (
+        PlannerStep.objects.filter(channel_id=channel_id)
+        .exclude(result="")
+        .order_by("-id")
+        .values_list("action", "success", "result")[:limit]
+    )
+    newest = [(action.get("action", "invalid"), ok, result) for action, ok, result in rows]
+    return newest[::-1]

@@ -141,6 +141,30 @@ async def test_the_planner_can_react_to_a_message_it_read(world):
     assert "2. react: ok: reacted 👍 to ref_1" in third
 
 
+async def test_a_worker_taking_a_channel_over_plans_on_from_the_recorded_actions(world):
+    world.llm.enqueue(
+        action(action="read_unread_messages"),
+        action(action="react", message="ref_1", emoji="👍"),
+        action(action="continue"),
+    )
+    await world.start_worker()
+    world.say("I baked bread today", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(world.llm.chat_bodies) >= 3)
+    await world.settle()
+    await world.stop_worker()
+
+    world.llm.enqueue(action(action="continue"))
+    await world.start_worker()  # a new process: nothing of the planner's state in memory
+    world.say("and a cake", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(planner_requests(world)) >= 4)
+    await world.settle()
+
+    fourth = state_of(planner_requests(world)[3])
+    assert "1. read_unread_messages: ok: read 1 messages" in fourth
+    assert "2. react: ok: reacted 👍 to ref_1" in fourth
+    assert "3. continue: ok: stopped" in fourth
+
+
 async def test_the_planner_sees_a_proxied_member_and_never_the_replaced_original(world):
     world.sandbox.sandbox.add_proxy_member(ALICE, member_id="lilya", name="Lilya", prefix="l:")
     world.llm.enqueue(
