@@ -48,7 +48,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from types import TracebackType
 from typing import Any, Self
@@ -56,8 +56,7 @@ from typing import Any, Self
 from aiohttp import web
 
 from chat.llm.embeddings import hashed_vector
-
-_WORD = re.compile(r"\s*\S+\s*")
+from chat.llm.fake_answers import ChatAnswer, TextAnswer, arguments_text
 
 
 class FaultKind(StrEnum):
@@ -343,7 +342,7 @@ class FakeLLMServer:
                 case _:
                     return web.Response(text='{"choices": [', content_type="application/json")
         text = _cut_at_stop(item.text, body.get("stop"))
-        answer = _TextAnswer(
+        answer = TextAnswer(
             id=f"cmpl-fake-{next(self._ids)}",
             model=str(body.get("model", "")),
             text=text,
@@ -395,7 +394,7 @@ class FakeLLMServer:
     async def _answer(
         self, request: web.Request, body: dict[str, Any], reply: Reply
     ) -> web.StreamResponse:
-        answer = _Answer(
+        answer = ChatAnswer(
             id=f"chatcmpl-fake-{next(self._ids)}",
             model=str(body.get("model", "")),
             reply=reply,
@@ -425,7 +424,7 @@ class FakeLLMServer:
     ) -> web.StreamResponse:
         """Send the first half of an answer, then drop the connection (no ``[DONE]``)."""
         reply = Reply(fault.text) if fault.text else self._default_reply(body)
-        answer = _Answer("chatcmpl-cut", str(body.get("model", "")), reply, {})
+        answer = ChatAnswer("chatcmpl-cut", str(body.get("model", "")), reply, {})
         response = web.StreamResponse(status=200)
         if body.get("stream"):
             response.content_type = "text/event-stream"
@@ -459,7 +458,7 @@ class FakeLLMServer:
         )
         shared = _shared_prefix_length(self._previous_prompt, prompt)
         self._previous_prompt = prompt
-        output = reply.text + "".join(_arguments_text(call) for call in reply.tool_calls)
+        output = reply.text + "".join(arguments_text(call) for call in reply.tool_calls)
         prompt_tokens = _first_set(reply.prompt_tokens, len(prompt) // 4)
         completion_tokens = _first_set(reply.completion_tokens, len(output) // 4)
         return {
@@ -469,79 +468,6 @@ class FakeLLMServer:
             "prompt_tokens_details": {
                 "cached_tokens": _first_set(reply.cached_prompt_tokens, shared // 4)
             },
-        }
-
-
-@dataclass(frozen=True)
-class _Answer:
-    """One answer in both wire shapes: a whole response, or stream chunks."""
-
-    id: str
-    model: str
-    reply: Reply
-    usage: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def finish_reason(self) -> str:
-        return "tool_calls" if self.reply.tool_calls else "stop"
-
-    def tool_calls(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "id": f"call_{self.id}_{index}",
-                "type": "function",
-                "function": {"name": call.name, "arguments": _arguments_text(call)},
-            }
-            for index, call in enumerate(self.reply.tool_calls)
-        ]
-
-    def response(self) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self.reply.text}
-        if self.reply.tool_calls:
-            message["content"] = self.reply.text or None
-            message["tool_calls"] = self.tool_calls()
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "model": self.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": self.finish_reason}],
-            "usage": self.usage,
-        }
-
-    @property
-    def words(self) -> int:
-        """How many text chunks `chunks` gives (one per word)."""
-        return len(_WORD.findall(self.reply.text))
-
-    def chunks(self, include_usage: bool) -> Iterator[str]:
-        """The answer as ``chat.completion.chunk`` JSON texts: the role, the text a word at a
-        time, each tool call's name then its arguments in two pieces, the finish reason, and
-        (when asked for) a final usage chunk with no choices."""
-        yield self._chunk({"role": "assistant", "content": ""})
-        for word in _WORD.findall(self.reply.text):
-            yield self._chunk({"content": word})
-        for index, call in enumerate(self.tool_calls()):
-            name, arguments = call["function"]["name"], call["function"]["arguments"]
-            middle = len(arguments) // 2
-            head = {"name": name, "arguments": arguments[:middle]}
-            first = {"index": index, "id": call["id"], "type": "function", "function": head}
-            rest = {"index": index, "function": {"arguments": arguments[middle:]}}
-            yield self._chunk({"tool_calls": [first]})
-            yield self._chunk({"tool_calls": [rest]})
-        yield self._chunk({}, finish_reason=self.finish_reason)
-        if include_usage:
-            yield json.dumps(self._envelope([]) | {"usage": self.usage})
-
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
-        return json.dumps(self._envelope([choice]))
-
-    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "model": self.model,
-            "choices": choices,
         }
 
 
@@ -589,47 +515,6 @@ def _last_user_text(messages: list[Any]) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class _TextAnswer:
-    """One Completions answer in both wire shapes."""
-
-    id: str
-    model: str
-    text: str
-    usage: dict[str, Any] = field(default_factory=dict)
-
-    def response(self) -> dict[str, Any]:
-        choice = {"index": 0, "text": self.text, "finish_reason": "stop", "logprobs": None}
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "model": self.model,
-            "choices": [choice],
-            "usage": self.usage,
-        }
-
-    @property
-    def words(self) -> int:
-        return len(_WORD.findall(self.text))
-
-    def chunks(self, include_usage: bool) -> Iterator[str]:
-        """An empty first chunk, the text a word at a time, the finish reason, and (when asked
-        for) a usage chunk with no choices."""
-        yield self._chunk("")
-        for word in _WORD.findall(self.text):
-            yield self._chunk(word)
-        yield self._chunk("", finish_reason="stop")
-        if include_usage:
-            yield json.dumps(self._envelope([]) | {"usage": self.usage})
-
-    def _chunk(self, text: str, finish_reason: str | None = None) -> str:
-        choice = {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
-        return json.dumps(self._envelope([choice]))
-
-    def _envelope(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"id": self.id, "object": "text_completion", "model": self.model, "choices": choices}
-
-
 _TEMPLATE_MARKS = re.compile(r"<\|[^|>]*\|>|\[/?INST\]|</?s>|^###[^\n]*:", re.MULTILINE)
 
 
@@ -650,10 +535,6 @@ def _cut_at_stop(text: str, stop: object) -> str:
         if isinstance(item, str) and item and (found := text.find(item)) != -1:
             cut = min(cut, found)
     return text[:cut]
-
-
-def _arguments_text(call: ScriptedToolCall) -> str:
-    return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
 
 
 def _shared_prefix_length(first: str, second: str) -> int:

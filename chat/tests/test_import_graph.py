@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "chat.pipeline": 0,
     "chat.llm": 1,
     "chat.models": 1,
+    "chat.models_memory": 1,
     "chat.fields": 1,
     "chat.codec": 1,
     "chat.migrations": 1,
@@ -62,6 +63,7 @@ LAYERS: dict[str, int] = {
 FORBIDDEN: list[tuple[str, str, str]] = [
     ("chat.llm", "django", "model access needs no Django: settings come in as arguments"),
     ("chat.llm", "chat.models", "model access needs no Django: the services record turns"),
+    ("chat.llm", "chat.models_memory", "model access needs no Django"),
     ("chat.llm", "chat.selectors", "model access needs no Django"),
     ("chat.llm", "personas", "model access needs no Django"),
     ("personas", "chat", "configuration does not depend on the bot"),

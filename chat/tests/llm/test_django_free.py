@@ -21,6 +21,7 @@ def test_model_access_imports_without_django() -> None:
         "reply",
         "tools",
         "fake_server",
+        "fake_answers",
         "embeddings",
     ]
     # Every module of the package: it has no Django-aware part left.
