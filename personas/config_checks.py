@@ -26,14 +26,6 @@ def cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, st
         ),
         "channel id",
     )
-    yield from _duplicates(
-        (
-            (f"guilds[{g}].users[{u}].id", user.id)
-            for g, guild in enumerate(document.guilds)
-            for u, user in enumerate(guild.users)
-        ),
-        "user id",
-    )
     dm_personas = [
         (f"guilds[{g}].personas[{p}].answers_dms", persona.name)
         for g, guild in enumerate(document.guilds)
@@ -44,6 +36,10 @@ def cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, st
         yield path, f"only one persona can answer DMs; {dm_personas[0][1]!r} already does"
     for g, guild in enumerate(document.guilds):
         where = f"guilds[{g}]"
+        yield from _duplicates(  # a user's privacy is per guild: once in each
+            ((f"{where}.users[{u}].id", user.id) for u, user in enumerate(guild.users)),
+            "user id",
+        )
         yield from _duplicates(
             (
                 (f"{where}.personas[{p}].name", persona.name.casefold())

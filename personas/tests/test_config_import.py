@@ -78,6 +78,32 @@ def test_export_then_import_round_trips(document):
     assert config_export() == exported
 
 
+def test_a_user_listed_in_two_guilds_keeps_a_level_in_each_through_a_round_trip(document):
+    [first] = document["guilds"]
+    user = {"id": "1300000000000000099", "privacy": "full", "blacklisted": False}
+    second = {
+        "id": "1100000000000000999",
+        "name": "Second",
+        "personas": [],
+        "channels": [],
+        "blocks": [],
+        "users": [{**user, "privacy": "minimal"}],
+    }
+    first["users"].append(user)
+    config_import(data={**document, "guilds": [first, second]})
+    exported = config_export()
+    before = snapshot()
+
+    report = config_import(data=json.loads(json.dumps(exported)))
+
+    assert not report.changed and snapshot() == before
+    rows = UserPrivacy.objects.filter(user_id=int(user["id"])).order_by("guild__guild_id")
+    assert list(rows.values_list("guild__guild_id", "level")) == [
+        (int(first["id"]), "full"),
+        (int(second["id"]), "minimal"),
+    ]
+
+
 def test_export_writes_snowflakes_as_strings(document):
     config_import(data=document)
     guild = config_export()["guilds"][0]
