@@ -1,13 +1,13 @@
 """Dashboard forms: thin wrappers over the configuration file's schema.
 
 A form edits one row of the configuration file (``personas[]``, ``channels[]``, …). Each form
-field shows one key of the row (`dashboard.form_fields.Shown`: its JSON path and, where the input's spelling
-differs, how a value crosses); the row's keys and the model columns holding them are declared
-once, in `personas.config_fields`. Editing an existing row starts from that row as the export
-writes it, so a key the form does not show is kept as it is. A form only turns HTML inputs into
-the row ``importconfig`` would read (text to numbers, comma lists to lists, empty to ``null``,
-the browser's ``\r\n`` line breaks to ``\n``); every rule (ranges, enums, ids, time zones,
-cross-field checks) is the import's own: ``clean`` validates the row with
+field shows one key of the row (`dashboard.form_fields.Shown`: its JSON path and, where the
+input's spelling differs, how a value crosses); the row's keys and the model columns holding
+them are declared once, in `personas.config_fields`. Editing an existing row starts from that
+row as the export writes it, so a key the form does not show is kept as it is. A form only turns
+HTML inputs into the row ``importconfig`` would read (text to numbers, comma lists to lists,
+empty to ``null``, the browser's ``\r\n`` line breaks to ``\n``); every rule (ranges, enums,
+ids, time zones, cross-field checks) is the import's own: ``clean`` validates the row with
 ``personas.config_schema.parse_config_row`` and puts each problem on the field its JSON path
 names. A valid form holds the row's pydantic spec in ``spec``, ready for the save service.
 """
