@@ -112,6 +112,25 @@ class GatewaySettings:
     """Seconds a disconnected session stays resumable."""
     recent_events: int = 100
     """Published events kept for `replay_last_dispatches`."""
+    max_concurrency: int = 1
+    """IDENTIFY buckets (``shard_id % max_concurrency``), as `GET /gateway/bot` reports."""
+    identify_interval: float = 0.0
+    """Seconds Discord requires between two IDENTIFYs of one bucket: one sooner is refused with
+    INVALID_SESSION, as Discord does (0: not enforced). Every IDENTIFY is recorded either way
+    (`Gateway.identifies`)."""
+    session_start_total: int = 1000
+    """Session starts a day (`GET /gateway/bot`'s ``session_start_limit``)."""
+
+
+@dataclass(frozen=True)
+class IdentifyRecord:
+    """One IDENTIFY the gateway received: when (the gateway's clock), for which shard and
+    bucket, and whether it was refused for coming too soon after the bucket's last one."""
+
+    at: float
+    shard: tuple[int, int]
+    bucket: int
+    refused: bool
 
 
 def _frame(op: Op, data: Any = None, *, seq: int | None = None, name: str | None = None) -> str:
@@ -279,6 +298,8 @@ class Gateway:
         self._no_connections = asyncio.Event()
         self._no_connections.set()
         self._recent: deque[GatewayEvent] = deque(maxlen=settings.recent_events)
+        self.identifies: list[IdentifyRecord] = []
+        self._bucket_identified: dict[int, float] = {}
         self._unsubscribe = sandbox.subscribe(self.publish)
 
     @property
@@ -461,6 +482,9 @@ class Gateway:
         if not 0 <= shard_id < shard_count:
             connection.close(CloseCode.INVALID_SHARD, "Invalid shard")
             return
+        if not self._identify_allowed(shard_id, shard_count):
+            connection.send(_frame(Op.INVALID_SESSION, False))
+            return
         self._expire_sessions()
         session = GatewaySession(
             shard=(shard_id, shard_count),
@@ -473,6 +497,42 @@ class Gateway:
         session.dispatch("READY", self._ready(session, guild_ids))
         for guild_id in guild_ids:
             session.dispatch("GUILD_CREATE", self._sandbox.guild_create(guild_id))
+
+    def _identify_allowed(self, shard_id: int, shard_count: int) -> bool:
+        """Record the IDENTIFY; False when it came sooner than ``identify_interval`` after the
+        last accepted one of its bucket (enforced only with an interval)."""
+        now = self._clock()
+        bucket = shard_id % self._settings.max_concurrency
+        last = self._bucket_identified.get(bucket)
+        refused = last is not None and now - last < self._settings.identify_interval
+        self.identifies.append(IdentifyRecord(now, (shard_id, shard_count), bucket, refused))
+        if not refused:
+            self._bucket_identified[bucket] = now
+        return not refused
+
+    def identifies_too_soon(self, interval: float = 5.0) -> list[IdentifyRecord]:
+        """The accepted IDENTIFYs that came less than ``interval`` seconds after the previous
+        accepted one of their bucket: what Discord would have refused."""
+        last: dict[int, float] = {}
+        too_soon = []
+        for record in self.identifies:
+            if record.refused:
+                continue
+            previous = last.get(record.bucket)
+            if previous is not None and record.at - previous < interval:
+                too_soon.append(record)
+            last[record.bucket] = record.at
+        return too_soon
+
+    def session_start_limit(self) -> dict[str, int]:
+        """`GET /gateway/bot`'s ``session_start_limit``: the accepted IDENTIFYs count."""
+        started = sum(1 for record in self.identifies if not record.refused)
+        return {
+            "total": self._settings.session_start_total,
+            "remaining": max(self._settings.session_start_total - started, 0),
+            "reset_after": 86_400_000,
+            "max_concurrency": self._settings.max_concurrency,
+        }
 
     def _ready(self, session: GatewaySession, guild_ids: list[int]) -> dict[str, Any]:
         return {

@@ -32,10 +32,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class GatewayInfo:
-    """What `GET /gateway/bot` reports: the websocket `url` and the recommended shard count."""
+    """What `GET /gateway/bot` reports: the websocket `url`, the recommended shard count and
+    the session start limit (with ``max_concurrency``)."""
 
     url: Callable[[], str]
     shards: int
+    session_start_limit: Callable[[], dict[str, int]]
 
 
 def snowflake_param(request: web.Request, name: str) -> int:
@@ -197,9 +199,12 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
 
     @routes.get("/gateway/bot")
     async def get_gateway_bot(request: web.Request) -> web.Response:
-        limit = {"total": 1000, "remaining": 1000, "reset_after": 0, "max_concurrency": 1}
         return json_response(
-            {"url": gateway.url(), "shards": gateway.shards, "session_start_limit": limit}
+            {
+                "url": gateway.url(),
+                "shards": gateway.shards,
+                "session_start_limit": gateway.session_start_limit(),
+            }
         )
 
     # --- guilds

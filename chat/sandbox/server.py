@@ -25,7 +25,7 @@ from typing import Any, Self
 from aiohttp import web
 
 from chat.sandbox.control import control_app
-from chat.sandbox.gateway import Gateway, GatewaySettings
+from chat.sandbox.gateway import Gateway, GatewaySettings, IdentifyRecord
 from chat.sandbox.rest import GatewayInfo, discord_errors, rest_app, snowflake_param
 from chat.sandbox.state import Sandbox
 from chat.sandbox.traffic import (
@@ -92,7 +92,11 @@ class SandboxServer:
             rest_app(
                 self.sandbox,
                 self._traffic,
-                GatewayInfo(url=lambda: self.gateway_url, shards=self._shards),
+                GatewayInfo(
+                    url=lambda: self.gateway_url,
+                    shards=self._shards,
+                    session_start_limit=gateway.session_start_limit,
+                ),
             ),
         )
         app.add_subapp("/_sandbox", control_app(self))
@@ -209,6 +213,14 @@ class SandboxServer:
         """Deliver the last `count` world events again (duplicates, as Discord sometimes
         sends); returns how many were replayed."""
         return self._gateway.replay_last_dispatches(count) if self._gateway else 0
+
+    def identifies(self) -> list[IdentifyRecord]:
+        """Every IDENTIFY the gateway received, refused ones included, oldest first."""
+        return list(self._gateway.identifies) if self._gateway else []
+
+    def identifies_too_soon(self, interval: float = 5.0) -> list[IdentifyRecord]:
+        """Accepted IDENTIFYs less than ``interval`` s after their bucket's previous one."""
+        return self._gateway.identifies_too_soon(interval) if self._gateway else []
 
     def sessions(self) -> list[dict[str, Any]]:
         """The gateway sessions (id, shard, intents, seq, connected)."""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.tests.e2e.conftest import GENERAL, eventually
+from chat.worker import WorkerConfig, build_client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -37,3 +41,27 @@ async def test_a_worker_paces_identify_and_rest_through_redis(world):
     identify_slot = f"{limits.identify._prefix}:0"
     assert await limits.redis.pttl(identify_slot) > 0  # both shards identified through it
     assert await limits.redis.zcard(limits.rest._key) >= 1  # the reply's REST calls counted
+
+
+async def test_two_workers_starting_together_identify_one_bucket_5_s_apart(world):
+    first = await world.start_worker(shard_ids=[0], shard_count=2, shared_limits=True)
+    config = WorkerConfig(
+        token=world.sandbox.token,
+        api_base=world.sandbox.api_base,
+        gateway_url=world.sandbox.gateway_url,
+        shard_ids=[1],
+        shard_count=2,
+        shared_limits=True,
+    )
+    async with OpenAICompatibleClient(base_url=world.llm.base_url) as llm:
+        second = build_client(config, llm=llm)
+        task = asyncio.create_task(second.start(config.token))
+        try:
+            await eventually(second.is_ready, within=20)
+        finally:
+            await second.close()
+            await asyncio.gather(task, return_exceptions=True)
+
+    assert first.is_ready()
+    assert [r.shard for r in world.sandbox.identifies()] == [(0, 2), (1, 2)]
+    assert world.sandbox.identifies_too_soon(interval=5.0) == []

@@ -233,3 +233,23 @@ async def test_leaving_the_server_closes_sockets_and_leaves_no_task_behind() -> 
         await server.stop()
         assert await gateway.close_code() == 1001
     assert asyncio.all_tasks() == {asyncio.current_task()}
+
+
+async def test_an_identify_too_soon_in_its_bucket_is_refused_and_recorded() -> None:
+    settings = GatewaySettings(max_concurrency=2, identify_interval=60.0)
+    async with SandboxServer(demo_sandbox(), gateway=settings) as server:
+        async with raw_gateway(server) as first, raw_gateway(server) as other_bucket:
+            await first.identify(server.token, shard=[0, 4])
+            await other_bucket.identify(server.token, shard=[1, 4])
+        async with raw_gateway(server) as same_bucket:
+            await same_bucket.send(
+                2, {"token": server.token, "intents": ALL_INTENTS, "shard": [2, 4]}
+            )
+            assert await same_bucket.receive() == {"op": 9, "d": False, "s": None, "t": None}
+
+        assert [(r.shard, r.bucket, r.refused) for r in server.identifies()] == [
+            ((0, 4), 0, False),
+            ((1, 4), 1, False),
+            ((2, 4), 0, True),
+        ]
+        assert server.identifies_too_soon(interval=60.0) == []
