@@ -14,9 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from typing import Generic, TypeVar
 
 import discord
 import httpx
@@ -26,6 +24,7 @@ from chat import selectors
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
 from chat.gateway.proxies import ProxyRecord, ProxyResolver
+from chat.gateway.recent import RECENT_DELIVERIES, Recent
 from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
 from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
@@ -38,14 +37,10 @@ WEBHOOK_NAME = "Persona bot"
 UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
-RECENT_DELIVERIES = 5000
 REFRESH_URLS_PER_REQUEST = 50
 """Attachment URLs Discord signs anew per `POST /attachments/refresh-urls`."""
-"""How many of its own deliveries (and proxied messages) the adapter remembers for attributing
-cached messages (the size of the gateway's message cache: an older one is no longer cached)."""
 THREAD_STARTERS = 256
 """How many threads' starter messages the adapter keeps (read once per thread)."""
-V = TypeVar("V")
 
 
 def message_nonce(seed: str, index: int) -> str:
@@ -70,28 +65,6 @@ def _native_reply_run(
         else:
             break
     return run
-
-
-class Recent(Generic[V]):
-    """A value per message id for this process's newest ``capacity`` messages (least recently
-    recorded forgotten first): what gateway-cache copies are attributed by, since converting a
-    cached message reads no database."""
-
-    def __init__(self, capacity: int = RECENT_DELIVERIES) -> None:
-        self._capacity = capacity
-        self._values: OrderedDict[int, V] = OrderedDict()
-
-    def record(self, message_id: int, value: V) -> None:
-        self._values[message_id] = value
-        self._values.move_to_end(message_id)
-        while len(self._values) > self._capacity:
-            self._values.popitem(last=False)
-
-    def get(self, message_id: int) -> V | None:
-        return self._values.get(message_id)
-
-    def __len__(self) -> int:
-        return len(self._values)
 
 
 class DiscordAdapter:

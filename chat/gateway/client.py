@@ -15,10 +15,11 @@ from typing import Any
 import discord
 from asgiref.sync import sync_to_async
 
-from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
+from chat.gateway.adapter import DiscordAdapter
 from chat.gateway.limits import SharedLimits
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
+from chat.gateway.recent import RECENT_DELIVERIES
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.services.discord_names import NameRecord, names_record

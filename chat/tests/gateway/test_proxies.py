@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from chat.gateway.adapter import Recent
 from chat.gateway.proxies import ProxyResolver
+from chat.gateway.recent import Recent
 from chat.pipeline.types import ProxyIdentity
 from chat.sandbox import SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
