@@ -1,13 +1,13 @@
 """Dashboard forms: thin wrappers over the configuration file's schema.
 
 A form edits one row of the configuration file (``personas[]``, ``channels[]``, …). Each form
-field shows one key of the row (`Shown`: its JSON path and, where the input's spelling
-differs, how a value crosses); the row's keys and the model columns holding them are declared
-once, in `personas.config_fields`. Editing an existing row starts from that row as the export
-writes it, so a key the form does not show is kept as it is. A form only turns HTML inputs into
-the row ``importconfig`` would read (text to numbers, comma lists to lists, empty to ``null``,
-the browser's ``\r\n`` line breaks to ``\n``); every rule (ranges, enums, ids, time zones,
-cross-field checks) is the import's own: ``clean`` validates the row with
+field shows one key of the row (`dashboard.form_fields.Shown`: its JSON path and, where the
+input's spelling differs, how a value crosses); the row's keys and the model columns holding
+them are declared once, in `personas.config_fields`. Editing an existing row starts from that
+row as the export writes it, so a key the form does not show is kept as it is. A form only turns
+HTML inputs into the row ``importconfig`` would read (text to numbers, comma lists to lists,
+empty to ``null``, the browser's ``\r\n`` line breaks to ``\n``); every rule (ranges, enums,
+ids, time zones, cross-field checks) is the import's own: ``clean`` validates the row with
 ``personas.config_schema.parse_config_row`` and puts each problem on the field its JSON path
 names. A valid form holds the row's pydantic spec in ``spec``, ready for the save service.
 """
@@ -15,15 +15,30 @@ names. A valid form holds the row's pydantic spec in ``spec``, ready for the sav
 from __future__ import annotations
 
 import copy
-import datetime as dt
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django import forms
 from django.db import models
 
+from dashboard.form_fields import (
+    ChatPresetField,
+    JSONObjectField,
+    LorebookField,
+    Shown,
+    comma_list,
+    comma_listed,
+    datetime_or_none,
+    fallbacks_text,
+    iso_or_none,
+    json_or,
+    none_as_empty,
+    optional_text,
+    stripped_id,
+    stripped_or_none,
+    template_text,
+    unchanged,
+    unix_newlines,
+)
 from personas.config_fields import (
     BLOCK_SETTINGS,
     CHANNEL_SETTINGS,
@@ -46,135 +61,6 @@ from personas.models import (
     DeliveryMode,
     PrivacyLevel,
 )
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-def _comma_list(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _comma_text(values: list[str] | None) -> str:
-    return ", ".join(values or [])
-
-
-def _stripped_or_none(text: str) -> str | None:
-    return text.strip() or None
-
-
-def _none_as_empty(value: Any) -> Any:
-    return "" if value is None else value
-
-
-def _stripped(text: str) -> str:
-    return text.strip()
-
-
-def _iso_or_none(value: dt.datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def _datetime_or_none(value: str | None) -> dt.datetime | None:
-    return dt.datetime.fromisoformat(value) if value else None
-
-
-def unix_newlines(text: str) -> str:
-    """Text with ``\n`` line breaks, whatever the browser sent (``\r\n``, ``\r``)."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A form field showing the row's key at ``path``: ``to_form`` turns the row's value into
-    the field's initial value, ``from_form`` the field's cleaned value into the row's."""
-
-    path: str
-    to_form: Callable[[Any], Any] = _same
-    from_form: Callable[[Any], Any] = _same
-
-
-def _comma_listed(path: str) -> Shown:
-    return Shown(path, _comma_text, _comma_list)
-
-
-def _optional_text(path: str) -> Shown:
-    return Shown(path, _none_as_empty, _stripped_or_none)
-
-
-def _id(path: str) -> Shown:
-    return Shown(path, _same, _stripped)
-
-
-def _json_or(text: str, plain: Any) -> Any:
-    """``text`` read as JSON when it is written as a JSON list or object, else ``plain``."""
-    stripped = text.strip()
-    if stripped[:1] in ("[", "{"):
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError as error:
-            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
-            raise forms.ValidationError(message) from None
-    return plain
-
-
-def _fallbacks_text(fallbacks: list) -> str:
-    """Fallback models as the form shows them: a comma list of names, or JSON when one of
-    them names its API (``{"model", "api", "instruct_template"}``)."""
-    if all(isinstance(fallback, str) for fallback in fallbacks):
-        return ", ".join(fallbacks)
-    return json.dumps(fallbacks, ensure_ascii=False)
-
-
-def _template_text(template: Any) -> str:
-    """An instruct template as the form shows it: a built-in's name, or a preset as JSON."""
-    if isinstance(template, dict):
-        return json.dumps(template, indent=1, ensure_ascii=False)
-    return template or ""
-
-
-class JSONObjectField(forms.CharField):
-    """A setting stored as a JSON object (a lorebook, a SillyTavern preset), as JSON text;
-    empty: none. Only JSON syntax is checked here: the schema checks the rest and names the
-    path of each problem."""
-
-    widget = forms.Textarea(attrs={"rows": 6, "spellcheck": "false"})
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("required", False)
-        super().__init__(strip=True, **kwargs)
-
-    def to_python(self, value: Any) -> Any:
-        text = super().to_python(value)
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
-            raise forms.ValidationError(message) from None
-
-    def prepare_value(self, value: Any) -> Any:
-        if value is None or isinstance(value, str):
-            return value
-        return json.dumps(value, indent=1, ensure_ascii=False)
-
-
-class LorebookField(JSONObjectField):
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("label", "Lorebook (JSON)")
-        kwargs.setdefault("help_text", "docs/lorebooks.md; empty: none")
-        super().__init__(**kwargs)
-
-
-class ChatPresetField(JSONObjectField):
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("label", "SillyTavern Chat Completion preset (JSON)")
-        kwargs.setdefault(
-            "help_text", "Paste the exported preset; docs/presets.md; empty: this product's order"
-        )
-        super().__init__(**kwargs)
 
 
 class SpecForm(forms.Form):
@@ -271,14 +157,14 @@ class GuildForm(SpecForm):
     collection = None
     settings = GUILD_SETTINGS
     shown = {
-        "guild_id": _id("id"),
+        "guild_id": stripped_id("id"),
         "name": "name",
-        "timezone": _id("timezone"),
+        "timezone": stripped_id("timezone"),
         "message_fetch_limit": "message_fetch_limit",
         "note_text": "context_note.text",
         "note_depth": "context_note.depth",
         "lorebook": "lorebook",
-        "planner_model": _optional_text("planner_model"),
+        "planner_model": optional_text("planner_model"),
         "chat_preset": "chat_preset",
     }
     error_fields = {"context_note": "note_text"}
@@ -319,9 +205,9 @@ class PersonaForm(SpecForm):
         "main": "main",
         "answers_dms": "answers_dms",
         "enabled": "enabled",
-        "avatar_url": _optional_text("avatar_url"),
+        "avatar_url": optional_text("avatar_url"),
         "system_prompt": "system_prompt",
-        "triggers": _comma_listed("triggers"),
+        "triggers": comma_listed("triggers"),
         "note_text": "context_note.text",
         "note_depth": "context_note.depth",
         "prefill": "prefill",
@@ -333,15 +219,15 @@ class PersonaForm(SpecForm):
         "force_lowercase": "force_lowercase",
         "punctuation_splits": "punctuation_splits",
         "delivery_mode": Shown(
-            "delivery_mode", _same, lambda mode: mode or DeliveryMode.PARAGRAPHS
+            "delivery_mode", unchanged, lambda mode: mode or DeliveryMode.PARAGRAPHS
         ),
-        "llm_model": _optional_text("llm.model"),
+        "llm_model": optional_text("llm.model"),
         "temperature": "llm.temperature",
         "max_output_tokens": "llm.max_output_tokens",
         "context_window": "llm.context_window",
-        "fallback_models": Shown("llm.fallback_models", _fallbacks_text),
-        "llm_api": Shown("llm.api", _same, lambda api: api or "chat"),
-        "instruct_template": Shown("llm.instruct_template", _template_text),
+        "fallback_models": Shown("llm.fallback_models", fallbacks_text),
+        "llm_api": Shown("llm.api", unchanged, lambda api: api or "chat"),
+        "instruct_template": Shown("llm.instruct_template", template_text),
         "llm_vision": "llm.vision",
         "llm_prefill": "llm.prefill",
         "llm_merge_same_role": "llm.merge_same_role",
@@ -488,11 +374,11 @@ class PersonaForm(SpecForm):
 
     def clean_fallback_models(self) -> Any:
         text = self.cleaned_data["fallback_models"]
-        return _json_or(text, _comma_list(text))
+        return json_or(text, comma_list(text))
 
     def clean_instruct_template(self) -> Any:
         text = self.cleaned_data["instruct_template"].strip()
-        return _json_or(text, text or None)
+        return json_or(text, text or None)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -530,7 +416,7 @@ class ChannelForm(SpecForm):
     collection = "channels"
     settings = CHANNEL_SETTINGS
     shown = {
-        "channel_id": _id("id"),
+        "channel_id": stripped_id("id"),
         "mode": "mode",
         "enabled": "enabled",
         "message_fetch_limit": "message_fetch_limit",
@@ -555,11 +441,11 @@ class BlockForm(SpecForm):
     collection = "blocks"
     settings = BLOCK_SETTINGS
     shown = {
-        "persona": Shown("persona", _none_as_empty, _stripped_or_none),
-        "user_id": _id("user_id"),
+        "persona": Shown("persona", none_as_empty, stripped_or_none),
+        "user_id": stripped_id("user_id"),
         "type": "type",
         "reason": "reason",
-        "expires_at": Shown("expires_at", _datetime_or_none, _iso_or_none),
+        "expires_at": Shown("expires_at", datetime_or_none, iso_or_none),
     }
     error_fields = {"(row)": "user_id"}
 
@@ -586,7 +472,7 @@ class BlockForm(SpecForm):
 class UserPrivacyForm(SpecForm):
     collection = "users"
     settings = USER_SETTINGS
-    shown = {"user_id": _id("id"), "privacy": "privacy", "blacklisted": "blacklisted"}
+    shown = {"user_id": stripped_id("id"), "privacy": "privacy", "blacklisted": "blacklisted"}
 
     user_id = forms.CharField(label="Discord user id", required=False)
     privacy = forms.ChoiceField(choices=PrivacyLevel.choices, initial=PrivacyLevel.MINIMAL)

@@ -13,6 +13,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo
 
+from chat.pipeline.depth_items import (
+    in_configuration,
+    lore_at_depth,
+    recalled_memories,
+    stm_at_depth,
+)
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
 from chat.pipeline.items import ContextItem, ItemTag, system_note
@@ -20,7 +26,6 @@ from chat.pipeline.lorebook import (
     NO_ACTIVATION,
     CompiledLorebook,
     LoreActivation,
-    LoreHit,
     LorePosition,
     activate_lorebooks,
     lore_budget,
@@ -41,7 +46,6 @@ from chat.pipeline.presets import (
     reassemble,
     varies_per_turn,
 )
-from chat.pipeline.recall import memory_note_text
 from chat.pipeline.simplify import (
     EntryKind,
     SimplifiedEntry,
@@ -304,14 +308,15 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         )
     )
     notes_at_depth = (
-        *_stm_at_depth(turn),
+        *stm_at_depth(turn.stm_text, turn.stm_depth),
         *context_note_items(notes, macros),
         *preset_at_depth,
     )
-    lore_at_depth = _lore_at_depth(lore, macros, place_notes(dialogue.items, notes_at_depth))
+    after_prefix = _entries_after_prefix(place_notes(dialogue.items, notes_at_depth))
+    lore_in_dialogue = lore_at_depth(lore, macros, after_prefix=after_prefix)
     conversation = (
-        *place_notes(dialogue.items, (*notes_at_depth, *lore_at_depth)),
-        *_recalled_memories(turn),
+        *place_notes(dialogue.items, (*notes_at_depth, *lore_in_dialogue)),
+        *recalled_memories(turn.memories),
     )
     participants_text = participant_note(participants)
     if participants_text:
@@ -468,7 +473,7 @@ def _configuration_items(
                 expand_macros(hit.entry.content, macros).strip(),
             )
             for hit in lore.inserted
-            if _in_configuration(hit) and hit.entry.position is position
+            if in_configuration(hit) and hit.entry.position is position
         )
 
     before = lore_at(LorePosition.BEFORE_CHAR)
@@ -518,71 +523,10 @@ def _activate_lore(turn: TurnInput, entries: Sequence[SimplifiedEntry]) -> LoreA
     )
 
 
-def _in_configuration(hit: LoreHit) -> bool:
-    """A constant entry placed before or after the character definitions stays in the system
-    block (stable: it may sit in the cacheable prefix); every other fired entry goes into the
-    dialogue."""
-    return hit.entry.constant and hit.entry.position is not LorePosition.AT_DEPTH
-
-
-def _lore_at_depth(
-    lore: LoreActivation, macros: MacroContext, dialogue: Sequence[ContextItem]
-) -> tuple[ContextItem, ...]:
-    """Fired entries that go into the dialogue, each with its depth, in prompt order.
-
-    An ``AT_DEPTH`` entry keeps its depth and role (a ``system`` role becomes a ``[System: …]``
-    note: system-role items would move into the system block). An entry activated by its keys
-    to go before or after the character definitions is placed right after the cacheable
-    prefix of ``dialogue`` (the dialogue with its notes), as a note: it changes from turn to
-    turn, and there it costs the provider's prompt cache nothing (DESIGN §3).
-    """
-    after_prefix = _entries_after_prefix(dialogue)
-    placed = []
-    for position in (LorePosition.BEFORE_CHAR, LorePosition.AFTER_CHAR, LorePosition.AT_DEPTH):
-        for hit in lore.inserted:
-            if _in_configuration(hit) or hit.entry.position is not position:
-                continue
-            entry = hit.entry
-            text = expand_macros(entry.content, macros).strip()
-            if position is LorePosition.AT_DEPTH and entry.role is not Role.SYSTEM:
-                role, depth = entry.role, entry.depth
-            else:
-                role, text = Role.USER, system_note(text)
-                depth = entry.depth if position is LorePosition.AT_DEPTH else after_prefix
-            placed.append(ContextItem(tag=ItemTag.LOREBOOK, role=role, text=text, depth=depth))
-    return tuple(placed)
-
-
 def _entries_after_prefix(dialogue: Sequence[ContextItem]) -> int:
     """How many dialogue entries follow the cacheable prefix's end within ``dialogue``."""
     end = cacheable_prefix_end(dialogue)
     return sum(1 for item in dialogue[end:] if item.tag is ItemTag.DIALOGUE_HISTORY)
-
-
-def _recalled_memories(turn: TurnInput) -> tuple[ContextItem, ...]:
-    """The recalled memories as one ``[System: …]`` item after the dialogue (`recall.py`);
-    empty when none were recalled. Not in the system block: recall changes with what is being
-    said, and anything that changes there would end the cacheable prefix at the very start."""
-    text = memory_note_text(turn.memories)
-    if text is None:
-        return ()
-    return (ContextItem(tag=ItemTag.MEMORY, role=Role.USER, text=system_note(text)),)
-
-
-def _stm_at_depth(turn: TurnInput) -> tuple[ContextItem, ...]:
-    """The short-term memory as a ``[System: …]`` item at its saved depth; empty when it has
-    no depth (it is then in the system block) or there is no memory to show."""
-    if turn.stm_depth is None or not (turn.stm_text and turn.stm_text.strip()):
-        return ()
-    text = f"{STM_HEADER}\n{turn.stm_text.strip()}"
-    return (
-        ContextItem(
-            tag=ItemTag.STM,
-            role=Role.USER,
-            text=system_note(text),
-            depth=turn.stm_depth,
-        ),
-    )
 
 
 def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) -> TurnInput:

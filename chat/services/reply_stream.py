@@ -45,7 +45,8 @@ async def reply_stream_deliver(
 
     Steps:
         1. Stream the model's reply (`AttemptRunner.stream_turn`: label, prefill and reasoning
-           handled, tool rounds first) while typing, until the last piece is out. The text is
+           handled, tool rounds first) until the last piece is out (the caller, `turn_run`,
+           keeps the typing indicator on from the start of the turn). The text is
            humanized as a whole reply is, then cut by `paragraph_pieces` (each paragraph as
            soon as it is complete) or `edit_pieces` (one message, edited at most once a
            second, continued in a new one at 2,000 characters).
@@ -73,20 +74,19 @@ async def reply_stream_deliver(
         delivered=lambda: bool(delivery.sent),
     )
     text = ""
-    async with runtime.port.typing(request.channel.channel_id):
-        async for event in stream:
-            text = "" if isinstance(event, Restart) else text + event
-            await delivery.show(text, final=False)
-            if delivery.stop_reason:
-                await stream.stop(delivery.stop_reason)
-                break
-        else:
-            if stream.result().error is None:
-                await delivery.show(text, final=True)
-        completion = stream.result()
-        pieces = len(delivery.shown)
-        if delivery.sent and completion.error is not None and delivery.failure is None:
-            await delivery.send(CUT_NOTICE)
+    async for event in stream:
+        text = "" if isinstance(event, Restart) else text + event
+        await delivery.show(text, final=False)
+        if delivery.stop_reason:
+            await stream.stop(delivery.stop_reason)
+            break
+    else:
+        if stream.result().error is None:
+            await delivery.show(text, final=True)
+    completion = stream.result()
+    pieces = len(delivery.shown)
+    if delivery.sent and completion.error is not None and delivery.failure is None:
+        await delivery.send(CUT_NOTICE)
     turn_completion_record(turn, completion)
     turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
     if delivery.refusal:

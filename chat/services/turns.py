@@ -143,17 +143,20 @@ async def turn_run(
     group = channel_group(channel.channel_id)
     await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
     try:
-        prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
-        turn_context_record(turn, prepared)
-        await sync_to_async(turn.save)()  # the window is on record while the model runs
-        message_ids = [str(m.id) for m in prepared.turn_input.history]
-        await publish(group, WindowChanged(message_ids=message_ids))
-
         if persona.delivery_mode != DeliveryMode.WHOLE:
-            await reply_stream_deliver(
-                runtime=runtime, request=request, turn=turn, prepared=prepared, abort_if=abort_if
-            )
+            # A streamed reply types from the start of its turn (the history read and the
+            # prompt build included) until its last piece is out.
+            async with runtime.port.typing(channel.channel_id):
+                prepared = await _turn_prepare_recorded(runtime, request, turn)
+                await reply_stream_deliver(
+                    runtime=runtime,
+                    request=request,
+                    turn=turn,
+                    prepared=prepared,
+                    abort_if=abort_if,
+                )
         else:
+            prepared = await _turn_prepare_recorded(runtime, request, turn)
             async with runtime.port.typing(channel.channel_id):
                 completion = await runtime.runner.complete_turn(
                     models=prepared.models,
@@ -188,3 +191,16 @@ async def turn_run(
         await sync_to_async(turn_save)(turn)
     await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
     return turn
+
+
+async def _turn_prepare_recorded(
+    runtime: TurnRuntime, request: TurnRequest, turn: Turn
+) -> PreparedTurn:
+    """`turn_prepare` the turn, put its window and request on record (they stay there while
+    the model runs) and tell the channel's dashboard which messages the window holds."""
+    prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+    turn_context_record(turn, prepared)
+    await sync_to_async(turn.save)()
+    message_ids = [str(m.id) for m in prepared.turn_input.history]
+    await publish(channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids))
+    return prepared

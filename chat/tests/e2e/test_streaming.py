@@ -28,6 +28,7 @@ HUMAN_PACE = StreamPace(first_token_s=0.2, words_per_s=20)
 SEND = ("POST", "/channels/{channel_id}/messages")
 EDIT = ("PATCH", "/channels/{channel_id}/messages/{message_id}")
 TYPING = ("POST", "/channels/{channel_id}/typing")
+HISTORY_READ = ("GET", "/channels/{channel_id}/messages")
 WEBHOOK_SEND = ("POST", "/webhooks/{webhook_id}/{webhook_token}")
 
 
@@ -66,6 +67,20 @@ async def test_each_paragraph_goes_out_as_soon_as_it_is_written(world):
         lambda: set(MessageIndex.objects.values_list("message_id", "persona__name"))
     )()
     assert {(int(m["id"]), "Tomori") for m in messages} <= indexed
+
+
+async def test_a_streamed_reply_types_from_the_start_of_its_turn(world):
+    """The indicator is on before the turn reads its history and builds its prompt, not only
+    once the model is asked."""
+    world.llm.enqueue(Reply("Tomori: " + REPLY, pace=HUMAN_PACE))
+    await world.start_worker(stream=True)
+
+    world.say("tomori, tell me a story")
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 3)
+    await world.drained()
+
+    [history_read] = world.sandbox.requests(*HISTORY_READ)  # the worker's first turn reads
+    assert world.sandbox.requests(*TYPING)[0].at < history_read.at
 
 
 async def test_whole_delivery_sends_the_reply_once_it_is_written(world):
