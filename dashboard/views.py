@@ -35,7 +35,7 @@ from chat.pipeline.lorebook import activate_lorebooks, compile_lorebook, lore_bu
 from chat.pipeline.tokens import TokenCounter, default_token_counter
 from chat.ports import DiscordUnavailable
 from chat.runtime import discord_rest_port
-from chat.selectors import lorebook_from_stored
+from chat.selectors.lore import lorebook_from_stored
 from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
 from dashboard.access import admin_required, is_admin, viewer_required

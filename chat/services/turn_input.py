@@ -39,7 +39,7 @@ from chat.pipeline.types import (
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import DeliveryError, DiscordPort, messages_fetch
-from chat.selectors import ChannelSettings
+from chat.selectors import ChannelSettings, lore
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
@@ -281,7 +281,7 @@ async def turn_input_gather(
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
         stm_maintenance_due=people.stm_due,
-        lorebooks=selectors.lorebooks(persona=persona, guild=channel.guild),
+        lorebooks=lore.lorebooks(persona=persona, guild=channel.guild),
         preset=selectors.chat_preset(persona=persona, guild=channel.guild),
         previous=previous,
     )
