@@ -284,7 +284,9 @@ class FakeLLMServer:
             {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
         )
 
-    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+    async def _received(self, request: web.Request, label: str) -> Any:
+        """Read and record a request's body (JSON, or the raw text when it is not), and run
+        the guard over it; findings are named ``<label> <number>``."""
         raw = await request.text()
         try:
             body = json.loads(raw)
@@ -292,16 +294,23 @@ class FakeLLMServer:
             body = raw
         self._record(request, body)
         if self._guard is not None:
-            number = len(self.chat_bodies)
-            self.guard_findings.extend(f"request {number}: {f}" for f in self._guard(body))
+            number = sum(r.path == request.path for r in self.requests)
+            self.guard_findings.extend(f"{label} {number}: {f}" for f in self._guard(body))
+        return body
+
+    def _next_item(self, body: dict[str, Any], default: Callable[[], ScriptItem]) -> ScriptItem:
+        """The script's next item, else the responder's, else ``default()``."""
+        if self._script:
+            return self._script.popleft()
+        if self._responder is not None:
+            return self._responder(body)
+        return default()
+
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
+        body = await self._received(request, "request")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             return _error_response(400, "the body must be a JSON object with a messages list")
-        if self._script:
-            item = self._script.popleft()
-        elif self._responder is not None:
-            item = self._responder(body)
-        else:
-            item = self._default_reply(body)
+        item = self._next_item(body, lambda: self._default_reply(body))
         if isinstance(item, Fault):
             return await self._fault(request, body, item)
         return await self._answer(request, body, item)
@@ -310,23 +319,10 @@ class FakeLLMServer:
         """``POST /v1/completions``: the script's next item (tool calls are not sent: a
         text-completion model has none), the responder's, or the default answer quoting the
         prompt; faults as for chat, a cut stream sent as a malformed body."""
-        raw = await request.text()
-        try:
-            body = json.loads(raw)
-        except json.JSONDecodeError:
-            body = raw
-        self._record(request, body)
-        if self._guard is not None:
-            number = len(self.completion_bodies)
-            self.guard_findings.extend(f"completion {number}: {f}" for f in self._guard(body))
+        body = await self._received(request, "completion")
         if not isinstance(body, dict) or not isinstance(body.get("prompt"), str):
             return _error_response(400, "the body must be a JSON object with a prompt string")
-        if self._script:
-            item = self._script.popleft()
-        elif self._responder is not None:
-            item = self._responder(body)
-        else:
-            item = self._default_text_reply(body)
+        item = self._next_item(body, lambda: self._default_text_reply(body))
         if isinstance(item, Fault):
             match item.kind:
                 case FaultKind.HTTP_ERROR:
