@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.apps import apps
 
+from chat.leases import FencedPort
 from chat.llm.fake_server import Fault, FaultKind, Reply, ScriptedToolCall
 from chat.models import MessageIndex, ShortTermMemory, Turn
 from chat.pipeline.types import HistoryMessage, MessageReference
-from chat.ports import DeliveryError, Speaker
+from chat.ports import DeliveryError, LeaseLost, Speaker
 from chat.selectors import turn_already_answered
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turns import turn_prepare, turn_run
@@ -196,6 +198,30 @@ async def test_a_refused_delivery_fails_the_turn_and_indexes_nothing(bench: Benc
     assert turn.error == "delivery failed: 403 Missing Permissions"
     assert turn.reply_text  # the model's answer is kept for moderators
     assert await MessageIndex.objects.acount() == 0
+
+
+class _LostLease:
+    """The fence of a worker whose lease another worker took."""
+
+    async def check(self, guild_id: int | None) -> None:
+        raise LeaseLost(f"guild {guild_id} belongs to another worker now")
+
+
+async def test_a_turn_whose_lease_was_lost_is_aborted_and_raises(bench: Bench):
+    runtime = dataclasses.replace(bench.runtime, port=FencedPort(bench.discord, fence=_LostLease()))
+    trigger = bench.discord.post(message(1, "tomori, hello?", author=ALICE))
+
+    with pytest.raises(LeaseLost):
+        await turn_run(runtime=runtime, request=await bench.request(trigger, bench.tomori))
+
+    turn = await Turn.objects.aget()
+    assert (turn.status, turn.delivered_message_ids) == (Turn.Status.ABORTED, [])
+    assert "lost the lease" in turn.error
+    assert bench.discord.delivered == []
+    # Not an answer: the worker that owns the channel now answers the trigger.
+    assert not await sync_to_async(turn_already_answered)(
+        trigger_id=trigger.id, persona_id=bench.tomori.id
+    )
 
 
 async def test_a_budget_that_cannot_fit_is_a_warning_on_the_turn(bench: Bench):
