@@ -90,13 +90,14 @@ class World:
         proxies: bool = False,
         stream: bool = False,
         shared_limits: bool = False,
+        lease_seconds: float = 15.0,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
         the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
         with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
         makes it; with ``stream`` its model requests stream, as the product's do; with
         ``shared_limits`` it paces IDENTIFYs and REST requests through Redis, as ``runbot``
-        does."""
+        does; ``lease_seconds`` is how often it settles turns left by a previous holder."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -105,6 +106,7 @@ class World:
             shard_count=shard_count,
             step_delay=step_delay,
             shared_limits=shared_limits,
+            lease_seconds=lease_seconds,
         )
         llm_client = OpenAICompatibleClient(base_url=self.llm.base_url, api_key="test")
         runner = AttemptRunner(
