@@ -76,6 +76,7 @@ class CloseCode(IntEnum):
 class Intent(IntFlag):
     GUILDS = 1 << 0
     GUILD_MEMBERS = 1 << 1
+    GUILD_EXPRESSIONS = 1 << 3
     GUILD_PRESENCES = 1 << 8
     GUILD_MESSAGES = 1 << 9
     GUILD_MESSAGE_REACTIONS = 1 << 10
@@ -90,6 +91,7 @@ EVENT_INTENTS: Mapping[str, Intent] = {
     "CHANNEL_UPDATE": Intent.GUILDS,
     "THREAD_CREATE": Intent.GUILDS,
     "THREAD_UPDATE": Intent.GUILDS,
+    "GUILD_STICKERS_UPDATE": Intent.GUILD_EXPRESSIONS,
     "GUILD_MEMBER_ADD": Intent.GUILD_MEMBERS,
     "GUILD_MEMBER_UPDATE": Intent.GUILD_MEMBERS,
     "MESSAGE_CREATE": Intent.GUILD_MESSAGES,
