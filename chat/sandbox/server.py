@@ -200,6 +200,15 @@ class SandboxServer:
         """Cut every gateway socket abruptly; bots RESUME and get what they missed."""
         return self._gateway.drop_connections() if self._gateway else 0
 
+    def drop_shard(self, shard_id: int, shard_count: int, *, hold: bool = False) -> int:
+        """Cut one shard's gateway sockets abruptly; the others go on. With ``hold`` the shard
+        cannot RESUME until `release_shard`. Returns how many sockets were cut."""
+        return self._gateway.drop_shard((shard_id, shard_count), hold=hold) if self._gateway else 0
+
+    def release_shard(self, shard_id: int, shard_count: int) -> int:
+        """Let a shard dropped with ``hold`` RESUME; returns how many RESUMEs were answered."""
+        return self._gateway.release_shard((shard_id, shard_count)) if self._gateway else 0
+
     def invalidate_sessions(self) -> int:
         """End every gateway session with INVALID_SESSION (op 9, `d: false`): bots IDENTIFY
         again and miss whatever happens until they do. Returns how many sessions ended."""
