@@ -222,6 +222,19 @@ class SandboxServer:
         """Accepted IDENTIFYs less than ``interval`` s after their bucket's previous one."""
         return self._gateway.identifies_too_soon(interval) if self._gateway else []
 
+    def session_start_limit(self) -> dict[str, int]:
+        """The bot's ``session_start_limit``, as `GET /gateway/bot` reports it."""
+        if self._gateway is None:
+            raise RuntimeError("the sandbox server is not running")
+        return self._gateway.session_start_limit(self.token)
+
+    def set_session_start_limit(self, *, remaining: int, reset_after: float | None = None) -> None:
+        """Leave the bot ``remaining`` session starts, resetting in ``reset_after`` seconds
+        (None: the window already open, else a full day); raises ValueError beyond 0..total."""
+        if self._gateway is None:
+            raise RuntimeError("the sandbox server is not running")
+        self._gateway.session_starts.set(self.token, remaining=remaining, reset_after=reset_after)
+
     def sessions(self) -> list[dict[str, Any]]:
         """The gateway sessions (id, shard, intents, seq, connected)."""
         return self._gateway.sessions() if self._gateway else []
