@@ -37,7 +37,8 @@ class GatewayInfo:
 
     url: Callable[[], str]
     shards: int
-    session_start_limit: Callable[[], dict[str, int]]
+    session_start_limit: Callable[[str], dict[str, int]]
+    """The limit of a bot token (`chat.sandbox.session_starts`)."""
 
 
 def snowflake_param(request: web.Request, name: str) -> int:
@@ -203,7 +204,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             {
                 "url": gateway.url(),
                 "shards": gateway.shards,
-                "session_start_limit": gateway.session_start_limit(),
+                "session_start_limit": gateway.session_start_limit(sandbox.token),
             }
         )
 

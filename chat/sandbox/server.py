@@ -212,6 +212,15 @@ class SandboxServer:
         """Cut every gateway socket abruptly; bots RESUME and get what they missed."""
         return self._gateway.drop_connections() if self._gateway else 0
 
+    def drop_shard(self, shard_id: int, shard_count: int, *, hold: bool = False) -> int:
+        """Cut one shard's gateway sockets abruptly; the others go on. With ``hold`` the shard
+        cannot RESUME until `release_shard`. Returns how many sockets were cut."""
+        return self._gateway.drop_shard((shard_id, shard_count), hold=hold) if self._gateway else 0
+
+    def release_shard(self, shard_id: int, shard_count: int) -> int:
+        """Let a shard dropped with ``hold`` RESUME; returns how many RESUMEs were answered."""
+        return self._gateway.release_shard((shard_id, shard_count)) if self._gateway else 0
+
     def invalidate_sessions(self) -> int:
         """End every gateway session with INVALID_SESSION (op 9, `d: false`): bots IDENTIFY
         again and miss whatever happens until they do. Returns how many sessions ended."""
@@ -233,6 +242,19 @@ class SandboxServer:
     def identifies_too_soon(self, interval: float = 5.0) -> list[IdentifyRecord]:
         """Accepted IDENTIFYs less than ``interval`` s after their bucket's previous one."""
         return self._gateway.identifies_too_soon(interval) if self._gateway else []
+
+    def session_start_limit(self) -> dict[str, int]:
+        """The bot's ``session_start_limit``, as `GET /gateway/bot` reports it."""
+        if self._gateway is None:
+            raise RuntimeError("the sandbox server is not running")
+        return self._gateway.session_start_limit(self.token)
+
+    def set_session_start_limit(self, *, remaining: int, reset_after: float | None = None) -> None:
+        """Leave the bot ``remaining`` session starts, resetting in ``reset_after`` seconds
+        (None: the window already open, else a full day); raises ValueError beyond 0..total."""
+        if self._gateway is None:
+            raise RuntimeError("the sandbox server is not running")
+        self._gateway.session_starts.set(self.token, remaining=remaining, reset_after=reset_after)
 
     def sessions(self) -> list[dict[str, Any]]:
         """The gateway sessions (id, shard, intents, seq, connected)."""
