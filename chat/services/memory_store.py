@@ -36,7 +36,8 @@ from chat.llm.embeddings import (
 )
 from chat.models import Memory
 from chat.pipeline.recall import MemoryKind, near_duplicate
-from personas.models import PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import UserPrivacy
 
 logger = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.gateway.limits import SessionStartLimitReached
 from chat.leases import shard_lease_holders
 from chat.runtime import (
     llm_client_from_settings,
@@ -150,6 +151,8 @@ class Command(BaseCommand):
                     for n, config in enumerate(configs)
                 )
             )
+        except SessionStartLimitReached as error:
+            raise CommandError(str(error)) from None
         finally:
             await llm.aclose()
             if proxies is not None:
