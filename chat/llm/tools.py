@@ -115,10 +115,12 @@ class UpdateShortTermMemoryArguments(_Arguments):
 
 
 class RememberArguments(_Arguments):
-    scope: Literal["user", "server"] = Field(
+    scope: Literal["user", "server", "persona"] = Field(
         description=(
             '"user": a fact about the person who wrote the message ref names, that they said '
-            'about themselves. "server": a fact the whole server shares.'
+            'about themselves. "server": a fact the whole server shares. "persona": something '
+            "you yourself decided to remember as this character (a promise you made, how you "
+            "agreed to call someone, a plan of yours); only you recall it."
         )
     )
     fact: str = Field(
@@ -126,13 +128,14 @@ class RememberArguments(_Arguments):
         max_length=2000,
         description=(
             "The fact, short and in the third person, naming the person "
-            '(e.g. "Alice\'s cat is called Miso").'
+            '(e.g. "Alice\'s cat is called Miso"); for scope persona, in your own words '
+            '(e.g. "I promised to call Alice Captain").'
         ),
     )
     ref: str = Field(
         pattern=r"^ref_\d+$",
         description="The message (ref_N) in which it was said; for scope user, written by "
-        "the person the fact is about.",
+        "the person the fact is about; for scope persona, the message you are answering.",
     )
 
 
@@ -234,10 +237,12 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             ToolName.REMEMBER,
             "Save a durable fact to your long-term memory of this server, for later "
             "conversations. Save only what a person said about themselves (their preferences, "
-            "life, plans: scope user, citing their own message) or the server's shared facts "
-            "(events, rules, traditions: scope server). Never save guesses, what someone said "
-            "about another person, or anything they asked you to keep to yourself. A fact you "
-            "already know is updated, not repeated.",
+            "life, plans: scope user, citing their own message), the server's shared facts "
+            "(events, rules, traditions: scope server), or what you yourself said you will "
+            "remember (your promises, plans, names you agreed on: scope persona, recalled only "
+            "by you). Never save guesses, what someone said about another person, or anything "
+            "they asked you to keep to yourself. A fact you already know is updated, not "
+            "repeated.",
             RememberArguments,
         ),
         ToolSpec(
@@ -298,9 +303,9 @@ class MessageMetadataLookup(Protocol):
 class LongTermMemoryWriter(Protocol):
     async def remember(self, *, scope: str, fact: str, ref: str) -> str:
         """Keep ``fact`` (scope ``user``: about the author of the message ``ref``; ``server``:
-        the guild's); return ``added`` or ``updated`` (a near duplicate); raise ``ToolError``
-        when it may not be kept (the person is not in the conversation or chose privacy, the
-        memory is full, the fact is too long)."""
+        the guild's; ``persona``: the speaking persona's own); return ``added`` or ``updated``
+        (a near duplicate); raise ``ToolError`` when it may not be kept (the person is not in
+        the conversation or chose privacy, the memory is full, the fact is too long)."""
         ...
 
 

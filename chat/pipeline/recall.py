@@ -420,15 +420,16 @@ def names_someone_else(fact: str, *, author: str, others: Iterable[str]) -> str 
     """For a personal fact attributed to ``author``: the name of another person of the
     conversation it names while not naming ``author`` (whole words, any case), or None. "Alice
     hates the oboe" cited from Bob's message names Alice: it is not Bob's to tell."""
-    words = set(normalized_text(fact).split())
-
-    def named(name: str) -> bool:
-        parts = normalized_text(name).split()
-        return bool(parts) and all(part in words for part in parts)
-
-    if named(author):
+    if fact_names(fact, author):
         return None
-    return next((name for name in others if name != author and named(name)), None)
+    return next((name for name in others if name != author and fact_names(fact, name)), None)
+
+
+def fact_names(fact: str, name: str) -> bool:
+    """True when ``fact`` holds every word of ``name`` as a whole word, in any case."""
+    words = set(normalized_text(fact).split())
+    parts = normalized_text(name).split()
+    return bool(parts) and all(part in words for part in parts)
 
 
 def recall_query(

@@ -137,6 +137,33 @@ async def test_a_fact_saved_with_the_remember_tool_reaches_a_later_prompt(world)
     assert "- About Alice: Alice plays the oboe in an orchestra" in _memory_items(bodies[2])[0]
 
 
+async def test_what_a_persona_says_it_will_remember_reaches_only_its_own_later_prompts(world):
+    promise = {"scope": "persona", "fact": "I promised to call Alice Captain", "ref": "ref_1"}
+    world.llm.enqueue(Reply.calling("remember", promise), Reply("Aye, Captain!"))
+    await world.start_worker()
+
+    world.say("tomori, remember to call me captain from now on", author=ALICE)
+    bodies = await _answered(world, 2)
+
+    assert _tool_results(bodies[1]) == [{"saved": "added"}]
+    [memory] = await sync_to_async(list)(Memory.objects.select_related("persona"))
+    [turn] = await sync_to_async(_turns)()
+    assert (memory.kind, memory.persona.name, memory.source) == ("persona", "Tomori", "tool")
+    assert memory.user_id is None and memory.turn_id == turn.id
+
+    world.say("anon, will you call me captain too?", author=ALICE)
+    bodies = await _answered(world, 3)
+    assert "Captain" not in str(_memory_items(bodies[2]))
+
+    world.say("tomori, what will you call me, captain?", author=ALICE)
+    bodies = await _answered(world, 4)
+    [item] = _memory_items(bodies[3])
+    assert "- You said you would remember: I promised to call Alice Captain" in item
+    turns = await sync_to_async(_turns)()
+    assert [t.persona_name for t in turns[1:]] == ["Anon", "Tomori"]
+    assert turns[1].recalled == [] and turns[2].recalled[0]["kind"] == "persona"
+
+
 async def test_the_remember_tool_keeps_nothing_about_someone_who_did_not_say_it(world):
     world.say("hi all", author=ALICE)
     about_alice = {"scope": "user", "fact": "Alice hates the oboe", "ref": "ref_2"}
