@@ -14,7 +14,8 @@ from django.db.models.lookups import LessThanOrEqual
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from personas.models import Persona, PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import Persona, UserPrivacy
 
 MEMORY_TEXT_CEILING = 2000
 """The longest memory text the database takes; the per-kind limits (settings) are lower."""

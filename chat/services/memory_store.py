@@ -37,7 +37,8 @@ from chat.llm.embeddings import (
 from chat.models import Memory
 from chat.models_memory import memory_version_bump
 from chat.pipeline.recall import MemoryKind, near_duplicate
-from personas.models import PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import UserPrivacy
 
 logger = logging.getLogger(__name__)
 

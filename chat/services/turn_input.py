@@ -6,8 +6,10 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -34,6 +36,7 @@ from chat.pipeline.types import (
     PrivacyLevel,
     ReferenceKind,
     signed_url_expiry,
+    with_attachment_hashes,
     with_attachment_urls,
 )
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
@@ -43,12 +46,22 @@ from chat.selectors import ChannelSettings, lore
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
-from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
+from chat.services.turn_request import (
+    MAX_IMAGE_HASHES,
+    MAX_REFRESHED_URLS,
+    TurnRequest,
+    TurnRuntime,
+)
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
 URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
 """An attachment URL whose signature runs out within this is signed anew before a turn hands
 it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
+
+IMAGE_HASH_MAX_BYTES = 25 * 1024 * 1024
+"""Largest image whose bytes are read to hash it (Discord's upload limit without boosts);
+a larger one keeps its URL as its identity."""
+IMAGE_READS_AT_ONCE = 4
 
 logger = logging.getLogger(__name__)
 
@@ -229,6 +242,56 @@ async def turn_attachment_urls_refresh(
         history=tuple(with_attachment_urls(m, fresh) for m in turn_input.history),
         reply_targets={
             i: with_attachment_urls(m, fresh) for i, m in turn_input.reply_targets.items()
+        },
+    )
+
+
+async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> TurnInput:
+    """``turn_input`` with a ``content_hash`` (SHA-256 of the bytes) on every image attachment,
+    so an image posted again is recognised as the same picture (seed 002, "Deduplication":
+    only its latest occurrence renders, and it counts once toward the rendered-image limit).
+
+    Discord gives attachments no hash and a new URL per upload, so the worker reads each image
+    once (at most `IMAGE_READS_AT_ONCE` at a time) and remembers its hash by attachment id
+    (`TurnRuntime.image_hashes`). An image that cannot be read, or is larger than
+    `IMAGE_HASH_MAX_BYTES`, keeps no hash: its URL stays its identity."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    images = {
+        a.id: a.url
+        for m in messages
+        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
+        if a.is_image
+    }
+    if not images:
+        return turn_input
+    unread = [i for i in images if i not in runtime.image_hashes]
+    gate = asyncio.Semaphore(IMAGE_READS_AT_ONCE)
+
+    async def digest(url: str) -> str | None:
+        async with gate:
+            try:
+                data = await runtime.port.read_attachment(url, max_bytes=IMAGE_HASH_MAX_BYTES + 1)
+            except DeliveryError as error:
+                logger.info("an image could not be read to hash it: %s", error)
+                return None
+        return None if len(data) > IMAGE_HASH_MAX_BYTES else hashlib.sha256(data).hexdigest()
+
+    for attachment_id, digest_value in zip(
+        unread, await asyncio.gather(*(digest(images[i]) for i in unread)), strict=True
+    ):
+        runtime.image_hashes[attachment_id] = digest_value
+    for attachment_id in images:
+        runtime.image_hashes.move_to_end(attachment_id)
+    while len(runtime.image_hashes) > MAX_IMAGE_HASHES:
+        runtime.image_hashes.popitem(last=False)
+    hashes = {i: h for i in images if (h := runtime.image_hashes.get(i)) is not None}
+    if not hashes:
+        return turn_input
+    return replace(
+        turn_input,
+        history=tuple(with_attachment_hashes(m, hashes) for m in turn_input.history),
+        reply_targets={
+            i: with_attachment_hashes(m, hashes) for i, m in turn_input.reply_targets.items()
         },
     )
 

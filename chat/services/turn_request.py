@@ -30,6 +30,7 @@ from personas.models import Persona
 
 MAX_WARM_CONTEXTS = 2000
 MAX_REFRESHED_URLS = 4096
+MAX_IMAGE_HASHES = 4096
 
 AbortCheck = Callable[[], Awaitable[str | None]]
 """Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
@@ -66,6 +67,9 @@ class TurnRuntime:
     refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
     """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
     the window keeps a message's original, so later turns reuse the refreshed one."""
+    image_hashes: OrderedDict[int, str | None] = field(default_factory=OrderedDict)
+    """Image attachment id → SHA-256 of its bytes (None: it could not be read), the newest
+    `MAX_IMAGE_HASHES`: an attachment's bytes never change, so each image is read once."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least

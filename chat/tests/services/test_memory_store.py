@@ -9,6 +9,7 @@ from django.test import override_settings
 from chat.llm.embeddings import HashingEmbeddings
 from chat.models import Memory
 from chat.pipeline.recall import MemoryKind
+from chat.pipeline.types import PrivacyLevel
 from chat.services.memory_recall import memories_recall_for_turn, memory_search
 from chat.services.memory_store import (
     MemoryRefused,
@@ -21,7 +22,7 @@ from chat.services.memory_store import (
 )
 from chat.tests.privacy import user_privacy
 from personas.config_schema import UserSpec
-from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
+from personas.models import GuildConfig, Persona, UserPrivacy
 from personas.services import user_privacy_save
 
 pytestmark = pytest.mark.django_db
