@@ -24,9 +24,10 @@ Run: ``.venv/bin/python -m benchmarks.recall`` (``make bench`` runs it).
    pairs, the persona's system prompt not naming ``{user}``), each turn with three memories
    recalled for its trigger from the evaluation set's index, against the same turns with no
    memories: the share of prompt tokens in leading items identical to the previous prompt's
-   (what a provider's prompt cache reuses), and how often the cacheable prefix is token for
-   token the one without memories. Baseline: the same memories placed in the system block, as
-   they were before.
+   (what a provider's prompt cache reuses: the longest common prefix of consecutive requests
+   of the channel, in whole items), the tokens per turn past it (what the provider processes
+   anew), and how often the cacheable prefix is token for token the one without memories.
+   Baseline: the same memories placed in the system block, as they were before.
 """
 
 from __future__ import annotations
@@ -288,6 +289,7 @@ def cacheable_share(model: EmbeddingModel, index: MemoryIndex) -> dict[str, floa
     anchor_id = None
     previous: dict[str, object] = {}
     shares = {"off": 0.0, "on": 0.0, "system": 0.0}
+    new_tokens = dict.fromkeys(shares, 0)
     same_prefix = pairs = 0
     for count, message in enumerate(talk, start=1):
         if message.id not in trigger_ids:
@@ -312,12 +314,19 @@ def cacheable_share(model: EmbeddingModel, index: MemoryIndex) -> dict[str, floa
             for name in shares:
                 end = pb.repeated_prefix_end(previous[name], current[name])
                 shares[name] += pb.token_share(current[name], end)
+                new_tokens[name] += current[name].total_tokens - sum(
+                    item.tokens for item in current[name].items[:end]
+                )
             off, on = current["off"], current["on"]
             same_prefix += (
                 on.items[: on.cacheable_prefix_end] == off.items[: off.cacheable_prefix_end]
             )
         previous = current
-    return {**{name: total / pairs for name, total in shares.items()}, "same": same_prefix / pairs}
+    return {
+        **{name: total / pairs for name, total in shares.items()},
+        **{f"{name}_new": total / pairs for name, total in new_tokens.items()},
+        "same": same_prefix / pairs,
+    }
 
 
 def main() -> None:
@@ -367,11 +376,13 @@ def main() -> None:
         ),
         Row(
             "prompt tokens the provider can reuse (leading items identical to the previous "
-            "prompt's), conversation, three memories recalled per turn after the dialogue",
-            f"{shares['on']:.1%} (cacheable prefix identical to the one without memories in "
-            f"{shares['same']:.0%} of turns)",
-            f"no memories: {shares['off']:.1%}; the same memories in the system block: "
-            f"{shares['system']:.1%}",
+            "prompt's), conversation, three memories recalled per turn after the dialogue; "
+            "and the tokens per turn past that prefix (new to the provider's cache)",
+            f"{shares['on']:.1%}, {shares['on_new']:,.0f} new tokens per turn (cacheable "
+            f"prefix identical to the one without memories in {shares['same']:.0%} of turns)",
+            f"no memories: {shares['off']:.1%}, {shares['off_new']:,.0f} new tokens; the same "
+            f"memories in the system block: {shares['system']:.1%}, "
+            f"{shares['system_new']:,.0f} new tokens",
             "within 1 point of no memories",
         ),
     ]
