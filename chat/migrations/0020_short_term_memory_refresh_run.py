@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('chat', '0018_shard_lease_fence'),
+        ('chat', '0019_memory_version'),
     ]
 
     operations = [
