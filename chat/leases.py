@@ -164,6 +164,14 @@ class FencedPort:
         await self._check(channel_id)
         await self._port.react(channel_id, message_id, emoji)
 
+    async def send_sticker(
+        self, *, channel_id: int, speaker: Speaker, sticker_id: int
+    ) -> Delivered:
+        await self._check(channel_id)
+        return await self._port.send_sticker(
+            channel_id=channel_id, speaker=speaker, sticker_id=sticker_id
+        )
+
     def typing(self, channel_id: int) -> AbstractAsyncContextManager[None]:
         return self._port.typing(channel_id)
 

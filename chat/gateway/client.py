@@ -34,7 +34,7 @@ SHUTDOWN_GRACE_SECONDS = 10
 
 
 def bot_intents() -> discord.Intents:
-    """Guilds, guild and DM messages, message content, members and reactions."""
+    """Guilds, guild and DM messages, message content, members, reactions and stickers."""
     intents = discord.Intents.none()
     intents.guilds = True
     intents.guild_messages = True
@@ -42,6 +42,7 @@ def bot_intents() -> discord.Intents:
     intents.message_content = True
     intents.members = True
     intents.guild_reactions = True
+    intents.emojis_and_stickers = True  # the guild's stickers, for `send_sticker`
     intents.dm_reactions = True
     return intents
 

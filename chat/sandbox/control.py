@@ -24,6 +24,9 @@ Discord's error body. Ids are strings in responses and strings or numbers in req
     GET    /gateway/sessions
     POST   /gateway/drop, /gateway/reconnect    -> {"count": sockets affected}
     POST   /gateway/invalidate                  -> {"count": sessions ended}
+    POST   /gateway/shards/drop                 {shard: [id, count], hold?} -> {"count": sockets
+                                                 cut}; with hold its RESUME waits for release
+    POST   /gateway/shards/release              {shard: [id, count]} -> {"count": resumed}
     POST   /gateway/replay                      {count} -> {"count": events replayed}
     GET    /gateway/session-start-limit         the bot's session_start_limit
     POST   /gateway/session-start-limit         {remaining, reset_after? (s)} -> the limit
@@ -121,6 +124,11 @@ class FaultSpec(_Body):
 
 class ReplaySpec(_Body):
     count: Annotated[int, Field(ge=1)] = 1
+
+
+class ShardDropSpec(_Body):
+    shard: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]]
+    hold: bool = False
 
 
 class SessionStartLimitSpec(_Body):
@@ -268,6 +276,16 @@ def control_app(server: SandboxServer) -> web.Application:
     async def replay(request: web.Request) -> web.Response:
         body = schemas.parse(ReplaySpec, await json_body(request))
         return json_response({"count": server.replay_last_dispatches(body.count)})
+
+    @routes.post("/gateway/shards/drop")
+    async def drop_shard(request: web.Request) -> web.Response:
+        body = schemas.parse(ShardDropSpec, await json_body(request))
+        return json_response({"count": server.drop_shard(*body.shard, hold=body.hold)})
+
+    @routes.post("/gateway/shards/release")
+    async def release_shard(request: web.Request) -> web.Response:
+        body = schemas.parse(ShardDropSpec, await json_body(request))
+        return json_response({"count": server.release_shard(*body.shard)})
 
     @routes.get("/gateway/session-start-limit")
     async def session_start_limit(request: web.Request) -> web.Response:

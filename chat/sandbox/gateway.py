@@ -78,6 +78,7 @@ class CloseCode(IntEnum):
 class Intent(IntFlag):
     GUILDS = 1 << 0
     GUILD_MEMBERS = 1 << 1
+    GUILD_EXPRESSIONS = 1 << 3
     GUILD_PRESENCES = 1 << 8
     GUILD_MESSAGES = 1 << 9
     GUILD_MESSAGE_REACTIONS = 1 << 10
@@ -92,6 +93,7 @@ EVENT_INTENTS: Mapping[str, Intent] = {
     "CHANNEL_UPDATE": Intent.GUILDS,
     "THREAD_CREATE": Intent.GUILDS,
     "THREAD_UPDATE": Intent.GUILDS,
+    "GUILD_STICKERS_UPDATE": Intent.GUILD_EXPRESSIONS,
     "GUILD_MEMBER_ADD": Intent.GUILD_MEMBERS,
     "GUILD_MEMBER_UPDATE": Intent.GUILD_MEMBERS,
     "MESSAGE_CREATE": Intent.GUILD_MESSAGES,
@@ -307,6 +309,8 @@ class Gateway:
         self._recent: deque[GatewayEvent] = deque(maxlen=settings.recent_events)
         self.identifies: list[IdentifyRecord] = []
         self._bucket_identified: dict[int, float] = {}
+        self._held_shards: set[tuple[int, int]] = set()
+        self._held_resumes: list[tuple[GatewayConnection, tuple[int, int], Any]] = []
         self.session_starts = SessionStarts(
             total=settings.session_start_total,
             max_concurrency=settings.max_concurrency,
@@ -405,6 +409,38 @@ class Gateway:
                 connection.session.detach(connection, now)
             connection.abort()
         return len(connections)
+
+    def drop_shard(self, shard: tuple[int, int], *, hold: bool = False) -> int:
+        """Cut the sockets of the sessions on ``shard`` (id, count) without a closing
+        handshake, as a network failure on one shard's connection does; every other session
+        goes on. With ``hold`` the shard stays down: its RESUME is left unanswered (the new
+        socket stays open and its heartbeats are acknowledged) until `release_shard`, while
+        its session buffers what happens. Returns how many sockets were cut."""
+        if hold:
+            self._held_shards.add(shard)
+        now = self._clock()
+        cut = 0
+        for session in list(self._sessions.values()):
+            connection = session.connection
+            if (session.shard_id, session.shard_count) != shard or connection is None:
+                continue
+            session.detach(connection, now)
+            connection.abort()
+            cut += 1
+        return cut
+
+    def release_shard(self, shard: tuple[int, int]) -> int:
+        """Stop holding ``shard`` and answer the RESUMEs held for it (each then replays what
+        its session missed, then RESUMED). Returns how many were answered."""
+        self._held_shards.discard(shard)
+        held = [item for item in self._held_resumes if item[1] == shard]
+        self._held_resumes = [item for item in self._held_resumes if item[1] != shard]
+        answered = 0
+        for connection, _, data in held:
+            if connection in self._connections:
+                self._resume(connection, data)
+                answered += 1
+        return answered
 
     def invalidate_sessions(self) -> int:
         """End every session, as Discord does when it invalidates them: each identified socket
@@ -582,6 +618,10 @@ class Gateway:
             return
         self._expire_sessions()
         session = self._sessions.get(resume.session_id)
+        if session is not None and (session.shard_id, session.shard_count) in self._held_shards:
+            shard = (session.shard_id, session.shard_count)
+            self._held_resumes.append((connection, shard, data))
+            return
         missed = None if session is None else session.missed_since(resume.seq or 0)
         if session is None or missed is None:
             self._sessions.pop(resume.session_id, None)

@@ -240,7 +240,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         message = sandbox.create_message(
             channel_id,
             author_id=bot_id,
-            content=body.content,
+            content=body.content or "",
             embeds=body.embeds,
             uploads=uploads,
             reference=body.message_reference,
@@ -249,6 +249,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             nonce=body.nonce,
             enforce_nonce=body.enforce_nonce,
             flags=body.flags,
+            sticker_ids=body.sticker_ids,
         )
         return json_response(message)
 

@@ -52,6 +52,7 @@ from chat.services.turn_request import (
     TurnRequest,
     TurnRuntime,
 )
+from personas.models import ChannelMode
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
 URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
@@ -372,6 +373,7 @@ async def turn_input_gather(
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         follow_up_tools=follow_up_tools,
+        autonomous=channel.mode == ChannelMode.AUTONOMOUS,
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -393,12 +395,24 @@ def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
 
 def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
     """The tools whose outside service this turn has: ``analyze_image`` and ``process_gif``
-    with a vision model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    with a vision model, ``process_youtube_video`` with a transcript service, ``remember`` in
+    a guild (long-term memories are kept per guild), and ``send_sticker`` in an autonomous
+    channel of a guild that has stickers, for the persona speaking through the bot account
+    (webhooks cannot send stickers)."""
     configured = (
         {ToolName.ANALYZE_IMAGE, ToolName.PROCESS_GIF} if runtime.vision is not None else set()
     )
-    if request.configuration.guild_id is not None:
+    if runtime.videos is not None:
+        configured.add(ToolName.PROCESS_YOUTUBE_VIDEO)
+    guild_id = request.configuration.guild_id
+    if guild_id is not None:
         configured.add(ToolName.REMEMBER)
+        if (
+            request.channel.mode == ChannelMode.AUTONOMOUS
+            and request.persona.is_main
+            and runtime.port.guild_stickers(guild_id)
+        ):
+            configured.add(ToolName.SEND_STICKER)
     return frozenset(configured)
 
 

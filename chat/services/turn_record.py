@@ -199,6 +199,13 @@ def turn_piece_record(turn: Turn, delivered: list[Delivered]) -> None:
         _index_delivered(turn, delivered)
 
 
+def turn_extra_delivered_record(turn_id: int, delivered: list[Delivered]) -> None:
+    """Index messages a turn's tool sent (a sticker) as the persona's, like its reply's."""
+    turn = Turn.objects.filter(id=turn_id).first()
+    if turn is not None:
+        _index_delivered(turn, delivered)
+
+
 def _index_delivered(turn: Turn, delivered: list[Delivered]) -> None:
     for item in delivered:
         MessageIndex.objects.update_or_create(

@@ -325,3 +325,30 @@ def test_the_session_start_limit_resets_after_its_window() -> None:
     assert not starts.use("a")
     now[0] = 160.0
     assert starts.limit("a")["remaining"] == 3
+
+
+async def test_one_shard_dropped_and_held_resumes_only_when_released() -> None:
+    async with (
+        SandboxServer(demo_sandbox()) as server,
+        raw_gateway(server) as zero,
+        raw_gateway(server) as one,
+    ):
+        ready, *_ = await zero.identify(server.token, shard=[0, 2])
+        await one.identify(server.token, shard=[1, 2])
+        assert server.drop_shard(0, 2, hold=True) == 1
+        assert (await zero.ws.receive(timeout=EVENT_TIMEOUT)).type in (
+            aiohttp.WSMsgType.CLOSED,
+            aiohttp.WSMsgType.ERROR,
+        )
+        await one.send(1, 2)
+        assert (await one.receive())["op"] == 11  # the other shard goes on
+        async with raw_gateway(server) as again:
+            resume = {"token": server.token, "session_id": ready["d"]["session_id"], "seq": 1}
+            await again.send(6, resume)
+            await again.send(1, 1)
+            assert (await again.receive())["op"] == 11  # held: heartbeats, no RESUMED
+            assert [s["connected"] for s in server.sessions()] == [False, True]
+
+            assert server.release_shard(0, 2) == 1
+            frames = [await again.receive() for _ in range(2)]
+            assert [f["t"] for f in frames] == ["GUILD_CREATE", "RESUMED"]
