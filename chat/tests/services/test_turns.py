@@ -408,6 +408,23 @@ async def test_a_queued_turn_starts_at_the_channels_anchor_and_ends_at_its_trigg
     assert {"reason": LEFT_OUT_AFTER_TRIGGER, "count": 14} in report["left_out"]
 
 
+async def test_a_queued_window_past_the_limit_advances_the_anchor_by_a_stride(bench: Bench):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(message_fetch_limit=20)
+    lines = seed(bench, count=30)
+    await turn_prepare(runtime=bench.runtime, request=await bench.request(lines[-1], bench.tomori))
+    triggers = [bench.discord.post(chat(n, f"tomori, question {n}?")) for n in range(31, 51)]
+
+    # 17..38 would be 22 messages: the anchor (17) moves one stride (6) to 23.
+    queued = await turn_prepare(
+        runtime=bench.runtime,
+        request=await bench.request(triggers[7], bench.tomori, is_queued_turn=True),
+    )
+
+    history = [m.id for m in queued.turn_input.history]
+    assert history == [m.id for m in lines[22:]] + [t.id for t in triggers[:8]]
+    assert (queued.window["reanchor_reason"], queued.window["advanced_by"]) == (None, 6)
+
+
 async def test_each_streamed_piece_has_its_own_nonce_and_the_humanizer_applies(bench: Bench):
     await Persona.objects.filter(id=bench.tomori.id).aupdate(force_lowercase=True)
     bench.llm.enqueue(Reply("Tomori: One; two.\n\nThree FOUR.\n\nFive."))
