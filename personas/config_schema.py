@@ -74,7 +74,7 @@ from personas.models import (
     PRESET_PROMPTS_MAX,
     PRESET_TEXT_MAX,
     SAMPLE_DIALOGUE_MAX,
-    STM_REFRESH_EVERY_MAX,
+    SHORT_TERM_MEMORY_REFRESH_EVERY_MAX,
     SYSTEM_PROMPT_MAX,
     TEMPERATURE_MAX,
     TEMPERATURE_MIN,
@@ -373,7 +373,9 @@ class ShortTermMemorySpec(_Strict):
     """How the persona keeps its short-term memory: refreshed after ``refresh_every`` of its
     replies; shown in the system prompt (``depth`` null) or at that depth in the dialogue."""
 
-    refresh_every: Annotated[int, Field(strict=True, ge=1, le=STM_REFRESH_EVERY_MAX)] = 5
+    refresh_every: Annotated[
+        int, Field(strict=True, ge=1, le=SHORT_TERM_MEMORY_REFRESH_EVERY_MAX)
+    ] = 5
     depth: Depth | None = None
 
 

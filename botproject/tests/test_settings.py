@@ -42,7 +42,7 @@ def test_env_list_splits_on_commas_and_drops_blanks():
 
 
 def test_env_positive_float_reads_seconds_and_names_the_variable_on_a_bad_value():
-    name = "STM_MAINTENANCE_SECONDS"
+    name = "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS"
     assert env_positive_float(name, 300.0, environ={}) == 300.0
     assert env_positive_float(name, 300.0, environ={name: " 0.5 "}) == 0.5
     for raw in ("0", "-1", "soon", "inf"):

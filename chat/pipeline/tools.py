@@ -115,7 +115,7 @@ def admit_tools(
     deliberate_tool_mode: bool,
     trigger: SimplifiedEntry | None,
     configured_tools: AbstractSet[str],
-    stm_maintenance_due: bool,
+    short_term_memory_maintenance_due: bool,
     is_queued_turn: bool,
     follow_up_tools: AbstractSet[str] = frozenset(),
 ) -> ToolAdmission:
@@ -132,7 +132,7 @@ def admit_tools(
         deliberate_tool_mode: The persona's Deliberate Tool Mode toggle.
         trigger: The triggering message's history entry; None when it is not visible.
         configured_tools: Names of tools whose outside service is configured.
-        stm_maintenance_due: Short-term memory maintenance is due for this channel.
+        short_term_memory_maintenance_due: Short-term memory maintenance is due for this channel.
         is_queued_turn: The turn answers a queued trigger (no tool depends on it today: the
             queued turn's reply is its answer, and no tool sends replies).
         follow_up_tools: The tools the turn offered whose reply the trigger replies to (empty
@@ -149,7 +149,7 @@ def admit_tools(
         if not tool.needs_configuration or tool.name in configured_tools
     ]
     if deliberate_tool_mode:
-        wanted = _deliberate_reasons(trigger, stm_maintenance_due)
+        wanted = _deliberate_reasons(trigger, short_term_memory_maintenance_due)
         for name in sorted(follow_up_tools):
             wanted.setdefault(name, "a follow-up to a reply that offered it")
     else:
@@ -159,11 +159,11 @@ def admit_tools(
 
 
 def _deliberate_reasons(
-    trigger: SimplifiedEntry | None, stm_maintenance_due: bool
+    trigger: SimplifiedEntry | None, short_term_memory_maintenance_due: bool
 ) -> dict[str, str]:
     """Why each tool is wanted under Deliberate Tool Mode; media reasons win over keywords."""
     reasons: dict[str, str] = {}
-    if stm_maintenance_due:
+    if short_term_memory_maintenance_due:
         reasons[ToolName.UPDATE_SHORT_TERM_MEMORY] = "short-term memory maintenance is due"
     if trigger is None:
         return reasons

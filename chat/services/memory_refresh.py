@@ -15,7 +15,7 @@ from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
     build_summary_messages,
     clip_summary,
-    stm_maintenance_due,
+    short_term_memory_maintenance_due,
     visible_memory_text,
 )
 from chat.pipeline.triggers import TurnReason
@@ -59,8 +59,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     """Refresh one due memory with one summarisation call over its channel's current window.
 
     Steps:
-        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
-           skip when the channel's guild or the persona is no longer configured.
+        1. Re-fetch the memory; skip it unless it is still due
+           (`short_term_memory_maintenance_due`), and skip when the channel's guild or the
+           persona is no longer configured.
         2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
            it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
            and nothing (anchor, window registry) changes.
@@ -76,7 +77,7 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     if memory is None:
         return MemoryRefresh("skipped", "the memory is gone")
     persona = memory.persona
-    if not stm_maintenance_due(
+    if not short_term_memory_maintenance_due(
         memory.state,
         refresh_every=persona.stm_refresh_every,
         tools_on=persona.tools_enabled,

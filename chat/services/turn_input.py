@@ -24,7 +24,7 @@ from chat.llm.base import ModelApi
 from chat.llm.tools import TOOL_SPECS
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
-from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
+from chat.pipeline.memory import short_term_memory_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, recall_query, window_people
 from chat.pipeline.simplify import hidden_user_ids
@@ -335,15 +335,15 @@ async def turn_input_gather(
         blocks=request.configuration.blocks,
         channel_note=channel.channel_note,
         global_note=channel.global_note,
-        stm_text=people.stm_text,
-        stm_depth=persona.stm_depth,
+        short_term_memory_text=people.short_term_memory_text,
+        short_term_memory_depth=persona.stm_depth,
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         follow_up_tools=follow_up_tools,
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
-        stm_maintenance_due=people.stm_due,
+        short_term_memory_maintenance_due=people.short_term_memory_due,
         lorebooks=lore.lorebooks(persona=persona, guild=channel.guild),
         preset=selectors.chat_preset(persona=persona, guild=channel.guild),
         previous=previous,
@@ -376,8 +376,8 @@ class _People:
 
     privacy: Mapping[int, PrivacyLevel]
     blacklisted: frozenset[int]
-    stm_text: str | None
-    stm_due: bool
+    short_term_memory_text: str | None
+    short_term_memory_due: bool
     last_seen: dt.datetime | None
 
 
@@ -414,8 +414,8 @@ def _gather_people(
         last_seen=last_seen,
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
-        stm_text=visible_memory_text(state, now=now),
-        stm_due=stm_maintenance_due(
+        short_term_memory_text=visible_memory_text(state, now=now),
+        short_term_memory_due=short_term_memory_maintenance_due(
             state,
             refresh_every=persona.stm_refresh_every,
             tools_on=persona.tools_enabled,

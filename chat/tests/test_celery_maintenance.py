@@ -59,7 +59,7 @@ def start_celery(sandbox: SandboxServer, llm: FakeLLMServer, schedule: Path) -> 
         "DISCORD_TOKEN": sandbox.token,
         "DISCORD_API_BASE": sandbox.api_base,
         "LLM_BASE_URL": llm.base_url,
-        "STM_MAINTENANCE_SECONDS": "0.5",
+        "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS": "0.5",
     }
     command = [
         *(sys.executable, "-m", "celery", "-A", "botproject", "worker", "--beat"),

@@ -79,13 +79,17 @@ def test_the_whole_prompt_in_order():
             history,
             persona=persona,
             memories=("About Alice: likes tea",),
-            stm_text="Morning greetings.",
+            short_term_memory_text="Morning greetings.",
         )
     )
 
     assert [(item.tag, item.role, item.text) for item in context.items] == [
         (ItemTag.SYSTEM_PROMPT, Role.SYSTEM, "You are Tomori, talking with Alice."),
-        (ItemTag.STM, Role.SYSTEM, "Short-term memory of this conversation:\nMorning greetings."),
+        (
+            ItemTag.SHORT_TERM_MEMORY,
+            Role.SYSTEM,
+            "Short-term memory of this conversation:\nMorning greetings.",
+        ),
         (ItemTag.SAMPLE_DIALOGUE, Role.USER, "Alice: hi"),
         (ItemTag.SAMPLE_DIALOGUE, Role.ASSISTANT, "Tomori: hey!"),
         (ItemTag.DIALOGUE_HISTORY, Role.USER, "Bob: [ref_1] morning all"),
