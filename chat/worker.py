@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
 
-from botproject.events import EventType
+from botproject.live_updates import LiveUpdateType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.commands import PersonaCommandTree
@@ -145,7 +145,7 @@ def build_client(
             runtime.previous_contexts.clear()
             logger.info("configuration changed; reloaded")
 
-        client.background(listen_for_control({EventType.CONFIG_CHANGED: config_changed}))
+        client.background(listen_for_control({LiveUpdateType.CONFIG_CHANGED: config_changed}))
         client.background(_heartbeat(client, config, holder))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
