@@ -144,13 +144,16 @@ def parse_config_bytes(raw: bytes, *, source: str) -> ConfigDocument:
     (with ``source`` set) naming every problem found, never any other exception for any input.
     """
     try:
-        return parse_config_document(_decode_json(raw))
+        return parse_config_document(decode_json_file(raw))
     except ConfigError as error:
         error.source = source
         raise
 
 
-def _decode_json(raw: bytes) -> object:
+def decode_json_file(raw: bytes) -> object:
+    """The JSON value of an uploaded or read file's bytes (a configuration file, a chat
+    preset): at most ``CONFIG_FILE_MAX_BYTES`` bytes, UTF-8 (a byte-order mark is allowed),
+    valid JSON nested at most ``NESTING_MAX`` levels. Raises ConfigError naming ``(document)``."""
     if len(raw) > CONFIG_FILE_MAX_BYTES:
         raise ConfigError(
             [(DOCUMENT, f"is larger than {CONFIG_FILE_MAX_BYTES:,} bytes; split it into files")]
