@@ -23,14 +23,9 @@ from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.selectors.short_term_memory import short_term_memory_get
 from chat.services.short_term_memory import short_term_memory_release, short_term_memory_write
-from chat.services.turn_record import (
-    turn_completion_record,
-    turn_context_record,
-    turn_create,
-    turn_save,
-)
+from chat.services.turn_record import turn_save
 from chat.services.turn_request import TurnRequest, TurnRuntime
-from chat.services.turns import turn_prepare
+from chat.services.turns import turn_ask, turn_prepare
 
 
 @dataclass(frozen=True)
@@ -140,14 +135,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         previous_summary=previous,
         conversation=lines,
     )
-    turn = await sync_to_async(turn_create)(request)
-    turn_context_record(turn, prepared)
-    turn.request = {"messages": messages}
-    turn.tool_allowlist = []
-    completion = await runtime.runner.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    turn, completion = await turn_ask(
+        runtime, request, prepared, messages=messages, persona_name=persona.name
     )
-    turn_completion_record(turn, completion)
     summary = clip_summary(completion.reply_text)
     if completion.error is not None or not summary:
         turn.status = Turn.Status.FAILED

@@ -29,6 +29,8 @@ from botproject.live_updates import (
 )
 from chat import selectors
 from chat.llm.attempts import request_body
+from chat.llm.base import Message
+from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
@@ -217,3 +219,26 @@ async def _turn_prepare_recorded(
         channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids)
     )
     return prepared
+
+
+async def turn_ask(
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    prepared: PreparedTurn,
+    *,
+    messages: list[Message],
+    persona_name: str,
+) -> tuple[Turn, TurnCompletion]:
+    """A background turn that asks the persona's models ``messages`` as written, with no tools
+    (a memory refresh, a memory extraction). Steps: create the `Turn` row (running), record the
+    context ``prepared`` read and the request, ask, record the exchange. Returns the unsaved
+    turn and the completion: the caller judges the reply, sets the status and saves."""
+    turn = await sync_to_async(turn_create)(request)
+    turn_context_record(turn, prepared)
+    turn.request = {"messages": messages}
+    turn.tool_allowlist = []
+    completion = await runtime.runner.complete_turn(
+        models=prepared.models, render=lambda plan: messages, persona_name=persona_name
+    )
+    turn_completion_record(turn, completion)
+    return turn, completion
