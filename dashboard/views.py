@@ -158,19 +158,7 @@ def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 @viewer_required
 def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    form = PersonaForm()
-    if request.method == "POST":
-        require_admin(request)
-        form = PersonaForm(request.POST)
-        if form.is_valid():
-            try:
-                persona = persona_save(guild=guild, spec=form.spec, actor=request.user)
-            except ConfigError as error:
-                form.add_problems(error.problems)
-            else:
-                messages.success(request, f"Created {persona.name}.")
-                return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
-    return _persona_page(request, guild, None, form)
+    return _persona_edit(request, guild, None)
 
 
 @require_http_methods(["GET", "POST"])
@@ -178,18 +166,28 @@ def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
 def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
     persona = get_object_or_404(Persona, pk=persona_id, guild=guild)
+    return _persona_edit(request, guild, persona)
+
+
+def _persona_edit(
+    request: HttpRequest, guild: GuildConfig, persona: Persona | None
+) -> HttpResponse:
+    """The persona's page (a new one's when ``persona`` is None); an admin's POST saves it
+    and goes to its page, or shows the form with the problems."""
     form = PersonaForm(instance=persona)
     if request.method == "POST":
         require_admin(request)
         form = PersonaForm(request.POST, instance=persona)
         if form.is_valid():
             try:
-                persona_save(guild=guild, spec=form.spec, persona=persona, actor=request.user)
+                saved = persona_save(
+                    guild=guild, spec=form.spec, persona=persona, actor=request.user
+                )
             except ConfigError as error:
                 form.add_problems(error.problems)
             else:
-                messages.success(request, f"Saved {form.spec.name}.")
-                return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+                messages.success(request, f"{'Saved' if persona else 'Created'} {saved.name}.")
+                return redirect("dashboard:persona", guild_id=guild.guild_id, persona_id=saved.pk)
     return _persona_page(request, guild, persona, form)
 
 
