@@ -331,12 +331,7 @@ class _StreamAssembly:
 
     def add(self, chunk: _Chunk) -> str:
         """Take one chunk in; returns the text it added (``""``: none)."""
-        if chunk.error is not None:
-            raise LLMError(
-                f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
-                kind=ErrorKind.SERVER_ERROR,
-                permanent=False,
-            )
+        _refuse_error_chunk(chunk.error)
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
         added = ""
@@ -371,6 +366,17 @@ class _StreamAssembly:
         )
 
 
+def _refuse_error_chunk(error: Any) -> None:
+    """Raise ``LLMError`` (a transient server error) for a chunk reporting the provider's
+    error mid-stream; ``None``: no error."""
+    if error is not None:
+        raise LLMError(
+            f"the provider reported an error mid-stream: {error}"[:ERROR_TEXT_LIMIT],
+            kind=ErrorKind.SERVER_ERROR,
+            permanent=False,
+        )
+
+
 @dataclass
 class _TextStreamAssembly:
     """A streamed Completions answer: each chunk's ``choices[0].text``, in order."""
@@ -384,12 +390,7 @@ class _TextStreamAssembly:
     def add_data(self, data: str) -> str:
         """Take one event's data in; returns the text it added (``""``: none)."""
         chunk = _validate(_TextChunk, data)
-        if chunk.error is not None:
-            raise LLMError(
-                f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
-                kind=ErrorKind.SERVER_ERROR,
-                permanent=False,
-            )
+        _refuse_error_chunk(chunk.error)
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
         added = ""
