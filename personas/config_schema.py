@@ -190,7 +190,7 @@ class ContextNoteSpec(_Strict):
     depth: Depth = 4
 
 
-class SampleMessage(_Strict):
+class SampleMessageSpec(_Strict):
     role: Literal["user", "assistant"]
     content: SampleText
 
@@ -402,7 +402,7 @@ class PersonaSpec(_Strict):
     delivery_mode: DeliveryMode = DeliveryMode.PARAGRAPHS
     """How replies reach Discord: ``paragraphs`` (each as soon as it is written), ``whole``
     (once the model has finished) or ``edit`` (one message edited as it is written)."""
-    sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
+    sample_dialogue: Annotated[list[SampleMessageSpec], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     first_mes: Greeting = ""
     """A character card's first message."""
     alternate_greetings: Annotated[list[Greeting], Field(max_length=GREETINGS_MAX)] = []

@@ -1,6 +1,6 @@
 """The tools of Deliberate Tool Mode: their definitions, their dependencies, and running them.
 
-Each tool's argument model is the single source of its JSON schema (``TOOL_SPECS``) and of its
+Each tool's argument model is the single source of its JSON schema (``TOOL_DEFINITIONS``) and of its
 validation, so what the model is shown and what is accepted cannot drift apart.
 
 A ``ToolBox`` is built per turn. It offers a tool only when the turn's allowlist names it AND the
@@ -194,7 +194,7 @@ def sample_gif_frames(data: bytes, *, frames: int = GIF_FRAMES) -> list[bytes]:
 
 
 @dataclass(frozen=True)
-class ToolSpec:
+class ToolDefinition:
     name: ToolName
     description: str
     arguments: type[_Arguments]
@@ -211,26 +211,26 @@ class ToolSpec:
         }
 
 
-TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
+TOOL_DEFINITIONS: Mapping[ToolName, ToolDefinition] = {
     spec.name: spec
     for spec in (
-        ToolSpec(
+        ToolDefinition(
             ToolName.READ_FILE,
             "Read the text of a file attached to a message in this conversation.",
             ReadFileArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.REVEAL_MESSAGE_METADATA,
             "Reveal who sent a message in this conversation, when, and what it replies to.",
             RevealMessageMetadataArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.UPDATE_SHORT_TERM_MEMORY,
             "Replace your short-term memory of this conversation with a new summary. "
             "Can be used once per reply.",
             UpdateShortTermMemoryArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.REMEMBER,
             "Save a durable fact to your long-term memory of this server, for later "
             "conversations. Save only what a person said about themselves (their preferences, "
@@ -240,13 +240,13 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             "already know is updated, not repeated.",
             RememberArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.ANALYZE_IMAGE,
             "Look at an image attached to a message in this conversation and answer a question "
             "about it.",
             AnalyzeImageArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.PROCESS_GIF,
             "Watch a GIF attached to a message in this conversation (a few frames, in order) "
             "and answer a question about it.",
@@ -260,7 +260,7 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
 
 
 @dataclass(frozen=True)
-class Attachment:
+class ToolAttachment:
     """A file or image of the conversation, known to the model only by ``media_id``."""
 
     media_id: str
@@ -271,7 +271,7 @@ class Attachment:
 
 
 class AttachmentReader(Protocol):
-    async def read(self, attachment: Attachment, *, max_bytes: int) -> bytes:
+    async def read(self, attachment: ToolAttachment, *, max_bytes: int) -> bytes:
         """Return at most ``max_bytes`` from the start of the file; raise ``ToolError`` if it
         cannot be fetched."""
         ...
@@ -337,7 +337,7 @@ class ToolBox:
         self,
         *,
         allowlist: Collection[str],
-        attachments: Mapping[str, Attachment] | None = None,
+        attachments: Mapping[str, ToolAttachment] | None = None,
         attachment_reader: AttachmentReader | None = None,
         message_metadata: MessageMetadataLookup | None = None,
         short_term_memory: ShortTermMemoryWriter | None = None,
@@ -365,12 +365,12 @@ class ToolBox:
             ),
         }
         self.offered: tuple[ToolName, ...] = tuple(
-            name for name in TOOL_SPECS if name in allowlist and configured[name]
+            name for name in TOOL_DEFINITIONS if name in allowlist and configured[name]
         )
 
     def definitions(self) -> list[dict[str, Any]]:
         """The ``tools`` list for a request: the offered tools only, in a stable order."""
-        return [TOOL_SPECS[name].definition() for name in self.offered]
+        return [TOOL_DEFINITIONS[name].definition() for name in self.offered]
 
     async def run_round(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Run one round's calls in order (so a second memory write sees the first); one result
@@ -391,7 +391,7 @@ class ToolBox:
         }
         try:
             name = self._offered_tool(call.name)
-            arguments = _parse_arguments(TOOL_SPECS[name].arguments, call.arguments)
+            arguments = _parse_arguments(TOOL_DEFINITIONS[name].arguments, call.arguments)
             return await handlers[name](arguments)
         except ToolError as error:
             return _result(error=str(error))
@@ -401,7 +401,7 @@ class ToolBox:
             raise ToolError(f"the tool {name!r} is not available in this reply")
         return ToolName(name)
 
-    def _attachment(self, media_id: str) -> Attachment:
+    def _attachment(self, media_id: str) -> ToolAttachment:
         attachment = self._attachments.get(media_id)
         if attachment is None:
             raise ToolError(f"{media_id} is not an attachment in this conversation")
