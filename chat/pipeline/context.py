@@ -46,6 +46,7 @@ from chat.pipeline.presets import (
     reassemble,
     varies_per_turn,
 )
+from chat.pipeline.prompt_cache import cacheable_prefix_end
 from chat.pipeline.simplify import (
     EntryKind,
     SimplifiedEntry,
@@ -59,7 +60,6 @@ from chat.pipeline.tools import admit_tools
 from chat.pipeline.truncation import (
     TruncationReport,
     context_budget,
-    is_placed_at_depth,
     truncate_dialogue_history,
 )
 from chat.pipeline.types import (
@@ -73,9 +73,6 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import history_window_stride, normalize_fetch_limit
 
-TURN_VARYING_TAGS = frozenset(
-    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS, ItemTag.MEMORY}
-)
 REUNION_MIN_GAP = timedelta(days=3)
 """How long a person must have been away from a persona for the reunion note."""
 
@@ -380,35 +377,6 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         dialogue=dialogue.with_counted(counted),
         lore=lore,
     )
-
-
-def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | None = None) -> int:
-    """Where the stable prefix ends: the index of the first item expected to change next turn.
-
-    The prefix holds the configuration (system prompt, short-term memory: it changes only when
-    the memory is maintained; constant lorebook entries), the samples, and the dialogue up to
-    the first context note, short-term memory or lorebook entry placed at depth (it moves with
-    every new message) or the newest entry (the next message may merge into it), whichever comes
-    first, and never a tail directive or recalled memories (they follow the dialogue and change with
-    every turn). ``varying_from`` ends it earlier: configuration that names the turn's user
-    (``{user}``) changes whenever someone else speaks next. Media limits can still change an
-    older entry (an image leaving the rendered-image limit); that is not predictable from one
-    turn, so the boundary does not try.
-    """
-    first_varying = next(
-        (
-            index
-            for index, item in enumerate(items)
-            if item.tag in TURN_VARYING_TAGS or is_placed_at_depth(item)
-        ),
-        len(items),
-    )
-    newest_entry = max(
-        (index for index, item in enumerate(items) if item.tag is ItemTag.DIALOGUE_HISTORY),
-        default=first_varying,
-    )
-    end = min(first_varying, newest_entry)
-    return end if varying_from is None else min(end, varying_from)
 
 
 def _up_to(history: tuple[HistoryMessage, ...], trigger_id: int) -> tuple[HistoryMessage, ...]:

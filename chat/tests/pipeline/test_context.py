@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chat.pipeline.context import build_turn_context, cacheable_prefix_end
+from chat.pipeline.context import build_turn_context
 from chat.pipeline.dialogue import date_label
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.projections import to_completion_text
+from chat.pipeline.prompt_cache import cacheable_prefix_end
 from chat.pipeline.tokens import O200kTokenCounter
 from chat.pipeline.types import (
     ContextNote,
