@@ -16,7 +16,7 @@ from django.utils import timezone
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
-from chat.llm.tools import ToolBox, VisionModel
+from chat.llm.tools import ToolBox, VideoTranscripts, VisionModel
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.recall import RecalledMemory
 from chat.pipeline.tokens import TokenCounter
@@ -56,6 +56,9 @@ class TurnRuntime:
     vision: VisionModel | None = None
     """The model behind ``analyze_image`` (``LLM_VISION_MODEL``); None: the tool is never
     offered."""
+    videos: VideoTranscripts | None = None
+    """The transcript service behind ``process_youtube_video`` (``YOUTUBE_TRANSCRIPT_URL``);
+    None: the tool is never offered."""
     max_warm_contexts: int = MAX_WARM_CONTEXTS
     """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
     embeddings: EmbeddingModel | None = None

@@ -1,6 +1,6 @@
 """The tools a turn offers the model, each backed by what it needs: attachments read through
 the Discord port, message metadata in the prompt's keys, the short-term memory of the turn's
-scope, and the vision model.
+scope, the vision model, the transcript service, and the guild's stickers.
 """
 
 from __future__ import annotations
@@ -17,11 +17,14 @@ from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.recall import names_someone_else
+from chat.pipeline.tools import ToolName
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
 from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
 from chat.services.short_term_memory import short_term_memory_write
+from chat.services.turn_delivery import persona_speaker
+from chat.services.turn_record import turn_extra_delivered_record
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from personas.models import Persona
 
@@ -78,7 +81,39 @@ def turn_toolbox(
         if request.channel.guild is not None
         else None,
         vision=runtime.vision,
+        videos=runtime.videos,
+        stickers=_StickerSender(runtime, request, turn_id)
+        if ToolName.SEND_STICKER in context.tools and request.configuration.guild_id is not None
+        else None,
     )
+
+
+class _StickerSender:
+    """``send_sticker``: the guild's stickers, sent by the bot account as the persona's own
+    message (indexed as its line, like a reply), into the channel's kept window."""
+
+    def __init__(self, runtime: TurnRuntime, request: TurnRequest, turn_id: int | None) -> None:
+        self._runtime, self._request, self._turn_id = runtime, request, turn_id
+        guild_id = request.configuration.guild_id
+        assert guild_id is not None
+        self._stickers = {name: i for i, name in runtime.port.guild_stickers(guild_id)}
+
+    def names(self) -> list[str]:
+        return list(self._stickers)
+
+    async def send(self, name: str) -> None:
+        channel_id = self._request.channel.channel_id
+        try:
+            delivered = await self._runtime.port.send_sticker(
+                channel_id=channel_id,
+                speaker=persona_speaker(self._request.persona),
+                sticker_id=self._stickers[name],
+            )
+        except DeliveryError as error:
+            raise ToolError(f"the sticker could not be sent: {error}") from None
+        self._runtime.windows.record_delivery(channel_id, delivered.message, delivered.message_id)
+        if self._turn_id is not None:
+            await sync_to_async(turn_extra_delivered_record)(self._turn_id, [delivered])
 
 
 class _AttachmentReader:
