@@ -150,14 +150,13 @@ def parse_config_bytes(raw: bytes, *, source: str) -> ConfigDocument:
         raise
 
 
-def decode_json_file(raw: bytes) -> object:
+def decode_json_file(raw: bytes, *, max_bytes: int | None = CONFIG_FILE_MAX_BYTES) -> object:
     """The JSON value of an uploaded or read file's bytes (a configuration file, a chat
-    preset): at most ``CONFIG_FILE_MAX_BYTES`` bytes, UTF-8 (a byte-order mark is allowed),
-    valid JSON nested at most ``NESTING_MAX`` levels. Raises ConfigError naming ``(document)``."""
-    if len(raw) > CONFIG_FILE_MAX_BYTES:
-        raise ConfigError(
-            [(DOCUMENT, f"is larger than {CONFIG_FILE_MAX_BYTES:,} bytes; split it into files")]
-        )
+    preset, a character card): at most ``max_bytes`` bytes (None: the caller bounded them),
+    UTF-8 (a byte-order mark is allowed), JSON that Python can read (no number too large,
+    no nesting deeper than its recursion limit). Raises ConfigError naming ``(document)``."""
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise ConfigError([(DOCUMENT, f"is larger than {max_bytes:,} bytes; split it into files")])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
