@@ -60,10 +60,12 @@ class UpdateShortTermMemoryArguments(ToolArguments):
 
 
 class RememberArguments(ToolArguments):
-    scope: Literal["user", "server"] = Field(
+    scope: Literal["user", "server", "persona"] = Field(
         description=(
             '"user": a fact about the person who wrote the message ref names, that they said '
-            'about themselves. "server": a fact the whole server shares.'
+            'about themselves. "server": a fact the whole server shares. "persona": something '
+            "you yourself decided to remember as this character (a promise you made, how you "
+            "agreed to call someone, a plan of yours); only you recall it."
         )
     )
     fact: str = Field(
@@ -71,13 +73,14 @@ class RememberArguments(ToolArguments):
         max_length=2000,
         description=(
             "The fact, short and in the third person, naming the person "
-            '(e.g. "Alice\'s cat is called Miso").'
+            '(e.g. "Alice\'s cat is called Miso"); for scope persona, in your own words '
+            '(e.g. "I promised to call Alice Captain").'
         ),
     )
     ref: str = Field(
         pattern=r"^ref_\d+$",
         description="The message (ref_N) in which it was said; for scope user, written by "
-        "the person the fact is about.",
+        "the person the fact is about; for scope persona, the message you are answering.",
     )
 
 

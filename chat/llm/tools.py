@@ -149,10 +149,12 @@ TOOL_DEFINITIONS: Mapping[ToolName, ToolDefinition] = {
             ToolName.REMEMBER,
             "Save a durable fact to your long-term memory of this server, for later "
             "conversations. Save only what a person said about themselves (their preferences, "
-            "life, plans: scope user, citing their own message) or the server's shared facts "
-            "(events, rules, traditions: scope server). Never save guesses, what someone said "
-            "about another person, or anything they asked you to keep to yourself. A fact you "
-            "already know is updated, not repeated.",
+            "life, plans: scope user, citing their own message), the server's shared facts "
+            "(events, rules, traditions: scope server), or what you yourself said you will "
+            "remember (your promises, plans, names you agreed on: scope persona, recalled only "
+            "by you). Never save guesses, what someone said about another person, or anything "
+            "they asked you to keep to yourself. A fact you already know is updated, not "
+            "repeated.",
             RememberArguments,
         ),
         ToolDefinition(
@@ -224,9 +226,9 @@ class MessageMetadataLookup(Protocol):
 class LongTermMemoryWriter(Protocol):
     async def remember(self, *, scope: str, fact: str, ref: str) -> str:
         """Keep ``fact`` (scope ``user``: about the author of the message ``ref``; ``server``:
-        the guild's); return ``added`` or ``updated`` (a near duplicate); raise ``ToolError``
-        when it may not be kept (the person is not in the conversation or chose privacy, the
-        memory is full, the fact is too long)."""
+        the guild's; ``persona``: the speaking persona's own); return ``added`` or ``updated``
+        (a near duplicate); raise ``ToolError`` when it may not be kept (the person is not in
+        the conversation or chose privacy, the memory is full, the fact is too long)."""
         ...
 
 

@@ -692,7 +692,7 @@ class Sandbox:
             guild_id=guild.id,
             author_id=author_id,
             content=content,
-            embeds=[dict(embed) for embed in embeds],
+            embeds=[{"type": "rich", **embed} for embed in embeds],  # Discord's default type
             attachments=[self._store_upload(channel_id, upload) for upload in uploads],
             mention_ids=mention_ids,
             mention_role_ids=role_ids,
@@ -796,7 +796,7 @@ class Sandbox:
                 403, ErrorCode.EDIT_OTHERS_MESSAGE, "Cannot edit a message authored by another user"
             )
         new_content = message.content if content is None else content
-        new_embeds = message.embeds if embeds is None else [dict(e) for e in embeds]
+        new_embeds = message.embeds if embeds is None else [{"type": "rich", **e} for e in embeds]
         self._check_body(new_content, new_embeds)
         if keep_attachment_ids is not None:
             kept = set(keep_attachment_ids)

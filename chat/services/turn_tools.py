@@ -16,12 +16,12 @@ from chat.llm.tools import MessageMetadata, ToolAttachment, ToolBox, ToolError
 from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.markup import scrub_snowflakes
-from chat.pipeline.recall import names_someone_else
+from chat.pipeline.recall import fact_names, names_someone_else
 from chat.pipeline.tools import ToolName
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
-from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
+from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add, user_is_private
 from chat.services.short_term_memory import short_term_memory_write
 from chat.services.turn_delivery import persona_speaker
 from chat.services.turn_record import turn_extra_delivered_record
@@ -76,6 +76,7 @@ def turn_toolbox(
             turn_id,
             context.message_ids,
             by_id,
+            persona_id=request.persona.id,
             embedder=runtime.embeddings,
         )
         if request.channel.guild is not None
@@ -193,8 +194,10 @@ class _MemoryWriter:
 class _LongTermMemoryWriter:
     """``remember``: keeps a fact in the guild's long-term memory for the turn ``turn_id``
     (a dry run has none). A personal fact is about the author of the cited message, who must
-    be in this turn's conversation and a person (a proxied member counts as themself); the
-    store refuses private users, full scopes and over-long facts."""
+    be in this turn's conversation and a person (a proxied member counts as themself); a
+    persona's own note (scope ``persona``, recalled only by ``persona_id``) may not name a
+    person of the conversation who chose not to be remembered; the store refuses private
+    users, full scopes and over-long facts."""
 
     def __init__(
         self,
@@ -203,9 +206,10 @@ class _LongTermMemoryWriter:
         keys: Mapping[str, int],
         messages: Mapping[int, HistoryMessage],
         *,
+        persona_id: int,
         embedder: EmbeddingModel | None,
     ) -> None:
-        self._guild_id, self._turn_id = guild_id, turn_id
+        self._guild_id, self._turn_id, self._persona_id = guild_id, turn_id, persona_id
         self._keys, self._messages, self._embedder = keys, messages, embedder
 
     async def remember(self, *, scope: str, fact: str, ref: str) -> str:
@@ -235,6 +239,9 @@ class _LongTermMemoryWriter:
                 member_id=message.proxy.member_id if message.proxy is not None else "",
                 name=message.shown_name,
             )
+        elif scope == "persona":
+            await self._refuse_naming_the_private(fact)
+            memory_scope = MemoryScope.persona(self._guild_id, self._persona_id)
         else:
             memory_scope = MemoryScope.guild(self._guild_id)
         try:
@@ -249,3 +256,17 @@ class _LongTermMemoryWriter:
         except MemoryRefused as refusal:
             raise ToolError(str(refusal)) from None
         return written.outcome
+
+    async def _refuse_naming_the_private(self, fact: str) -> None:
+        """Raise `ToolError` when ``fact`` names a person of the conversation with partial or
+        full privacy (nothing is kept about them, not even in a persona's own notes)."""
+        people = {
+            m.shown_name: m.accountable_user_id
+            for m in self._messages.values()
+            if m.author.persona_name is None and not (m.author.is_bot and m.proxy is None)
+        }
+        for name, user_id in people.items():
+            if fact_names(fact, name) and await sync_to_async(user_is_private)(
+                user_id, self._guild_id
+            ):
+                raise ToolError(f"nothing is remembered about {name}: they chose not to be")
