@@ -18,6 +18,7 @@ from botproject.env import (
     env_list,
     env_origin_list,
     env_positive_float,
+    env_refuse_renamed,
     env_str,
     env_url,
 )
@@ -160,6 +161,12 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Short-term memory maintenance: how often beat looks for due memories, and how long a channel
 # must have been quiet (no reply of the persona) before its memory is refreshed in the background.
+env_refuse_renamed(
+    {
+        "STM_MAINTENANCE_SECONDS": "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS",
+        "STM_IDLE_SECONDS": "SHORT_TERM_MEMORY_IDLE_SECONDS",
+    }
+)
 SHORT_TERM_MEMORY_MAINTENANCE_SECONDS = env_positive_float(
     "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS", 300.0
 )

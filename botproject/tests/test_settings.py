@@ -18,6 +18,7 @@ from botproject.env import (
     env_list,
     env_origin_list,
     env_positive_float,
+    env_refuse_renamed,
     env_url,
 )
 
@@ -39,6 +40,13 @@ def test_env_bool_names_the_variable_on_a_bad_value():
 def test_env_list_splits_on_commas_and_drops_blanks():
     value = env_list("ALLOWED_HOSTS", [], environ={"ALLOWED_HOSTS": "a.example, ,b.example"})
     assert value == ["a.example", "b.example"]
+
+
+def test_a_retired_variable_name_is_refused_with_its_new_name():
+    renamed = {"STM_IDLE_SECONDS": "SHORT_TERM_MEMORY_IDLE_SECONDS"}
+    env_refuse_renamed(renamed, environ={"SHORT_TERM_MEMORY_IDLE_SECONDS": "600"})
+    with pytest.raises(ImproperlyConfigured, match="STM_IDLE_SECONDS is now called SHORT_TERM"):
+        env_refuse_renamed(renamed, environ={"STM_IDLE_SECONDS": "600"})
 
 
 def test_env_positive_float_reads_seconds_and_names_the_variable_on_a_bad_value():
