@@ -22,7 +22,12 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.selectors.short_term_memory import short_term_memory_get
-from chat.services.short_term_memory import short_term_memory_release, short_term_memory_write
+from chat.services.short_term_memory import (
+    short_term_memory_refresh_begin,
+    short_term_memory_refresh_end,
+    short_term_memory_release,
+    short_term_memory_write,
+)
 from chat.services.turn_record import turn_save
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_ask, turn_prepare
@@ -42,15 +47,27 @@ class MemoryRefresh:
 
 async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     """Refresh one due memory with one summarisation call over its channel's current window
-    (steps in `_refresh`). The memory's background-refresh claim ends with it, unless the
-    result asks for a retry (the retry still holds it)."""
-    result = await _refresh(runtime, memory_id)
+    (steps in `_refresh`), claim-once: the refresh first takes the memory for its run
+    (`short_term_memory_refresh_begin`), and a request made while another refresh of it runs
+    is ``skipped`` without a model call; one made after finds the stretch summarised (no
+    longer due). The summary is written only while the run still holds the memory. The
+    memory's background-refresh claim ends with it, unless the result asks for a retry (the
+    retry still holds it)."""
+    run = await sync_to_async(short_term_memory_refresh_begin)(memory_id=memory_id)
+    if run is None:
+        if not await ShortTermMemory.objects.filter(id=memory_id).aexists():
+            return MemoryRefresh("skipped", "the memory is gone")
+        return MemoryRefresh("skipped", "another refresh of this memory is running")
+    try:
+        result = await _refresh(runtime, memory_id, run)
+    finally:
+        await sync_to_async(short_term_memory_refresh_end)(memory_id=memory_id, run=run)
     if not result.retry:
         await sync_to_async(short_term_memory_release)(memory_id=memory_id)
     return result
 
 
-async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefresh:
     """Refresh one due memory with one summarisation call over its channel's current window.
 
     Steps:
@@ -145,16 +162,25 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         await sync_to_async(turn_save)(turn)
         return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
     turn.status, turn.reply_text = Turn.Status.REPLIED, summary
-    await sync_to_async(_memory_refreshed)(turn, memory, summary, now)
+    if not await sync_to_async(_memory_refreshed)(turn, memory, summary, now, run):
+        return MemoryRefresh("skipped", "another refresh took the memory over", turn_id=turn.id)
     return MemoryRefresh("refreshed", turn_id=turn.id)
 
 
-def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
-    """Save the maintenance turn and the refreshed memory together. Replies the persona gave
-    while the summary was being written stay counted (they are not in the summary)."""
+def _memory_refreshed(
+    turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime, run: str
+) -> bool:
+    """Save the maintenance turn and the refreshed memory together, if refresh ``run`` still
+    holds the memory (False: it was taken over as dead, and the turn ends ``failed``). Replies
+    the persona gave while the summary was being written stay counted (not in the summary)."""
     with transaction.atomic():
-        turn_save(turn)
         current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
+        if current is not None and current.refresh_run != run:
+            turn.status = Turn.Status.FAILED
+            turn.error = "another refresh took the memory over; this summary was not kept"
+            turn_save(turn)
+            return False
+        turn_save(turn)
         later = 0
         if current is not None:
             later = max(0, current.turns_since_refresh - memory.turns_since_refresh)
@@ -170,3 +196,4 @@ def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt
         if later:
             written.turns_since_refresh = later
             written.save(update_fields=["turns_since_refresh"])
+    return True

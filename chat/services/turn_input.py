@@ -114,15 +114,13 @@ async def turn_window_read(
 
     The channel's window (`WindowRegistry.read`) holds the newest ``limit`` messages. A queued
     trigger older than all of them, or one with later messages whose window starts at an
-    anchor the newest window has moved past, takes the ``limit + stride`` messages up to the
-    trigger (enough to find an anchor that is due a stride) from the window registry, which
-    keeps what the window moved past and reads further back at most once for a stretch of
-    such turns (`WindowRegistry.read_up_to`); the turn then records ``older_than_window`` if
-    that read went to Discord. An ordinary turn (its trigger the newest message) reads no
-    further back: an anchor the window has moved past is chosen anew.
+    anchor the newest window has moved past, takes the messages up to the trigger from the
+    window registry (`_up_to_trigger`), which keeps what the window moved past and reads
+    further back at most once for a stretch of such turns; the turn then records
+    ``older_than_window`` if that read went to Discord. An ordinary turn (its trigger the
+    newest message) reads no further back: an anchor the window has moved past is chosen anew.
     """
     limit = channel.fetch_limit
-    reach = limit + history_window_stride(limit)
     read = await runtime.windows.read(
         channel.channel_id, limit=limit, is_dm=channel.guild is None, dry_run=dry_run
     )
@@ -144,16 +142,10 @@ async def turn_window_read(
         and trigger.id < messages[-1].id
     )
     if trigger_before_window or anchor_before_window:
-        held = await runtime.windows.read_up_to(
-            channel.channel_id,
-            trigger.id,
-            count=reach,
-            fetch_before=runtime.port.fetch_history_before,
-            dry_run=dry_run,
-        )
+        held = await _up_to_trigger(runtime, channel, trigger, anchor_id, dry_run=dry_run)
         if held is None and trigger_before_window:
             earlier = await runtime.port.fetch_history_before(
-                channel.channel_id, trigger.id, reach - 1
+                channel.channel_id, trigger.id, limit - 1
             )
             held = ((*earlier, trigger), True)
         if held is not None:
@@ -182,6 +174,35 @@ async def turn_window_read(
         after_trigger=after_trigger,
     )
     return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+
+
+async def _up_to_trigger(
+    runtime: TurnRuntime,
+    channel: ChannelSettings,
+    trigger: HistoryMessage,
+    anchor_id: int | None,
+    *,
+    dry_run: bool,
+) -> tuple[tuple[HistoryMessage, ...], bool] | None:
+    """The messages up to ``trigger`` that the window registry holds or reads further back
+    (`WindowRegistry.read_up_to`), and whether it read over REST: the fetch limit's worth, and
+    when the channel's anchor is older than those, a stride more, enough to find an anchor
+    that is due a stride. None: the registry does not hold the trigger."""
+    limit = channel.fetch_limit
+    read = functools.partial(
+        runtime.windows.read_up_to,
+        channel.channel_id,
+        trigger.id,
+        fetch_before=runtime.port.fetch_history_before,
+        dry_run=dry_run,
+    )
+    held = await read(count=limit)
+    if held is None or anchor_id is None or held[0][0].id <= anchor_id:
+        return held
+    further = await read(count=limit + history_window_stride(limit))
+    if further is None:
+        return held
+    return further[0], held[1] or further[1]
 
 
 async def _without_superseded(

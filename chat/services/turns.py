@@ -35,6 +35,7 @@ from chat.models import Turn
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
 from chat.pipeline.truncation import context_budget
+from chat.ports import LeaseLost
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
@@ -147,7 +148,8 @@ async def turn_run(
         5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
            maintenance.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
-    they never raise out of here except for cancellation.
+    they never raise out of here except for cancellation and `LeaseLost` (the turn ends
+    ``aborted``, its trigger left unread for the worker that owns the channel now).
     """
     channel, persona = request.channel, request.persona
     turn = await sync_to_async(turn_create)(request)
@@ -183,6 +185,14 @@ async def turn_run(
                 await sync_to_async(turn_save)(turn)
             else:
                 await reply_deliver(runtime, request, turn, completion)
+    except LeaseLost as lost:
+        # Another worker owns the channel now and answers the trigger (still unread there).
+        # The fence refused before anything went out: a turn that sent nothing is aborted; a
+        # stream with pieces out stays delivering, for that worker to reconcile.
+        if turn.status == Turn.Status.RUNNING or not turn.delivered_message_ids:
+            turn.status, turn.error = Turn.Status.ABORTED, f"this worker lost the lease: {lost}"
+        await asyncio.shield(sync_to_async(turn_save)(turn))
+        raise
     except asyncio.CancelledError:
         # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
         # start, and a replied one stays replied (its record may be saving as we stop).

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -42,10 +43,11 @@ def start_runbot(
     log: Path | None = None,
     database_port: int | None = None,
     redis_url: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen:
     """``manage.py runbot`` against the sandbox; its log goes to ``log`` when given; with
     ``database_port`` it reaches the database through that local port (a proxy); with
-    ``redis_url`` it uses that Redis for its channel layer."""
+    ``redis_url`` it uses that Redis for its channel layer; ``extra_env`` adds settings."""
     env = {
         **os.environ,
         **({"REDIS_URL": redis_url} if redis_url else {}),
@@ -56,6 +58,7 @@ def start_runbot(
         "DISCORD_API_BASE": world.sandbox.api_base,
         "DISCORD_GATEWAY_URL": world.sandbox.gateway_url,
         "LLM_BASE_URL": world.llm.base_url,
+        **(extra_env or {}),
     }
     return subprocess.Popen(
         [sys.executable, "manage.py", "runbot", *args],
