@@ -116,6 +116,7 @@ class TurnInput:
             from the budget (DESIGN §5, "Budget"). A tool missing here costs nothing.
         follow_up_tools: Tools the persona's reply that the trigger replies to was offered
             (seed 000's follow-up admission; `tools.admit_tools`).
+        notice_bodies: Minimal notices' bodies by memory id (`simplify.build_simplified_history`).
         autonomous: The channel is autonomous (admits the sticker tool, `tools.admit_tools`).
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
         short_term_memory_maintenance_due: Short-term memory maintenance is due
@@ -161,6 +162,7 @@ class TurnInput:
     configured_tools: frozenset[str] = frozenset()
     tool_schema_tokens: Mapping[str, int] = field(default_factory=dict)
     follow_up_tools: frozenset[str] = frozenset()
+    notice_bodies: Mapping[int, str] = field(default_factory=dict)
     autonomous: bool = False
     tools_enabled: bool = True
     short_term_memory_maintenance_due: bool = False
@@ -258,6 +260,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         blocked_user_ids=blocked_user_ids(turn.blocks, persona.name, turn.now),
         timezone=timezone,
         resume_from=previous.simplified_history if previous else None,
+        notice_bodies=turn.notice_bodies,
     )
     entries = simplified.entries
     participants = prepare_participant_context(

@@ -44,6 +44,7 @@ from chat.pipeline.window import ReanchorReason, history_window_stride, select_a
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import DeliveryError, DiscordPort, messages_fetch
 from chat.selectors import ChannelSettings, lore
+from chat.selectors.notice_bodies import minimal_notice_bodies, minimal_notice_memory_ids
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
@@ -371,6 +372,7 @@ async def turn_input_gather(
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         follow_up_tools=follow_up_tools,
+        notice_bodies=people.notice_bodies,
         autonomous=channel.mode == ChannelMode.AUTONOMOUS,
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
@@ -423,6 +425,7 @@ class _People:
     short_term_memory_text: str | None
     short_term_memory_due: bool
     last_seen: dt.datetime | None
+    notice_bodies: Mapping[int, str]
 
 
 def _gather_people(
@@ -431,8 +434,9 @@ def _gather_people(
     reply_targets: Mapping[int, HistoryMessage],
     now: dt.datetime,
 ) -> _People:
-    """Privacy and blacklist for everyone in the window, and this scope's short-term memory:
-    its text unless expired, and whether maintenance is due (`chat.pipeline.memory`)."""
+    """Privacy and blacklist for everyone in the window, this scope's short-term memory (its
+    text unless expired, and whether maintenance is due: `chat.pipeline.memory`), and the
+    bodies of the window's minimal-verbosity notices (`selectors.notice_bodies`)."""
     messages = [*history, *reply_targets.values()]
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
@@ -455,6 +459,10 @@ def _gather_people(
             persona_id=persona.id, user_id=trigger.accountable_user_id
         )
     return _People(
+        notice_bodies=minimal_notice_bodies(
+            guild_id=request.configuration.guild_id,
+            memory_ids=minimal_notice_memory_ids(messages),
+        ),
         last_seen=last_seen,
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
