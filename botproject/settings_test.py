@@ -18,5 +18,5 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}  # noqa: F405
 
 # Test runs on one machine share its Redis: a per-process prefix keeps their channel-layer
-# groups apart, so one run never receives another's live events.
+# groups apart, so one run never receives another's live updates.
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"asgi-test-{os.getpid()}"  # noqa: F405
