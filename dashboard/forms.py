@@ -24,7 +24,9 @@ from dashboard.form_fields import (
     ChatPresetField,
     JSONObjectField,
     LorebookField,
+    RepeatedTextarea,
     Shown,
+    TextListField,
     comma_list,
     comma_listed,
     datetime_or_none,
@@ -195,8 +197,8 @@ class GuildForm(SpecForm):
 
 class PersonaForm(SpecForm):
     """A persona, as in the file's ``personas[]``. Sample dialogue rows come as repeated
-    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped. Not shown
-    (kept as they are): the card's alternate greetings."""
+    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped. Alternate
+    greetings come as one box each (`TextListField`)."""
 
     collection = "personas"
     settings = PERSONA_SETTINGS
@@ -212,6 +214,7 @@ class PersonaForm(SpecForm):
         "note_depth": "context_note.depth",
         "prefill": "prefill",
         "first_mes": "first_mes",
+        "alternate_greetings": "alternate_greetings",
         "deliberate_tool_mode": "deliberate_tool_mode",
         "tools_enabled": "tools_enabled",
         "stm_refresh_every": "short_term_memory.refresh_every",
@@ -288,6 +291,12 @@ class PersonaForm(SpecForm):
         strip=False,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="A character card's greeting (kept for the card's export)",
+    )
+    alternate_greetings = TextListField(
+        label="Alternate greetings",
+        widget=RepeatedTextarea(item_label="Alternate greeting"),
+        help_text="The card's other greetings, one per box; fill the empty box to add one, "
+        "empty a box to remove its greeting",
     )
     deliberate_tool_mode = forms.BooleanField(
         label="Tools (Deliberate Tool Mode)", required=False, initial=True
