@@ -15,6 +15,7 @@ names. A valid form holds the row's pydantic spec in ``spec``, ready for the sav
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from django import forms
@@ -41,6 +42,7 @@ from dashboard.form_fields import (
     unchanged,
     unix_newlines,
 )
+from dashboard.names import Member, picked_user_id
 from personas.config_fields import (
     BLOCK_SETTINGS,
     CHANNEL_SETTINGS,
@@ -63,6 +65,9 @@ from personas.models import (
     DeliveryMode,
     PrivacyLevel,
 )
+
+MEMBER_LIST_ID = "guild-members"
+"""The id of the page's list of members a user field offers (`dashboard/_member_list.html`)."""
 
 
 class SpecForm(forms.Form):
@@ -459,7 +464,12 @@ class BlockForm(SpecForm):
     error_fields = {"(row)": "user_id"}
 
     persona = forms.ChoiceField(label="Persona", required=False)
-    user_id = forms.CharField(label="Discord user id", required=False)
+    user_id = forms.CharField(
+        label="User",
+        required=False,
+        widget=forms.TextInput(attrs={"list": MEMBER_LIST_ID, "autocomplete": "off"}),
+        help_text="Pick a member by name, or give a Discord user id",
+    )
     type = forms.ChoiceField(choices=BlockType.choices, initial=BlockType.BLOCK)
     reason = forms.CharField(required=False, strip=False)
     expires_at = forms.DateTimeField(
@@ -471,11 +481,20 @@ class BlockForm(SpecForm):
         help_text="Empty: never",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, members: Sequence[Member] = (), **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.members = members
         self.fields["persona"].choices = [("", "All personas")] + [
             (name, name) for name in self.persona_names
         ]
+
+    def clean_user_id(self) -> str:
+        """The user as an id: typed as one, or picked (or typed) by name among ``members``."""
+        try:
+            user_id = picked_user_id(self.cleaned_data["user_id"], self.members)
+        except ValueError as problem:
+            raise forms.ValidationError(str(problem)) from None
+        return "" if user_id is None else str(user_id)
 
 
 class UserPrivacyForm(SpecForm):
