@@ -116,17 +116,21 @@ class Member:
         return f"{self.name} ({self.user_id})"
 
 
-def guild_members(*, guild_id: int | None) -> list[Member]:
-    """The users the gateway last saw in the guild under a name, by name: what a user field
-    offers. Users with full privacy (in any guild, as everywhere the dashboard names users)
-    are left out."""
+MEMBERS_OFFERED = 2_000
+"""At most this many members in one user field's list (a page stays light in a big guild)."""
+
+
+def guild_members(*, guild_id: int | None, limit: int = MEMBERS_OFFERED) -> list[Member]:
+    """The users the gateway last saw in the guild under a name, by name (the first ``limit``):
+    what a user field offers. Users with full privacy (in any guild, as everywhere the
+    dashboard names users) are left out."""
     if guild_id is None:
         return []
     hidden = UserPrivacy.objects.filter(level=PrivacyLevel.FULL).values("user_id")
     rows = (
         DiscordName.objects.filter(kind=DiscordName.Kind.USER, guild_id=guild_id)
         .exclude(discord_id__in=hidden)
-        .order_by(Lower("name"), "discord_id")
+        .order_by(Lower("name"), "discord_id")[:limit]
     )
     return [Member(row.discord_id, row.name) for row in rows]
 
