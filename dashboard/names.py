@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from django.db.models.functions import Lower
 
 from chat.models import DiscordName
+from chat.pipeline.types import PrivacyLevel
 from dashboard.ids import parse_id
-from personas.models import GuildConfig, PrivacyLevel, UserPrivacy
+from personas.models import GuildConfig, UserPrivacy
 
 FULL_PRIVACY_LABEL = "a user with full privacy"
 
