@@ -30,7 +30,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.db.models.functions import Now
 
-from botproject.events import OVERVIEW_GROUP, ShardLeaseChanged, publish_on_commit
+from botproject.live_updates import OVERVIEW_GROUP, ShardLeaseChanged, publish_live_update_on_commit
 from chat.models import ShardLease
 from chat.pipeline.types import HistoryMessage
 from chat.ports import Delivered, DiscordPort, LeaseFence, Speaker
@@ -101,7 +101,7 @@ def shard_leases_claim(*, shards: ShardSet, holder: str, ttl: dt.timedelta) -> i
             announced = ShardLeaseChanged(
                 holder=holder, shards=[list(k) for k in keys], fence=fence
             )
-            publish_on_commit(OVERVIEW_GROUP, announced)
+            publish_live_update_on_commit(OVERVIEW_GROUP, announced)
         for shard_id, shard_count in keys:
             ShardLease.objects.update_or_create(
                 shard_id=shard_id,
@@ -142,7 +142,7 @@ def shard_leases_release(*, shards: ShardSet, holder: str) -> None:
         announced = ShardLeaseChanged(
             holder=holder, shards=[list(k) for k in shards.lease_keys], fence=None
         )
-        publish_on_commit(OVERVIEW_GROUP, announced)
+        publish_live_update_on_commit(OVERVIEW_GROUP, announced)
 
 
 def shard_lease_holders(*, shards: ShardSet) -> dict[tuple[int, int], str]:

@@ -75,16 +75,19 @@ def stripped_id(path: str) -> Shown:
     return Shown(path, unchanged, stripped)
 
 
+def json_value(text: str) -> Any:
+    """The JSON value ``text`` writes. Raises ``ValidationError`` naming the line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        message = f"is not valid JSON: {error.msg} (line {error.lineno})"
+        raise forms.ValidationError(message) from None
+
+
 def json_or(text: str, plain: Any) -> Any:
     """``text`` read as JSON when it is written as a JSON list or object, else ``plain``."""
     stripped = text.strip()
-    if stripped[:1] in ("[", "{"):
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError as error:
-            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
-            raise forms.ValidationError(message) from None
-    return plain
+    return json_value(stripped) if stripped[:1] in ("[", "{") else plain
 
 
 def fallbacks_text(fallbacks: list) -> str:
@@ -115,13 +118,7 @@ class JSONObjectField(forms.CharField):
 
     def to_python(self, value: Any) -> Any:
         text = super().to_python(value)
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
-            raise forms.ValidationError(message) from None
+        return json_value(text) if text else None
 
     def prepare_value(self, value: Any) -> Any:
         if value is None or isinstance(value, str):

@@ -24,7 +24,7 @@ FULL_PRIVACY_LABEL = "a user with full privacy"
 
 
 @dataclass(frozen=True)
-class Shown:
+class ShownName:
     """How the dashboard shows one id: ``text`` (a name, or the id when none is known),
     ``known`` whether a name was found, ``hidden`` a user with full privacy, ``avatar_url`` a
     user's own avatar (empty: none)."""
@@ -42,37 +42,39 @@ class NameBook:
 
     def __init__(self) -> None:
         self._places: dict[tuple[str, int], DiscordName] | None = None
-        self._users: dict[int, Shown] = {}
+        self._users: dict[int, ShownName] = {}
 
-    def guild(self, guild_id: int | None) -> Shown:
+    def guild(self, guild_id: int | None) -> ShownName:
         """The guild's Discord name, else the name its configuration gives it."""
         if guild_id is None:
-            return Shown(0, "direct messages")
+            return ShownName(0, "direct messages")
         row = self._place(DiscordName.Kind.GUILD, guild_id)
         if row is not None:
-            return Shown(guild_id, row.name)
+            return ShownName(guild_id, row.name)
         configured = GuildConfig.objects.filter(guild_id=guild_id).values_list("name", flat=True)
         name = next(iter(configured), "")
-        return Shown(guild_id, name) if name else Shown(guild_id, str(guild_id), known=False)
+        return (
+            ShownName(guild_id, name) if name else ShownName(guild_id, str(guild_id), known=False)
+        )
 
-    def channel(self, channel_id: int | None) -> Shown:
+    def channel(self, channel_id: int | None) -> ShownName:
         """``#name`` for a channel, ``#parent › name`` for a thread."""
         if channel_id is None:
-            return Shown(0, "—", known=False)
+            return ShownName(0, "—", known=False)
         row = self._place(DiscordName.Kind.CHANNEL, channel_id)
         if row is not None:
-            return Shown(channel_id, f"#{row.name}")
+            return ShownName(channel_id, f"#{row.name}")
         thread = self._place(DiscordName.Kind.THREAD, channel_id)
         if thread is not None:
             parent = self._place(DiscordName.Kind.CHANNEL, thread.parent_id or 0)
             prefix = f"#{parent.name} › " if parent is not None else ""
-            return Shown(channel_id, f"{prefix}{thread.name}")
-        return Shown(channel_id, str(channel_id), known=False)
+            return ShownName(channel_id, f"{prefix}{thread.name}")
+        return ShownName(channel_id, str(channel_id), known=False)
 
-    def user(self, user_id: int | None) -> Shown:
+    def user(self, user_id: int | None) -> ShownName:
         """The user's name as their guild shows it; a user with full privacy as such."""
         if user_id is None:
-            return Shown(0, "—", known=False)
+            return ShownName(0, "—", known=False)
         if user_id not in self._users:
             self.prefetch_users([user_id])
         return self._users[user_id]
@@ -92,11 +94,11 @@ class NameBook:
         for user_id in wanted:
             row = named.get(user_id)
             if user_id in hidden:
-                self._users[user_id] = Shown(user_id, FULL_PRIVACY_LABEL, hidden=True)
+                self._users[user_id] = ShownName(user_id, FULL_PRIVACY_LABEL, hidden=True)
             elif row is not None:
-                self._users[user_id] = Shown(user_id, row.name, avatar_url=row.avatar_url)
+                self._users[user_id] = ShownName(user_id, row.name, avatar_url=row.avatar_url)
             else:
-                self._users[user_id] = Shown(user_id, str(user_id), known=False)
+                self._users[user_id] = ShownName(user_id, str(user_id), known=False)
 
     def _place(self, kind: str, discord_id: int) -> DiscordName | None:
         if self._places is None:

@@ -298,7 +298,7 @@ def overview(*, now: dt.datetime | None = None) -> tuple[GuildOverview, ...]:
 
 
 def overview_channel_ids() -> list[int]:
-    """Channels whose live events the overview listens to: configured ones and those with
+    """Channels whose live updates the overview listens to: configured ones and those with
     turns or unread messages."""
     ids = set(ChannelConfig.objects.values_list("channel_id", flat=True))
     ids |= set(UnreadEvent.objects.values_list("channel_id", flat=True))

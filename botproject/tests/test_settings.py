@@ -18,6 +18,7 @@ from botproject.env import (
     env_list,
     env_origin_list,
     env_positive_float,
+    env_refuse_renamed,
     env_url,
 )
 
@@ -41,8 +42,15 @@ def test_env_list_splits_on_commas_and_drops_blanks():
     assert value == ["a.example", "b.example"]
 
 
+def test_a_retired_variable_name_is_refused_with_its_new_name():
+    renamed = {"STM_IDLE_SECONDS": "SHORT_TERM_MEMORY_IDLE_SECONDS"}
+    env_refuse_renamed(renamed, environ={"SHORT_TERM_MEMORY_IDLE_SECONDS": "600"})
+    with pytest.raises(ImproperlyConfigured, match="STM_IDLE_SECONDS is now called SHORT_TERM"):
+        env_refuse_renamed(renamed, environ={"STM_IDLE_SECONDS": "600"})
+
+
 def test_env_positive_float_reads_seconds_and_names_the_variable_on_a_bad_value():
-    name = "STM_MAINTENANCE_SECONDS"
+    name = "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS"
     assert env_positive_float(name, 300.0, environ={}) == 300.0
     assert env_positive_float(name, 300.0, environ={name: " 0.5 "}) == 0.5
     for raw in ("0", "-1", "soon", "inf"):
