@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from botproject.events import EventType
+from botproject.live_updates import LiveUpdateType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.commands import PersonaCommandTree
@@ -154,7 +154,7 @@ def build_client(
             runtime.previous_contexts.clear()
             logger.info("configuration changed; reloaded")
 
-        client.background(listen_for_control({EventType.CONFIG_CHANGED: config_changed}))
+        client.background(listen_for_control({LiveUpdateType.CONFIG_CHANGED: config_changed}))
         client.background(_heartbeat(client, config, holder))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 

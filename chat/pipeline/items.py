@@ -19,7 +19,7 @@ class ItemTag(StrEnum):
 
     SYSTEM_PROMPT = "system_prompt"
     MEMORY = "memory"
-    STM = "stm"
+    SHORT_TERM_MEMORY = "short_term_memory"
     SAMPLE_DIALOGUE = "sample_dialogue"
     DIALOGUE_HISTORY = "dialogue_history"
     CONTEXT_NOTE_INJECTION = "context_note_injection"

@@ -15,7 +15,7 @@ from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
     build_summary_messages,
     clip_summary,
-    stm_maintenance_due,
+    short_term_memory_maintenance_due,
     visible_memory_text,
 )
 from chat.pipeline.triggers import TurnReason
@@ -28,14 +28,9 @@ from chat.services.short_term_memory import (
     short_term_memory_release,
     short_term_memory_write,
 )
-from chat.services.turn_record import (
-    turn_completion_record,
-    turn_context_record,
-    turn_create,
-    turn_save,
-)
+from chat.services.turn_record import turn_save
 from chat.services.turn_request import TurnRequest, TurnRuntime
-from chat.services.turns import turn_prepare
+from chat.services.turns import turn_ask, turn_prepare
 
 
 @dataclass(frozen=True)
@@ -76,8 +71,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     """Refresh one due memory with one summarisation call over its channel's current window.
 
     Steps:
-        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
-           skip when the channel's guild or the persona is no longer configured.
+        1. Re-fetch the memory; skip it unless it is still due
+           (`short_term_memory_maintenance_due`), and skip when the channel's guild or the
+           persona is no longer configured.
         2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
            it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
            and nothing (anchor, window registry) changes.
@@ -93,7 +89,7 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     if memory is None:
         return MemoryRefresh("skipped", "the memory is gone")
     persona = memory.persona
-    if not stm_maintenance_due(
+    if not short_term_memory_maintenance_due(
         memory.state,
         refresh_every=persona.stm_refresh_every,
         tools_on=persona.tools_enabled,
@@ -156,14 +152,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
         previous_summary=previous,
         conversation=lines,
     )
-    turn = await sync_to_async(turn_create)(request)
-    turn_context_record(turn, prepared)
-    turn.request = {"messages": messages}
-    turn.tool_allowlist = []
-    completion = await runtime.runner.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    turn, completion = await turn_ask(
+        runtime, request, prepared, messages=messages, persona_name=persona.name
     )
-    turn_completion_record(turn, completion)
     summary = clip_summary(completion.reply_text)
     if completion.error is not None or not summary:
         turn.status = Turn.Status.FAILED

@@ -7,7 +7,7 @@ nothing anywhere — the dashboard's prompt preview calls it that way and gets b
 request a real turn would send.
 
 `turn_run` is `turn_prepare` followed by the acting side: the model call, the delivery, the
-`Turn` record and the live events. It is the imperative shell around the pure pipeline
+`Turn` record and the live updates. It is the imperative shell around the pure pipeline
 (Cosmic Python's "functional core, imperative shell").
 """
 
@@ -20,9 +20,17 @@ from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 
-from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
+from botproject.live_updates import (
+    TurnFinished,
+    TurnStarted,
+    WindowChanged,
+    channel_group,
+    publish_live_update,
+)
 from chat import selectors
 from chat.llm.attempts import request_body
+from chat.llm.base import Message
+from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
@@ -73,7 +81,7 @@ async def turn_prepare(
         4. Render the first attempt's exact request.
 
     With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
-    warm contexts are untouched, no row is written and no event published; the result is the
+    warm contexts are untouched, no row is written and no live update published; the result is the
     same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
     dry run. Raises what the port or the database raise (a caller records the failure).
     """
@@ -146,7 +154,7 @@ async def turn_run(
     channel, persona = request.channel, request.persona
     turn = await sync_to_async(turn_create)(request)
     group = channel_group(channel.channel_id)
-    await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
+    await publish_live_update(group, TurnStarted(turn_id=turn.id, persona=persona.name))
     try:
         if persona.delivery_mode != DeliveryMode.WHOLE:
             # A streamed reply types from the start of its turn (the history read and the
@@ -202,7 +210,9 @@ async def turn_run(
         else:
             turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
         await sync_to_async(turn_save)(turn)
-    await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
+    await publish_live_update(
+        group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status)
+    )
     return turn
 
 
@@ -215,5 +225,30 @@ async def _turn_prepare_recorded(
     turn_context_record(turn, prepared)
     await sync_to_async(turn.save)()
     message_ids = [str(m.id) for m in prepared.turn_input.history]
-    await publish(channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids))
+    await publish_live_update(
+        channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids)
+    )
     return prepared
+
+
+async def turn_ask(
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    prepared: PreparedTurn,
+    *,
+    messages: list[Message],
+    persona_name: str,
+) -> tuple[Turn, TurnCompletion]:
+    """A background turn that asks the persona's models ``messages`` as written, with no tools
+    (a memory refresh, a memory extraction). Steps: create the `Turn` row (running), record the
+    context ``prepared`` read and the request, ask, record the exchange. Returns the unsaved
+    turn and the completion: the caller judges the reply, sets the status and saves."""
+    turn = await sync_to_async(turn_create)(request)
+    turn_context_record(turn, prepared)
+    turn.request = {"messages": messages}
+    turn.tool_allowlist = []
+    completion = await runtime.runner.complete_turn(
+        models=prepared.models, render=lambda plan: messages, persona_name=persona_name
+    )
+    turn_completion_record(turn, completion)
+    return turn, completion

@@ -305,7 +305,9 @@ async def test_a_redis_restart_under_load_loses_and_repeats_nothing_and_logs_lit
         redis.wait(timeout=10)
 
     assert replies_by_trigger(world) == dict.fromkeys([*before, *during, *after, sentinel], 1)
-    publishing = [line for line in log.read_text().splitlines() if "publishing live events" in line]
+    publishing = [
+        line for line in log.read_text().splitlines() if "publishing live updates" in line
+    ]
     # 10 turns publish about 60 events, most of them into the outage: a handful of lines.
     assert 1 <= len(publishing) <= 8, publishing
 
