@@ -21,6 +21,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from dashboard.access import admin_required, require_admin, viewer_required
 from dashboard.form_posts import form_saved, form_status, posted_with
 from dashboard.forms import BlockForm, ChannelForm, SpecForm, UserPrivacyForm
+from dashboard.names import guild_members
 from personas.models import Block, ChannelConfig, GuildConfig, UserPrivacy
 from personas.selectors import persona_names
 from personas.services import block_save, channel_save, config_row_delete, user_privacy_save
@@ -118,8 +119,10 @@ USERS = RowKind(
 
 
 def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any) -> SpecForm:
-    names = persona_names(guild=guild) if kind is BLOCKS else None
-    return kind.form(data, persona_names=names, **kwargs)
+    if kind is BLOCKS:
+        kwargs["persona_names"] = persona_names(guild=guild)
+        kwargs["members"] = guild_members(guild_id=guild.guild_id)
+    return kind.form(data, **kwargs)
 
 
 @require_http_methods(["GET", "POST"])

@@ -182,13 +182,19 @@ def test_deploy_checks_are_clean_in_production_mode():
 
 
 def _settings(*names: str, **overrides: str) -> dict[str, str]:
-    """The repr of each named setting as a process started with ``overrides`` sees it."""
+    """The repr of each named setting as a process started with ``overrides`` sees it (Django's
+    lazy settings read the module; no app is loaded, which is all ``manage.py shell`` adds)."""
     code = "from django.conf import settings\n" + "\n".join(
         f"print(repr(getattr(settings, {name!r}, None)))" for name in names
     )
-    result = _manage("shell", "-c", code, DJANGO_SECRET_KEY=secrets.token_urlsafe(64), **overrides)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update({"DJANGO_SETTINGS_MODULE": "botproject.settings", "DJANGO_DEBUG": "1"})
+    env.update(DJANGO_SECRET_KEY=secrets.token_urlsafe(64), **overrides)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
-    return dict(zip(names, result.stdout.splitlines()[-len(names) :], strict=True))
+    return dict(zip(names, result.stdout.splitlines(), strict=True))
 
 
 def test_production_settings_come_from_the_environment():
