@@ -222,8 +222,8 @@ class RestDiscordPort(DiscordPort, Protocol):
     `load_directory` fetched and from the messages' own author payloads."""
 
     async def load_directory(self, guild_id: int) -> None:
-        """Fetch the guild's channel and role names (once per guild); a failure leaves them
-        unknown."""
+        """Fetch the guild's channel and role names and its stickers (once per guild); a
+        failure leaves them unknown."""
         ...
 
     async def member_name(self, *, guild_id: int, user_id: int) -> str | None:
