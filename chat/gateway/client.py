@@ -102,6 +102,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             self.http.request = _rest_paced(self.http.request, limits)
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
+        self._catch_up_starts: dict[int, dict[int, int]] = {}
         self._handlers: set[asyncio.Task[Any]] = set()
 
     def _shard_of_channel(self, channel_id: int) -> int | None:
@@ -283,6 +284,16 @@ class PersonaBotClient(discord.AutoShardedClient):
         cached = self._connection._messages  # discord.py's message cache (``max_messages``)
         if cached is not None:
             cached.clear()
+        # Catch-up starts where the queue stood when this session began, not after what
+        # arrives live before the shard is ready.
+        self._catch_up_starts[shard_id] = self.intake.session_starts(
+            c for c, g in self.intake.guilds.items() if self._on_shard(g, shard_id)
+        )
+
+    def _on_shard(self, guild_id: int | None, shard_id: int) -> bool:
+        if guild_id is None:
+            return shard_id == 0
+        return (guild_id >> 22) % (self.shard_count or 1) == shard_id
 
     async def on_shard_resumed(self, shard_id: int) -> None:
         self.windows.shard_connected(shard_id)
@@ -294,15 +305,17 @@ class PersonaBotClient(discord.AutoShardedClient):
         said while no session was open is read back over REST, in the shard's channels the
         queue has never seen too (`Intake.adopt`)."""
         await self.on_shard_resumed(shard_id)
+        starts = self._catch_up_starts.pop(shard_id, {})
         self.intake.adopt(
             {
                 channel.id: guild.id
                 for guild in self.guilds
                 if guild.shard_id == shard_id
                 for channel in guild.text_channels
-            }
+            },
+            starts,
         )
-        self.background(self.intake.catch_up())
+        self.background(self.intake.catch_up(starts=starts))
 
 
 def _guard_parsers(parsers: dict[str, Callable[[Any], None]]) -> None:

@@ -357,9 +357,8 @@ class AutonomousLoop:
         """Mark read the unread messages this step's prompt showed (later arrivals stay)."""
         if not step.shown_unread:
             return []
-        newest = max(m.id for m in step.shown_unread)
         return await sync_to_async(event_queue.unread_pool_take)(
-            channel_id=channel_id, up_to_message_id=newest
+            channel_id=channel_id, message_ids=[m.id for m in step.shown_unread]
         )
 
     async def _send(

@@ -82,17 +82,19 @@ class Intake:
             self.guilds.setdefault(channel_id, last.guild_of(channel_id))
         self.shards_newest = max(last.ids.values(), default=None)
 
-    def adopt(self, channels: Mapping[int, int | None]) -> None:
-        """Channels (with their guilds) on a shard that just connected. One the queue has never
-        seen is caught up from `shards_newest`: whatever was said there since is newer, as the
-        worker that ran these shards before took in every message until it stopped (nothing
-        is adopted on a first start, when the queue holds nothing of these shards)."""
+    def adopt(self, channels: Mapping[int, int | None], starts: dict[int, int]) -> None:
+        """Channels (with their guilds) on a shard whose session is ready, and ``starts``, its
+        catch-up starting points taken when the session began: a channel that has none (the
+        queue never saw it) starts at `shards_newest`, as whatever was said there since is
+        newer: the worker that ran these shards before took in every message until it stopped.
+        Nothing is adopted on a first start, when the queue holds nothing of these shards."""
         if self.shards_newest is None:
             return
         for channel_id, guild_id in channels.items():
-            if channel_id not in self.last_seen:
-                self.last_seen[channel_id] = self.shards_newest
-                self.guilds[channel_id] = guild_id
+            if channel_id not in starts:
+                starts[channel_id] = self.shards_newest
+                self.last_seen.setdefault(channel_id, self.shards_newest)
+                self.guilds.setdefault(channel_id, guild_id)
 
     def _saw(self, channel_id: int, message_id: int) -> None:
         if message_id > self.last_seen.get(channel_id, 0):
@@ -157,12 +159,22 @@ class Intake:
             if self.marked:
                 await self.catch_up(self.marked)
 
-    async def catch_up(self, channel_ids: Iterable[int] | None = None) -> int:
+    def session_starts(self, channel_ids: Iterable[int]) -> dict[int, int]:
+        """Where the channels' catch-up starts for a session that begins now: the newest
+        message taken in so far (later ones arrive live, before the catch-up runs)."""
+        return {c: self.last_seen[c] for c in channel_ids if c in self.last_seen}
+
+    async def catch_up(
+        self, channel_ids: Iterable[int] | None = None, *, starts: Mapping[int, int] | None = None
+    ) -> int:
         """Read back what each channel (default: every channel taken in so far) has after the
-        newest message taken in; returns how many messages were put through. A channel with no
-        starting point is skipped; one whose history cannot be read now stays marked."""
+        newest message taken in, or after its entry in ``starts`` (taken when its session
+        began: messages that arrived live since must not move the start past the gap);
+        returns how many messages were put through. A channel with no starting point is
+        skipped; one whose history cannot be read now stays marked."""
+        given = starts or {}
         starts = {
-            channel_id: self.last_seen[channel_id]
+            channel_id: given.get(channel_id, self.last_seen[channel_id])
             for channel_id in (self.last_seen if channel_ids is None else list(channel_ids))
             if channel_id in self.last_seen
         }

@@ -98,7 +98,9 @@ class ReactiveLoop:
                 if delivered_ids:
                     last_delivered_id = max(delivered_ids)
                 await sync_to_async(event_queue.unread_pool_take)(
-                    channel_id=channel_id, up_to_message_id=plan.message.id
+                    channel_id=channel_id,
+                    up_to_message_id=plan.message.id,
+                    message_ids=[m.id for m in pending],
                 )
             reread = await sync_to_async(selectors.channel_configuration)(
                 channel_id=channel_id,

@@ -159,17 +159,24 @@ def event_queue_consume(
 
 
 def unread_pool_take(
-    *, channel_id: int, up_to_message_id: int | None = None
+    *,
+    channel_id: int,
+    up_to_message_id: int | None = None,
+    message_ids: Iterable[int] | None = None,
 ) -> list[HistoryMessage]:
     """Remove and return the channel's unread messages, oldest first.
 
     With ``up_to_message_id`` only messages up to and including that id are taken (a turn marks
-    read what its history covered; later arrivals stay unread for the next step).
+    read what its history covered; later arrivals stay unread for the next step); with
+    ``message_ids`` only those (what a step was shown: a message caught up over REST may be
+    older than one that came live, and arrive in the pool after it was planned).
     """
     with transaction.atomic():
         rows = UnreadEvent.objects.select_for_update().filter(channel_id=channel_id)
         if up_to_message_id is not None:
             rows = rows.filter(message_id__lte=up_to_message_id)
+        if message_ids is not None:
+            rows = rows.filter(message_id__in=set(message_ids))
         taken = list(rows.order_by("message_id"))
         UnreadEvent.objects.filter(id__in=[row.id for row in taken]).delete()
     return [message_from_json(row.event) for row in taken]

@@ -141,3 +141,18 @@ def test_a_full_privacy_users_words_are_stored_nowhere():
     [kept] = [m for m in unread_pool_messages(channel_id=CHANNEL_ID) if m.id == secret.id]
     assert (kept.author.id, kept.content, kept.attachments) == (ALICE.id, "", ())
     assert any(m.content == "hi all" for m in unread_pool_messages(channel_id=CHANNEL_ID))
+
+
+def test_a_loop_takes_only_what_it_planned_from_the_pool():
+    caught_up = message(1, "read back later, older", channel_id=10)
+    live = message(2, "came live", channel_id=10)
+    event_ingest_many([(live, 1)])
+    event_queue_consume(own=OWN)
+    planned = [m.id for m in unread_pool_messages(channel_id=10)]
+    event_ingest_many([(caught_up, 1)])
+    event_queue_consume(own=OWN)
+
+    taken = unread_pool_take(channel_id=10, up_to_message_id=live.id, message_ids=planned)
+
+    assert [m.id for m in taken] == planned
+    assert [m.content for m in unread_pool_messages(channel_id=10)] == ["read back later, older"]

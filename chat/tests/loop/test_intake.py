@@ -10,7 +10,7 @@ from django.db import connections
 
 from chat.loop.intake import Intake
 from chat.models import EventQueue, UnreadEvent
-from chat.selectors.event_queue import unread_pool_messages
+from chat.selectors.event_queue import last_ingested, unread_pool_messages
 from chat.services.event_queue import OwnIdentity, event_queue_consume
 from chat.tests.e2e.conftest import eventually
 from chat.tests.factories import message
@@ -77,4 +77,49 @@ async def test_an_overflowing_buffer_marks_the_channel_and_catch_up_reads_it_bac
     ids = await sync_to_async(list)(EventQueue.objects.values_list("message_id", flat=True))
     assert sorted(ids) == [kept.id, lost.id]
     assert intake.marked == set()
+    await sync_to_async(connections.close_all)()
+
+
+async def test_catch_up_starts_where_the_session_began_not_after_live_arrivals():
+    history = History()
+    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    seen = message(content="before the gap", channel_id=CHANNELS[0])
+    intake.put(seen, 7)
+    starts = intake.session_starts([CHANNELS[0]])  # the new session begins here
+    gap = message(content="said while no session was open", channel_id=CHANNELS[0])
+    live = message(content="arrived live before the shard was ready", channel_id=CHANNELS[0])
+    history.messages[CHANNELS[0]] = [seen, gap, live]
+    intake.put(live, 7)
+
+    await intake.catch_up(starts=starts)
+
+    assert history.reads == [(CHANNELS[0], seen.id, 100)]
+    await drain(intake)
+    stored = await sync_to_async(
+        lambda: sorted(EventQueue.objects.values_list("message_id", flat=True))
+    )()
+    assert stored == [seen.id, gap.id, live.id]
+    await sync_to_async(connections.close_all)()
+
+
+async def test_a_channel_the_queue_never_saw_is_caught_up_from_the_shards_newest_message():
+    history = History()
+    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    known = message(content="the last one the previous worker took in", channel_id=CHANNELS[0])
+    await sync_to_async(
+        lambda: EventQueue.objects.create(
+            channel_id=known.channel_id, message_id=known.id, guild_id=7, event={}
+        )
+    )()
+    intake.seed(await sync_to_async(last_ingested)())
+    first = message(content="the first message of a new channel", channel_id=CHANNELS[1])
+    history.messages[CHANNELS[1]] = [first]
+    starts: dict[int, int] = {}
+
+    intake.adopt({CHANNELS[1]: 7}, starts)
+    await intake.catch_up(starts=starts)
+
+    assert starts == {CHANNELS[1]: known.id}
+    assert (CHANNELS[1], known.id, 100) in history.reads
+    assert intake.guilds[CHANNELS[1]] == 7
     await sync_to_async(connections.close_all)()
