@@ -3,7 +3,8 @@
 Each unread message, oldest first, goes through the trigger rules (`chat.pipeline.triggers`);
 every trigger gets its own turn in arrival order, and the message leaves the pool once its turns
 are done, so a worker killed mid-burst answers the rest after a restart, and a turn that already
-replied is not run again.
+replied is not run again. Messages nobody answers leave together (one transaction for a run of
+them, not one each), before the next trigger's turn starts.
 
 A turn is *queued* (seed 000's queued-reply guidance; an alter persona's "Replying to…" notice)
 only when its trigger waited: it arrived before the previous message's reply was delivered, or
@@ -68,7 +69,14 @@ class ReactiveLoop:
             )
             await publish(channel_group(channel_id), UnreadCount(count=len(pending)))
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
+            unanswered: int | None = None  # the newest message nobody answers, still pooled
             for plan in plans:
+                if not plan.answers:
+                    unanswered = plan.message.id
+                    continue
+                if unanswered is not None:  # those before this trigger leave together
+                    await _take_through(channel_id, unanswered)
+                    unanswered = None
                 later = frozenset(i for i in trigger_ids if i > plan.message.id)
                 queued = trigger_waited(
                     plan.message.id,
@@ -97,9 +105,9 @@ class ReactiveLoop:
                     delivered_ids += [int(i) for i in turn.delivered_message_ids]
                 if delivered_ids:
                     last_delivered_id = max(delivered_ids)
-                await sync_to_async(event_queue.unread_pool_take)(
-                    channel_id=channel_id, up_to_message_id=plan.message.id
-                )
+                await _take_through(channel_id, plan.message.id)
+            if unanswered is not None:
+                await _take_through(channel_id, unanswered)
             reread = await sync_to_async(selectors.channel_configuration)(
                 channel_id=channel_id,
                 guild_id=configuration.guild_id,
@@ -110,6 +118,13 @@ class ReactiveLoop:
                 logger.info("channel %s is no longer served; %d dropped", channel_id, len(taken))
                 return
             configuration = reread
+
+
+async def _take_through(channel_id: int, message_id: int) -> None:
+    """Mark the channel's unread messages up to ``message_id`` read (one transaction)."""
+    await sync_to_async(event_queue.unread_pool_take)(
+        channel_id=channel_id, up_to_message_id=message_id
+    )
 
 
 def trigger_waited(
