@@ -57,6 +57,19 @@ def test_consume_moves_ready_events_into_the_unread_pool_in_order():
     assert set(EventQueue.objects.values_list("status", flat=True)) == {"consumed"}
 
 
+def test_consume_reports_how_many_unread_messages_each_grown_pool_holds():
+    event_ingest_many([(message(content="left", channel_id=10), 1)])
+    event_queue_consume(own=OWN)
+    event_ingest_many([(message(content=t, channel_id=c), 1) for t, c in (("a", 10), ("b", 11))])
+    event_ingest_many(
+        [(message(content="mine", channel_id=12, author=Author(id=BOT, display_name="bot")), 1)]
+    )
+
+    consumed = event_queue_consume(own=OWN)
+
+    assert consumed.pool_sizes == {10: 2, 11: 1}  # the older message still waits in 10
+
+
 def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
     own = message(content="from the bot", author=Author(id=BOT, display_name="bot", is_bot=True))
     echo = message(
