@@ -59,9 +59,24 @@ class ReactiveLoop:
         # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
         # the member's message, is.
         port = self._runtime.port
+        first_batch = True
         while pending := await event_queue.unread_pool_without_superseded(
             port=port, channel_id=channel_id
         ):
+            if not first_batch:  # the pass read it for the first; a later batch reads it anew
+                reread = await sync_to_async(selectors.channel_configuration)(
+                    channel_id=channel_id,
+                    guild_id=configuration.guild_id,
+                    now=self._runtime.clock(),
+                )
+                if reread is None or not reread.settings.enabled:
+                    taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
+                    logger.info(
+                        "channel %s is no longer served; %d dropped", channel_id, len(taken)
+                    )
+                    return
+                configuration = reread
+            first_batch = False
             plans = await sync_to_async(trigger_plans)(
                 configuration=configuration,
                 pending=pending,
@@ -108,21 +123,11 @@ class ReactiveLoop:
                 await _take_through(channel_id, plan.message.id)
             if unanswered is not None:
                 await _take_through(channel_id, unanswered)
-            reread = await sync_to_async(selectors.channel_configuration)(
-                channel_id=channel_id,
-                guild_id=configuration.guild_id,
-                now=self._runtime.clock(),
-            )
-            if reread is None or not reread.settings.enabled:
-                taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
-                logger.info("channel %s is no longer served; %d dropped", channel_id, len(taken))
-                return
-            configuration = reread
 
 
 async def _take_through(channel_id: int, message_id: int) -> None:
-    """Mark the channel's unread messages up to ``message_id`` read (one transaction)."""
-    await sync_to_async(event_queue.unread_pool_take)(
+    """Mark the channel's unread messages up to ``message_id`` read (one statement)."""
+    await sync_to_async(event_queue.unread_pool_mark_read)(
         channel_id=channel_id, up_to_message_id=message_id
     )
 

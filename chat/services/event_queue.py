@@ -182,6 +182,15 @@ def unread_pool_take(
     return [message_from_json(row.event) for row in taken]
 
 
+def unread_pool_mark_read(*, channel_id: int, up_to_message_id: int) -> int:
+    """Remove the channel's unread messages up to and including ``up_to_message_id`` without
+    reading them back (the caller has them: a turn's trigger and what came before it); returns
+    how many were removed."""
+    rows = UnreadEvent.objects.filter(channel_id=channel_id, message_id__lte=up_to_message_id)
+    deleted, _ = rows.delete()
+    return deleted
+
+
 def unread_pool_discard(*, channel_id: int, message_ids: Iterable[int]) -> int:
     """Drop these messages from the channel's unread pool (a proxy system replaced them: their
     proxied copies are answered instead); returns how many were there."""

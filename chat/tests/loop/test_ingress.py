@@ -14,6 +14,7 @@ from chat.services.event_queue import (
     OwnIdentity,
     event_ingest_many,
     event_queue_consume,
+    unread_pool_mark_read,
     unread_pool_take,
 )
 from chat.tests.factories import ALICE, BOB, CHANNEL_ID, T0, message
@@ -154,3 +155,16 @@ def test_a_full_privacy_users_words_are_stored_nowhere():
     [kept] = [m for m in unread_pool_messages(channel_id=CHANNEL_ID) if m.id == secret.id]
     assert (kept.author.id, kept.content, kept.attachments) == (ALICE.id, "", ())
     assert any(m.content == "hi all" for m in unread_pool_messages(channel_id=CHANNEL_ID))
+
+
+def test_marking_read_up_to_a_message_leaves_later_arrivals_and_other_channels_unread():
+    msgs = [message(content=str(n), channel_id=20) for n in range(4)]
+    elsewhere = message(content="other", channel_id=21)
+    event_ingest_many([(msg, 1) for msg in (*msgs, elsewhere)])
+    event_queue_consume(own=OWN)
+
+    removed = unread_pool_mark_read(channel_id=20, up_to_message_id=msgs[1].id)
+
+    assert removed == 2
+    assert [m.content for m in unread_pool_messages(channel_id=20)] == ["2", "3"]
+    assert [m.content for m in unread_pool_messages(channel_id=21)] == ["other"]
