@@ -7,7 +7,8 @@ Groups:
     ``channel.<id>`` (`channel_group`): what happens in one Discord channel — loop state,
         unread count, window changes, turns started and finished, planner steps.
     ``bot.control`` (`CONTROL_GROUP`): messages to the bot workers (``config.changed``).
-    ``dashboard.overview`` (`OVERVIEW_GROUP`): worker heartbeats (``worker.pulse``).
+    ``dashboard.overview`` (`OVERVIEW_GROUP`): worker heartbeats (``worker.pulse``) and shard
+        leases taken or released (``shard.lease``).
 
 On the wire an event is a dict ``{"type": "<event type>", **payload}`` (Channels' convention: a
 consumer method named after the type with dots as underscores receives it, ``turn.finished`` →
@@ -56,6 +57,7 @@ class EventType(StrEnum):
     TURN_FINISHED = "turn.finished"
     CONFIG_CHANGED = "config.changed"
     WORKER_PULSE = "worker.pulse"
+    SHARD_LEASE = "shard.lease"
 
 
 class LoopStateName(StrEnum):
@@ -148,6 +150,17 @@ class WorkerPulse(Event):
     shard_ids: list[int]
 
 
+@dataclass(frozen=True)
+class ShardLeaseChanged(Event):
+    """A worker took its shards' leases under a new fencing token (``fence``), or released
+    them (``fence`` None). ``shards`` are ``[shard id, shard count]`` pairs."""
+
+    type: ClassVar[EventType] = EventType.SHARD_LEASE
+    holder: str
+    shards: list[list[int]]
+    fence: int | None
+
+
 _BY_TYPE: dict[str, type[Event]] = {
     str(cls.type): cls
     for cls in (
@@ -160,6 +173,7 @@ _BY_TYPE: dict[str, type[Event]] = {
         TurnFinished,
         ConfigChanged,
         WorkerPulse,
+        ShardLeaseChanged,
     )
 }
 

@@ -255,6 +255,11 @@ if LLM_EMBEDDING_MODEL and not (LLM_EMBEDDING_BASE_URL or LLM_BASE_URL):
 PLURALKIT_API_BASE = env_str("PLURALKIT_API_BASE")
 if PLURALKIT_API_BASE:
     PLURALKIT_API_BASE = env_url("PLURALKIT_API_BASE", "", schemes=("http", "https"))
+# The transcript and metadata service behind process_youtube_video (chat/llm/video_transcripts.py);
+# empty: the tool is never offered.
+YOUTUBE_TRANSCRIPT_URL = env_str("YOUTUBE_TRANSCRIPT_URL")
+if YOUTUBE_TRANSCRIPT_URL:
+    YOUTUBE_TRANSCRIPT_URL = env_url("YOUTUBE_TRANSCRIPT_URL", "", schemes=("http", "https"))
 
 # --- Auth, i18n, static -----------------------------------------------------------------------
 

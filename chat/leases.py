@@ -29,6 +29,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.db.models.functions import Now
 
+from botproject.events import OVERVIEW_GROUP, ShardLeaseChanged, publish_on_commit
 from chat.models import ShardLease
 from chat.pipeline.types import HistoryMessage
 from chat.ports import Delivered, DiscordPort, LeaseFence, Speaker
@@ -75,6 +76,10 @@ def shard_leases_claim(*, shards: ShardSet, holder: str, ttl: dt.timedelta) -> i
             fence = fences.pop()
         else:
             fence = (ShardLease.objects.aggregate(top=Max("fence"))["top"] or 0) + 1
+            announced = ShardLeaseChanged(
+                holder=holder, shards=[list(k) for k in keys], fence=fence
+            )
+            publish_on_commit(OVERVIEW_GROUP, announced)
         for shard_id, shard_count in keys:
             ShardLease.objects.update_or_create(
                 shard_id=shard_id,
@@ -106,10 +111,16 @@ def shard_lease_fenced(*, holder: str, fence: int, guild_id: int | None) -> bool
 
 def shard_leases_release(*, shards: ShardSet, holder: str) -> None:
     """Let ``holder``'s leases lapse now, so a standby takes over without waiting."""
+    released = 0
     for shard_id, shard_count in shards.lease_keys:
-        ShardLease.objects.filter(shard_id=shard_id, shard_count=shard_count, holder=holder).update(
-            expires_at=Now()
+        released += ShardLease.objects.filter(
+            shard_id=shard_id, shard_count=shard_count, holder=holder
+        ).update(expires_at=Now())
+    if released:
+        announced = ShardLeaseChanged(
+            holder=holder, shards=[list(k) for k in shards.lease_keys], fence=None
         )
+        publish_on_commit(OVERVIEW_GROUP, announced)
 
 
 def shard_lease_holders(*, shards: ShardSet) -> dict[tuple[int, int], str]:
@@ -152,6 +163,14 @@ class FencedPort:
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
         await self._check(channel_id)
         await self._port.react(channel_id, message_id, emoji)
+
+    async def send_sticker(
+        self, *, channel_id: int, speaker: Speaker, sticker_id: int
+    ) -> Delivered:
+        await self._check(channel_id)
+        return await self._port.send_sticker(
+            channel_id=channel_id, speaker=speaker, sticker_id=sticker_id
+        )
 
     def typing(self, channel_id: int) -> AbstractAsyncContextManager[None]:
         return self._port.typing(channel_id)

@@ -5,14 +5,17 @@ them with the app's others.
 
 from __future__ import annotations
 
-from django.db import models
+import uuid
+
+from django.db import connection, models
 from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import LessThanOrEqual
-from django.db.models.signals import post_save
+from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
-from personas.models import Persona, PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import Persona, UserPrivacy
 
 MEMORY_TEXT_CEILING = 2000
 """The longest memory text the database takes; the per-kind limits (settings) are lower."""
@@ -100,6 +103,45 @@ class Memory(models.Model):
         return f"{self.kind} memory {self.id} in {self.guild_id}"
 
 
+class MemoryVersion(models.Model):
+    """A stamp per guild drawn anew with every change of its memories or ready documents, in
+    the transaction that makes the change (`memory_version_bump`). A process keeps its search
+    index of a guild (`chat.services.memory_recall`) while the stamp it was built at is still
+    the guild's: one primary-key read per turn instead of an aggregate over every memory of
+    the guild. A random stamp, not a counter: a rolled-back change followed by another one
+    never repeats a value a process may have read inside the rolled-back transaction."""
+
+    guild_id = models.PositiveBigIntegerField(primary_key=True)
+    stamp = models.UUIDField(default=uuid.uuid4)
+
+    def __str__(self) -> str:
+        return f"memories of {self.guild_id} at {self.stamp}"
+
+
+def memory_version_bump(guild_id: int) -> None:
+    """Count one change of ``guild_id``'s memories or ready documents. Saves and deletes of
+    `Memory` and `Document` rows call it (signals, cascades included); a queryset ``update``
+    or ``bulk_*`` write must call it itself (passages change only while their document is not
+    ready: its status change counts)."""
+    if MemoryVersion.objects.filter(guild_id=guild_id).update(stamp=uuid.uuid4()):
+        return
+    _, created = MemoryVersion.objects.get_or_create(guild_id=guild_id)
+    if not created:
+        MemoryVersion.objects.filter(guild_id=guild_id).update(stamp=uuid.uuid4())
+
+
+def memory_version(guild_id: int) -> str:
+    """The guild's stamp ('' before its first change). Every turn reads it: one statement on
+    the connection's cursor, a tenth of what the ORM's query building costs here (0.03 ms
+    against 0.35 ms)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT stamp FROM {MemoryVersion._meta.db_table} WHERE guild_id = %s", [guild_id]
+        )
+        row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
 @receiver(post_save, sender=UserPrivacy, dispatch_uid="forget_memories_on_private")
 def forget_memories_on_private(sender: type, instance: UserPrivacy, **kwargs: object) -> None:
     """Nothing is kept about a user with partial or full privacy: whenever a privacy row is
@@ -167,3 +209,13 @@ class DocumentChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document.name} #{self.position}"
+
+
+@receiver(post_save, sender=Memory, dispatch_uid="memory_version_on_memory_save")
+@receiver(post_delete, sender=Memory, dispatch_uid="memory_version_on_memory_delete")
+@receiver(post_save, sender=Document, dispatch_uid="memory_version_on_document_save")
+@receiver(post_delete, sender=Document, dispatch_uid="memory_version_on_document_delete")
+def memory_version_on_change(sender: type, instance: Memory | Document, **kwargs: object) -> None:
+    """Every saved or deleted memory or document (a persona's deletion cascading to its
+    memories too) counts as a change of its guild's memories."""
+    memory_version_bump(instance.guild_id)

@@ -162,6 +162,19 @@ class DiscordPort(Protocol):
         """Add a reaction; raises DeliveryError."""
         ...
 
+    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
+        """The guild's own stickers as (id, name), from the gateway cache; empty when it has
+        none or the guild is not cached."""
+        ...
+
+    async def send_sticker(
+        self, *, channel_id: int, speaker: Speaker, sticker_id: int
+    ) -> Delivered:
+        """Send one of the guild's stickers as its own message through the bot account
+        (webhooks cannot send stickers, so ``speaker`` must be the main persona). Raises
+        DeliveryError."""
+        ...
+
     async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
         """Signed anew, each of ``urls`` whose file still exists: original → refreshed URL
         (Discord's ``POST /attachments/refresh-urls``); raises DeliveryError."""

@@ -6,7 +6,8 @@ prompt preview, replay and playground) build what they need here, so each part i
 one way. The dashboard reaches Discord and the sandbox only through this module's ports.
 
 - `llm_client_from_settings`, `vision_client_from_settings`, `vision_model_from_settings`: the
-  model endpoints (``LLM_*``), read when called, never at import.
+  model endpoints (``LLM_*``), read when called, never at import; `video_transcripts_from_settings`:
+  the transcript service (``YOUTUBE_TRANSCRIPT_URL``).
 - `gateway_runtime`: the worker's runtime over its gateway port.
 - `discord_rest_port`: a logged-in, never-connected Discord client behind `RestDiscordPort`,
   taught what the worker knows (its webhooks, the main personas).
@@ -33,7 +34,8 @@ from chat.gateway.rest import rest_port
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient, ModelSpec
 from chat.llm.openai_compat import OpenAICompatibleClient
-from chat.llm.tools import VisionModel
+from chat.llm.tools import VideoTranscripts, VisionModel
+from chat.llm.video_transcripts import VideoTranscriptService
 from chat.pipeline.tokens import default_token_counter
 from chat.pipeline.types import HistoryMessage
 from chat.ports import (
@@ -84,16 +86,26 @@ def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
     )
 
 
+def video_transcripts_from_settings() -> VideoTranscriptService | None:
+    """The transcript service behind ``process_youtube_video`` (``YOUTUBE_TRANSCRIPT_URL``);
+    None when it is not configured (the tool is then never offered)."""
+    if not settings.YOUTUBE_TRANSCRIPT_URL:
+        return None
+    return VideoTranscriptService(settings.YOUTUBE_TRANSCRIPT_URL)
+
+
 def gateway_runtime(
     *,
     port: DiscordPort,
     windows: WindowRegistry,
     runner: AttemptRunner,
     vision: VisionModel | None,
+    videos: VideoTranscripts | None = None,
     fence: LeaseFence = UNFENCED,
 ) -> TurnRuntime:
     """The worker's runtime over its gateway port and window registry: ``runner`` asks the
-    model, ``vision`` backs ``analyze_image`` (None: not offered), and as many warm contexts
+    model, ``vision`` backs ``analyze_image`` (None: not offered), ``videos`` backs
+    ``process_youtube_video`` (None: not offered), and as many warm contexts
     as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before each planner step (the
     port's acts are fenced by the port itself, `chat.leases.FencedPort`)."""
     return TurnRuntime(
@@ -103,6 +115,7 @@ def gateway_runtime(
         llm=runner,
         token_counter=default_token_counter(),
         vision=vision,
+        videos=videos,
         max_warm_contexts=settings.WORKER_WARM_CONTEXTS,
     )
 
@@ -163,6 +176,7 @@ def dry_run_runtime(
         llm=None,
         token_counter=default_token_counter(),
         clock=lambda: now,
+        videos=video_transcripts_from_settings(),
     )
 
 

@@ -19,9 +19,9 @@ copies may predate what the gateway missed). Windows are kept for the most recen
 Reply targets fetched for a channel are kept with its window (`reply_target`), so a target is
 fetched once; an edit or delete of it forgets it.
 
-A queued turn whose trigger the window has moved past asks `read_up_to` for the messages up to
-its trigger. The registry then keeps, next to the window and contiguous with it, what it read
-further back and what the window moves past while such turns keep asking; an edit, delete or
+A queued turn whose trigger, or whose anchor, the window has moved past asks `read_up_to` for the
+messages up to its trigger. The registry then keeps, next to the window and contiguous with it, what
+it read further back and what the window moves past while such turns keep asking; an edit, delete or
 reaction among them, a REST read of the window, or a read no queued turn followed lets them go.
 """
 
@@ -201,7 +201,7 @@ class WindowRegistry:
     ) -> tuple[tuple[HistoryMessage, ...], bool] | None:
         """The ``count`` messages up to and including ``message_id`` (oldest first), from what
         the channel's window and the older messages kept before it hold: a queued turn whose
-        trigger the window has moved past keeps what was said before it.
+        trigger or anchor the window has moved past keeps what was said before it.
 
         Reads further back over REST (`OLDER_READ` messages at a time, up to `MAX_OLDER`) when
         what is held does not reach far enough; what it reads is kept for the next queued turn

@@ -42,11 +42,11 @@ from chat.leases import (
 )
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
-from chat.llm.tools import VisionModel
+from chat.llm.tools import VideoTranscripts, VisionModel
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.ports import UNFENCED, LeaseFence, LeaseLost
-from chat.runtime import gateway_runtime
+from chat.runtime import gateway_runtime, video_transcripts_from_settings
 from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
@@ -99,10 +99,13 @@ def build_client(
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
     fence: LeaseFence = UNFENCED,
+    videos: VideoTranscripts | None = None,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
     records a heartbeat under ``holder`` (default: a fresh name) while it runs; ``vision`` is
-    the model behind ``analyze_image`` (None: the tool is not offered); ``proxies`` the proxy
+    the model behind ``analyze_image`` (None: the tool is not offered); ``videos`` the
+    transcript service behind ``process_youtube_video`` (default: ``YOUTUBE_TRANSCRIPT_URL``'s,
+    or none); ``proxies`` the proxy
     system's API (None: proxied members are not recognised); ``fence`` is asked before every
     send, edit, reaction and planner step (`LeaseKeeper` under a lease)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -127,6 +130,7 @@ def build_client(
             windows=client.windows,
             runner=runner or AttemptRunner(client=llm),
             vision=vision,
+            videos=videos if videos is not None else video_transcripts_from_settings(),
         )
         client.scheduler = Scheduler(
             runtime=runtime,

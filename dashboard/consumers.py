@@ -34,6 +34,7 @@ from dashboard import selectors
 from dashboard.access import is_admin, is_moderator
 from dashboard.names import NameBook
 from dashboard.playground import playground_chat
+from dashboard.scaleout import scale_out
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ class _LiveConsumer(AsyncWebsocketConsumer):
 
     # Channels calls the method named after the event type (dots → underscores).
     loop_state = loop_step = unread_count = window_changed = _on_event
-    turn_started = turn_delivered = turn_finished = worker_pulse = _on_event
+    turn_started = turn_delivered = turn_finished = worker_pulse = shard_lease = _on_event
 
 
 class ChannelConsumer(_LiveConsumer):
@@ -158,8 +159,9 @@ def _channel_fragments(channel_id: int, loop_state: str | None, full: bool) -> s
 
 
 class OverviewConsumer(_LiveConsumer):
-    """``/ws/overview/``: per guild, shards and latency, channels' queues and loop states,
-    latest turns and errors; re-rendered on worker pulses and on any channel's events."""
+    """``/ws/overview/``: the workers, their shard leases and a reshard in progress; per guild,
+    shards and latency, channels' queues and loop states, latest turns and errors; re-rendered
+    on worker pulses, lease changes and any channel's events."""
 
     async def groups_to_join(self) -> list[str]:
         channel_ids = await database_sync_to_async(selectors.overview_channel_ids)()
@@ -173,6 +175,7 @@ class OverviewConsumer(_LiveConsumer):
 
 
 def _overview_fragment() -> str:
-    return render_to_string(
-        "dashboard/_overview.html", {"overview": selectors.overview(), "oob": True}
+    context = {"overview": selectors.overview(), "scale": scale_out(), "oob": True}
+    return render_to_string("dashboard/_scaleout.html", context) + render_to_string(
+        "dashboard/_overview.html", context
     )

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from django import forms
 from django.db import models
 
+from chat.pipeline.types import BlockType, PrivacyLevel
 from dashboard.form_fields import (
     ChatPresetField,
     JSONObjectField,
@@ -56,10 +57,10 @@ from personas.config_schema import (
     parse_config_row,
 )
 from personas.models import (
-    BlockType,
+    BLOCK_TYPE_CHOICES,
+    PRIVACY_LEVEL_CHOICES,
     ChannelMode,
     DeliveryMode,
-    PrivacyLevel,
 )
 
 
@@ -451,7 +452,7 @@ class BlockForm(SpecForm):
 
     persona = forms.ChoiceField(label="Persona", required=False)
     user_id = forms.CharField(label="Discord user id", required=False)
-    type = forms.ChoiceField(choices=BlockType.choices, initial=BlockType.BLOCK)
+    type = forms.ChoiceField(choices=BLOCK_TYPE_CHOICES, initial=BlockType.BLOCK)
     reason = forms.CharField(required=False, strip=False)
     expires_at = forms.DateTimeField(
         label="Expires (UTC)",
@@ -475,7 +476,7 @@ class UserPrivacyForm(SpecForm):
     shown = {"user_id": stripped_id("id"), "privacy": "privacy", "blacklisted": "blacklisted"}
 
     user_id = forms.CharField(label="Discord user id", required=False)
-    privacy = forms.ChoiceField(choices=PrivacyLevel.choices, initial=PrivacyLevel.MINIMAL)
+    privacy = forms.ChoiceField(choices=PRIVACY_LEVEL_CHOICES, initial=PrivacyLevel.MINIMAL)
     blacklisted = forms.BooleanField(required=False)
 
 

@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from chat.models import DiscordName
-from personas.models import GuildConfig, PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import GuildConfig, UserPrivacy
 
 FULL_PRIVACY_LABEL = "a user with full privacy"
 

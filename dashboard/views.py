@@ -54,6 +54,7 @@ from dashboard.lorebook_editor import (
     book_from_rows,
 )
 from dashboard.lorebook_editor import rows_for as lorebook_rows_for
+from dashboard.scaleout import scale_out
 from personas import cards
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
@@ -94,9 +95,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
 @require_GET
 @viewer_required
 def index(request: HttpRequest) -> HttpResponse:
-    """The overview: per guild, the worker's shards and latency, each channel's queue, unread
-    pool and loop state, the latest turns and errors; live over ``/ws/overview/``."""
-    return render(request, "dashboard/index.html", {"overview": live_selectors.overview()})
+    """The overview: every worker with its shard leases and a reshard in progress; per guild,
+    the worker's shards and latency, each channel's queue, unread pool and loop state, the
+    latest turns and errors; live over ``/ws/overview/``."""
+    context = {"overview": live_selectors.overview(), "scale": scale_out()}
+    return render(request, "dashboard/index.html", context)
 
 
 @require_http_methods(["GET", "POST"])

@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from chat.pipeline.lorebook import parse_regex_key
+from chat.pipeline.types import BlockType, PrivacyLevel
 from personas.config_checks import cross_reference_problems
 from personas.config_values import (
     SNOWFLAKE_MAX,
@@ -80,10 +81,8 @@ from personas.models import (
     TIMEZONE_NAME_MAX,
     TRIGGERS_MAX,
     USERS_PER_GUILD_MAX,
-    BlockType,
     ChannelMode,
     DeliveryMode,
-    PrivacyLevel,
 )
 
 CONFIG_VERSION = 1

@@ -17,6 +17,8 @@ from django.db.models import Q
 from django.db.models.functions import Length, Lower
 from django.db.models.lookups import LessThanOrEqual
 
+from chat.pipeline.types import BlockType, PrivacyLevel
+
 FETCH_LIMIT_MIN = 20
 FETCH_LIMIT_MAX = 100
 FETCH_LIMIT_DEFAULT = 80
@@ -106,10 +108,26 @@ def _depth_validators() -> list:
     return [MaxValueValidator(NOTE_DEPTH_MAX)]
 
 
-class PrivacyLevel(models.TextChoices):
-    MINIMAL = "minimal", "Minimal"
-    PARTIAL = "partial", "Partial"
-    FULL = "full", "Full (never shown to the model, previews or records)"
+def _labelled(labels: dict) -> list[tuple[str, str]]:
+    """Django choices for a pipeline enum: each member's value with the label people read."""
+    return [(member.value, label) for member, label in labels.items()]
+
+
+# The privacy levels and block kinds are the pipeline's enums (one vocabulary for prompts,
+# services and storage); these are their labels on the dashboard and in the admin.
+PRIVACY_LEVEL_CHOICES = _labelled(
+    {
+        PrivacyLevel.MINIMAL: "Minimal",
+        PrivacyLevel.PARTIAL: "Partial",
+        PrivacyLevel.FULL: "Full (never shown to the model, previews or records)",
+    }
+)
+BLOCK_TYPE_CHOICES = _labelled(
+    {
+        BlockType.BLOCK: "Block (hidden from the persona)",
+        BlockType.MUTE: "Mute (cannot trigger the persona)",
+    }
+)
 
 
 class PrivacySource(models.TextChoices):
@@ -130,11 +148,6 @@ class DeliveryMode(models.TextChoices):
     PARAGRAPHS = "paragraphs", "Paragraph by paragraph, each as soon as it is written"
     WHOLE = "whole", "The whole reply at once, when the model has finished"
     EDIT = "edit", "One message, edited as the model writes (at most once a second)"
-
-
-class BlockType(models.TextChoices):
-    BLOCK = "block", "Block (hidden from the persona)"
-    MUTE = "mute", "Mute (cannot trigger the persona)"
 
 
 class GuildConfig(models.Model):
@@ -442,7 +455,7 @@ class Block(models.Model):
         help_text="Empty: every persona of the guild",
     )
     user_id = models.PositiveBigIntegerField()
-    type = models.CharField(max_length=8, choices=BlockType.choices, default=BlockType.BLOCK)
+    type = models.CharField(max_length=8, choices=BLOCK_TYPE_CHOICES, default=BlockType.BLOCK.value)
     reason = models.CharField(max_length=BLOCK_REASON_MAX, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -460,7 +473,9 @@ class Block(models.Model):
                 condition=Q(persona__isnull=True),
                 name="block_unique_guild_wide",
             ),
-            models.CheckConstraint(condition=Q(type__in=BlockType.values), name="block_type_valid"),
+            models.CheckConstraint(
+                condition=Q(type__in=[kind.value for kind in BlockType]), name="block_type_valid"
+            ),
             _at_most("reason", BLOCK_REASON_MAX, "block_reason_length"),
         ]
 
@@ -486,7 +501,7 @@ class UserPrivacy(models.Model):
 
     user_id = models.PositiveBigIntegerField()
     level = models.CharField(
-        max_length=8, choices=PrivacyLevel.choices, default=PrivacyLevel.MINIMAL
+        max_length=8, choices=PRIVACY_LEVEL_CHOICES, default=PrivacyLevel.MINIMAL.value
     )
     blacklisted = models.BooleanField(default=False)
     guild = models.ForeignKey(GuildConfig, on_delete=models.CASCADE, related_name="users")
@@ -501,7 +516,8 @@ class UserPrivacy(models.Model):
         ordering = ["guild_id", "user_id"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(level__in=PrivacyLevel.values), name="privacy_level_valid"
+                condition=Q(level__in=[level.value for level in PrivacyLevel]),
+                name="privacy_level_valid",
             ),
             models.UniqueConstraint(fields=["guild", "user_id"], name="privacy_one_per_guild_user"),
         ]

@@ -246,6 +246,7 @@ def test_cookies_are_secure_outside_debug_unless_overridden(overrides, expected)
         ("CSRF_TRUSTED_ORIGINS", "https://ok.example.com,https://bot.example.com/admin"),
         ("LLM_VISION_BASE_URL", "models.example/v1"),
         ("PLURALKIT_API_BASE", "ftp://api.pluralkit.me/v2"),
+        ("YOUTUBE_TRANSCRIPT_URL", "transcripts.example"),
         ("LLM_EMBEDDING_MODEL", "text embedding 3"),
         ("LLM_EMBEDDING_BASE_URL", "models.example/v1"),
         ("LLM_EMBEDDING_BASE_URL", "https://models.example/v1"),  # without a model

@@ -448,6 +448,26 @@ class DiscordAdapter:
             permanent = 400 <= error.status < 500 and error.status != 429
             raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
 
+    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
+        guild = self._client.get_guild(guild_id)
+        if guild is None:
+            return []
+        return [(sticker.id, sticker.name) for sticker in guild.stickers if sticker.available]
+
+    async def send_sticker(
+        self, *, channel_id: int, speaker: Speaker, sticker_id: int
+    ) -> Delivered:
+        if not speaker.is_main:
+            raise DeliveryError("webhooks cannot send stickers", permanent=True)
+        try:
+            channel = await self._channel(channel_id)
+            sent = await channel.send(stickers=[discord.Object(id=sticker_id)])
+        except discord.HTTPException as error:
+            permanent = 400 <= error.status < 500 and error.status != 429
+            raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
+        self.recent.record(sent.id, speaker.name)
+        return Delivered(sent.id, self.convert(sent), author_id=sent.author.id)
+
     async def _deliver_as_bot(
         self,
         channel_id: int,

@@ -8,6 +8,7 @@ and stops it in ``close``.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -16,7 +17,7 @@ import discord
 from asgiref.sync import sync_to_async
 
 from chat.gateway.adapter import DiscordAdapter
-from chat.gateway.limits import SharedLimits
+from chat.gateway.limits import SharedLimits, session_starts_check
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
 from chat.gateway.recent import RECENT_DELIVERIES
@@ -33,7 +34,7 @@ SHUTDOWN_GRACE_SECONDS = 10
 
 
 def bot_intents() -> discord.Intents:
-    """Guilds, guild and DM messages, message content, members and reactions."""
+    """Guilds, guild and DM messages, message content, members, reactions and stickers."""
     intents = discord.Intents.none()
     intents.guilds = True
     intents.guild_messages = True
@@ -41,6 +42,7 @@ def bot_intents() -> discord.Intents:
     intents.message_content = True
     intents.members = True
     intents.guild_reactions = True
+    intents.emojis_and_stickers = True  # the guild's stickers, for `send_sticker`
     intents.dm_reactions = True
     return intents
 
@@ -118,15 +120,22 @@ class PersonaBotClient(discord.AutoShardedClient):
         )
 
     async def setup_hook(self) -> None:
+        """Before any IDENTIFY: read ``GET /gateway/bot``, refuse to start when its session
+        start limit leaves fewer starts than this worker has shards to identify
+        (`SessionStartLimitReached`), take ``max_concurrency`` from it unless given; then the
+        worker's own start."""
+        recommended, _url, started = await self.http.get_bot_gateway()
+        shards = len(self.shard_ids) if self.shard_ids else (self.shard_count or recommended)
+        logger.info(
+            "session starts left: %s of %s; %s shard(s) to identify; IDENTIFY buckets: %s",
+            started["remaining"],
+            started["total"],
+            shards,
+            started["max_concurrency"],
+        )
+        session_starts_check(started, shards=shards, now=dt.datetime.now(dt.UTC))
         if self.limits is not None and self.limits.identify.max_concurrency is None:
-            started = await self.fetch_session_start_limits()  # GET /gateway/bot
-            self.limits.identify.max_concurrency = started.max_concurrency
-            logger.info(
-                "IDENTIFY buckets: %s; session starts left today: %s of %s",
-                started.max_concurrency,
-                started.remaining,
-                started.total,
-            )
+            self.limits.identify.max_concurrency = started["max_concurrency"]
         if self._on_start is not None:
             await self._on_start(self)
 

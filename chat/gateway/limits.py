@@ -1,4 +1,5 @@
-"""Discord's limits shared by every worker of one bot, through Redis.
+"""Discord's limits shared by every worker of one bot, through Redis, and the daily session
+start limit a worker checks before it connects.
 
 - IDENTIFY: one session start per ``max_concurrency`` bucket every 5 s, across all of a bot's
   processes (bucket = ``shard_id % max_concurrency``). `IdentifyPacer` takes a Redis lock per
@@ -9,19 +10,24 @@
   one Lua script (atomic, on Redis's own clock), and makes a request wait until the log has
   room.
 
-Both are keyed by a hash of the token, so several bots can share one Redis. When Redis cannot
-be reached they fall back to pacing this process alone (discord.py's own rules), and say so.
-A shared REST proxy in front of Discord (``DISCORD_API_BASE``) can take the REST limit over
-instead (docs/operations.md).
+- Session starts: each IDENTIFY uses one of the bot's daily session starts (1,000 for most bots;
+  `GET /gateway/bot`'s ``session_start_limit``). `session_starts_check` refuses to start a
+  worker that would need more than are left (docs/operations.md says why it fails, not waits).
+
+The Redis limits are keyed by a hash of the token, so several bots can share one Redis. When
+Redis cannot be reached they fall back to pacing this process alone (discord.py's own rules),
+and say so. A shared REST proxy in front of Discord (``DISCORD_API_BASE``) can take the REST
+limit over instead (docs/operations.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import hashlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +57,29 @@ end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 return tonumber(oldest[2]) + window - now + 1
 """
+
+
+class SessionStartLimitReached(Exception):
+    """Discord's session start limit leaves fewer starts than the worker has shards to
+    identify; the message names the limit, what is left and when it resets."""
+
+
+def session_starts_check(limit: Mapping[str, int], *, shards: int, now: dt.datetime) -> None:
+    """Raise `SessionStartLimitReached` when ``limit`` (``session_start_limit``: ``total``,
+    ``remaining``, ``reset_after`` in ms) leaves fewer than ``shards`` session starts;
+    ``now`` (aware) dates the reset in the message."""
+    remaining, total = limit["remaining"], limit["total"]
+    if remaining >= shards:
+        return
+    reset_after = dt.timedelta(milliseconds=limit["reset_after"])
+    resets_at = (now + reset_after).astimezone(dt.UTC).replace(microsecond=0)
+    minutes = int(reset_after.total_seconds() // 60)
+    raise SessionStartLimitReached(
+        f"Discord's session start limit: {remaining} of {total} session starts left, and this "
+        f"worker must identify {shards} shard{'s' if shards != 1 else ''}. The limit resets in "
+        f"{minutes // 60} h {minutes % 60:02d} min (at {resets_at.isoformat()}); start fewer "
+        "shards now, or start the worker after the reset."
+    )
 
 
 def token_key(token: str) -> str:

@@ -17,6 +17,10 @@ analyze_image               ``attachments`` lookup and a ``VisionModel`` (a visi
 process_gif                 ``attachments``, an ``AttachmentReader`` and a ``VisionModel``: the
                             GIF is read, `GIF_FRAMES` frames sampled with Pillow, and the
                             vision model asked about them in order
+process_youtube_video       ``VideoTranscripts`` (``YOUTUBE_TRANSCRIPT_URL``): the video's
+                            title, channel and transcript
+send_sticker                a ``StickerSender`` with at least one sticker (the guild's, for a
+                            persona speaking through the bot account; at most one per reply)
 ==========================  =================================================================
 
 Running a call never raises for anything the model did: unknown tools, tools not offered,
@@ -33,22 +37,29 @@ import json
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal, Protocol
+from typing import Any, Protocol
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    model_validator,
-)
+from pydantic import ValidationError
 
 from chat.llm.base import ChatRequest, LLMClient, LLMError, ModelSpec, ToolCall, Usage
 from chat.llm.reply import strip_reasoning
-from chat.pipeline.memory import MAX_CATEGORIES
+from chat.llm.tool_arguments import (
+    AnalyzeImageArguments,
+    ProcessGifArguments,
+    ProcessYoutubeVideoArguments,
+    ReadFileArguments,
+    RememberArguments,
+    RevealMessageMetadataArguments,
+    SendStickerArguments,
+    ToolArguments,
+    UpdateShortTermMemoryArguments,
+)
+from chat.llm.video_transcripts import TranscriptUnavailable, VideoTranscript, youtube_video_id
+from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.tools import ToolName
 
+TRANSCRIPT_LIMIT_CHARS = 12_000
+"""Most characters of a transcript ``process_youtube_video`` hands to the model."""
 READ_FILE_LIMIT_BYTES = 16_384
 """Most bytes of one file ``read_file`` hands to the model (about 4,000 tokens)."""
 
@@ -62,103 +73,7 @@ class ToolError(Exception):
     """A tool could not do what was asked; the message is shown to the model as the result."""
 
 
-# --- Definitions --------------------------------------------------------------------------------
-
-
-class _Arguments(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class ReadFileArguments(_Arguments):
-    media_id: str = Field(
-        pattern=r"^media_\d+$",
-        description="The file's media id as shown in the conversation, e.g. media_3.",
-    )
-
-
-class RevealMessageMetadataArguments(_Arguments):
-    ref: str = Field(
-        pattern=r"^ref_\d+$",
-        description="The message reference as shown in the conversation, e.g. ref_12.",
-    )
-
-
-CategoryName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=40)]
-CategoryText = Annotated[
-    str, StringConstraints(strip_whitespace=True, min_length=1, max_length=300)
-]
-
-
-class UpdateShortTermMemoryArguments(_Arguments):
-    summary: str = Field(
-        default="",
-        max_length=4000,
-        description=(
-            "The complete new summary of this conversation, at most 1,500 characters (longer "
-            "is cut); it replaces the old memory."
-        ),
-    )
-    categories: dict[CategoryName, CategoryText] = Field(
-        default_factory=dict,
-        max_length=MAX_CATEGORIES,
-        description=(
-            f"Instead of (or beside) a summary: up to {MAX_CATEGORIES} short named notes, "
-            'e.g. {"plans": "gig on Sunday", "mood": "excited"}.'
-        ),
-    )
-
-    @model_validator(mode="after")
-    def _something_to_remember(self) -> UpdateShortTermMemoryArguments:
-        if not self.summary.strip() and not self.categories:
-            raise ValueError("give a summary or at least one category")
-        return self
-
-
-class RememberArguments(_Arguments):
-    scope: Literal["user", "server"] = Field(
-        description=(
-            '"user": a fact about the person who wrote the message ref names, that they said '
-            'about themselves. "server": a fact the whole server shares.'
-        )
-    )
-    fact: str = Field(
-        min_length=1,
-        max_length=2000,
-        description=(
-            "The fact, short and in the third person, naming the person "
-            '(e.g. "Alice\'s cat is called Miso").'
-        ),
-    )
-    ref: str = Field(
-        pattern=r"^ref_\d+$",
-        description="The message (ref_N) in which it was said; for scope user, written by "
-        "the person the fact is about.",
-    )
-
-
-class AnalyzeImageArguments(_Arguments):
-    media_id: str = Field(
-        pattern=r"^media_\d+$",
-        description="The image's media id as shown in the conversation, e.g. media_2.",
-    )
-    question: str = Field(
-        default="Describe this image in detail.",
-        max_length=500,
-        description="What to find out about the image.",
-    )
-
-
-class ProcessGifArguments(_Arguments):
-    media_id: str = Field(
-        pattern=r"^media_\d+$",
-        description="The GIF's media id as shown in the conversation, e.g. media_4.",
-    )
-    question: str = Field(
-        default="Describe what happens in this animation.",
-        max_length=500,
-        description="What to find out about the animation.",
-    )
-
+# --- Definitions (argument models: `chat.llm.tool_arguments`) ---------------------------------
 
 GIF_FRAMES = 4
 """Frames of a GIF `process_gif` shows the vision model, evenly spaced from first to last."""
@@ -197,7 +112,7 @@ def sample_gif_frames(data: bytes, *, frames: int = GIF_FRAMES) -> list[bytes]:
 class ToolSpec:
     name: ToolName
     description: str
-    arguments: type[_Arguments]
+    arguments: type[ToolArguments]
 
     def definition(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool."""
@@ -234,10 +149,12 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             ToolName.REMEMBER,
             "Save a durable fact to your long-term memory of this server, for later "
             "conversations. Save only what a person said about themselves (their preferences, "
-            "life, plans: scope user, citing their own message) or the server's shared facts "
-            "(events, rules, traditions: scope server). Never save guesses, what someone said "
-            "about another person, or anything they asked you to keep to yourself. A fact you "
-            "already know is updated, not repeated.",
+            "life, plans: scope user, citing their own message), the server's shared facts "
+            "(events, rules, traditions: scope server), or what you yourself said you will "
+            "remember (your promises, plans, names you agreed on: scope persona, recalled only "
+            "by you). Never save guesses, what someone said about another person, or anything "
+            "they asked you to keep to yourself. A fact you already know is updated, not "
+            "repeated.",
             RememberArguments,
         ),
         ToolSpec(
@@ -251,6 +168,17 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             "Watch a GIF attached to a message in this conversation (a few frames, in order) "
             "and answer a question about it.",
             ProcessGifArguments,
+        ),
+        ToolSpec(
+            ToolName.PROCESS_YOUTUBE_VIDEO,
+            "Get the title, channel and transcript of a YouTube video linked in this conversation.",
+            ProcessYoutubeVideoArguments,
+        ),
+        ToolSpec(
+            ToolName.SEND_STICKER,
+            "Send one of this server's stickers in the channel, as your own message; it goes "
+            "out at once, before your reply. At most one per reply.",
+            SendStickerArguments,
         ),
     )
 }
@@ -298,9 +226,9 @@ class MessageMetadataLookup(Protocol):
 class LongTermMemoryWriter(Protocol):
     async def remember(self, *, scope: str, fact: str, ref: str) -> str:
         """Keep ``fact`` (scope ``user``: about the author of the message ``ref``; ``server``:
-        the guild's); return ``added`` or ``updated`` (a near duplicate); raise ``ToolError``
-        when it may not be kept (the person is not in the conversation or chose privacy, the
-        memory is full, the fact is too long)."""
+        the guild's; ``persona``: the speaking persona's own); return ``added`` or ``updated``
+        (a near duplicate); raise ``ToolError`` when it may not be kept (the person is not in
+        the conversation or chose privacy, the memory is full, the fact is too long)."""
         ...
 
 
@@ -308,6 +236,24 @@ class ShortTermMemoryWriter(Protocol):
     async def write(self, *, summary: str, categories: Mapping[str, str]) -> None:
         """Store ``summary`` and ``categories`` (either may be empty, not both) as the persona's
         short-term memory, replacing the old one; raise ``ToolError`` on failure."""
+        ...
+
+
+class VideoTranscripts(Protocol):
+    async def transcript(self, video_id: str) -> VideoTranscript:
+        """The video's metadata and transcript; raise ``TranscriptUnavailable`` (its message
+        is shown to the model) when there is none."""
+        ...
+
+
+class StickerSender(Protocol):
+    def names(self) -> Sequence[str]:
+        """The stickers the persona may send, by name (the guild's)."""
+        ...
+
+    async def send(self, name: str) -> None:
+        """Send the sticker called ``name`` in the turn's channel; raise ``ToolError`` when it
+        cannot be sent."""
         ...
 
 
@@ -343,6 +289,8 @@ class ToolBox:
         short_term_memory: ShortTermMemoryWriter | None = None,
         long_term_memory: LongTermMemoryWriter | None = None,
         vision: VisionModel | None = None,
+        videos: VideoTranscripts | None = None,
+        stickers: StickerSender | None = None,
         read_limit_bytes: int = READ_FILE_LIMIT_BYTES,
     ) -> None:
         self._attachments = attachments or {}
@@ -354,6 +302,7 @@ class ToolBox:
         self._memory_written = False
         self._long_term = long_term_memory
         self._remembered = 0
+        self._videos, self._stickers, self._sticker_sent = videos, stickers, False
         configured = {
             ToolName.READ_FILE: attachment_reader is not None and attachments is not None,
             ToolName.REVEAL_MESSAGE_METADATA: message_metadata is not None,
@@ -363,6 +312,8 @@ class ToolBox:
             ToolName.PROCESS_GIF: (
                 vision is not None and attachments is not None and attachment_reader is not None
             ),
+            ToolName.PROCESS_YOUTUBE_VIDEO: videos is not None,
+            ToolName.SEND_STICKER: stickers is not None and bool(stickers.names()),
         }
         self.offered: tuple[ToolName, ...] = tuple(
             name for name in TOOL_SPECS if name in allowlist and configured[name]
@@ -370,7 +321,16 @@ class ToolBox:
 
     def definitions(self) -> list[dict[str, Any]]:
         """The ``tools`` list for a request: the offered tools only, in a stable order."""
-        return [TOOL_SPECS[name].definition() for name in self.offered]
+        return [self._definition(name) for name in self.offered]
+
+    def _definition(self, name: ToolName) -> dict[str, Any]:
+        definition = TOOL_SPECS[name].definition()
+        if name is ToolName.SEND_STICKER and self._stickers is not None:
+            names = [scrub_snowflakes(n) for n in self._stickers.names()]
+            function = definition["function"]
+            function["description"] += " Stickers: " + ", ".join(names) + "."
+            function["parameters"]["properties"]["name"]["enum"] = names
+        return definition
 
     async def run_round(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Run one round's calls in order (so a second memory write sees the first); one result
@@ -388,6 +348,8 @@ class ToolBox:
             ToolName.REMEMBER: self._remember,
             ToolName.ANALYZE_IMAGE: self._analyze_image,
             ToolName.PROCESS_GIF: self._process_gif,
+            ToolName.PROCESS_YOUTUBE_VIDEO: self._process_youtube_video,
+            ToolName.SEND_STICKER: self._send_sticker,
         }
         try:
             name = self._offered_tool(call.name)
@@ -521,8 +483,42 @@ class ToolBox:
             usage=completion.usage,
         )
 
+    async def _process_youtube_video(self, arguments: ProcessYoutubeVideoArguments) -> ToolResult:
+        video_id = youtube_video_id(arguments.link)
+        if video_id is None:
+            raise ToolError("that is not a YouTube video link")
+        assert self._videos is not None
+        try:
+            video = await self._videos.transcript(video_id)
+        except TranscriptUnavailable as error:
+            raise ToolError(f"the video could not be processed: {error}") from None
+        transcript = video.transcript[:TRANSCRIPT_LIMIT_CHARS]
+        # The transcript and titles are outside text: a long digit run in them is no id of
+        # ours, but it looks like one to the model, so it is scrubbed like any other.
+        fields: dict[str, Any] = {
+            "title": scrub_snowflakes(video.title),
+            "channel": scrub_snowflakes(video.channel),
+            "transcript": scrub_snowflakes(transcript) or "(this video has no transcript)",
+        }
+        if video.duration_seconds is not None:
+            fields["duration_seconds"] = video.duration_seconds
+        if len(video.transcript) > TRANSCRIPT_LIMIT_CHARS:
+            fields["truncated"] = True
+        return _result(**fields)
 
-def _parse_arguments(model: type[_Arguments], raw: str) -> _Arguments:
+    async def _send_sticker(self, arguments: SendStickerArguments) -> ToolResult:
+        assert self._stickers is not None
+        names = {scrub_snowflakes(n): n for n in self._stickers.names()}
+        if arguments.name not in names:
+            raise ToolError(f"no sticker is called {arguments.name!r}; choose one listed")
+        if self._sticker_sent:
+            raise ToolError("a sticker was already sent in this reply")
+        await self._stickers.send(names[arguments.name])
+        self._sticker_sent = True
+        return _result(sent=arguments.name)
+
+
+def _parse_arguments(model: type[ToolArguments], raw: str) -> ToolArguments:
     """Validate the model's raw JSON arguments; raise ``ToolError`` naming each problem."""
     try:
         return model.model_validate_json(raw or "{}")

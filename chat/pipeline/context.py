@@ -117,6 +117,7 @@ class TurnInput:
             from the budget (DESIGN §5, "Budget"). A tool missing here costs nothing.
         follow_up_tools: Tools the persona's reply that the trigger replies to was offered
             (seed 000's follow-up admission; `tools.admit_tools`).
+        autonomous: The channel is autonomous (admits the sticker tool, `tools.admit_tools`).
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
         stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
         verbatim_tool_nudge: Inject the verbatim tool-calling nudge (custom endpoints).
@@ -160,6 +161,7 @@ class TurnInput:
     configured_tools: frozenset[str] = frozenset()
     tool_schema_tokens: Mapping[str, int] = field(default_factory=dict)
     follow_up_tools: frozenset[str] = frozenset()
+    autonomous: bool = False
     tools_enabled: bool = True
     stm_maintenance_due: bool = False
     verbatim_tool_nudge: bool = False
@@ -273,6 +275,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         stm_maintenance_due=turn.stm_maintenance_due,
         is_queued_turn=turn.is_queued_turn,
         follow_up_tools=turn.follow_up_tools,
+        autonomous=turn.autonomous,
     )
     macros = MacroContext(
         bot=next((p.name for p in turn.personas if p.is_main), persona.name),

@@ -201,7 +201,8 @@ def build_memory_index(
     count = len(records)
     if vectors is None:
         vectors = np.zeros((count, dimensions), dtype=np.float32)
-    vectors = np.asarray(vectors, dtype=np.float32).reshape(count, -1)
+    vectors = np.asarray(vectors, dtype=np.float32)
+    vectors = vectors.reshape(count, -1 if count else (vectors.shape[-1] if vectors.ndim else 0))
     postings_lists: dict[str, tuple[list[int], list[int]]] = {}
     lengths = np.zeros(count, dtype=np.float32)
     guild: list[int] = []
@@ -239,22 +240,32 @@ def build_memory_index(
     )
 
 
-def keyword_scores(index: MemoryIndex, query: str, weights: RecallWeights) -> np.ndarray:
-    """Each memory's keyword similarity to ``query`` in [0, 1] (see the module docstring);
-    all zeros when no query word occurs in any memory."""
-    scores = np.zeros(len(index), dtype=np.float32)
-    query_terms = set(terms(query))
-    known = [term for term in query_terms if term in index.postings]
-    if not known:
+def keyword_scores(
+    index: MemoryIndex, query: str, weights: RecallWeights, *, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """The keyword similarity to ``query`` in [0, 1] (see the module docstring) of every memory,
+    or of those in ``rows`` (ascending, in that order); zeros where no query word occurs.
+
+    With ``rows``, each query word's postings are searched for those rows (a binary search
+    each), so a turn's cost follows the memories it may see, not the guild's."""
+    count = len(index) if rows is None else len(rows)
+    scores = np.zeros(count, dtype=np.float32)
+    known = [term for term in set(terms(query)) if term in index.postings]
+    if not known or count == 0:
         return scores
-    count, average = len(index), max(index.average_length, 1.0)
+    total, average = len(index), max(index.average_length, 1.0)
     best = 0.0
     for term in known:
-        rows, frequencies = index.postings[term]
-        idf = math.log(1.0 + (count - len(rows) + 0.5) / (len(rows) + 0.5))
-        damping = weights.k1 * (1.0 - weights.b + weights.b * index.lengths[rows] / average)
-        scores[rows] += idf * frequencies * (weights.k1 + 1.0) / (frequencies + damping)
+        holding, frequencies = index.postings[term]
+        idf = math.log(1.0 + (total - len(holding) + 0.5) / (len(holding) + 0.5))
         best += idf
+        at = holding  # where in ``scores`` each posting lands
+        if rows is not None:
+            position = np.minimum(np.searchsorted(holding, rows), len(holding) - 1)
+            at = np.flatnonzero(holding[position] == rows)
+            holding, frequencies = rows[at], frequencies[position[at]]
+        damping = weights.k1 * (1.0 - weights.b + weights.b * index.lengths[holding] / average)
+        scores[at] += idf * frequencies * (weights.k1 + 1.0) / (frequencies + damping)
     return np.minimum(scores / best, 1.0)
 
 
@@ -322,7 +333,7 @@ def recall(
         return ()
     rows = eligible_rows(index, scope)
     keyword = (
-        keyword_scores(index, query, weights)[rows]
+        keyword_scores(index, query, weights, rows=None if scope is None else rows)
         if weights.keyword
         else np.zeros(len(rows), dtype=np.float32)
     )
@@ -409,15 +420,16 @@ def names_someone_else(fact: str, *, author: str, others: Iterable[str]) -> str 
     """For a personal fact attributed to ``author``: the name of another person of the
     conversation it names while not naming ``author`` (whole words, any case), or None. "Alice
     hates the oboe" cited from Bob's message names Alice: it is not Bob's to tell."""
-    words = set(normalized_text(fact).split())
-
-    def named(name: str) -> bool:
-        parts = normalized_text(name).split()
-        return bool(parts) and all(part in words for part in parts)
-
-    if named(author):
+    if fact_names(fact, author):
         return None
-    return next((name for name in others if name != author and named(name)), None)
+    return next((name for name in others if name != author and fact_names(fact, name)), None)
+
+
+def fact_names(fact: str, name: str) -> bool:
+    """True when ``fact`` holds every word of ``name`` as a whole word, in any case."""
+    words = set(normalized_text(fact).split())
+    parts = normalized_text(name).split()
+    return bool(parts) and all(part in words for part in parts)
 
 
 def recall_query(

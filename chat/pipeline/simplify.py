@@ -154,8 +154,9 @@ def build_simplified_history(
     """Turn a window of messages into simplified history entries, registering compact ids.
 
     Steps, per message in order (privacy and blocks judge the accountable user: a proxy's host):
-        1. A hidden user's message, and a notice this bot posted ("Replying to …", a failure
-           notice: nobody's line), is dropped without a trace.
+        1. A hidden user's message, a notice this bot posted ("Replying to …", a failure
+           notice: nobody's line), and a message of nothing but excluded cards (diagnostics,
+           unshared dice rolls) are dropped without a trace.
         2. A blocked user's message joins a BLOCKED entry; a run of them becomes one entry.
         3. Any other message is rendered: its ``ref_N`` is registered, then its reply target's,
            then the ``media_N`` keys of its own, forwarded and carried attachments.
@@ -189,7 +190,7 @@ def build_simplified_history(
     renderer = _MessageRenderer(id_map, settings, {message.id: message for message in window})
     for message in window[start:]:
         user_id = message.accountable_user_id
-        if user_id in hidden_user_ids or message.is_notice:
+        if user_id in hidden_user_ids or message.is_notice or _only_excluded_cards(message):
             continue
         blocked = user_id in blocked_user_ids
         entry = _blocked_entry(message) if blocked else renderer.render(message)
@@ -320,14 +321,15 @@ class _MessageRenderer:
         )
 
     def _visible_target(self, message: HistoryMessage) -> HistoryMessage | None:
-        """The reply target or thread starter, when known and its author may be seen."""
+        """The reply target or thread starter, when known, its author may be seen and it is
+        more than excluded cards."""
         reference = message.reference
         if reference is None or reference.kind is ReferenceKind.FORWARD:
             return None
         target = self._window.get(reference.message_id) or self._reply_targets.get(
             reference.message_id
         )
-        if target is None:
+        if target is None or _only_excluded_cards(target):
             return None
         author = target.accountable_user_id
         if author in self._hidden or author in self._blocked:
@@ -463,6 +465,23 @@ def _is_pure_text(message: HistoryMessage) -> bool:
         or message.snapshots
         or message.reference
         or any(card.kind.is_shown for card in (*message.embeds, *message.containers))
+    )
+
+
+def _only_excluded_cards(message: HistoryMessage) -> bool:
+    """A message whose only content is cards no prompt shows (seed 002: diagnostic embeds and
+    unshared dice rolls stay excluded)."""
+    cards = (*message.embeds, *message.containers)
+    return (
+        bool(cards)
+        and not any(card.kind.is_shown for card in cards)
+        and not (
+            message.content
+            or message.attachments
+            or message.stickers
+            or message.snapshots
+            or message.reference
+        )
     )
 
 

@@ -8,6 +8,8 @@ tool is offered only when the turn gives a reason:
   exposed: a text file → read_file, a non-emoji image → analyze_image, a GIF also
   process_gif, a YouTube link → process_youtube_video;
 - short-term memory maintenance being due → update_short_term_memory;
+- an autonomous channel → send_sticker (seed 000's "autonomous sticker" tool: where the
+  persona joins in on its own, it may answer with one of the guild's stickers);
 - ``remember`` (long-term memory) on words that announce a fact worth keeping ("remember",
   "my birthday", "i like" …); it needs a guild (configured per turn: never in a DM);
 - a follow-up: the trigger replies to this persona's reply, and that reply's turn offered the
@@ -41,6 +43,7 @@ class ToolName(StrEnum):
     ANALYZE_IMAGE = "analyze_image"
     PROCESS_GIF = "process_gif"
     PROCESS_YOUTUBE_VIDEO = "process_youtube_video"
+    SEND_STICKER = "send_sticker"
     WEB_SEARCH = "web_search"
 
 
@@ -90,6 +93,7 @@ TOOL_CATALOGUE: tuple[ToolSpec, ...] = (
     ToolSpec(ToolName.ANALYZE_IMAGE, True, ("image", "picture", "photo", "screenshot", "look at")),
     ToolSpec(ToolName.PROCESS_GIF, True, ("gif",)),
     ToolSpec(ToolName.PROCESS_YOUTUBE_VIDEO, True, ("youtube", "video")),
+    ToolSpec(ToolName.SEND_STICKER, True, ()),
     ToolSpec(ToolName.WEB_SEARCH, True, ("search", "look up", "google")),
 )
 _KEYWORD_PATTERNS = {
@@ -98,6 +102,7 @@ _KEYWORD_PATTERNS = {
         re.IGNORECASE,
     )
     for tool in TOOL_CATALOGUE
+    if tool.keywords
 }
 
 
@@ -118,6 +123,7 @@ def admit_tools(
     stm_maintenance_due: bool,
     is_queued_turn: bool,
     follow_up_tools: AbstractSet[str] = frozenset(),
+    autonomous: bool = False,
 ) -> ToolAdmission:
     """Decide the turn's tool allowlist.
 
@@ -137,6 +143,7 @@ def admit_tools(
             queued turn's reply is its answer, and no tool sends replies).
         follow_up_tools: The tools the turn offered whose reply the trigger replies to (empty
             when it replies to none of this persona's replies).
+        autonomous: The turn speaks in an autonomous channel (the planner chose it).
 
     Returns:
         A `ToolAdmission`.
@@ -150,6 +157,8 @@ def admit_tools(
     ]
     if deliberate_tool_mode:
         wanted = _deliberate_reasons(trigger, stm_maintenance_due)
+        if autonomous:
+            wanted[ToolName.SEND_STICKER] = "an autonomous channel"
         for name in sorted(follow_up_tools):
             wanted.setdefault(name, "a follow-up to a reply that offered it")
     else:

@@ -93,8 +93,9 @@ class Author:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file on a message. ``content_hash`` (when the gateway knows one) identifies repeated
-    images better than the URL does."""
+    """A file on a message. ``content_hash`` identifies repeated images better than the URL
+    does (each upload gets its own URL): Discord exposes no hash, so the worker sets it from
+    the image's bytes before a turn (`chat.services.turn_input.turn_image_hashes`)."""
 
     id: int
     filename: str
@@ -340,6 +341,31 @@ def with_attachment_urls(message: HistoryMessage, urls: Mapping[str, str]) -> Hi
         s
         if renewed(s.attachments) is s.attachments
         else replace(s, attachments=renewed(s.attachments))
+        for s in message.snapshots
+    )
+    if attachments is message.attachments and all(
+        a is b for a, b in zip(snapshots, message.snapshots, strict=True)
+    ):
+        return message
+    return replace(message, attachments=attachments, snapshots=snapshots)
+
+
+def with_attachment_hashes(message: HistoryMessage, hashes: Mapping[int, str]) -> HistoryMessage:
+    """``message`` with each attachment (its forwarded copies' included) whose id is a key of
+    ``hashes`` carrying that value as its ``content_hash``; ``message`` itself when none is."""
+
+    def hashed(attachments: tuple[Attachment, ...]) -> tuple[Attachment, ...]:
+        if not any(a.id in hashes and a.content_hash != hashes[a.id] for a in attachments):
+            return attachments
+        return tuple(
+            replace(a, content_hash=hashes[a.id]) if a.id in hashes else a for a in attachments
+        )
+
+    attachments = hashed(message.attachments)
+    snapshots = tuple(
+        s
+        if hashed(s.attachments) is s.attachments
+        else replace(s, attachments=hashed(s.attachments))
         for s in message.snapshots
     )
     if attachments is message.attachments and all(

@@ -10,7 +10,9 @@ the rules DESIGN §5 fixes:
 - ``select_anchored_history`` keeps the window's first message fixed (the stored *anchor*) until
   the window would exceed the limit, then advances it by one stride at a time. A stable first
   message keeps the model provider's prompt cache warm; moving in strides bounds the window to
-  between ``limit - stride`` and ``limit`` messages.
+  between ``limit - stride`` and ``limit`` messages. The window ends at the turn's trigger
+  (``end_id``): a queued turn's window runs from the same anchor to its own trigger, so the
+  turns of a busy stretch share their prompt's start as an ordinary conversation's do.
 
 Everything here is pure: messages go in oldest to newest, plain data comes out. Messages are
 counted as Discord messages, before any simplification or merging. The functions are generic
@@ -60,6 +62,9 @@ class ReanchorReason(StrEnum):
     """The caller forced a new anchor (gateway reconnect, a deleted window boundary)."""
     RESET = "reset"
     """A reset marker newer than the stored anchor cut the history; the window restarts after it."""
+    ANCHOR_AFTER_END = "anchor_after_end"
+    """The stored anchor is newer than the window's end (a turn answering a message from before
+    it): the window is chosen as for a new anchor, and the stored anchor is kept unchanged."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +73,13 @@ class AnchoredSelection(Generic[M]):
 
     Attributes:
         messages: The window, oldest to newest: a contiguous run of the input history that ends
-            with its newest message. Empty only when no message is newer than the reset marker
-            (or the history is empty).
+            with its newest message at or before the end bound. Empty only when no such message
+            is newer than the reset marker (or the history is empty).
         anchor_id: The anchor to store for the channel's next turn: the id of the window's first
             message, except when the window was extended back for a required message (then the
-            window starts earlier and this is still the normal anchor). ``None`` means there is
-            nothing to anchor to (empty history after the reset marker); store no anchor.
+            window starts earlier and this is still the normal anchor) and under
+            ``anchor_after_end`` (then it is the stored anchor, unchanged). ``None`` means there
+            is nothing to anchor to (empty history after the reset marker); store no anchor.
         reanchor_reason: Why a new anchor was chosen, or ``None`` when the stored anchor was kept
             (possibly advanced by whole strides).
         advanced_by: How many messages the anchor moved forward by the stride rule in this call:
@@ -160,28 +166,36 @@ def select_anchored_history(
     reset_marker_id: int | None = None,
     required_ids: AbstractSet[int] = frozenset(),
     force_reanchor: bool = False,
+    end_id: int | None = None,
 ) -> AnchoredSelection[M]:
-    """Choose the turn's history window: from the channel's anchor to the newest message.
+    """Choose the turn's history window: from the channel's anchor to the turn's trigger.
 
     Callers pass the history after queued-trigger add-back and proxy filtering (seed 000), and
     store the returned ``anchor_id`` (with ``limit``) for the channel's next turn.
 
     Steps:
-        1. Only messages newer than ``reset_marker_id`` are available (all, when it is None).
+        1. Only messages newer than ``reset_marker_id`` (all, when it is None) and not newer
+           than ``end_id`` (all, when it is None) are available. Everything below counts the
+           window up to the end: a queued turn's window is measured to its own trigger, and
+           the messages after it, waiting for their own turns, are not in it (DESIGN §5).
         2. Choose where the window starts, first rule that applies:
            a. a stored anchor at or before the reset marker → start at the first available
               message (reason ``reset``);
            b. no stored anchor → reason ``no_anchor``;
            c. ``force_reanchor`` → reason ``forced``;
            d. ``anchor_limit`` given and different from ``limit`` → reason ``limit_changed``;
-           e. the anchor is not among the available messages → reason ``anchor_unavailable``;
-           f. otherwise keep the stored anchor (reason None).
-           Under b–e the new start is chosen so the window holds the newest ``limit - stride``
+           e. the anchor is newer than ``end_id`` → reason ``anchor_after_end``: the returned
+              anchor is the stored one, so a turn answering an older message does not move
+              the start of the channel's later prompts;
+           f. the anchor is not among the available messages → reason ``anchor_unavailable``;
+           g. otherwise keep the stored anchor (reason None).
+           Under b–f the new start is chosen so the window holds the newest ``limit - stride``
            available messages (all of them if there are fewer).
         3. While the window from that start would hold more than ``limit`` messages, the start
            advances by one stride. With enough history the window therefore holds between
            ``limit - stride`` and ``limit`` messages, and its first message changes only when
-           the anchor moves. The start of step 3 is the anchor returned.
+           the anchor moves. The start of step 3 is the anchor returned (under
+           ``anchor_after_end``, the stored anchor is).
         4. Required messages (queued triggers that must stay in) older than that start extend
            the window back to the oldest of them, so the window stays a contiguous run of the
            history. The extension never reaches a message at or before the reset marker, and it
@@ -190,9 +204,12 @@ def select_anchored_history(
            messages; budget truncation deals with the tokens.
 
     The lower bound of step 3 holds for anchors this function returned, over a history that
-    only grows. Messages deleted from inside the window shrink it while the anchor is kept (a
-    kept anchor keeps the prompt cache warm); a deleted anchor is ``anchor_unavailable``, and a
-    caller that sees the window's boundary deleted may pass ``force_reanchor``.
+    only grows and ends that never move back: queued turns run in arrival order, so each queued
+    turn's window starts at the anchor the previous one stored and reaches to its own trigger,
+    until a stride moves it. Messages deleted from inside the window shrink it while the anchor
+    is kept (a kept anchor keeps the prompt cache warm); a deleted anchor is
+    ``anchor_unavailable``, and a caller that sees the window's boundary deleted may pass
+    ``force_reanchor``.
 
     Args:
         messages: The available history, oldest to newest, ids strictly increasing.
@@ -202,10 +219,13 @@ def select_anchored_history(
             in which case the anchor is not judged by it.
         reset_marker_id: The newest reset (or compact-refresh) boundary: the window holds only
             messages with a larger id. It need not be in ``messages``. None: no reset.
-        required_ids: Ids that must be in the window if they are in ``messages`` and newer than
-            the reset marker. Ids not in ``messages`` are ignored: the caller adds queued
-            triggers back into the history before calling.
+        required_ids: Ids that must be in the window if they are in ``messages``, newer than
+            the reset marker and not newer than ``end_id``. Ids not in ``messages`` are
+            ignored: the caller adds queued triggers back into the history before calling.
         force_reanchor: Choose a new anchor even if the stored one is usable.
+        end_id: The newest message the window may hold: the turn's trigger. It need not be in
+            ``messages``; the window then ends at the newest message before it. None: the
+            newest message of ``messages``.
 
     Returns:
         An ``AnchoredSelection``; see its attributes.
@@ -222,9 +242,11 @@ def select_anchored_history(
             raise ValueError(
                 f"messages must be oldest to newest with unique ids; {newer} follows {older}"
             )
-    total = len(ids)
-    # Step 1: index of the first message newer than the reset marker.
-    first_available = 0 if reset_marker_id is None else bisect_right(ids, reset_marker_id)
+    # Step 1: the messages up to the end, and the index of the first newer than the marker.
+    total = len(ids) if end_id is None else bisect_right(ids, end_id)
+    first_available = (
+        0 if reset_marker_id is None else min(total, bisect_right(ids, reset_marker_id))
+    )
 
     # Step 2.
     reason: ReanchorReason | None
@@ -238,9 +260,11 @@ def select_anchored_history(
             reason = ReanchorReason.FORCED
         elif anchor_limit is not None and anchor_limit != limit:
             reason = ReanchorReason.LIMIT_CHANGED
+        elif end_id is not None and anchor_id > end_id:
+            reason = ReanchorReason.ANCHOR_AFTER_END
         else:
             reason = ReanchorReason.ANCHOR_UNAVAILABLE
-            position = bisect_left(ids, anchor_id, lo=first_available)
+            position = bisect_left(ids, anchor_id, first_available, total)
             if position < total and ids[position] == anchor_id:
                 reason = None
                 start = position
@@ -253,6 +277,8 @@ def select_anchored_history(
         start += stride
         advanced_by += stride
     new_anchor_id = ids[start] if start < total else None
+    if reason is ReanchorReason.ANCHOR_AFTER_END:
+        new_anchor_id = anchor_id
 
     # Step 4.
     window_start = start
@@ -262,7 +288,7 @@ def select_anchored_history(
             window_start = position
 
     return AnchoredSelection(
-        messages=tuple(messages[window_start:]),
+        messages=tuple(messages[window_start:total]),
         anchor_id=new_anchor_id,
         reanchor_reason=reason,
         advanced_by=advanced_by,

@@ -24,7 +24,12 @@ Discord's error body. Ids are strings in responses and strings or numbers in req
     GET    /gateway/sessions
     POST   /gateway/drop, /gateway/reconnect    -> {"count": sockets affected}
     POST   /gateway/invalidate                  -> {"count": sessions ended}
+    POST   /gateway/shards/drop                 {shard: [id, count], hold?} -> {"count": sockets
+                                                 cut}; with hold its RESUME waits for release
+    POST   /gateway/shards/release              {shard: [id, count]} -> {"count": resumed}
     POST   /gateway/replay                      {count} -> {"count": events replayed}
+    GET    /gateway/session-start-limit         the bot's session_start_limit
+    POST   /gateway/session-start-limit         {remaining, reset_after? (s)} -> the limit
 
 `ControlClient` speaks this API; `find_channel_id` and `find_user_id` resolve the names a
 person types (`general`, `#general`, `alice`) against `GET /world`.
@@ -42,6 +47,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from chat.sandbox import schemas
+from chat.sandbox.errors import invalid_form_body
 from chat.sandbox.records import Upload
 from chat.sandbox.responses import json_response, no_content
 from chat.sandbox.rest import discord_errors, json_body, snowflake_param
@@ -118,6 +124,16 @@ class FaultSpec(_Body):
 
 class ReplaySpec(_Body):
     count: Annotated[int, Field(ge=1)] = 1
+
+
+class ShardDropSpec(_Body):
+    shard: tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=1)]]
+    hold: bool = False
+
+
+class SessionStartLimitSpec(_Body):
+    remaining: Annotated[int, Field(ge=0)]
+    reset_after: Annotated[float, Field(ge=0)] | None = None
 
 
 class MessagesQuery(_Body):
@@ -260,6 +276,29 @@ def control_app(server: SandboxServer) -> web.Application:
     async def replay(request: web.Request) -> web.Response:
         body = schemas.parse(ReplaySpec, await json_body(request))
         return json_response({"count": server.replay_last_dispatches(body.count)})
+
+    @routes.post("/gateway/shards/drop")
+    async def drop_shard(request: web.Request) -> web.Response:
+        body = schemas.parse(ShardDropSpec, await json_body(request))
+        return json_response({"count": server.drop_shard(*body.shard, hold=body.hold)})
+
+    @routes.post("/gateway/shards/release")
+    async def release_shard(request: web.Request) -> web.Response:
+        body = schemas.parse(ShardDropSpec, await json_body(request))
+        return json_response({"count": server.release_shard(*body.shard)})
+
+    @routes.get("/gateway/session-start-limit")
+    async def session_start_limit(request: web.Request) -> web.Response:
+        return json_response(server.session_start_limit())
+
+    @routes.post("/gateway/session-start-limit")
+    async def set_session_start_limit(request: web.Request) -> web.Response:
+        body = schemas.parse(SessionStartLimitSpec, await json_body(request))
+        try:
+            server.set_session_start_limit(remaining=body.remaining, reset_after=body.reset_after)
+        except ValueError as error:
+            raise invalid_form_body({("remaining",): ("NUMBER_TYPE_MAX", str(error))}) from None
+        return json_response(server.session_start_limit())
 
     app = web.Application(middlewares=[discord_errors])
     app.add_routes(routes)

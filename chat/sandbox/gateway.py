@@ -7,7 +7,8 @@ Protocol, as a bot sees it:
 2. IDENTIFY (op 2) opens a session: READY (guilds unavailable, `session_id`,
    `resume_gateway_url`, `shard`, `application`), then one GUILD_CREATE per guild of the
    session's shard (`(guild_id >> 22) % shard_count == shard_id`). A wrong token closes with
-   4004, an impossible shard with 4010, missing intents with 4013.
+   4004, an impossible shard with 4010, missing intents with 4013. Each IDENTIFY accepted uses
+   one of the bot's session starts (`SessionStarts`); one with none left closes with 4004.
 3. World changes (messages, reactions, typing; guilds, channels, threads and members added
    or renamed later) arrive as dispatches (op 0) with a per-session sequence number, filtered
    by shard and intents. Without MESSAGE_CONTENT, message content, embeds and attachments are
@@ -39,6 +40,7 @@ from aiohttp import WSMsgType, web
 from pydantic import BaseModel, ValidationError
 
 from chat.sandbox import schemas
+from chat.sandbox.session_starts import SessionStarts
 from chat.sandbox.state import APPLICATION_FLAGS, GatewayEvent, Sandbox
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
@@ -76,6 +78,7 @@ class CloseCode(IntEnum):
 class Intent(IntFlag):
     GUILDS = 1 << 0
     GUILD_MEMBERS = 1 << 1
+    GUILD_EXPRESSIONS = 1 << 3
     GUILD_PRESENCES = 1 << 8
     GUILD_MESSAGES = 1 << 9
     GUILD_MESSAGE_REACTIONS = 1 << 10
@@ -90,6 +93,7 @@ EVENT_INTENTS: Mapping[str, Intent] = {
     "CHANNEL_UPDATE": Intent.GUILDS,
     "THREAD_CREATE": Intent.GUILDS,
     "THREAD_UPDATE": Intent.GUILDS,
+    "GUILD_STICKERS_UPDATE": Intent.GUILD_EXPRESSIONS,
     "GUILD_MEMBER_ADD": Intent.GUILD_MEMBERS,
     "GUILD_MEMBER_UPDATE": Intent.GUILD_MEMBERS,
     "MESSAGE_CREATE": Intent.GUILD_MESSAGES,
@@ -119,18 +123,23 @@ class GatewaySettings:
     INVALID_SESSION, as Discord does (0: not enforced). Every IDENTIFY is recorded either way
     (`Gateway.identifies`)."""
     session_start_total: int = 1000
-    """Session starts a day (`GET /gateway/bot`'s ``session_start_limit``)."""
+    """Session starts a day (`GET /gateway/bot`'s ``session_start_limit``); each accepted
+    IDENTIFY uses one (`SessionStarts`)."""
+    session_start_reset: float = 86_400.0
+    """Seconds from the first session start until the limit resets."""
 
 
 @dataclass(frozen=True)
 class IdentifyRecord:
     """One IDENTIFY the gateway received: when (the gateway's clock), for which shard and
-    bucket, and whether it was refused for coming too soon after the bucket's last one."""
+    bucket, and whether it was refused: for coming too soon after the bucket's last one
+    (``too_soon``) or with no session start left (``session_start_limit``)."""
 
     at: float
     shard: tuple[int, int]
     bucket: int
     refused: bool
+    reason: str = ""
 
 
 def _frame(op: Op, data: Any = None, *, seq: int | None = None, name: str | None = None) -> str:
@@ -300,6 +309,14 @@ class Gateway:
         self._recent: deque[GatewayEvent] = deque(maxlen=settings.recent_events)
         self.identifies: list[IdentifyRecord] = []
         self._bucket_identified: dict[int, float] = {}
+        self._held_shards: set[tuple[int, int]] = set()
+        self._held_resumes: list[tuple[GatewayConnection, tuple[int, int], Any]] = []
+        self.session_starts = SessionStarts(
+            total=settings.session_start_total,
+            max_concurrency=settings.max_concurrency,
+            clock=clock,
+            reset_seconds=settings.session_start_reset,
+        )
         self._unsubscribe = sandbox.subscribe(self.publish)
 
     @property
@@ -393,6 +410,38 @@ class Gateway:
             connection.abort()
         return len(connections)
 
+    def drop_shard(self, shard: tuple[int, int], *, hold: bool = False) -> int:
+        """Cut the sockets of the sessions on ``shard`` (id, count) without a closing
+        handshake, as a network failure on one shard's connection does; every other session
+        goes on. With ``hold`` the shard stays down: its RESUME is left unanswered (the new
+        socket stays open and its heartbeats are acknowledged) until `release_shard`, while
+        its session buffers what happens. Returns how many sockets were cut."""
+        if hold:
+            self._held_shards.add(shard)
+        now = self._clock()
+        cut = 0
+        for session in list(self._sessions.values()):
+            connection = session.connection
+            if (session.shard_id, session.shard_count) != shard or connection is None:
+                continue
+            session.detach(connection, now)
+            connection.abort()
+            cut += 1
+        return cut
+
+    def release_shard(self, shard: tuple[int, int]) -> int:
+        """Stop holding ``shard`` and answer the RESUMEs held for it (each then replays what
+        its session missed, then RESUMED). Returns how many were answered."""
+        self._held_shards.discard(shard)
+        held = [item for item in self._held_resumes if item[1] == shard]
+        self._held_resumes = [item for item in self._held_resumes if item[1] != shard]
+        answered = 0
+        for connection, _, data in held:
+            if connection in self._connections:
+                self._resume(connection, data)
+                answered += 1
+        return answered
+
     def invalidate_sessions(self) -> int:
         """End every session, as Discord does when it invalidates them: each identified socket
         gets INVALID_SESSION (op 9, `d: false`) and no session can be resumed, so the bots
@@ -482,9 +531,16 @@ class Gateway:
         if not 0 <= shard_id < shard_count:
             connection.close(CloseCode.INVALID_SHARD, "Invalid shard")
             return
+        if not self.session_starts.limit(identify.token)["remaining"]:
+            # Discord resets the token of a bot past its session start limit; the sandbox
+            # refuses as a reset token would be, and keeps the token.
+            self._record_identify(shard_id, shard_count, refused="session_start_limit")
+            connection.close(CloseCode.AUTHENTICATION_FAILED, "Session start limit reached")
+            return
         if not self._identify_allowed(shard_id, shard_count):
             connection.send(_frame(Op.INVALID_SESSION, False))
             return
+        self.session_starts.use(identify.token)
         self._expire_sessions()
         session = GatewaySession(
             shard=(shard_id, shard_count),
@@ -502,13 +558,20 @@ class Gateway:
         """Record the IDENTIFY; False when it came sooner than ``identify_interval`` after the
         last accepted one of its bucket (enforced only with an interval)."""
         now = self._clock()
-        bucket = shard_id % self._settings.max_concurrency
-        last = self._bucket_identified.get(bucket)
+        last = self._bucket_identified.get(shard_id % self._settings.max_concurrency)
         refused = last is not None and now - last < self._settings.identify_interval
-        self.identifies.append(IdentifyRecord(now, (shard_id, shard_count), bucket, refused))
+        record = self._record_identify(shard_id, shard_count, refused="too_soon" if refused else "")
         if not refused:
-            self._bucket_identified[bucket] = now
+            self._bucket_identified[record.bucket] = now
         return not refused
+
+    def _record_identify(self, shard_id: int, shard_count: int, *, refused: str) -> IdentifyRecord:
+        bucket = shard_id % self._settings.max_concurrency
+        record = IdentifyRecord(
+            self._clock(), (shard_id, shard_count), bucket, bool(refused), reason=refused
+        )
+        self.identifies.append(record)
+        return record
 
     def identifies_too_soon(self, interval: float = 5.0) -> list[IdentifyRecord]:
         """The accepted IDENTIFYs that came less than ``interval`` seconds after the previous
@@ -524,15 +587,9 @@ class Gateway:
             last[record.bucket] = record.at
         return too_soon
 
-    def session_start_limit(self) -> dict[str, int]:
-        """`GET /gateway/bot`'s ``session_start_limit``: the accepted IDENTIFYs count."""
-        started = sum(1 for record in self.identifies if not record.refused)
-        return {
-            "total": self._settings.session_start_total,
-            "remaining": max(self._settings.session_start_total - started, 0),
-            "reset_after": 86_400_000,
-            "max_concurrency": self._settings.max_concurrency,
-        }
+    def session_start_limit(self, token: str) -> dict[str, int]:
+        """`GET /gateway/bot`'s ``session_start_limit`` for the bot ``token``."""
+        return self.session_starts.limit(token)
 
     def _ready(self, session: GatewaySession, guild_ids: list[int]) -> dict[str, Any]:
         return {
@@ -561,6 +618,10 @@ class Gateway:
             return
         self._expire_sessions()
         session = self._sessions.get(resume.session_id)
+        if session is not None and (session.shard_id, session.shard_count) in self._held_shards:
+            shard = (session.shard_id, session.shard_count)
+            self._held_resumes.append((connection, shard, data))
+            return
         missed = None if session is None else session.missed_since(resume.seq or 0)
         if session is None or missed is None:
             self._sessions.pop(resume.session_id, None)

@@ -10,7 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from chat.pipeline.snowflakes import snowflake_time
-from chat.sandbox.records import Attachment, Channel, Guild, GuildRole, Member, User, Webhook
+from chat.sandbox.records import (
+    Attachment,
+    Channel,
+    Guild,
+    GuildRole,
+    GuildSticker,
+    Member,
+    User,
+    Webhook,
+)
 from chat.sandbox.snowflake import iso_timestamp
 
 GUILD_TEXT = 0
@@ -142,9 +151,23 @@ def guild_payload(guild: Guild) -> dict[str, Any]:
         "features": [],
         "roles": [role_payload(role) for role in guild.roles.values()],
         "emojis": [],
-        "stickers": [],
+        "stickers": [sticker_payload(sticker, guild.id) for sticker in guild.stickers.values()],
         "approximate_member_count": len(guild.members),
         "approximate_presence_count": 0,
+    }
+
+
+def sticker_payload(sticker: GuildSticker, guild_id: int) -> dict[str, Any]:
+    """A guild sticker object (type 2, PNG format)."""
+    return {
+        "id": str(sticker.id),
+        "name": sticker.name,
+        "description": None,
+        "tags": sticker.tags,
+        "type": 2,
+        "format_type": 1,
+        "available": True,
+        "guild_id": str(guild_id),
     }
 
 

@@ -92,6 +92,8 @@ class Message:
     """Discord's message type when it is not implied (21: a thread's starter message)."""
     flags: int = 0
     """Message flags the sender set (SUPPRESS_EMBEDS 1<<2, SUPPRESS_NOTIFICATIONS 1<<12)."""
+    sticker_ids: list[int] = field(default_factory=list)
+    """The guild stickers the message is (Discord allows up to three)."""
 
 
 @dataclass(slots=True)
@@ -113,6 +115,14 @@ class Channel:
 
 
 @dataclass(slots=True)
+class GuildSticker:
+    id: int
+    name: str
+    tags: str = ""
+    """The emoji Discord shows as the sticker's suggestion (its ``tags``)."""
+
+
+@dataclass(slots=True)
 class Guild:
     id: int
     name: str
@@ -122,6 +132,7 @@ class Guild:
     members: dict[int, Member] = field(default_factory=dict)
     threads: dict[int, Channel] = field(default_factory=dict)
     """Active threads (public, started from a message), by id."""
+    stickers: dict[int, GuildSticker] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

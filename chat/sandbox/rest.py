@@ -37,7 +37,8 @@ class GatewayInfo:
 
     url: Callable[[], str]
     shards: int
-    session_start_limit: Callable[[], dict[str, int]]
+    session_start_limit: Callable[[str], dict[str, int]]
+    """The limit of a bot token (`chat.sandbox.session_starts`)."""
 
 
 def snowflake_param(request: web.Request, name: str) -> int:
@@ -203,7 +204,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             {
                 "url": gateway.url(),
                 "shards": gateway.shards,
-                "session_start_limit": gateway.session_start_limit(),
+                "session_start_limit": gateway.session_start_limit(sandbox.token),
             }
         )
 
@@ -239,7 +240,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         message = sandbox.create_message(
             channel_id,
             author_id=bot_id,
-            content=body.content,
+            content=body.content or "",
             embeds=body.embeds,
             uploads=uploads,
             reference=body.message_reference,
@@ -248,6 +249,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             nonce=body.nonce,
             enforce_nonce=body.enforce_nonce,
             flags=body.flags,
+            sticker_ids=body.sticker_ids,
         )
         return json_response(message)
 

@@ -74,7 +74,8 @@ class AttachmentRef(_Schema):
 
 
 class MessageCreate(_Schema):
-    content: str = ""
+    content: str | None = ""
+    """discord.py sends null with a message that is only stickers, as Discord accepts."""
     nonce: int | str | None = None
     enforce_nonce: bool = False
     tts: bool = False
@@ -83,6 +84,7 @@ class MessageCreate(_Schema):
     message_reference: MessageReference | None = None
     attachments: list[AttachmentRef] = []
     flags: int = 0
+    sticker_ids: Annotated[list[Snowflake], Field(max_length=3)] = []
 
 
 class MessageEdit(_Schema):

@@ -39,6 +39,7 @@ from chat.sandbox.traffic import (
 API_PREFIX = "/api/v10"
 GATEWAY_PATH = "/gateway"
 PLURALKIT_PREFIX = "/pluralkit/v2"
+YOUTUBE_PREFIX = "/youtube"
 
 
 class SandboxServer:
@@ -68,6 +69,11 @@ class SandboxServer:
         self._runner: web.AppRunner | None = None
         self.pluralkit_lookups: list[str] = []
         """The message ids asked of the proxy system's API, in order."""
+        self.videos: dict[str, dict[str, Any]] = {}
+        """The transcript service's videos by id: ``{"title", "channel", "duration_seconds",
+        "transcript"}`` (`chat.llm.video_transcripts`); others answer 404."""
+        self.video_lookups: list[str] = []
+        """The video ids asked of the transcript service, in order."""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -106,6 +112,7 @@ class SandboxServer:
             self._serve_attachment,
         )
         app.router.add_get(PLURALKIT_PREFIX + "/messages/{message_id}", self._pluralkit_message)
+        app.router.add_get(YOUTUBE_PREFIX + "/videos/{video_id}", self._video)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         try:
@@ -146,6 +153,11 @@ class SandboxServer:
     def pluralkit_api_base(self) -> str:
         """The proxy system's API for `PLURALKIT_API_BASE`, e.g. http://127.0.0.1:8765/pluralkit/v2."""
         return self.base_url + PLURALKIT_PREFIX
+
+    @property
+    def youtube_transcript_url(self) -> str:
+        """The transcript service for `YOUTUBE_TRANSCRIPT_URL`, e.g. http://127.0.0.1:8765/youtube."""
+        return self.base_url + YOUTUBE_PREFIX
 
     @property
     def gateway_url(self) -> str:
@@ -200,6 +212,15 @@ class SandboxServer:
         """Cut every gateway socket abruptly; bots RESUME and get what they missed."""
         return self._gateway.drop_connections() if self._gateway else 0
 
+    def drop_shard(self, shard_id: int, shard_count: int, *, hold: bool = False) -> int:
+        """Cut one shard's gateway sockets abruptly; the others go on. With ``hold`` the shard
+        cannot RESUME until `release_shard`. Returns how many sockets were cut."""
+        return self._gateway.drop_shard((shard_id, shard_count), hold=hold) if self._gateway else 0
+
+    def release_shard(self, shard_id: int, shard_count: int) -> int:
+        """Let a shard dropped with ``hold`` RESUME; returns how many RESUMEs were answered."""
+        return self._gateway.release_shard((shard_id, shard_count)) if self._gateway else 0
+
     def invalidate_sessions(self) -> int:
         """End every gateway session with INVALID_SESSION (op 9, `d: false`): bots IDENTIFY
         again and miss whatever happens until they do. Returns how many sessions ended."""
@@ -222,6 +243,19 @@ class SandboxServer:
         """Accepted IDENTIFYs less than ``interval`` s after their bucket's previous one."""
         return self._gateway.identifies_too_soon(interval) if self._gateway else []
 
+    def session_start_limit(self) -> dict[str, int]:
+        """The bot's ``session_start_limit``, as `GET /gateway/bot` reports it."""
+        if self._gateway is None:
+            raise RuntimeError("the sandbox server is not running")
+        return self._gateway.session_start_limit(self.token)
+
+    def set_session_start_limit(self, *, remaining: int, reset_after: float | None = None) -> None:
+        """Leave the bot ``remaining`` session starts, resetting in ``reset_after`` seconds
+        (None: the window already open, else a full day); raises ValueError beyond 0..total."""
+        if self._gateway is None:
+            raise RuntimeError("the sandbox server is not running")
+        self._gateway.session_starts.set(self.token, remaining=remaining, reset_after=reset_after)
+
     def sessions(self) -> list[dict[str, Any]]:
         """The gateway sessions (id, shard, intents, seq, connected)."""
         return self._gateway.sessions() if self._gateway else []
@@ -236,6 +270,15 @@ class SandboxServer:
         if record is None:
             return web.json_response({"message": "Message not found.", "code": 20006}, status=404)
         return web.json_response(record)
+
+    async def _video(self, request: web.Request) -> web.Response:
+        """The transcript service's ``GET /videos/{id}``."""
+        video_id = request.match_info["video_id"]
+        self.video_lookups.append(video_id)
+        video = self.videos.get(video_id)
+        if video is None:
+            return web.json_response({"error": "no such video"}, status=404)
+        return web.json_response(video)
 
     async def _serve_attachment(self, request: web.Request) -> web.Response:
         attachment = self.sandbox.attachment_download(

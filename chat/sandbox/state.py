@@ -33,6 +33,7 @@ from chat.sandbox.payloads import (
     guild_create_payload,
     guild_payload,
     member_payload,
+    sticker_payload,
     thread_payload,
     user_payload,
     webhook_payload,
@@ -42,6 +43,7 @@ from chat.sandbox.records import (
     Channel,
     Guild,
     GuildRole,
+    GuildSticker,
     Member,
     Message,
     Upload,
@@ -221,6 +223,17 @@ class Sandbox:
         self._guilds[guild_id] = guild
         self._publish("GUILD_CREATE", self.guild_create(guild_id, joined=True), guild_id)
         return guild_id
+
+    def add_guild_sticker(self, guild_id: int, name: str, *, tags: str = "🙂") -> int:
+        """Give the guild a sticker; dispatches GUILD_STICKERS_UPDATE with all its stickers."""
+        guild = self._guild(guild_id)
+        sticker_id = self._snowflakes.next_id()
+        guild.stickers[sticker_id] = GuildSticker(sticker_id, name, tags)
+        stickers = [sticker_payload(s, guild_id) for s in guild.stickers.values()]
+        self._publish(
+            "GUILD_STICKERS_UPDATE", {"guild_id": str(guild_id), "stickers": stickers}, guild_id
+        )
+        return sticker_id
 
     def add_text_channel(
         self, guild_id: int, name: str, *, channel_id: int | None = None, topic: str | None = None
@@ -640,8 +653,10 @@ class Sandbox:
         enforce_nonce: bool = False,
         webhook: WebhookAuthor | None = None,
         flags: int = 0,
+        sticker_ids: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Post a message as user `author_id`, or as `webhook` (then `author_id` is its id).
+        `sticker_ids` must name stickers of the channel's guild (a sticker is a message too).
 
         A reply (`reference`) to a message that does not exist fails unless
         `fail_if_not_exists` is false, in which case the message is posted without it.
@@ -661,7 +676,10 @@ class Sandbox:
         if webhook is None:
             self._member(guild, author_id)
         self._check_body(content, embeds)
-        if not (content or embeds or uploads):
+        for sticker_id in sticker_ids:
+            if sticker_id not in guild.stickers:
+                raise DiscordAPIError(400, ErrorCode.UNKNOWN_STICKER, "Unknown Sticker")
+        if not (content or embeds or uploads or sticker_ids):
             raise DiscordAPIError(400, ErrorCode.EMPTY_MESSAGE, "Cannot send an empty message")
         replied = self._replied_message(channel, reference)
         message_id = self._snowflakes.next_id()
@@ -674,7 +692,7 @@ class Sandbox:
             guild_id=guild.id,
             author_id=author_id,
             content=content,
-            embeds=[dict(embed) for embed in embeds],
+            embeds=[{"type": "rich", **embed} for embed in embeds],  # Discord's default type
             attachments=[self._store_upload(channel_id, upload) for upload in uploads],
             mention_ids=mention_ids,
             mention_role_ids=role_ids,
@@ -684,6 +702,7 @@ class Sandbox:
             tts=tts,
             nonce=nonce,
             flags=flags & SENDABLE_MESSAGE_FLAGS,
+            sticker_ids=list(sticker_ids),
         )
         channel.messages[message_id] = message
         channel.last_message_id = message_id
@@ -777,7 +796,7 @@ class Sandbox:
                 403, ErrorCode.EDIT_OTHERS_MESSAGE, "Cannot edit a message authored by another user"
             )
         new_content = message.content if content is None else content
-        new_embeds = message.embeds if embeds is None else [dict(e) for e in embeds]
+        new_embeds = message.embeds if embeds is None else [{"type": "rich", **e} for e in embeds]
         self._check_body(new_content, new_embeds)
         if keep_attachment_ids is not None:
             kept = set(keep_attachment_ids)
@@ -980,6 +999,12 @@ class Sandbox:
             "flags": message.flags,
             "components": [],
         }
+        if message.sticker_ids:
+            payload["sticker_items"] = [
+                {"id": str(s.id), "name": s.name, "format_type": 1}
+                for s in (guild.stickers.get(i) for i in message.sticker_ids)
+                if s is not None
+            ]
         if message.reactions:
             payload["reactions"] = [
                 self._reaction_payload(emoji, users) for emoji, users in message.reactions.items()

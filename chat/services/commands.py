@@ -39,7 +39,7 @@ from chat import selectors
 from chat.models import ChannelResetMarker, EventQueue, Memory, ShortTermMemory, UnreadEvent
 from chat.pipeline.memory import SUMMARY_TTL
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.types import PrivacyLevel
+from chat.pipeline.types import BlockType, PrivacyLevel
 from chat.services.memory_store import MemoryRefused, MemoryScope
 from chat.services.memory_store import memory_add as store_memory_add
 from chat.services.memory_store import memory_forget as store_memory_forget
@@ -49,7 +49,7 @@ from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
 from chat.why import MessageFetch, why_message
 from personas.config_schema import UserSpec
-from personas.models import BlockType, GuildConfig, PrivacySource, UserPrivacy
+from personas.models import GuildConfig, PrivacySource, UserPrivacy
 from personas.services import user_privacy_save
 
 ADMINISTRATOR = 1 << 3

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from chat.models import DiscordName
-from personas.models import PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import UserPrivacy
 
 BATCH = 500
 NAME_LENGTH = 100  # Discord's longest guild, channel and nick names

@@ -19,6 +19,7 @@ from django.db import transaction
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_bytes
 from chat.models import Document, DocumentChunk
+from chat.models_memory import memory_version_bump
 from chat.pipeline.documents import chunk_text
 from chat.services.memory_store import default_embedding_model
 
@@ -111,6 +112,7 @@ def document_embed(*, document_id: int, embedder: EmbeddingModel | None = None) 
             Document.objects.filter(id=document.id).update(
                 status=Document.Status.FAILED, error=str(error)
             )
+            memory_version_bump(document.guild_id)
             logger.warning("document %s not embedded: %s", document.id, error)
             document.refresh_from_db()
             return document
@@ -118,7 +120,9 @@ def document_embed(*, document_id: int, embedder: EmbeddingModel | None = None) 
             chunk.embedding, chunk.embedding_model = vector_bytes(vector), embedder.name
         DocumentChunk.objects.bulk_update(batch, ["embedding", "embedding_model"])
         Document.objects.filter(id=document.id).update(chunks_done=start + len(batch))
-    Document.objects.filter(id=document.id).update(status=Document.Status.READY)
+    with transaction.atomic():
+        Document.objects.filter(id=document.id).update(status=Document.Status.READY)
+        memory_version_bump(document.guild_id)
     document.refresh_from_db()
     return document
 

@@ -1,8 +1,10 @@
 """Recall of long-term memories: one guild's memories indexed in process, searched per turn.
 
 Each process keeps one `MemoryIndex` per guild (the vectors as one matrix, the terms as an
-inverted index) and rebuilds it when the guild's memories change: a cheap aggregate (count,
-newest change, highest id) tells. Ranking is the pure `chat.pipeline.recall`.
+inverted index) and rebuilds it when the guild's memories change: the guild's
+`MemoryVersion` stamp, one primary-key read, tells (an aggregate over the guild's rows,
+as at first, cost 20 ms a turn at 10,000 memories and 200 ms at 100,000). Ranking is the
+pure `chat.pipeline.recall`.
 
 `memories_recall_for_turn` is what every turn calls: the trigger and the message before it are
 the query; the speaking persona's own memories, the guild's, and the personal memories of the
@@ -17,10 +19,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from django.conf import settings
-from django.db.models import Count, Max, Q
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
 from chat.models import Document, DocumentChunk, Memory
+from chat.models_memory import memory_version
 from chat.pipeline.recall import (
     MemoryIndex,
     MemoryKind,
@@ -37,28 +39,13 @@ from chat.services.memory_store import default_embedding_model, memories_embed_m
 
 @dataclass(frozen=True)
 class _Cached:
-    version: tuple
+    version: str
     index: MemoryIndex
 
 
 EMBED_WHILE_INDEXING = 32
 _indexes: dict[tuple[int, str], _Cached] = {}
 _lock = threading.Lock()
-
-
-def _version(guild_id: int, model: str) -> tuple:
-    """What changes whenever the guild's memories or ready documents do, or more of them get a
-    vector of ``model``."""
-    stats = Memory.objects.filter(guild_id=guild_id).aggregate(
-        count=Count("id"),
-        changed=Max("updated_at"),
-        newest=Max("id"),
-        embedded=Count("id", filter=Q(embedding_model=model)),
-    )
-    documents = Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).aggregate(
-        count=Count("id"), newest=Max("id")
-    )
-    return (*stats.values(), *documents.values())
 
 
 def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryIndex:
@@ -68,14 +55,14 @@ def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryInde
     model changed) are left to the background task (`memories_embed_missing`), ranked by
     keywords alone until then."""
     key = (guild_id, embedder.name)
-    version = _version(guild_id, embedder.name)
+    version = memory_version(guild_id)
     cached = _indexes.get(key)
     if cached is not None and cached.version == version:
         return cached.index
     missing = Memory.objects.filter(guild_id=guild_id).exclude(embedding_model=embedder.name)
     if 0 < missing.count() <= EMBED_WHILE_INDEXING:
         memories_embed_missing(guild_id=guild_id, embedder=embedder)
-        version = _version(guild_id, embedder.name)
+        version = memory_version(guild_id)
     rows = list(
         Memory.objects.filter(guild_id=guild_id)
         .order_by("id")
@@ -178,12 +165,9 @@ def memories_recall_for_turn(
     if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
         return ()
     embedder = embedder or default_embedding_model()
-    if not (
-        Memory.objects.filter(guild_id=guild_id).exists()
-        or Document.objects.filter(guild_id=guild_id, status=Document.Status.READY).exists()
-    ):
-        return ()
     index = guild_memory_index(guild_id=guild_id, embedder=embedder)
+    if len(index) == 0:
+        return ()
     recalled = recall(
         index,
         query=query,

@@ -35,8 +35,10 @@ from chat.llm.embeddings import (
     vector_from_bytes,
 )
 from chat.models import Memory
+from chat.models_memory import memory_version_bump
 from chat.pipeline.recall import MemoryKind, near_duplicate
-from personas.models import PrivacyLevel, UserPrivacy
+from chat.pipeline.types import PrivacyLevel
+from personas.models import UserPrivacy
 
 logger = logging.getLogger(__name__)
 
@@ -289,10 +291,13 @@ def memories_embed_missing(
         except EmbeddingError as error:
             logger.warning("memories left without vectors: %s", error)
             return done
-        for row, vector in zip(pending, vectors, strict=True):
-            Memory.objects.filter(id=row.id, text=row.text).update(
-                embedding=vector_bytes(vector), embedding_model=embedder.name
-            )
+        with transaction.atomic():
+            for row, vector in zip(pending, vectors, strict=True):
+                Memory.objects.filter(id=row.id, text=row.text).update(
+                    embedding=vector_bytes(vector), embedding_model=embedder.name
+                )
+            for changed in {row.guild_id for row in pending}:
+                memory_version_bump(changed)
         done += len(pending)
 
 

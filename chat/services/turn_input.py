@@ -6,8 +6,10 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import functools
+import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -34,6 +36,7 @@ from chat.pipeline.types import (
     PrivacyLevel,
     ReferenceKind,
     signed_url_expiry,
+    with_attachment_hashes,
     with_attachment_urls,
 )
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
@@ -43,12 +46,23 @@ from chat.selectors import ChannelSettings, lore
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn
 from chat.services.turn_record import window_anchor_store
-from chat.services.turn_request import MAX_REFRESHED_URLS, TurnRequest, TurnRuntime
+from chat.services.turn_request import (
+    MAX_IMAGE_HASHES,
+    MAX_REFRESHED_URLS,
+    TurnRequest,
+    TurnRuntime,
+)
+from personas.models import ChannelMode
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
 URL_REFRESH_MARGIN = dt.timedelta(minutes=10)
 """An attachment URL whose signature runs out within this is signed anew before a turn hands
 it to a model or a tool (a kept window outlives Discord's day-long signatures)."""
+
+IMAGE_HASH_MAX_BYTES = 25 * 1024 * 1024
+"""Largest image whose bytes are read to hash it (Discord's upload limit without boosts);
+a larger one keeps its URL as its identity."""
+IMAGE_READS_AT_ONCE = 4
 
 logger = logging.getLogger(__name__)
 
@@ -56,14 +70,16 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class WindowReasons:
     """How a turn's window was obtained: why it was read over REST (None: reused), why it
-    was re-anchored (None: the stored anchor kept), where it starts and how far the stride
-    rule moved it."""
+    was re-anchored (None: the stored anchor kept), where it starts, how far the stride
+    rule moved it, how many messages it holds and how many newer than the trigger it
+    leaves to their own turns."""
 
     rest_reason: RestReason | None
     reanchor_reason: ReanchorReason | None
     anchor_id: int | None
     advanced_by: int
     message_count: int
+    after_trigger: int = 0
 
     def as_record(self) -> dict[str, object]:
         return {
@@ -72,6 +88,7 @@ class WindowReasons:
             "anchor_message_id": str(self.anchor_id) if self.anchor_id is not None else None,
             "advanced_by": self.advanced_by,
             "message_count": self.message_count,
+            "after_trigger": self.after_trigger,
         }
 
 
@@ -83,77 +100,85 @@ async def turn_window_read(
     now: dt.datetime,
     dry_run: bool,
 ) -> tuple[tuple[HistoryMessage, ...], WindowReasons]:
-    """The anchored window for this turn and how it was read (REST or reused, re-anchored or
-    not); the anchor is stored for the channel unless ``dry_run``. Originals a proxy system
-    replaced (seed 002: "Superseded originals are excluded") are left out.
+    """The anchored window for this turn, ending at its trigger, and how it was read (REST or
+    reused, re-anchored or not); the anchor is stored for the channel unless ``dry_run``.
+    Originals a proxy system replaced (seed 002: "Superseded originals are excluded") are left
+    out.
 
-    A queued trigger older than everything in the channel's newest window (it waited while
-    more than a window's worth was said) gets its own window: the ``limit`` messages up to it,
-    selected without the channel's anchor (which it neither uses nor moves), so its context is
-    what was said before it rather than nothing. Those messages come from the window registry,
-    which keeps what the window moved past and reads further back at most once for a stretch
-    of such turns (`WindowRegistry.read_up_to`); the turn then records ``older_than_window``.
+    Every turn's window starts at the channel's stored anchor and ends at its own trigger
+    (`select_anchored_history` with ``end_id``): the messages after it wait for their own
+    queued turns (DESIGN §5). Queued turns run in arrival order, so the turns of a busy
+    stretch share their prompt's start, the anchor moving by a stride only when a window up
+    to its trigger would exceed the limit, exactly as an ordinary conversation's do.
+
+    The channel's window (`WindowRegistry.read`) holds the newest ``limit`` messages. A queued
+    trigger older than all of them, or one with later messages whose window starts at an
+    anchor the newest window has moved past, takes the ``limit + stride`` messages up to the
+    trigger (enough to find an anchor that is due a stride) from the window registry, which
+    keeps what the window moved past and reads further back at most once for a stretch of
+    such turns (`WindowRegistry.read_up_to`); the turn then records ``older_than_window`` if
+    that read went to Discord. An ordinary turn (its trigger the newest message) reads no
+    further back: an anchor the window has moved past is chosen anew.
     """
+    limit = channel.fetch_limit
+    reach = limit + history_window_stride(limit)
     read = await runtime.windows.read(
-        channel.channel_id, limit=channel.fetch_limit, is_dm=channel.guild is None, dry_run=dry_run
+        channel.channel_id, limit=limit, is_dm=channel.guild is None, dry_run=dry_run
     )
     messages = await _without_superseded(read.messages)
+    after_trigger = sum(1 for m in messages if m.id > trigger.id)
     reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
     reset_marker_id = reset.marker_id if reset is not None else None
-    if messages and trigger.id < messages[0].id:
+    anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
+    if anchor is not None and now - anchor.updated_at >= ANCHOR_IDLE_TTL:
+        anchor = None
+    anchor_id = anchor.anchor_message_id if anchor is not None else None
+
+    read_older = False
+    trigger_before_window = bool(messages) and trigger.id < messages[0].id
+    anchor_before_window = (  # a queued trigger inside the window; not an ordinary turn's
+        bool(messages)
+        and anchor_id is not None
+        and anchor_id < messages[0].id
+        and trigger.id < messages[-1].id
+    )
+    if trigger_before_window or anchor_before_window:
         held = await runtime.windows.read_up_to(
             channel.channel_id,
             trigger.id,
-            count=channel.fetch_limit,
+            count=reach,
             fetch_before=runtime.port.fetch_history_before,
             dry_run=dry_run,
         )
-        if held is None:
+        if held is None and trigger_before_window:
             earlier = await runtime.port.fetch_history_before(
-                channel.channel_id, trigger.id, channel.fetch_limit - 1
+                channel.channel_id, trigger.id, reach - 1
             )
             held = ((*earlier, trigger), True)
-        up_to_trigger, read_older = held
-        around = await _without_superseded(tuple(sorted(up_to_trigger, key=lambda m: m.id)))
-        selection = select_anchored_history(
-            around,
-            limit=channel.fetch_limit,
-            anchor_id=None,
-            anchor_limit=None,
-            required_ids=frozenset({trigger.id}),
-            reset_marker_id=reset_marker_id,
-        )
-        reasons = WindowReasons(
-            rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
-            reanchor_reason=selection.reanchor_reason,
-            anchor_id=None,
-            advanced_by=selection.advanced_by,
-            message_count=len(selection.messages),
-        )
-        return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+        if held is not None:
+            up_to_trigger, read_older = held
+            messages = await _without_superseded(tuple(sorted(up_to_trigger, key=lambda m: m.id)))
     if trigger.id not in {m.id for m in messages}:
         messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
-    anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
-    fresh = anchor is not None and now - anchor.updated_at < ANCHOR_IDLE_TTL
     selection = select_anchored_history(
         messages,
-        limit=channel.fetch_limit,
-        anchor_id=anchor.anchor_message_id if fresh else None,
-        anchor_limit=anchor.limit if fresh else None,
+        limit=limit,
+        anchor_id=anchor_id,
+        anchor_limit=anchor.limit if anchor is not None else None,
         required_ids=frozenset({trigger.id}),
         force_reanchor=read.force_reanchor,
         reset_marker_id=reset_marker_id,
+        end_id=trigger.id,
     )
     if selection.anchor_id is not None and not dry_run:
-        await sync_to_async(window_anchor_store)(
-            channel.channel_id, selection.anchor_id, channel.fetch_limit
-        )
+        await sync_to_async(window_anchor_store)(channel.channel_id, selection.anchor_id, limit)
     reasons = WindowReasons(
-        rest_reason=read.rest_reason,
+        rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
         reanchor_reason=selection.reanchor_reason,
         anchor_id=selection.anchor_id,
         advanced_by=selection.advanced_by,
         message_count=len(selection.messages),
+        after_trigger=after_trigger,
     )
     return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
 
@@ -233,6 +258,56 @@ async def turn_attachment_urls_refresh(
     )
 
 
+async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> TurnInput:
+    """``turn_input`` with a ``content_hash`` (SHA-256 of the bytes) on every image attachment,
+    so an image posted again is recognised as the same picture (seed 002, "Deduplication":
+    only its latest occurrence renders, and it counts once toward the rendered-image limit).
+
+    Discord gives attachments no hash and a new URL per upload, so the worker reads each image
+    once (at most `IMAGE_READS_AT_ONCE` at a time) and remembers its hash by attachment id
+    (`TurnRuntime.image_hashes`). An image that cannot be read, or is larger than
+    `IMAGE_HASH_MAX_BYTES`, keeps no hash: its URL stays its identity."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    images = {
+        a.id: a.url
+        for m in messages
+        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
+        if a.is_image
+    }
+    if not images:
+        return turn_input
+    unread = [i for i in images if i not in runtime.image_hashes]
+    gate = asyncio.Semaphore(IMAGE_READS_AT_ONCE)
+
+    async def digest(url: str) -> str | None:
+        async with gate:
+            try:
+                data = await runtime.port.read_attachment(url, max_bytes=IMAGE_HASH_MAX_BYTES + 1)
+            except DeliveryError as error:
+                logger.info("an image could not be read to hash it: %s", error)
+                return None
+        return None if len(data) > IMAGE_HASH_MAX_BYTES else hashlib.sha256(data).hexdigest()
+
+    for attachment_id, digest_value in zip(
+        unread, await asyncio.gather(*(digest(images[i]) for i in unread)), strict=True
+    ):
+        runtime.image_hashes[attachment_id] = digest_value
+    for attachment_id in images:
+        runtime.image_hashes.move_to_end(attachment_id)
+    while len(runtime.image_hashes) > MAX_IMAGE_HASHES:
+        runtime.image_hashes.popitem(last=False)
+    hashes = {i: h for i in images if (h := runtime.image_hashes.get(i)) is not None}
+    if not hashes:
+        return turn_input
+    return replace(
+        turn_input,
+        history=tuple(with_attachment_hashes(m, hashes) for m in turn_input.history),
+        reply_targets={
+            i: with_attachment_hashes(m, hashes) for i, m in turn_input.reply_targets.items()
+        },
+    )
+
+
 async def turn_input_gather(
     runtime: TurnRuntime,
     request: TurnRequest,
@@ -277,6 +352,7 @@ async def turn_input_gather(
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         follow_up_tools=follow_up_tools,
+        autonomous=channel.mode == ChannelMode.AUTONOMOUS,
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
@@ -298,12 +374,24 @@ def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
 
 def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
     """The tools whose outside service this turn has: ``analyze_image`` and ``process_gif``
-    with a vision model, ``remember`` in a guild (long-term memories are kept per guild)."""
+    with a vision model, ``process_youtube_video`` with a transcript service, ``remember`` in
+    a guild (long-term memories are kept per guild), and ``send_sticker`` in an autonomous
+    channel of a guild that has stickers, for the persona speaking through the bot account
+    (webhooks cannot send stickers)."""
     configured = (
         {ToolName.ANALYZE_IMAGE, ToolName.PROCESS_GIF} if runtime.vision is not None else set()
     )
-    if request.configuration.guild_id is not None:
+    if runtime.videos is not None:
+        configured.add(ToolName.PROCESS_YOUTUBE_VIDEO)
+    guild_id = request.configuration.guild_id
+    if guild_id is not None:
         configured.add(ToolName.REMEMBER)
+        if (
+            request.channel.mode == ChannelMode.AUTONOMOUS
+            and request.persona.is_main
+            and runtime.port.guild_stickers(guild_id)
+        ):
+            configured.add(ToolName.SEND_STICKER)
     return frozenset(configured)
 
 

@@ -39,7 +39,8 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
     empty), ``message_ids`` (the window, oldest first), ``rest_reason`` (why it was read over
     REST; None: reused), ``refs`` (message id → its ``ref_N``/``media_N`` key) and ``left_out``
     (``[{"reason", "count"}]``: how many of the window's messages did not reach the prompt as
-    themselves, and why). Counts only: the text of a hidden user is never part of it.
+    themselves, and why, and how many of the channel's newer messages wait for their own
+    turns). Counts only: the text of a hidden user is never part of it.
     """
     context, turn_input = prepared.context, prepared.turn_input
     history = turn_input.history
@@ -49,6 +50,8 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
     removed = set(context.truncation.removed_message_ids)
     hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
     counts: dict[str, int] = {}
+    if after_trigger := int(prepared.window.get("after_trigger") or 0):
+        counts[LEFT_OUT_AFTER_TRIGGER] = after_trigger
     for message in history:
         if message.id in shown and message.id not in removed:
             continue
@@ -193,6 +196,13 @@ def turn_piece_record(turn: Turn, delivered: list[Delivered]) -> None:
     far, and the piece's index rows, in one transaction (a crash leaves them known)."""
     with transaction.atomic():
         turn.save(update_fields=["delivered_message_ids", "reply_text"])
+        _index_delivered(turn, delivered)
+
+
+def turn_extra_delivered_record(turn_id: int, delivered: list[Delivered]) -> None:
+    """Index messages a turn's tool sent (a sticker) as the persona's, like its reply's."""
+    turn = Turn.objects.filter(id=turn_id).first()
+    if turn is not None:
         _index_delivered(turn, delivered)
 
 

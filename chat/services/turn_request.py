@@ -16,7 +16,7 @@ from django.utils import timezone
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
-from chat.llm.tools import ToolBox, VisionModel
+from chat.llm.tools import ToolBox, VideoTranscripts, VisionModel
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.recall import RecalledMemory
 from chat.pipeline.tokens import TokenCounter
@@ -30,6 +30,7 @@ from personas.models import Persona
 
 MAX_WARM_CONTEXTS = 2000
 MAX_REFRESHED_URLS = 4096
+MAX_IMAGE_HASHES = 4096
 
 AbortCheck = Callable[[], Awaitable[str | None]]
 """Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
@@ -55,6 +56,9 @@ class TurnRuntime:
     vision: VisionModel | None = None
     """The model behind ``analyze_image`` (``LLM_VISION_MODEL``); None: the tool is never
     offered."""
+    videos: VideoTranscripts | None = None
+    """The transcript service behind ``process_youtube_video`` (``YOUTUBE_TRANSCRIPT_URL``);
+    None: the tool is never offered."""
     max_warm_contexts: int = MAX_WARM_CONTEXTS
     """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
     embeddings: EmbeddingModel | None = None
@@ -66,6 +70,9 @@ class TurnRuntime:
     refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
     """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
     the window keeps a message's original, so later turns reuse the refreshed one."""
+    image_hashes: OrderedDict[int, str | None] = field(default_factory=OrderedDict)
+    """Image attachment id → SHA-256 of its bytes (None: it could not be read), the newest
+    `MAX_IMAGE_HASHES`: an attachment's bytes never change, so each image is read once."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least

@@ -1,6 +1,6 @@
 """The tools a turn offers the model, each backed by what it needs: attachments read through
 the Discord port, message metadata in the prompt's keys, the short-term memory of the turn's
-scope, and the vision model.
+scope, the vision model, the transcript service, and the guild's stickers.
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ from chat.llm.tools import MessageMetadata, ToolBox, ToolError
 from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.markup import scrub_snowflakes
-from chat.pipeline.recall import names_someone_else
+from chat.pipeline.recall import fact_names, names_someone_else
+from chat.pipeline.tools import ToolName
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordPort
 from chat.selectors import ChannelSettings
-from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
+from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add, user_is_private
 from chat.services.short_term_memory import short_term_memory_write
+from chat.services.turn_delivery import persona_speaker
+from chat.services.turn_record import turn_extra_delivered_record
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from personas.models import Persona
 
@@ -74,12 +77,45 @@ def turn_toolbox(
             turn_id,
             context.message_ids,
             by_id,
+            persona_id=request.persona.id,
             embedder=runtime.embeddings,
         )
         if request.channel.guild is not None
         else None,
         vision=runtime.vision,
+        videos=runtime.videos,
+        stickers=_StickerSender(runtime, request, turn_id)
+        if ToolName.SEND_STICKER in context.tools and request.configuration.guild_id is not None
+        else None,
     )
+
+
+class _StickerSender:
+    """``send_sticker``: the guild's stickers, sent by the bot account as the persona's own
+    message (indexed as its line, like a reply), into the channel's kept window."""
+
+    def __init__(self, runtime: TurnRuntime, request: TurnRequest, turn_id: int | None) -> None:
+        self._runtime, self._request, self._turn_id = runtime, request, turn_id
+        guild_id = request.configuration.guild_id
+        assert guild_id is not None
+        self._stickers = {name: i for i, name in runtime.port.guild_stickers(guild_id)}
+
+    def names(self) -> list[str]:
+        return list(self._stickers)
+
+    async def send(self, name: str) -> None:
+        channel_id = self._request.channel.channel_id
+        try:
+            delivered = await self._runtime.port.send_sticker(
+                channel_id=channel_id,
+                speaker=persona_speaker(self._request.persona),
+                sticker_id=self._stickers[name],
+            )
+        except DeliveryError as error:
+            raise ToolError(f"the sticker could not be sent: {error}") from None
+        self._runtime.windows.record_delivery(channel_id, delivered.message, delivered.message_id)
+        if self._turn_id is not None:
+            await sync_to_async(turn_extra_delivered_record)(self._turn_id, [delivered])
 
 
 class _AttachmentReader:
@@ -159,8 +195,10 @@ class _MemoryWriter:
 class _LongTermMemoryWriter:
     """``remember``: keeps a fact in the guild's long-term memory for the turn ``turn_id``
     (a dry run has none). A personal fact is about the author of the cited message, who must
-    be in this turn's conversation and a person (a proxied member counts as themself); the
-    store refuses private users, full scopes and over-long facts."""
+    be in this turn's conversation and a person (a proxied member counts as themself); a
+    persona's own note (scope ``persona``, recalled only by ``persona_id``) may not name a
+    person of the conversation who chose not to be remembered; the store refuses private
+    users, full scopes and over-long facts."""
 
     def __init__(
         self,
@@ -169,9 +207,10 @@ class _LongTermMemoryWriter:
         keys: Mapping[str, int],
         messages: Mapping[int, HistoryMessage],
         *,
+        persona_id: int,
         embedder: EmbeddingModel | None,
     ) -> None:
-        self._guild_id, self._turn_id = guild_id, turn_id
+        self._guild_id, self._turn_id, self._persona_id = guild_id, turn_id, persona_id
         self._keys, self._messages, self._embedder = keys, messages, embedder
 
     async def remember(self, *, scope: str, fact: str, ref: str) -> str:
@@ -201,6 +240,9 @@ class _LongTermMemoryWriter:
                 member_id=message.proxy.member_id if message.proxy is not None else "",
                 name=message.shown_name,
             )
+        elif scope == "persona":
+            await self._refuse_naming_the_private(fact)
+            memory_scope = MemoryScope.persona(self._guild_id, self._persona_id)
         else:
             memory_scope = MemoryScope.guild(self._guild_id)
         try:
@@ -215,3 +257,17 @@ class _LongTermMemoryWriter:
         except MemoryRefused as refusal:
             raise ToolError(str(refusal)) from None
         return written.outcome
+
+    async def _refuse_naming_the_private(self, fact: str) -> None:
+        """Raise `ToolError` when ``fact`` names a person of the conversation with partial or
+        full privacy (nothing is kept about them, not even in a persona's own notes)."""
+        people = {
+            m.shown_name: m.accountable_user_id
+            for m in self._messages.values()
+            if m.author.persona_name is None and not (m.author.is_bot and m.proxy is None)
+        }
+        for name, user_id in people.items():
+            if fact_names(fact, name) and await sync_to_async(user_is_private)(
+                user_id, self._guild_id
+            ):
+                raise ToolError(f"nothing is remembered about {name}: they chose not to be")

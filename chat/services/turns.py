@@ -31,6 +31,7 @@ from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     turn_attachment_urls_refresh,
+    turn_image_hashes,
     turn_input_gather,
     turn_memories_recall,
     turn_renderer,
@@ -65,7 +66,8 @@ async def turn_prepare(
         2. Fetch reply targets outside the window (at most four at a time) and read privacy,
            blacklist and short-term memory for the people in it (the channel's personas and
            blocks come from ``request.configuration``, read once); recall the long-term
-           memories that bear on the trigger (`turn_memories_recall`).
+           memories that bear on the trigger (`turn_memories_recall`); hash the window's
+           images (each read once: `turn_image_hashes`).
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
@@ -85,6 +87,7 @@ async def turn_prepare(
     turn_input = await turn_input_gather(runtime, request, history, now=now)
     if not dry_run:
         turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
+    turn_input = await turn_image_hashes(runtime, turn_input)
     recalled = await sync_to_async(turn_memories_recall)(runtime, request, turn_input)
     turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
     participant_ms = ms_since(started)

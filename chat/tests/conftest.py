@@ -157,6 +157,9 @@ class FakeDiscord:
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         raise DeliveryError("no files here", permanent=True)
 
+    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
+        return []
+
 
 @dataclass
 class Bench:

@@ -92,6 +92,12 @@ ALLOWED: list[tuple[str, str, str]] = [
         "the schema refuses a lorebook key the activation could not read: one parser for "
         "/pattern/flags keys, in the pure pipeline",
     ),
+    (
+        "personas",
+        "chat.pipeline.types",
+        "privacy levels and block kinds are one vocabulary, the pure pipeline's enums; the "
+        "models store their values and label them",
+    ),
 ]
 
 

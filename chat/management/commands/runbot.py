@@ -8,6 +8,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.gateway.limits import SessionStartLimitReached
 from chat.runtime import (
     llm_client_from_settings,
     vision_client_from_settings,
@@ -114,6 +115,8 @@ class Command(BaseCommand):
         proxies = proxy_resolver_from_settings()
         try:
             await run_worker(config, llm=llm, stop=stop, vision=vision, proxies=proxies)
+        except SessionStartLimitReached as error:
+            raise CommandError(str(error)) from None
         finally:
             await llm.aclose()
             if proxies is not None:

@@ -22,6 +22,7 @@ from chat.llm.base import ModelSpec
 from chat.llm.fake_server import FakeLLMServer, raw_discord_identifiers
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
+from chat.llm.video_transcripts import VideoTranscriptService
 from chat.sandbox import GatewaySettings, SandboxServer
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
 from chat.worker import WorkerConfig, build_client
@@ -90,13 +91,15 @@ class World:
         proxies: bool = False,
         stream: bool = False,
         shared_limits: bool = False,
+        videos: bool = False,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
         the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
         with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
         makes it; with ``stream`` its model requests stream, as the product's do; with
         ``shared_limits`` it paces IDENTIFYs and REST requests through Redis, as ``runbot``
-        does."""
+        does; with ``videos`` it asks the sandbox's transcript service, as
+        ``YOUTUBE_TRANSCRIPT_URL`` makes it."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -122,7 +125,12 @@ class World:
                 grace_seconds=0.2,
             )
         self.client = build_client(
-            config, llm=llm_client, runner=runner, vision=vision, proxies=self.proxies
+            config,
+            llm=llm_client,
+            runner=runner,
+            vision=vision,
+            proxies=self.proxies,
+            videos=VideoTranscriptService(self.sandbox.youtube_transcript_url) if videos else None,
         )
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())

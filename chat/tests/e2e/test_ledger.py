@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Reply
 from chat.models import Turn
-from chat.sandbox.demo import DEMO_CHANNEL_IDS
+from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from personas.models import ChannelConfig
+from personas.services import config_import
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -218,3 +220,61 @@ async def test_a_channel_quiet_through_a_gap_reads_once_after_it_and_keeps_to_th
     assert (await last_window(POETRY))["rest_reason"] == "uncached_change"
     assert "a verse about sun" in last_prompt(world)
     assert "a verse about snow" not in last_prompt(world)
+
+
+OTHER_GUILD = DEMO_GUILD_ID + (1 << 22)  # a millisecond later: the other shard of two
+LOUNGE = GENERAL + (1 << 22)
+DEMO_SHARD = (DEMO_GUILD_ID >> 22) % 2
+
+
+async def a_guild_on_the_other_shard(world) -> None:
+    """A second configured guild, with #lounge, whose guild id puts it on the other shard."""
+    assert (OTHER_GUILD >> 22) % 2 != DEMO_SHARD
+    sandbox = world.sandbox.sandbox
+    sandbox.add_guild("Night Café", guild_id=OTHER_GUILD)
+    sandbox.add_text_channel(OTHER_GUILD, "lounge", channel_id=LOUNGE)
+    sandbox.add_member(OTHER_GUILD, ALICE)
+    tomori = {"name": "Tomori", "main": True, "system_prompt": "You are Tomori."}
+    guild = {
+        "id": str(OTHER_GUILD),
+        "name": "Night Café",
+        "personas": [{**tomori, "triggers": ["tomori"]}],
+        "channels": [{"id": str(LOUNGE), "mode": "reactive"}],
+    }
+    await sync_to_async(config_import)(data={"version": 1, "guilds": [guild]})
+
+
+async def test_one_shard_dropping_stops_reuse_on_its_channels_only(world):
+    """A worker holds two shards and one shard's connection drops and stays down: the other
+    shard's channel reads once (every window is dropped on a disconnect, seed 000) and then
+    reuses its window again while the shard is still down; once the shard has resumed, its
+    own channel reads its history by REST, saying the shard reconnected."""
+    await a_guild_on_the_other_shard(world)
+    await world.start_worker(shard_ids=[0, 1], shard_count=2)
+    for channel in (GENERAL, LOUNGE):
+        await turn(world, "tomori, hello", channel_id=channel)
+        await turn(world, "tomori, still there?", channel_id=channel)
+        assert (await last_window(channel))["rest_reason"] is None
+
+    assert world.sandbox.drop_shard(DEMO_SHARD, 2, hold=True) == 1
+    await eventually(lambda: world.client.windows.disconnected_shards == {DEMO_SHARD})
+    await turn(world, "tomori, the other shard is down", channel_id=LOUNGE)
+    assert (await last_window(LOUNGE))["rest_reason"] == "shard_reconnected"  # windows dropped
+    before = history_reads(world)
+    await turn(world, "tomori, and now?", channel_id=LOUNGE)
+
+    assert history_reads(world) == before
+    assert (await last_window(LOUNGE))["rest_reason"] is None  # reused while the shard is down
+    assert world.client.windows.disconnected_shards == {DEMO_SHARD}
+
+    assert world.sandbox.release_shard(DEMO_SHARD, 2) == 1
+    await eventually(lambda: not world.client.windows.disconnected_shards)
+    await world.drained()
+    before = history_reads(world)
+    await turn(world, "tomori, you are back", channel_id=GENERAL)
+
+    assert history_reads(world) - before == 1
+    window = await last_window(GENERAL)
+    assert (window["rest_reason"], window["reanchor_reason"]) == ("shard_reconnected", "forced")
+    await turn(world, "tomori, once more", channel_id=GENERAL)
+    assert (await last_window(GENERAL))["rest_reason"] is None

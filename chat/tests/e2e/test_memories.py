@@ -1,6 +1,7 @@
 """Long-term memories through the real worker on the sandbox: a fact kept about a person reaches
 a later prompt of any persona of the guild when it bears on what is said and that person is in
-the conversation; never when they are not; privacy forgets it."""
+the conversation; never when they are not; privacy forgets it. A persona's own note reaches only
+that persona. Extraction runs on a real Celery worker with beat (``celery`` tier)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,17 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 
-from chat import selectors
-from chat.gateway.rest import rest_discord
-from chat.llm.attempts import AttemptRunner
 from chat.llm.fake_server import Reply
-from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
-from chat.pipeline.tokens import default_token_counter
+from chat.pipeline.triggers import TurnReason
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
 from chat.services.memory_documents import document_embed, document_upload
-from chat.services.memory_extraction import memories_extract
 from chat.services.memory_store import MemoryScope, memory_add
-from chat.services.turn_request import TurnRuntime
+from chat.tests.celery_worker import WORKER_TIMEOUT, start_celery, stop
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
-from chat.windows import WindowRegistry
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig
 from personas.services import user_privacy_save
@@ -137,6 +133,33 @@ async def test_a_fact_saved_with_the_remember_tool_reaches_a_later_prompt(world)
     assert "- About Alice: Alice plays the oboe in an orchestra" in _memory_items(bodies[2])[0]
 
 
+async def test_what_a_persona_says_it_will_remember_reaches_only_its_own_later_prompts(world):
+    promise = {"scope": "persona", "fact": "I promised to call Alice Captain", "ref": "ref_1"}
+    world.llm.enqueue(Reply.calling("remember", promise), Reply("Aye, Captain!"))
+    await world.start_worker()
+
+    world.say("tomori, remember to call me captain from now on", author=ALICE)
+    bodies = await _answered(world, 2)
+
+    assert _tool_results(bodies[1]) == [{"saved": "added"}]
+    [memory] = await sync_to_async(list)(Memory.objects.select_related("persona"))
+    [turn] = await sync_to_async(_turns)()
+    assert (memory.kind, memory.persona.name, memory.source) == ("persona", "Tomori", "tool")
+    assert memory.user_id is None and memory.turn_id == turn.id
+
+    world.say("anon, will you call me captain too?", author=ALICE)
+    bodies = await _answered(world, 3)
+    assert "Captain" not in str(_memory_items(bodies[2]))
+
+    world.say("tomori, what will you call me, captain?", author=ALICE)
+    bodies = await _answered(world, 4)
+    [item] = _memory_items(bodies[3])
+    assert "- You said you would remember: I promised to call Alice Captain" in item
+    turns = await sync_to_async(_turns)()
+    assert [t.persona_name for t in turns[1:]] == ["Anon", "Tomori"]
+    assert turns[1].recalled == [] and turns[2].recalled[0]["kind"] == "persona"
+
+
 async def test_the_remember_tool_keeps_nothing_about_someone_who_did_not_say_it(world):
     world.say("hi all", author=ALICE)
     about_alice = {"scope": "user", "fact": "Alice hates the oboe", "ref": "ref_2"}
@@ -154,7 +177,15 @@ async def test_the_remember_tool_keeps_nothing_about_someone_who_did_not_say_it(
     assert await sync_to_async(Memory.objects.count)() == 0
 
 
-async def test_a_fact_extracted_from_a_quiet_conversation_reaches_a_later_prompt(world):
+def _extraction() -> tuple[Turn | None, list[Memory]]:
+    turn = Turn.objects.filter(reason=TurnReason.EXTRACTION).first()
+    return turn, list(Memory.objects.all())
+
+
+@pytest.mark.celery
+async def test_after_a_conversation_goes_quiet_extraction_runs_and_its_facts_reach_a_prompt(
+    world, tmp_path
+):
     await world.start_worker()
     world.say("I just adopted a greyhound called Pixel", author=ALICE)
     world.say("so cute!", author=BOB)
@@ -162,31 +193,36 @@ async def test_a_fact_extracted_from_a_quiet_conversation_reaches_a_later_prompt
     fact = {"about": "Alice", "fact": "Alice adopted a greyhound called Pixel"}
     world.llm.enqueue(Reply(json.dumps({"facts": [fact]})))
 
-    # What the Celery task composes: a REST-only port and the model client.
-    main_names = await sync_to_async(selectors.main_persona_names)()
-    async with (
-        rest_discord(
-            token=world.sandbox.token,
-            api_base=world.sandbox.api_base,
-            main_persona_name=main_names,
-        ) as port,
-        OpenAICompatibleClient(base_url=world.llm.base_url, api_key="test") as client,
-    ):
-        await port.load_directory(DEMO_GUILD_ID)
-        runtime = TurnRuntime(
-            port=port,
-            windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
-            llm=AttemptRunner(client=client, stream=False),
-            token_counter=default_token_counter(),
-        )
-        result = await memories_extract(runtime=runtime, channel_id=GENERAL, guild_id=DEMO_GUILD_ID)
-    assert result.status == "extracted"
+    # The real Celery worker with beat: its schedule finds the quiet channel and queues the
+    # extraction task, which reads the channel over the sandbox's REST API and asks the model.
+    celery = start_celery(
+        world.sandbox,
+        world.llm,
+        tmp_path / "beat-schedule",
+        MEMORY_EXTRACTION_SECONDS="0.5",
+        MEMORY_EXTRACTION_QUIET_SECONDS="0",
+        MEMORY_EXTRACTION_MIN_MESSAGES="2",
+        STM_MAINTENANCE_SECONDS="3600",
+    )
+    try:
+
+        async def stored() -> bool:
+            turn, memories = await sync_to_async(_extraction)()
+            return turn is not None and turn.status == Turn.Status.REPLIED and bool(memories)
+
+        await eventually(stored, within=WORKER_TIMEOUT)
+    finally:
+        await sync_to_async(stop)(celery)
+
     [extraction] = world.llm.chat_bodies
     assert "Alice: [ref_1] I just adopted a greyhound called Pixel" in str(extraction)
+    turn, [memory] = await sync_to_async(_extraction)()
+    assert (memory.user_id, memory.source, memory.turn_id) == (ALICE, "extraction", turn.id)
 
     world.say("anon, what is my greyhound called?", author=ALICE)
     bodies = await _answered(world, 2)
     assert f"- About Alice: {fact['fact']}" in _memory_items(bodies[1])[0]
+    await sync_to_async(connections.close_all)()
 
 
 def _upload_the_harbour_guide() -> None:

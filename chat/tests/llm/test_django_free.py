@@ -20,6 +20,8 @@ def test_model_access_imports_without_django() -> None:
         "turn_completion",
         "reply",
         "tools",
+        "tool_arguments",
+        "video_transcripts",
         "fake_server",
         "fake_answers",
         "embeddings",

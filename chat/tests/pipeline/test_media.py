@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chat.pipeline.media import EntryMedia, plan_media
-from chat.pipeline.types import Sticker
+from chat.pipeline.types import Sticker, with_attachment_hashes
 from chat.tests.factories import ALICE, BOB, gif, image, message, sf, simplify
 
 
@@ -104,3 +104,32 @@ def test_stickers_never_count_as_images():
 
     assert shown_keys(plans[0]) == ["media_1"]
     assert all(plan == EntryMedia() for plan in plans[1:])
+
+
+def test_images_hashed_alike_are_one_picture_whatever_their_urls():
+    # Each upload gets its own URL; the worker hashes the bytes (`with_attachment_hashes`).
+    messages = [
+        message(1, "", attachments=(image(101, url="https://cdn.example/a/cat.png"),)),
+        message(2, "", author=BOB, attachments=(image(102, url="https://cdn.example/b/d.png"),)),
+        message(3, "", attachments=(image(103, url="https://cdn.example/c/cat.png"),)),
+    ]
+    hashes = {sf(101): "cat", sf(102): "dog", sf(103): "cat"}
+
+    unhashed = plan_media(simplify(messages).entries, media_window=80)
+    hashed = plan_media(
+        simplify([with_attachment_hashes(m, hashes) for m in messages]).entries, media_window=80
+    )
+
+    assert [plan.repeated for plan in unhashed] == [0, 0, 0]
+    assert [(shown_keys(plan), plan.repeated) for plan in hashed] == [
+        ([], 1),
+        (["media_2"], 0),
+        (["media_3"], 0),
+    ]
+
+
+def test_hashing_leaves_a_message_without_those_attachments_as_it_is():
+    plain = message(1, "", attachments=(image(101),))
+
+    assert with_attachment_hashes(plain, {sf(999): "x"}) is plain
+    assert with_attachment_hashes(plain, {sf(101): "x"}).attachments[0].content_hash == "x"

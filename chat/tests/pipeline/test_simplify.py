@@ -370,8 +370,6 @@ def test_forwarded_snapshot_shows_its_text_and_carries_its_media():
             "",
             "[Embed: Stats — HP: 12 — v2]",
         ),
-        ((Embed(title="Roll", kind=CardKind.UNSHARED_DICE_ROLL),), EntryKind.MESSAGE, "", ""),
-        ((Embed(title="latency 20ms", kind=CardKind.DIAGNOSTIC),), EntryKind.MESSAGE, "", ""),
     ],
 )
 def test_cards_become_notices_previews_or_nothing(cards, kind, body, tail):
@@ -383,6 +381,29 @@ def test_cards_become_notices_previews_or_nothing(cards, kind, body, tail):
     ).entries
 
     assert (entry.kind, entry.parts[0].body, entry.parts[0].tail) == (kind, body, tail)
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        Embed(title="Roll", description="d20 → 17", kind=CardKind.UNSHARED_DICE_ROLL),
+        Embed(title="latency 20ms", kind=CardKind.DIAGNOSTIC),
+        ComponentContainer(("Debug", "tokens 812"), kind=CardKind.DIAGNOSTIC),
+    ],
+)
+def test_a_message_of_nothing_but_excluded_cards_leaves_no_trace(card):
+    embeds = (card,) if isinstance(card, Embed) else ()
+    containers = (card,) if isinstance(card, ComponentContainer) else ()
+    messages = [
+        message(1, "", author=TOMORI, embeds=embeds, containers=containers),
+        message(2, "what did it say?", reference=reply_to(1)),
+    ]
+
+    history = simplify(messages)
+
+    [entry] = history.entries
+    assert entry.parts[0].head == "[ref_1]"  # no quote of the excluded card either
+    assert history.id_map.message_key(sf(1)) is None
 
 
 def test_a_notice_with_words_stays_a_message_with_the_notice_inline():

@@ -124,3 +124,26 @@ def test_a_follow_up_keeps_the_tools_the_answered_reply_had(configured, expected
 
     assert admission.tools == expected  # an unconfigured tool stays out
     assert admission.reasons["read_file"] == "a follow-up to a reply that offered it"
+
+
+@pytest.mark.parametrize(
+    ("autonomous", "configured", "expected"),
+    [
+        (True, EVERYTHING_CONFIGURED, ("send_sticker",)),
+        (True, frozenset(), ()),  # no stickers, or a persona that cannot send them
+        (False, EVERYTHING_CONFIGURED, ()),
+    ],
+)
+def test_an_autonomous_channel_admits_the_sticker_tool_when_it_can_be_used(
+    autonomous, configured, expected
+):
+    admission = admit_tools(
+        deliberate_tool_mode=True,
+        trigger=trigger_entry(message(1, "hello everyone")),
+        configured_tools=configured,
+        stm_maintenance_due=False,
+        is_queued_turn=False,
+        autonomous=autonomous,
+    )
+
+    assert admission.tools == expected

@@ -171,6 +171,7 @@ def test_reason_codes_are_stable_strings() -> None:
         "limit_changed",
         "forced",
         "reset",
+        "anchor_after_end",
     ]
     assert ReanchorReason.FORCED == "forced"
 
@@ -332,6 +333,117 @@ def test_window_returns_to_anchor_once_required_trigger_is_answered() -> None:
     assert len(next_turn.messages) == 72
 
 
+# --- anchored selection: the window ends at the trigger -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "expected_first", "expected_last", "expected_anchor", "expected_advance"),
+    [
+        # The anchor kept, the window cut at the trigger: later messages wait for their turns.
+        (dict(anchor_id=300, end_id=700), 30, 70, 300, 0),
+        # Anchor to end exactly the limit: kept (the newest 20 messages do not count).
+        (dict(anchor_id=210, end_id=1000), 21, 100, 210, 0),
+        (dict(anchor_id=210, end_id=900), 21, 90, 210, 0),
+        # 81 up to the trigger: one stride.
+        (dict(anchor_id=100, end_id=900), 34, 90, 340, 24),
+        # Measured to the trigger, not to the newest message: 76 fit, where 86 would not.
+        (dict(anchor_id=150, end_id=900), 15, 90, 150, 0),
+        (dict(anchor_id=150), 39, 100, 390, 24),
+        # An end that is not a message: the window ends at the newest message before it.
+        (dict(anchor_id=300, end_id=705), 30, 70, 300, 0),
+        # A new anchor keeps the newest limit - stride messages up to the trigger.
+        (dict(anchor_id=None, end_id=900), 35, 90, 350, 0),
+        (dict(anchor_id=455, end_id=900), 35, 90, 350, 0),
+        (dict(anchor_id=None, end_id=300), 1, 30, 10, 0),
+        # A reset marker still wins, and the window still ends at the trigger.
+        (dict(anchor_id=300, reset_marker_id=500, end_id=700), 51, 70, 510, 0),
+    ],
+)
+def test_window_runs_from_the_anchor_to_the_end_and_advances_only_past_the_limit(
+    case: dict,
+    expected_first: int,
+    expected_last: int,
+    expected_anchor: int,
+    expected_advance: int,
+) -> None:
+    selection = select_anchored_history(history(100), limit=80, anchor_limit=80, **case)
+
+    assert ids(selection.messages) == id_range(expected_first, expected_last)
+    assert selection.anchor_id == expected_anchor
+    assert selection.advanced_by == expected_advance
+
+
+@pytest.mark.parametrize(
+    ("case", "expected_ids", "expected_reason"),
+    [
+        # A turn answering a message from before the anchor: the newest 56 up to it, and the
+        # stored anchor stays where the channel's later prompts start.
+        (dict(anchor_id=800, end_id=700), id_range(15, 70), ReanchorReason.ANCHOR_AFTER_END),
+        (dict(anchor_id=800, end_id=300), id_range(1, 30), ReanchorReason.ANCHOR_AFTER_END),
+        # The anchor at the end itself is kept: a window of one message.
+        (dict(anchor_id=700, end_id=700), id_range(70, 70), None),
+    ],
+)
+def test_anchor_after_the_end_is_not_moved(
+    case: dict, expected_ids: list[int], expected_reason: ReanchorReason | None
+) -> None:
+    selection = select_anchored_history(history(100), limit=80, **case)
+
+    assert ids(selection.messages) == expected_ids
+    assert selection.anchor_id == case["anchor_id"]
+    assert selection.reanchor_reason == expected_reason
+
+
+@pytest.mark.parametrize(
+    ("case", "expected_reason"),
+    [
+        # Rules before the end's: a reset, no anchor, a forced one, a changed limit.
+        (dict(anchor_id=800, reset_marker_id=850), ReanchorReason.RESET),
+        (dict(anchor_id=800, force_reanchor=True), ReanchorReason.FORCED),
+        (dict(anchor_id=800, anchor_limit=50), ReanchorReason.LIMIT_CHANGED),
+    ],
+)
+def test_anchor_after_end_yields_to_the_earlier_rules(
+    case: dict, expected_reason: ReanchorReason
+) -> None:
+    selection = select_anchored_history(history(100), limit=80, end_id=700, **case)
+
+    assert selection.reanchor_reason == expected_reason
+    assert not selection.messages or selection.messages[-1].id == 700
+    if selection.messages:
+        assert selection.anchor_id == selection.messages[0].id
+
+
+def test_reset_newer_than_the_end_leaves_an_empty_window() -> None:
+    selection = select_anchored_history(
+        history(100), limit=80, anchor_id=300, reset_marker_id=800, end_id=700
+    )
+
+    assert selection.messages == ()
+    assert selection.anchor_id is None
+
+
+def test_queued_turns_share_the_anchor_until_a_stride_moves_it() -> None:
+    """100 messages, the last ordinary turn at number 70 (its window 15..70, 56 messages),
+    then triggers 71..100 posted at once, answered one by one in arrival order."""
+    messages = history(100)
+    ordinary = select_anchored_history(messages[:70], limit=80, anchor_id=None)
+    anchor_id = ordinary.anchor_id
+    firsts, sizes = [], []
+    for number in range(71, 101):
+        selection = select_anchored_history(
+            messages, limit=80, anchor_id=anchor_id, anchor_limit=80, end_id=10 * number
+        )
+        assert selection.messages[-1].id == 10 * number
+        anchor_id = selection.anchor_id
+        firsts.append(selection.messages[0].id)
+        sizes.append(len(selection.messages))
+
+    # 57..80 messages from 150 while they fit; at number 95, 81 would: one stride to 390.
+    assert firsts == [150] * 24 + [390] * 6
+    assert sizes == list(range(57, 81)) + list(range(57, 63))
+
+
 # --- input checks and types ----------------------------------------------------------------------
 
 
@@ -486,3 +598,62 @@ def test_required_messages_after_reset_are_always_in_a_contiguous_window(inputs:
     assert selection.anchor_id == without_required.anchor_id
     assert selection.reanchor_reason == without_required.reanchor_reason
     assert window[len(window) - len(without_required.messages) :] == without_required.messages
+
+
+@st.composite
+def busy_stretches(draw: st.DrawFn) -> tuple[tuple[Msg, ...], int, int, list[int]]:
+    """A channel's history, the position of its last ordinary turn and the positions of the
+    queued triggers after it, oldest first (other messages may stand between them)."""
+    messages = draw(snowflake_histories(max_size=300))
+    count = len(messages)
+    ordinary = draw(st.integers(min_value=0, max_value=max(0, count - 1)))
+    later = range(ordinary + 1, count)
+    triggers = sorted(draw(st.sets(st.sampled_from(later), max_size=60))) if later else []
+    return messages, draw(limits), ordinary, triggers
+
+
+@given(stretch=busy_stretches())
+def test_consecutive_queued_turns_share_their_start_unless_the_anchor_strides(
+    stretch: tuple[tuple[Msg, ...], int, int, list[int]],
+) -> None:
+    messages, limit, ordinary, triggers = stretch
+    stride = history_window_stride(limit)
+    selection = select_anchored_history(messages[: ordinary + 1], limit=limit, anchor_id=None)
+    anchor_id = selection.anchor_id
+    start = ordinary + 1 - len(selection.messages)
+    for position in triggers:
+        trigger_id = messages[position].id
+        selection = select_anchored_history(
+            messages, limit=limit, anchor_id=anchor_id, anchor_limit=limit, end_id=trigger_id
+        )
+        window = selection.messages
+        new_start = position + 1 - len(window)
+
+        assert window[-1].id == trigger_id
+        assert window == messages[new_start : position + 1]
+        assert selection.reanchor_reason is None
+        assert new_start - start == selection.advanced_by
+        assert selection.advanced_by % stride == 0
+        assert min(position + 1, limit - stride) <= len(window) <= limit
+        anchor_id, start = selection.anchor_id, new_start
+
+
+@given(inputs=selection_inputs(with_required=True), end=st.integers(min_value=0, max_value=300))
+def test_an_end_bound_selects_as_if_the_history_stopped_there(inputs: dict, end: int) -> None:
+    messages: tuple[Msg, ...] = inputs["messages"]
+    end_id = messages[min(end, len(messages) - 1)].id if messages else 10**17
+    bounded = select_anchored_history(**inputs, end_id=end_id)
+    cut = select_anchored_history(
+        **{**inputs, "messages": tuple(m for m in messages if m.id <= end_id)}
+    )
+
+    assert bounded.messages == cut.messages or (
+        bounded.reanchor_reason is ReanchorReason.ANCHOR_AFTER_END
+    )
+    if bounded.reanchor_reason is ReanchorReason.ANCHOR_AFTER_END:
+        assert bounded.anchor_id == inputs["anchor_id"]
+        assert cut.reanchor_reason is ReanchorReason.ANCHOR_UNAVAILABLE
+        assert bounded.messages[len(bounded.messages) - len(cut.messages) :] == cut.messages
+    else:
+        assert bounded == cut
+    assert all(m.id <= end_id for m in bounded.messages)

@@ -13,6 +13,7 @@ import pytest
 
 from chat.sandbox import GatewaySettings, Sandbox, SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
+from chat.sandbox.session_starts import SessionStarts
 from chat.tests.sandbox.conftest import EVENT_TIMEOUT
 
 GENERAL = DEMO_CHANNEL_IDS["general"]
@@ -253,3 +254,101 @@ async def test_an_identify_too_soon_in_its_bucket_is_refused_and_recorded() -> N
             ((2, 4), 0, True),
         ]
         assert server.identifies_too_soon(interval=60.0) == []
+
+
+async def _gateway_bot(server: SandboxServer) -> dict[str, Any]:
+    url, headers = f"{server.api_base}/gateway/bot", {"Authorization": f"Bot {server.token}"}
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
+        return (await response.json())["session_start_limit"]
+
+
+async def _control(server: SandboxServer, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    url = f"{server.base_url}/_sandbox/gateway/session-start-limit"
+    async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+        return response.status, await response.json()
+
+
+async def test_each_identify_uses_a_session_start_and_a_resume_none() -> None:
+    settings = GatewaySettings(max_concurrency=2)
+    async with SandboxServer(demo_sandbox(), gateway=settings) as server:
+        assert await _gateway_bot(server) == {
+            "total": 1000,
+            "remaining": 1000,
+            "reset_after": 86_400_000,
+            "max_concurrency": 2,
+        }
+        async with raw_gateway(server) as first:
+            ready, _ = await first.identify(server.token)
+            session_id = ready["d"]["session_id"]
+        async with raw_gateway(server) as again:
+            await again.send(6, {"token": server.token, "session_id": session_id, "seq": 2})
+            assert (await again.receive())["t"] == "RESUMED"
+
+        limit = await _gateway_bot(server)
+        assert limit["remaining"] == 999
+        assert 86_300_000 < limit["reset_after"] <= 86_400_000  # the window opened at the start
+
+
+async def test_an_identify_past_the_session_start_limit_is_refused_and_recorded() -> None:
+    async with SandboxServer(demo_sandbox()) as server:
+        status, limit = await _control(server, {"remaining": 1, "reset_after": 3600})
+        assert status == 200 and limit["remaining"] == 1
+        assert 3_590_000 < limit["reset_after"] <= 3_600_000
+        async with raw_gateway(server) as first:
+            await first.identify(server.token)
+        async with raw_gateway(server) as second:
+            await second.send(2, {"token": server.token, "intents": ALL_INTENTS})
+            assert await second.close_code() == 4004
+
+        assert (await _gateway_bot(server))["remaining"] == 0
+        assert [(r.refused, r.reason) for r in server.identifies()] == [
+            (False, ""),
+            (True, "session_start_limit"),
+        ]
+        status, body = await _control(server, {"remaining": 1001})
+        assert status == 400 and "remaining" in body["errors"]
+
+
+def test_the_session_start_limit_resets_after_its_window() -> None:
+    now = [100.0]
+    starts = SessionStarts(total=3, max_concurrency=1, clock=lambda: now[0], reset_seconds=60)
+    assert starts.use("a") and starts.use("a")
+    assert starts.limit("b")["remaining"] == 3  # per bot token
+    now[0] = 130.0
+    assert starts.limit("a") == {
+        "total": 3,
+        "remaining": 1,
+        "reset_after": 30_000,
+        "max_concurrency": 1,
+    }
+    starts.set("a", remaining=0)
+    assert not starts.use("a")
+    now[0] = 160.0
+    assert starts.limit("a")["remaining"] == 3
+
+
+async def test_one_shard_dropped_and_held_resumes_only_when_released() -> None:
+    async with (
+        SandboxServer(demo_sandbox()) as server,
+        raw_gateway(server) as zero,
+        raw_gateway(server) as one,
+    ):
+        ready, *_ = await zero.identify(server.token, shard=[0, 2])
+        await one.identify(server.token, shard=[1, 2])
+        assert server.drop_shard(0, 2, hold=True) == 1
+        assert (await zero.ws.receive(timeout=EVENT_TIMEOUT)).type in (
+            aiohttp.WSMsgType.CLOSED,
+            aiohttp.WSMsgType.ERROR,
+        )
+        await one.send(1, 2)
+        assert (await one.receive())["op"] == 11  # the other shard goes on
+        async with raw_gateway(server) as again:
+            resume = {"token": server.token, "session_id": ready["d"]["session_id"], "seq": 1}
+            await again.send(6, resume)
+            await again.send(1, 1)
+            assert (await again.receive())["op"] == 11  # held: heartbeats, no RESUMED
+            assert [s["connected"] for s in server.sessions()] == [False, True]
+
+            assert server.release_shard(0, 2) == 1
+            frames = [await again.receive() for _ in range(2)]
+            assert [f["t"] for f in frames] == ["GUILD_CREATE", "RESUMED"]

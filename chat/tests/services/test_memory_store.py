@@ -9,6 +9,7 @@ from django.test import override_settings
 from chat.llm.embeddings import HashingEmbeddings
 from chat.models import Memory
 from chat.pipeline.recall import MemoryKind
+from chat.pipeline.types import PrivacyLevel
 from chat.services.memory_recall import memories_recall_for_turn, memory_search
 from chat.services.memory_store import (
     MemoryRefused,
@@ -21,7 +22,7 @@ from chat.services.memory_store import (
 )
 from chat.tests.privacy import user_privacy
 from personas.config_schema import UserSpec
-from personas.models import GuildConfig, Persona, PrivacyLevel, UserPrivacy
+from personas.models import GuildConfig, Persona, UserPrivacy
 from personas.services import user_privacy_save
 
 pytestmark = pytest.mark.django_db
@@ -186,3 +187,25 @@ def test_a_change_of_model_re_embeds_in_the_background_and_search_works_meanwhil
     assert set(Memory.objects.values_list("embedding_model", flat=True)) == {other.name}
     found = memory_search(guild_id=GUILD, query="Miso and Tofu", embedder=other)
     assert found[0].vector > 0
+
+
+def test_the_search_index_follows_every_change_of_the_guilds_memories():
+    guild = GuildConfig.objects.create(guild_id=GUILD, name="g")
+    persona = Persona.objects.create(guild=guild, name="Tomori", system_prompt="x")
+
+    def texts() -> set[str]:
+        found = memory_search(guild_id=GUILD, query="Miso Tofu drawing", embedder=EMBEDDER)
+        return {memory.record.text for memory in found}
+
+    add(alice(), "keeps two cats named Miso and Tofu")
+    add(MemoryScope.persona(GUILD, persona.id), "promised a drawing of Miso")
+    assert texts() == {"keeps two cats named Miso and Tofu", "promised a drawing of Miso"}
+
+    persona.delete()  # its memories go by cascade
+    assert texts() == {"keeps two cats named Miso and Tofu"}
+    memory_update(
+        memory_id=Memory.objects.get().id, text="keeps a cat named Tofu", embedder=EMBEDDER
+    )
+    assert texts() == {"keeps a cat named Tofu"}
+    Memory.objects.filter(guild_id=GUILD).delete()
+    assert texts() == set()

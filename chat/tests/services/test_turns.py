@@ -15,6 +15,7 @@ from chat.pipeline.types import HistoryMessage, MessageReference
 from chat.ports import DeliveryError, Speaker
 from chat.selectors import turn_already_answered
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
+from chat.services.turn_record import LEFT_OUT_AFTER_TRIGGER, window_report
 from chat.services.turns import turn_prepare, turn_run
 from chat.tests.conftest import CHANNEL, GUILD_ID, NOW, Bench
 from chat.tests.e2e.conftest import eventually
@@ -349,6 +350,36 @@ async def test_queued_triggers_the_window_moved_past_read_further_back_once(benc
     for trigger, window in zip(queued, windows, strict=True):
         assert window["message_ids"][-1] == str(trigger.id)
         assert 14 <= len(window["message_ids"]) <= 20  # what was said before it
+
+
+async def test_a_queued_turn_starts_at_the_channels_anchor_and_ends_at_its_trigger(
+    bench: Bench,
+):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(message_fetch_limit=20)
+    lines = seed(bench, count=30)
+    ordinary = await turn_prepare(
+        runtime=bench.runtime, request=await bench.request(lines[-1], bench.tomori)
+    )
+    assert ordinary.window["anchor_message_id"] == str(lines[16].id)  # the newest 14: 17..30
+    triggers = [bench.discord.post(chat(n, f"tomori, question {n}?")) for n in range(31, 46)]
+
+    queued = await turn_prepare(
+        runtime=bench.runtime,
+        request=await bench.request(
+            triggers[0],
+            bench.tomori,
+            is_queued_turn=True,
+            later_queued_trigger_ids=frozenset(t.id for t in triggers[1:]),
+        ),
+    )
+
+    # The newest window (26..45) has moved past the anchor; the turn still starts there.
+    assert [m.id for m in queued.turn_input.history] == [m.id for m in lines[16:]] + [
+        triggers[0].id
+    ]
+    assert (queued.window["reanchor_reason"], queued.window["advanced_by"]) == (None, 0)
+    report = window_report(queued)
+    assert {"reason": LEFT_OUT_AFTER_TRIGGER, "count": 14} in report["left_out"]
 
 
 async def test_each_streamed_piece_has_its_own_nonce_and_the_humanizer_applies(bench: Bench):
