@@ -16,6 +16,7 @@ MODULES = (
     "benchmarks.model_calls",
     "benchmarks.ingest",
     "benchmarks.gateway_ingest",
+    "benchmarks.capacity",
     "benchmarks.memory",
     "benchmarks.live_push",
     "benchmarks.recall",

@@ -95,21 +95,29 @@ async def _serve_sandbox(pipe: Connection) -> None:
         await asyncio.to_thread(pipe.recv)  # stop
 
 
-def bench_world():
-    """The sandbox world: ``GUILDS`` guilds of ``CHANNELS_PER_GUILD`` text channels, ``PEOPLE``
-    members in each; returns the sandbox, the channels' (guild, channel) ids and the people."""
+def bench_world(
+    guilds: int = GUILDS,
+    channels_per_guild: int = CHANNELS_PER_GUILD,
+    people: int = PEOPLE,
+    members_per_guild: int | None = None,
+):
+    """The sandbox world: ``guilds`` guilds of ``channels_per_guild`` text channels, each with
+    ``members_per_guild`` members (default: all ``people``; else a window over them, so guilds
+    share some members, as they do on Discord); returns the sandbox, the channels' (guild,
+    channel) ids and the people."""
     from chat.sandbox.state import Sandbox
 
     sandbox = Sandbox(token=TOKEN, bot_name="Tomori")
-    people = [sandbox.add_user(f"person{n}", global_name=f"Person {n}") for n in range(PEOPLE)]
+    users = [sandbox.add_user(f"person{n}", global_name=f"Person {n}") for n in range(people)]
+    members = members_per_guild or people
     channels = []
-    for g in range(GUILDS):
+    for g in range(guilds):
         guild_id = sandbox.add_guild(f"Bench guild {g}")
-        for person in people:
-            sandbox.add_member(guild_id, person)
-        for c in range(CHANNELS_PER_GUILD):
+        for n in range(members):
+            sandbox.add_member(guild_id, users[(g * members + n) % people])
+        for c in range(channels_per_guild):
             channels.append((guild_id, sandbox.add_text_channel(guild_id, f"chat-{c}")))
-    return sandbox, channels, people
+    return sandbox, channels, users
 
 
 async def _paced_stream(sandbox, channels: list[tuple[int, int]], people: list[int]):
@@ -296,7 +304,7 @@ def percentiles(values: list[float]) -> tuple[float, float]:
     return statistics.median(values), cuts[98]
 
 
-def _setup_django(directory: str) -> str:
+def _setup_django(directory: str, prefix: str = "bench_gateway_ingest") -> str:
     """Django on a throwaway database (PostgreSQL's own test database, else a SQLite file in
     ``directory``) with the configured channel layer (Redis), migrated; returns its name."""
     if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
@@ -315,7 +323,7 @@ def _setup_django(directory: str) -> str:
 
         call_command("migrate", verbosity=0)
         return connection.settings_dict["NAME"]
-    connection.settings_dict["TEST"]["NAME"] = f"bench_gateway_ingest_{os.getpid()}"
+    connection.settings_dict["TEST"]["NAME"] = f"{prefix}_{os.getpid()}"
     return connection.creation.create_test_db(verbosity=0, autoclobber=True)
 
 
