@@ -109,13 +109,20 @@ async def _serve_world(pipe: Connection, guilds: int, channels: int, members: in
             if command == "burst":
                 pipe.send(await _burst(sandbox, channel_ids, users))
             elif command == "triggers":
+                pipe.send(sum(server.request_counts.values()))
                 for n in range(TRIGGERS_PER_CHANNEL):
                     for _, channel_id in channel_ids:
                         sandbox.user_says(channel_id, users[n % len(users)], f"tomori, and {n}?")
                 pipe.send(time.monotonic())
             elif command == "model":
                 times = [words[-1] - words[0] for words in model.word_times.values() if words]
-                pipe.send((len(model.chat_bodies), statistics.median(times) + FIRST_TOKEN_S))
+                pipe.send(
+                    (
+                        len(model.chat_bodies),
+                        statistics.median(times) + FIRST_TOKEN_S,
+                        sum(server.request_counts.values()),
+                    )
+                )
 
 
 async def _burst(sandbox, channels: list[tuple[int, int]], people: list[int]):
@@ -187,6 +194,7 @@ async def _throughput(pipe: Connection, world: dict[str, Any]) -> dict[str, floa
         replied = Turn.objects.filter(status=Turn.Status.REPLIED).acount
         cpu = time.process_time()
         pipe.send("triggers")
+        requests_before = await asyncio.to_thread(pipe.recv)
         posted = await asyncio.to_thread(pipe.recv)
         deadline = time.monotonic() + WAIT
         while await replied() < turns:
@@ -196,7 +204,7 @@ async def _throughput(pipe: Connection, world: dict[str, Any]) -> dict[str, floa
         seconds = time.monotonic() - posted
         cpu = time.process_time() - cpu
         pipe.send("model")
-        calls, call_seconds = await asyncio.to_thread(pipe.recv)
+        calls, call_seconds, requests_after = await asyncio.to_thread(pipe.recv)
     finally:
         await client.close()
         await asyncio.gather(runner, return_exceptions=True)
@@ -210,6 +218,7 @@ async def _throughput(pipe: Connection, world: dict[str, Any]) -> dict[str, floa
         "call_seconds": call_seconds,
         "calls": calls,
         "cpu_per_turn": cpu / turns,
+        "rest_per_turn": (requests_after - requests_before) / turns,
     }
 
 
@@ -303,7 +312,8 @@ def main() -> None:
                 f"({figures['call_seconds']:.2f} s a call)",
                 f"{figures['turn_rate']:.1f} turns/s, worker CPU "
                 f"{figures['cpu_per_turn'] * 1000:.0f} ms a turn "
-                f"(≈ {1 / figures['cpu_per_turn']:.0f} turns/s a core)",
+                f"(≈ {1 / figures['cpu_per_turn']:.0f} turns/s a core), "
+                f"{figures['rest_per_turn']:.1f} Discord REST requests a turn",
                 f"model-bound ceiling ({channels} channels ÷ {figures['call_seconds']:.2f} s): "
                 f"{figures['ceiling']:.1f} turns/s",
             ),
