@@ -18,5 +18,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-db.sqlite3")}  # noqa: F405
 
 # Test runs on one machine share its Redis: a per-process prefix keeps their channel-layer
-# groups apart, so one run never receives another's live events.
+# groups apart, so one run never receives another's live updates.
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = f"asgi-test-{os.getpid()}"  # noqa: F405
+
+# A password hashed the production way (PBKDF2, a million rounds) costs about 0.2 s of CPU, and
+# the dashboard's fixtures create a user for each test; the tests check who may do what, not
+# how strong the hash is, so they hash the fast way (Django's advice for test settings).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

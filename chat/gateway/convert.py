@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import discord
 
+from chat.gateway.cards import card_kind, minimal_notice_memory
 from chat.pipeline.types import (
     Attachment,
     Author,
@@ -117,18 +118,41 @@ def _attachments(attachments: Iterable[discord.Attachment]) -> tuple[Attachment,
 
 
 def _embeds(embeds: Iterable[discord.Embed], *, own: bool) -> tuple[Embed, ...]:
-    return tuple(
-        Embed(
-            title=embed.title or "",
-            description=embed.description or "",
-            footer=(embed.footer.text or "") if embed.footer else "",
-            fields=tuple(EmbedField(name=f.name or "", value=f.value or "") for f in embed.fields),
-            # Only this bot's own cards are notices: Discord's automatic link previews on its
-            # replies (type link, article, image, video …) are previews like anyone's.
-            kind=CardKind.SYSTEM_NOTICE if own and embed.type == "rich" else CardKind.ORDINARY,
+    """The embeds, each with its kind (`cards.card_kind`): only this bot's own cards are
+    notices, and Discord's automatic link previews on its replies (type link, article, image,
+    video …) are previews like anyone's."""
+    converted = []
+    for embed in embeds:
+        title = embed.title or ""
+        footer = (embed.footer.text or "") if embed.footer else ""
+        fields = tuple(EmbedField(name=f.name or "", value=f.value or "") for f in embed.fields)
+        kind = card_kind(
+            own=own,
+            preview=embed.type not in (None, "rich"),  # an embed without a type is rich
+            labels=(title, footer, *(f.name for f in fields)),
+            body=(embed.description or "", *(f.value for f in fields)),
         )
-        for embed in embeds
-    )
+        memory_id = None
+        if kind is CardKind.SYSTEM_NOTICE:
+            memory_id = minimal_notice_memory(
+                title=title,
+                description=embed.description or "",
+                field_count=len(fields),
+                footer=footer,
+            )
+            if memory_id is not None:
+                kind = CardKind.MINIMAL_NOTICE
+        converted.append(
+            Embed(
+                title=title,
+                description=embed.description or "",
+                footer=footer,
+                fields=fields,
+                kind=kind,
+                memory_id=memory_id,
+            )
+        )
+    return tuple(converted)
 
 
 def _containers(components: Iterable[object], *, own: bool) -> tuple[ComponentContainer, ...]:
@@ -137,7 +161,7 @@ def _containers(components: Iterable[object], *, own: bool) -> tuple[ComponentCo
         if isinstance(component, discord.components.Container):
             texts = tuple(_text_displays(component.children))
             if texts:
-                kind = CardKind.SYSTEM_NOTICE if own else CardKind.ORDINARY
+                kind = card_kind(own=own, preview=False, labels=texts[:1], body=texts[1:])
                 containers.append(ComponentContainer(text_displays=texts, kind=kind))
     return tuple(containers)
 

@@ -41,7 +41,7 @@ from zoneinfo import ZoneInfo
 
 from asgiref.sync import sync_to_async
 
-from botproject.events import LoopStep, channel_group, publish
+from botproject.live_updates import LoopStep, channel_group, publish_live_update
 from chat import selectors
 from chat.models import Turn
 from chat.pipeline.planner import (
@@ -197,7 +197,7 @@ class AutonomousLoop:
                     result=result.result,
                     turn_id=result.turn_id,
                 )
-            await publish(
+            await publish_live_update(
                 group,
                 LoopStep(
                     iteration=iteration, action=name, success=result.success, result=result.result

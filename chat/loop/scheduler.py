@@ -22,8 +22,14 @@ from collections.abc import Awaitable, Callable
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
-from botproject.events import LoopState, LoopStateName, UnreadCount, channel_group, publish
 from botproject.failures import FailureStreak
+from botproject.live_updates import (
+    LoopState,
+    LoopStateName,
+    UnreadCount,
+    channel_group,
+    publish_live_update,
+)
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
 from chat.loop.reactive import ReactiveLoop
@@ -140,7 +146,7 @@ class Scheduler:
         except Exception:
             logger.warning("could not count the unread pool of %s", channel_id, exc_info=True)
             return
-        await publish(channel_group(channel_id), UnreadCount(count=count))
+        await publish_live_update(channel_group(channel_id), UnreadCount(count=count))
 
     def schedule(self, channel_id: int) -> None:
         """Make sure the channel's loop runs another pass (start it if it is not running)."""
@@ -179,7 +185,7 @@ class Scheduler:
 
     async def _busy_stretch(self, channel_id: int) -> None:
         group = channel_group(channel_id)
-        await publish(group, LoopState(state=LoopStateName.BUSY))
+        await publish_live_update(group, LoopState(state=LoopStateName.BUSY))
         try:
             while channel_id in self._dirty:
                 self._dirty.discard(channel_id)
@@ -192,7 +198,7 @@ class Scheduler:
                 if streak is not None:
                     streak.succeeded()
         finally:
-            await publish(group, LoopState(state=LoopStateName.IDLE))
+            await publish_live_update(group, LoopState(state=LoopStateName.IDLE))
             if self._before_loop_exit is not None:
                 await self._before_loop_exit(channel_id)
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from chat.pipeline.items import ContextItem, ItemTag, system_note
 from chat.pipeline.lorebook import LoreActivation, LoreHit, LorePosition
 from chat.pipeline.macros import MacroContext, expand_macros
-from chat.pipeline.memory import STM_HEADER
+from chat.pipeline.memory import SHORT_TERM_MEMORY_HEADER
 from chat.pipeline.recall import memory_note_text
 from chat.pipeline.truncation import is_placed_at_depth
 from chat.pipeline.types import Role
@@ -112,17 +112,21 @@ def memories_shown_earlier(
     return tuple(placed)
 
 
-def stm_at_depth(stm_text: str | None, stm_depth: int | None) -> tuple[ContextItem, ...]:
+def short_term_memory_at_depth(
+    short_term_memory_text: str | None, short_term_memory_depth: int | None
+) -> tuple[ContextItem, ...]:
     """The short-term memory as a ``[System: …]`` item at its saved depth; empty when it has
     no depth (it is then in the system block) or there is no memory to show."""
-    if stm_depth is None or not (stm_text and stm_text.strip()):
+    if short_term_memory_depth is None or not (
+        short_term_memory_text and short_term_memory_text.strip()
+    ):
         return ()
-    text = f"{STM_HEADER}\n{stm_text.strip()}"
+    text = f"{SHORT_TERM_MEMORY_HEADER}\n{short_term_memory_text.strip()}"
     return (
         ContextItem(
-            tag=ItemTag.STM,
+            tag=ItemTag.SHORT_TERM_MEMORY,
             role=Role.USER,
             text=system_note(text),
-            depth=stm_depth,
+            depth=short_term_memory_depth,
         ),
     )

@@ -21,7 +21,7 @@ class ItemTag(StrEnum):
     MEMORY = "memory"
     MEMORY_SHOWN = "memory_shown"
     """Memories an earlier turn of the persona recalled, kept where that turn showed them."""
-    STM = "stm"
+    SHORT_TERM_MEMORY = "short_term_memory"
     SAMPLE_DIALOGUE = "sample_dialogue"
     DIALOGUE_HISTORY = "dialogue_history"
     CONTEXT_NOTE_INJECTION = "context_note_injection"

@@ -113,6 +113,7 @@ class SimplificationSettings:
     hidden_user_ids: AbstractSet[int]
     blocked_user_ids: AbstractSet[int]
     timezone: tzinfo
+    notice_bodies: Mapping[int, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,12 +151,14 @@ def build_simplified_history(
     blocked_user_ids: AbstractSet[int],
     timezone: tzinfo,
     resume_from: SimplifiedHistory | None = None,
+    notice_bodies: Mapping[int, str] | None = None,
 ) -> SimplifiedHistory:
     """Turn a window of messages into simplified history entries, registering compact ids.
 
     Steps, per message in order (privacy and blocks judge the accountable user: a proxy's host):
-        1. A hidden user's message, and a notice this bot posted ("Replying to …", a failure
-           notice: nobody's line), is dropped without a trace.
+        1. A hidden user's message, a notice this bot posted ("Replying to …", a failure
+           notice: nobody's line), and a message of nothing but excluded cards (diagnostics,
+           unshared dice rolls) are dropped without a trace.
         2. A blocked user's message joins a BLOCKED entry; a run of them becomes one entry.
         3. Any other message is rendered: its ``ref_N`` is registered, then its reply target's,
            then the ``media_N`` keys of its own, forwarded and carried attachments.
@@ -176,6 +179,9 @@ def build_simplified_history(
         blocked_user_ids: See `blocked_user_ids`.
         timezone: The guild's timezone; merging never crosses one of its calendar days.
         resume_from: The previous turn's result, or None to build from scratch.
+        notice_bodies: The bodies of minimal-verbosity notices, by the id of the memory each
+            confirms (its current text); a notice whose memory is missing here (forgotten, or
+            about someone whose privacy keeps it out) shows its title alone.
 
     Returns:
         The entries and the id map. Keys are issued in render order, so the same window always
@@ -183,13 +189,13 @@ def build_simplified_history(
     """
     window = tuple(messages)
     settings = SimplificationSettings(
-        reply_targets, names, hidden_user_ids, blocked_user_ids, timezone
+        reply_targets, names, hidden_user_ids, blocked_user_ids, timezone, notice_bodies or {}
     )
     start, entries, id_map = _resume_point(resume_from, window, settings)
     renderer = _MessageRenderer(id_map, settings, {message.id: message for message in window})
     for message in window[start:]:
         user_id = message.accountable_user_id
-        if user_id in hidden_user_ids or message.is_notice:
+        if user_id in hidden_user_ids or message.is_notice or _only_excluded_cards(message):
             continue
         blocked = user_id in blocked_user_ids
         entry = _blocked_entry(message) if blocked else renderer.render(message)
@@ -277,6 +283,7 @@ class _MessageRenderer:
         self._hidden = settings.hidden_user_ids
         self._blocked = settings.blocked_user_ids
         self._reply_targets = settings.reply_targets
+        self._notice_bodies = settings.notice_bodies
         self._window = window
 
     def render(self, message: HistoryMessage) -> SimplifiedEntry:
@@ -320,14 +327,15 @@ class _MessageRenderer:
         )
 
     def _visible_target(self, message: HistoryMessage) -> HistoryMessage | None:
-        """The reply target or thread starter, when known and its author may be seen."""
+        """The reply target or thread starter, when known, its author may be seen and it is
+        more than excluded cards."""
         reference = message.reference
         if reference is None or reference.kind is ReferenceKind.FORWARD:
             return None
         target = self._window.get(reference.message_id) or self._reply_targets.get(
             reference.message_id
         )
-        if target is None:
+        if target is None or _only_excluded_cards(target):
             return None
         author = target.accountable_user_id
         if author in self._hidden or author in self._blocked:
@@ -362,7 +370,7 @@ class _MessageRenderer:
             texts += [
                 "\n".join(container.text_displays)
                 for container in containers
-                if container.kind.is_shown and container.kind is not CardKind.SYSTEM_NOTICE
+                if container.kind.is_shown and not container.kind.is_notice
             ]
         return render_markup("\n".join(texts), self._names, self._hidden)
 
@@ -419,7 +427,7 @@ class _MessageRenderer:
     ) -> list[str]:
         annotations = []
         for card in (*embeds, *containers):
-            if card.kind is CardKind.SYSTEM_NOTICE:
+            if card.kind.is_notice:
                 annotations.append(f"[System: {self._card_text(card)}]")
             elif card.kind.is_shown and isinstance(card, Embed):
                 annotations.append(f"[Embed: {self._card_text(card)}]")
@@ -428,6 +436,10 @@ class _MessageRenderer:
     def _card_text(self, card: Embed | ComponentContainer) -> str:
         if isinstance(card, ComponentContainer):
             pieces = list(card.text_displays)
+        elif card.kind is CardKind.MINIMAL_NOTICE:
+            # Its footer only names the memory: the memory's text is the body it left out.
+            body = self._notice_bodies.get(card.memory_id) if card.memory_id is not None else None
+            pieces = [card.title, body or ""]
         else:
             pieces = [card.title, card.description]
             pieces += [f"{field.name}: {field.value}" for field in card.fields]
@@ -466,6 +478,23 @@ def _is_pure_text(message: HistoryMessage) -> bool:
     )
 
 
+def _only_excluded_cards(message: HistoryMessage) -> bool:
+    """A message whose only content is cards no prompt shows (seed 002: diagnostic embeds and
+    unshared dice rolls stay excluded)."""
+    cards = (*message.embeds, *message.containers)
+    return (
+        bool(cards)
+        and not any(card.kind.is_shown for card in cards)
+        and not (
+            message.content
+            or message.attachments
+            or message.stickers
+            or message.snapshots
+            or message.reference
+        )
+    )
+
+
 def _is_notice_only(message: HistoryMessage) -> bool:
     """A message with nothing but this bot's system-notice cards (and possibly hidden cards)."""
     if message.content or not (message.embeds or message.containers):
@@ -473,7 +502,7 @@ def _is_notice_only(message: HistoryMessage) -> bool:
     cards = list(_shown_cards(message))
     return (
         bool(cards)
-        and all(card.kind is CardKind.SYSTEM_NOTICE for card in cards)
+        and all(card.kind.is_notice for card in cards)
         and not (
             message.content
             or message.attachments

@@ -223,7 +223,7 @@ async def test_after_a_conversation_goes_quiet_extraction_runs_and_its_facts_rea
         MEMORY_EXTRACTION_SECONDS="0.5",
         MEMORY_EXTRACTION_QUIET_SECONDS="0",
         MEMORY_EXTRACTION_MIN_MESSAGES="2",
-        STM_MAINTENANCE_SECONDS="3600",
+        SHORT_TERM_MEMORY_MAINTENANCE_SECONDS="3600",
     )
     try:
 

@@ -15,6 +15,7 @@ from chat.pipeline.simplify import (
     QUOTE_LIMIT,
     EntryKind,
     blocked_user_ids,
+    build_simplified_history,
     hidden_user_ids,
 )
 from chat.pipeline.types import (
@@ -26,6 +27,7 @@ from chat.pipeline.types import (
     EmbedField,
     ForwardedSnapshot,
     MessageReference,
+    NameDirectory,
     PrivacyLevel,
     ProxyIdentity,
     Reaction,
@@ -370,8 +372,6 @@ def test_forwarded_snapshot_shows_its_text_and_carries_its_media():
             "",
             "[Embed: Stats — HP: 12 — v2]",
         ),
-        ((Embed(title="Roll", kind=CardKind.UNSHARED_DICE_ROLL),), EntryKind.MESSAGE, "", ""),
-        ((Embed(title="latency 20ms", kind=CardKind.DIAGNOSTIC),), EntryKind.MESSAGE, "", ""),
     ],
 )
 def test_cards_become_notices_previews_or_nothing(cards, kind, body, tail):
@@ -383,6 +383,29 @@ def test_cards_become_notices_previews_or_nothing(cards, kind, body, tail):
     ).entries
 
     assert (entry.kind, entry.parts[0].body, entry.parts[0].tail) == (kind, body, tail)
+
+
+@pytest.mark.parametrize(
+    "card",
+    [
+        Embed(title="Roll", description="d20 → 17", kind=CardKind.UNSHARED_DICE_ROLL),
+        Embed(title="latency 20ms", kind=CardKind.DIAGNOSTIC),
+        ComponentContainer(("Debug", "tokens 812"), kind=CardKind.DIAGNOSTIC),
+    ],
+)
+def test_a_message_of_nothing_but_excluded_cards_leaves_no_trace(card):
+    embeds = (card,) if isinstance(card, Embed) else ()
+    containers = (card,) if isinstance(card, ComponentContainer) else ()
+    messages = [
+        message(1, "", author=TOMORI, embeds=embeds, containers=containers),
+        message(2, "what did it say?", reference=reply_to(1)),
+    ]
+
+    history = simplify(messages)
+
+    [entry] = history.entries
+    assert entry.parts[0].head == "[ref_1]"  # no quote of the excluded card either
+    assert history.id_map.message_key(sf(1)) is None
 
 
 def test_a_notice_with_words_stays_a_message_with_the_notice_inline():
@@ -503,3 +526,29 @@ def test_a_notice_the_bot_posted_is_nobodys_line() -> None:
 
     assert [entry.prose for entry in history.entries] == ["anon, hi", "hi alice"]
     assert history.id_map.message_key(sf(2)) is None
+
+
+@pytest.mark.parametrize(
+    ("bodies", "expected"),
+    [
+        ({303: "About Alice: likes tea"}, "Memory saved — About Alice: likes tea"),
+        ({}, "Memory saved"),  # the memory was forgotten, or its subject keeps it out
+    ],
+)
+def test_a_minimal_notice_gets_its_body_back(bodies, expected):
+    card = Embed(
+        title="Memory saved", footer="memory #303", kind=CardKind.MINIMAL_NOTICE, memory_id=303
+    )
+    messages = [message(1, "", author=TOMORI, embeds=(card,))]
+
+    (entry,) = build_simplified_history(
+        messages,
+        reply_targets={},
+        names=NameDirectory(),
+        hidden_user_ids=frozenset(),
+        blocked_user_ids=frozenset(),
+        timezone=UTC,
+        notice_bodies=bodies,
+    ).entries
+
+    assert (entry.kind, entry.parts[0].body) == (EntryKind.NOTICE, expected)
