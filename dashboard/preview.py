@@ -171,6 +171,8 @@ async def preview_prepare(
         channel_id=channel_id, persona_name=persona_name, now=now
     )
     async with discord_rest_port() as port:
+        if configuration.guild_id is not None:
+            await port.load_directory(configuration.guild_id)  # names and stickers, as the worker
         hypothetical = None
         if as_user_id is not None and text:
             guild_id = configuration.guild_id or 0

@@ -47,7 +47,7 @@ from personas.config_values import (
     SampleText,
     Snowflake,
     SystemPrompt,
-    Trigger,
+    TriggerWord,
     check_aware,
     check_timezone,
 )
@@ -196,7 +196,7 @@ class SampleMessageSpec(_Strict):
 
 InstructTemplateName = Literal["chatml", "llama3", "mistral", "alpaca"]
 SequenceText = Annotated[str, StringConstraints(max_length=INSTRUCT_SEQUENCE_MAX)]
-ModelApi = Literal["chat", "completions"]
+ModelApiName = Literal["chat", "completions"]
 
 
 class InstructPresetSpec(BaseModel):
@@ -231,7 +231,7 @@ class FallbackModelSpec(_Strict):
     "completions", "instruct_template": "llama3"}``."""
 
     model: ModelName
-    api: ModelApi = "chat"
+    api: ModelApiName = "chat"
     instruct_template: InstructTemplateSpec | None = None
     context_window: (
         Annotated[int, Field(strict=True, ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)] | None
@@ -249,7 +249,7 @@ FallbackModel = Annotated[
 
 class LLMSpec(_Strict):
     model: Annotated[str, StringConstraints(max_length=MODEL_NAME_MAX)] | None = None
-    api: ModelApi = "chat"
+    api: ModelApiName = "chat"
     """``completions``: a text-completion endpoint (``POST /completions``), its prompt written
     in ``instruct_template`` (``chatml`` when none is given)."""
     instruct_template: InstructTemplateSpec | None = None
@@ -390,7 +390,7 @@ class PersonaSpec(_Strict):
     enabled: bool = True
     avatar_url: AvatarUrl | None = None
     system_prompt: SystemPrompt = ""
-    triggers: Annotated[list[Trigger], Field(max_length=TRIGGERS_MAX)] = []
+    triggers: Annotated[list[TriggerWord], Field(max_length=TRIGGERS_MAX)] = []
     context_note: ContextNoteSpec | None = None
     prefill: Prefill = ""
     deliberate_tool_mode: bool = True

@@ -9,6 +9,8 @@ neither the dashboard, the admin nor ``importconfig`` can store a value the bot 
 from __future__ import annotations
 
 import zoneinfo
+from collections.abc import Mapping
+from enum import StrEnum
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
@@ -108,7 +110,7 @@ def _depth_validators() -> list:
     return [MaxValueValidator(NOTE_DEPTH_MAX)]
 
 
-def _labelled(labels: dict) -> list[tuple[str, str]]:
+def _labelled(labels: Mapping[StrEnum, str]) -> list[tuple[str, str]]:
     """Django choices for a pipeline enum: each member's value with the label people read."""
     return [(member.value, label) for member, label in labels.items()]
 

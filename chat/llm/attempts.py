@@ -100,7 +100,7 @@ text-completion model (``plan.model.api``), the prompt in its instruct template 
 (messages given for such a model are written in its template); no tools: such a model cannot
 call them, and a tool exchange of an earlier model is left out."""
 
-Sleep = Callable[[float], Awaitable[None]]
+Sleeper = Callable[[float], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class AttemptRunner:
     client: LLMClient
     policy: RetryPolicy = RetryPolicy()
     stream: bool = True
-    sleep: Sleep = asyncio.sleep
+    sleep: Sleeper = asyncio.sleep
     jitter: Callable[[], float] = random.random
 
     async def complete_turn(

@@ -56,6 +56,7 @@ from chat.llm.tool_arguments import (
 )
 from chat.llm.video_transcripts import TranscriptUnavailable, VideoTranscript, youtube_video_id
 from chat.pipeline.markup import scrub_snowflakes
+from chat.pipeline.model_answers import problems_line
 from chat.pipeline.tools import ToolName
 
 TRANSCRIPT_LIMIT_CHARS = 12_000
@@ -523,10 +524,7 @@ def _parse_arguments(model: type[ToolArguments], raw: str) -> ToolArguments:
     try:
         return model.model_validate_json(raw or "{}")
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in problem['loc']) or 'arguments'}: {problem['msg']}"
-            for problem in error.errors(include_url=False)
-        )
+        problems = problems_line(error, whole="arguments")
         raise ToolError(f"invalid arguments: {problems}") from error
 
 

@@ -6,7 +6,6 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
 import hashlib
@@ -42,7 +41,7 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
-from chat.ports import DeliveryError, DiscordPort, messages_fetch
+from chat.ports import DeliveryError, DiscordPort, messages_fetch, reads_at_most
 from chat.selectors import ChannelSettings, lore
 from chat.selectors.notice_bodies import minimal_notice_bodies, minimal_notice_memory_ids
 from chat.selectors.short_term_memory import short_term_memory
@@ -282,20 +281,19 @@ async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> Turn
     if not images:
         return turn_input
     unread = [i for i in images if i not in runtime.image_hashes]
-    gate = asyncio.Semaphore(IMAGE_READS_AT_ONCE)
 
     async def digest(url: str) -> str | None:
-        async with gate:
-            try:
-                data = await runtime.port.read_attachment(url, max_bytes=IMAGE_HASH_MAX_BYTES + 1)
-            except DeliveryError as error:
-                logger.info("an image could not be read to hash it: %s", error)
-                return None
+        try:
+            data = await runtime.port.read_attachment(url, max_bytes=IMAGE_HASH_MAX_BYTES + 1)
+        except DeliveryError as error:
+            logger.info("an image could not be read to hash it: %s", error)
+            return None
         return None if len(data) > IMAGE_HASH_MAX_BYTES else hashlib.sha256(data).hexdigest()
 
-    for attachment_id, digest_value in zip(
-        unread, await asyncio.gather(*(digest(images[i]) for i in unread)), strict=True
-    ):
+    digests = await reads_at_most(
+        IMAGE_READS_AT_ONCE, [functools.partial(digest, images[i]) for i in unread]
+    )
+    for attachment_id, digest_value in zip(unread, digests, strict=True):
         runtime.image_hashes[attachment_id] = digest_value
     for attachment_id in images:
         runtime.image_hashes.move_to_end(attachment_id)
