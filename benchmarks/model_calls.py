@@ -23,6 +23,13 @@ so the figures count what the product spends, not what a model happens to choose
    milliseconds apart instead, the triggers' arrival interleaves with the worker's turns on
    the one event loop they share, and the figures swing from run to run: the flood is the
    reproducible case.)
+   Runs 1 and 2 also give the prompt's stability (the turn records' context items, as
+   `benchmarks.pipeline_build` measures it): the share of consecutive prompts whose dialogue
+   keeps the previous prompt's dialogue (all but its newest item), and the mean share of a
+   prompt's tokens in leading items identical to the previous prompt's. Pairs are counted from
+   the first turn whose window starts later than the previous one's, so a window still
+   growing toward the limit flatters neither run; in the busy stretch every turn but the first
+   answers a queued trigger.
 3. **Autonomous**: bursts of three messages in #autonomous; the policy sends as soon as the
    unread messages are in its prompt ("direct").
 4. **Baseline, the old three-step flow**: the same bursts, with the policy the old prompt asked
@@ -36,6 +43,7 @@ prompt was built cost extra calls (the send is refused until they are shown): th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import os
@@ -49,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.pipeline_build import keeps_prefix
 from benchmarks.table import Row, emit
 
 BURSTS = 5
@@ -160,6 +169,50 @@ class Figures:
 
 
 @dataclass(frozen=True)
+class PrefixFigures:
+    """How stable a channel's consecutive prompts were (see the module docstring, point 2)."""
+
+    kept: float
+    """Share of counted pairs whose dialogue keeps the previous prompt's dialogue prefix."""
+    repeated: float
+    """Mean share of a prompt's tokens in leading items identical to the previous prompt's."""
+    pairs: int
+
+
+def prefix_figures(channel_id: int) -> PrefixFigures:
+    """`PrefixFigures` over the channel's replied turns, in order."""
+    from chat.models import Turn
+    from chat.pipeline.items import ItemTag
+
+    turns = Turn.objects.filter(channel_id=channel_id, status=Turn.Status.REPLIED).order_by("id")
+    prompts = [
+        ((turn.window.get("message_ids") or [None])[0], turn.context_items) for turn in turns
+    ]
+    kept = pairs = 0
+    repeated = 0.0
+    counting = False
+    for (first_before, before), (first, now) in itertools.pairwise(prompts):
+        counting = counting or first != first_before
+        if not counting:
+            continue
+        pairs += 1
+        dialogue_before, dialogue = (
+            [item["text"] for item in items if item["tag"] == ItemTag.DIALOGUE_HISTORY]
+            for items in (before, now)
+        )
+        kept += keeps_prefix(dialogue_before, dialogue)
+        same = 0
+        for earlier, later in zip(before, now, strict=False):
+            if (earlier["role"], earlier["text"]) != (later["role"], later["text"]):
+                break
+            same += later["tokens"]
+        repeated += same / sum(item["tokens"] for item in now)
+    if not pairs:
+        return PrefixFigures(kept=float("nan"), repeated=float("nan"), pairs=0)
+    return PrefixFigures(kept=kept / pairs, repeated=repeated / pairs, pairs=pairs)
+
+
+@dataclass(frozen=True)
 class _Mark:
     """The counters at the start of a run in one channel."""
 
@@ -265,7 +318,7 @@ async def _until(check: Callable[[], bool], *, within: float = WAIT) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _run() -> dict[str, Figures]:
+async def _run() -> tuple[dict[str, Figures], dict[str, PrefixFigures]]:
     from asgiref.sync import sync_to_async
     from django.db import connections
 
@@ -306,22 +359,27 @@ async def _run() -> dict[str, Figures]:
             figures["autonomous"] = await _measure(world, autonomous, burst, BURSTS)
             policy.style = "read-first"
             figures["baseline"] = await _measure(world, autonomous, burst, BURSTS)
+            prefixes = {
+                "reactive": await sync_to_async(prefix_figures)(general),
+                "busy": await sync_to_async(prefix_figures)(poetry),
+            }
         finally:
             await world.stop_worker()
             # The worker's database work ran on sync_to_async's thread: close its connection
             # there, so the throwaway database can be dropped.
             await sync_to_async(connections.close_all)()
-    return figures
+    return figures, prefixes
 
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-model-calls-") as directory:
         database = _setup_django(directory)
         try:
-            figures = asyncio.run(_run())
+            figures, prefixes = asyncio.run(_run())
         finally:
             _teardown_django(database)
     talk, busy = figures["reactive"], figures["busy"]
+    talk_prefix, busy_prefix = prefixes["reactive"], prefixes["busy"]
     if "--rows" in sys.argv:
         emit(
             [
@@ -349,6 +407,14 @@ def main() -> None:
                     f"{busy.per_100_turns(busy.message_gets):.0f}",
                     f"distinct reply targets: {busy.reply_targets}",
                     "≤ 1 per distinct reply target",
+                ),
+                Row(
+                    f"prompts keeping the previous dialogue prefix; tokens repeated, busy "
+                    f"({busy.replies} triggers at once: queued turns; {busy_prefix.pairs} pairs)",
+                    f"kept {busy_prefix.kept:.1%}; repeated {busy_prefix.repeated:.1%}",
+                    f"conversation ({talk_prefix.pairs} pairs): kept {talk_prefix.kept:.1%}; "
+                    f"repeated {talk_prefix.repeated:.1%}",
+                    "≥ the conversation's",
                 ),
                 Row(
                     "model calls per reply, autonomous",
@@ -383,6 +449,13 @@ def main() -> None:
             f"{figure.per_100_turns(figure.message_gets):>21.0f}"
             f"{figure.reply_targets:>15} ({figure.old_targets} old)"
         )
+    print()
+    print("Consecutive prompts                 kept prefix  tokens repeated  pairs counted")
+    for label, prefix in (
+        ("conversation", talk_prefix),
+        ("busy stretch (queued turns)", busy_prefix),
+    ):
+        print(f"  {label:<34}{prefix.kept:>11.1%}{prefix.repeated:>17.1%}{prefix.pairs:>15}")
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def turn_for(
         channel_note=ContextNote("This channel is about the band's next gig.", 2),
         reunion_note="Alice is back after two weeks away.",
         memories=("Alice plays bass.", "Bob is learning drums.", "Carol writes lyrics."),
-        stm_text="The band is choosing songs for Saturday's gig.",
+        short_term_memory_text="The band is choosing songs for Saturday's gig.",
     )
 
 
@@ -372,7 +372,9 @@ def main() -> None:
         ("warm build, the next turn", f"{percentile(warm, 0.5):.2f} ms",
          f"{percentile(warm, 0.95):.2f} ms", "≤ 0.5 ms"),
     ]  # fmt: skip
-    print(f"Build: {LIMIT} messages, 12 participants, 3 notes, 3 images, 2 files, STM")
+    print(
+        f"Build: {LIMIT} messages, 12 participants, 3 notes, 3 images, 2 files, short-term memory"
+    )
     print(f"{'':32}{'p50':>10}{'p95':>10}   goal")
     for label, p50, p95, goal in rows:
         print(f"{label:32}{p50:>10}{p95:>10}   {goal}")

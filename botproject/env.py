@@ -42,6 +42,17 @@ def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = No
     )
 
 
+def env_refuse_renamed(
+    renamed: Mapping[str, str], *, environ: Mapping[str, str] | None = None
+) -> None:
+    """Raise ImproperlyConfigured when a variable of a retired name (``renamed``: old → new) is
+    set, so a deployment that still sets it is not silently ignored."""
+    environ = os.environ if environ is None else environ
+    for old, new in renamed.items():
+        if old in environ:
+            raise ImproperlyConfigured(f"{old} is now called {new}; set {new} instead")
+
+
 def env_positive_float(
     name: str, default: float, *, environ: Mapping[str, str] | None = None
 ) -> float:

@@ -11,7 +11,7 @@ import logging
 
 
 class FailureStreak:
-    """Counts consecutive failures of one activity (``what``: "publishing live events")."""
+    """Counts consecutive failures of one activity (``what``: "publishing live updates")."""
 
     def __init__(self, logger: logging.Logger, what: str) -> None:
         self._logger = logger

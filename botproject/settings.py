@@ -18,6 +18,7 @@ from botproject.env import (
     env_list,
     env_origin_list,
     env_positive_float,
+    env_refuse_renamed,
     env_str,
     env_url,
 )
@@ -160,8 +161,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Short-term memory maintenance: how often beat looks for due memories, and how long a channel
 # must have been quiet (no reply of the persona) before its memory is refreshed in the background.
-STM_MAINTENANCE_SECONDS = env_positive_float("STM_MAINTENANCE_SECONDS", 300.0)
-STM_IDLE_SECONDS = env_positive_float("STM_IDLE_SECONDS", 600.0)
+env_refuse_renamed(
+    {
+        "STM_MAINTENANCE_SECONDS": "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS",
+        "STM_IDLE_SECONDS": "SHORT_TERM_MEMORY_IDLE_SECONDS",
+    }
+)
+SHORT_TERM_MEMORY_MAINTENANCE_SECONDS = env_positive_float(
+    "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS", 300.0
+)
+SHORT_TERM_MEMORY_IDLE_SECONDS = env_positive_float("SHORT_TERM_MEMORY_IDLE_SECONDS", 600.0)
 # Retention of the bot's records, in days (pruned hourly by Celery beat, in bounded batches).
 TURN_RETENTION_DAYS = env_positive_float("TURN_RETENTION_DAYS", 30.0)
 MESSAGE_INDEX_RETENTION_DAYS = env_positive_float("MESSAGE_INDEX_RETENTION_DAYS", 90.0)
@@ -200,7 +209,7 @@ CELERY_BEAT_SCHEDULE = {
     "records-prune": {"task": "chat.tasks.records_prune_task", "schedule": 3600.0},
     "short-term-memory-maintenance": {
         "task": "chat.tasks.short_term_memory_maintenance_task",
-        "schedule": STM_MAINTENANCE_SECONDS,
+        "schedule": SHORT_TERM_MEMORY_MAINTENANCE_SECONDS,
     },
     "memory-extraction": {
         "task": "chat.tasks.memory_extraction_schedule_task",

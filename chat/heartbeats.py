@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from botproject.events import OVERVIEW_GROUP, WorkerPulse, publish_on_commit
+from botproject.live_updates import OVERVIEW_GROUP, WorkerPulse, publish_live_update_on_commit
 from chat.models import WorkerHeartbeat
 
 
@@ -33,11 +33,11 @@ def worker_heartbeat_record(
             "guild_ids": sorted({str(g) for g in guild_ids}),
         },
     )
-    publish_on_commit(OVERVIEW_GROUP, WorkerPulse(holder=holder, shard_ids=shards))
+    publish_live_update_on_commit(OVERVIEW_GROUP, WorkerPulse(holder=holder, shard_ids=shards))
     return beat
 
 
 def worker_heartbeat_clear(*, holder: str) -> None:
     """The worker stopped: its row goes (the overview shows no worker for its guilds)."""
     WorkerHeartbeat.objects.filter(holder=holder).delete()
-    publish_on_commit(OVERVIEW_GROUP, WorkerPulse(holder=holder, shard_ids=[]))
+    publish_live_update_on_commit(OVERVIEW_GROUP, WorkerPulse(holder=holder, shard_ids=[]))

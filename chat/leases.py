@@ -12,9 +12,10 @@ Each fresh claim takes a new fencing token, one higher than any token given befo
 the lease; renewals keep it. A worker asks `shard_lease_fenced` before acting, so a worker that
 lost its lease (lapsed while its database call hung, or taken over) acts no more.
 
-Times are the database's own clock (``Now()``), so workers on machines whose clocks differ
-still agree on when a lease lapsed. Claims are serialised: on PostgreSQL by a transaction-level
-advisory lock, on SQLite by its single writer.
+Times are the database's own clock (`DatabaseNow`), so workers on machines whose clocks differ
+still agree on when a lease lapsed; a lease lapses at the instant it expires (``expires_at`` is
+no longer after now). Claims are serialised: on PostgreSQL by a transaction-level advisory lock,
+on SQLite by its single writer.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 from django.db.models.functions import Now
 
-from botproject.events import OVERVIEW_GROUP, ShardLeaseChanged, publish_on_commit
+from botproject.live_updates import OVERVIEW_GROUP, ShardLeaseChanged, publish_live_update_on_commit
 from chat.models import ShardLease
 from chat.pipeline.types import HistoryMessage
 from chat.ports import Delivered, DiscordPort, LeaseFence, Speaker
@@ -37,6 +38,27 @@ from chat.shards import ShardSet
 
 _LAPSED = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 _CLAIM_LOCK = 0x5348_4C53  # the advisory lock id that serialises claims on PostgreSQL
+# SQLite's clock in the text form Django writes datetimes in; 'NOW' is one instant within a
+# statement. (The percent signs are doubled twice: once for the template, once for the query.)
+_SQLITE_NOW = (
+    "CASE WHEN SUBSTR(STRFTIME('%%%%f', 'NOW'), 4) = '000'"
+    " THEN STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%S', 'NOW')"
+    " ELSE STRFTIME('%%%%Y-%%%%m-%%%%d %%%%H:%%%%M:%%%%f000', 'NOW') END"
+)
+
+
+class DatabaseNow(Now):
+    """The database's clock, as Django's `Now`, but on SQLite read in the text form Django
+    stores datetimes in (``str(datetime)``: six fraction digits, none when all are zero).
+
+    SQLite keeps datetimes as text and compares them as text. Its `Now` reads ``…:05.123``
+    while a stored time (``Now() + ttl`` too) reads ``…:05.123000``, and the longer string
+    sorts after the shorter: a lease that lapsed at ``.123`` looked live for the rest of that
+    millisecond. In one text form the comparison is exact.
+    """
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
+        return self.as_sql(compiler, connection, template=_SQLITE_NOW, **extra_context)
 
 
 def lease_keys_overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
@@ -62,13 +84,13 @@ def shard_leases_claim(*, shards: ShardSet, holder: str, ttl: dt.timedelta) -> i
     keys = shards.lease_keys
     with transaction.atomic():
         _serialise_claims()
-        others = ShardLease.objects.filter(expires_at__gt=Now()).exclude(holder=holder)
+        others = ShardLease.objects.filter(expires_at__gt=DatabaseNow()).exclude(holder=holder)
         live = [(row.shard_id, row.shard_count) for row in others]
         if any(lease_keys_overlap(key, other) for key in keys for other in live):
             return None
         mine = {
             (row.shard_id, row.shard_count): row
-            for row in ShardLease.objects.filter(holder=holder, expires_at__gt=Now())
+            for row in ShardLease.objects.filter(holder=holder, expires_at__gt=DatabaseNow())
             if (row.shard_id, row.shard_count) in keys
         }
         fences = {row.fence for row in mine.values()}
@@ -79,12 +101,12 @@ def shard_leases_claim(*, shards: ShardSet, holder: str, ttl: dt.timedelta) -> i
             announced = ShardLeaseChanged(
                 holder=holder, shards=[list(k) for k in keys], fence=fence
             )
-            publish_on_commit(OVERVIEW_GROUP, announced)
+            publish_live_update_on_commit(OVERVIEW_GROUP, announced)
         for shard_id, shard_count in keys:
             ShardLease.objects.update_or_create(
                 shard_id=shard_id,
                 shard_count=shard_count,
-                defaults={"holder": holder, "fence": fence, "expires_at": Now() + ttl},
+                defaults={"holder": holder, "fence": fence, "expires_at": DatabaseNow() + ttl},
             )
     return fence
 
@@ -102,7 +124,7 @@ def _serialise_claims() -> None:
 def shard_lease_fenced(*, holder: str, fence: int, guild_id: int | None) -> bool:
     """Whether ``holder`` still holds, under token ``fence``, a live lease covering the guild
     (None: a DM)."""
-    rows = ShardLease.objects.filter(holder=holder, fence=fence, expires_at__gt=Now())
+    rows = ShardLease.objects.filter(holder=holder, fence=fence, expires_at__gt=DatabaseNow())
     return any(
         guild_shard(guild_id, row.shard_count) == row.shard_id
         for row in rows.only("shard_id", "shard_count")
@@ -115,12 +137,12 @@ def shard_leases_release(*, shards: ShardSet, holder: str) -> None:
     for shard_id, shard_count in shards.lease_keys:
         released += ShardLease.objects.filter(
             shard_id=shard_id, shard_count=shard_count, holder=holder
-        ).update(expires_at=Now())
+        ).update(expires_at=DatabaseNow())
     if released:
         announced = ShardLeaseChanged(
             holder=holder, shards=[list(k) for k in shards.lease_keys], fence=None
         )
-        publish_on_commit(OVERVIEW_GROUP, announced)
+        publish_live_update_on_commit(OVERVIEW_GROUP, announced)
 
 
 def shard_lease_holders(*, shards: ShardSet) -> dict[tuple[int, int], str]:
@@ -128,7 +150,7 @@ def shard_lease_holders(*, shards: ShardSet) -> dict[tuple[int, int], str]:
     keys = shards.lease_keys
     return {
         (row.shard_id, row.shard_count): row.holder
-        for row in ShardLease.objects.filter(expires_at__gt=Now())
+        for row in ShardLease.objects.filter(expires_at__gt=DatabaseNow())
         if any(lease_keys_overlap((row.shard_id, row.shard_count), key) for key in keys)
     }
 

@@ -265,8 +265,11 @@ class ShortTermMemory(models.Model):
     ``last_turn_at``; a refresh writes ``summary`` (at most 1,500 characters) or up to five
     ``categories``, resets the count, stamps ``refreshed_at`` and names the turn that wrote it in
     ``last_refreshed_turn``. ``refresh_claimed_at`` marks a background refresh queued and not
-    finished (one at a time per memory). The rules (due at the persona's cadence when its tools
-    are on; raw turns expire after 12 h, the summary after 24 h) are in `chat.pipeline.memory`.
+    finished (one at a time per memory); ``refresh_run`` is the token of the one refresh running
+    now (`chat.services.short_term_memory.short_term_memory_refresh_begin`), so two requests for
+    one stretch of conversation make one model call. The rules (due at the persona's cadence
+    when its tools are on; raw turns expire after 12 h, the summary after 24 h) are in
+    `chat.pipeline.memory`.
     """
 
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)
@@ -282,6 +285,12 @@ class ShortTermMemory(models.Model):
     refreshed_at = models.DateTimeField(null=True, blank=True)
     refresh_claimed_at = models.DateTimeField(
         null=True, blank=True, help_text="A background refresh was queued for it at this time"
+    )
+    refresh_run = models.CharField(
+        max_length=32, blank=True, help_text="The token of the refresh running now (one at a time)"
+    )
+    refresh_run_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the running refresh began (database clock)"
     )
     last_refreshed_turn = models.ForeignKey(
         Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"

@@ -8,13 +8,16 @@ limit, webhook names) belong to the implementation: a service hands over the who
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from chat.pipeline.types import HistoryMessage, NameDirectory
 from chat.pipeline.window_reuse import GatewayCacheView
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -219,8 +222,8 @@ class RestDiscordPort(DiscordPort, Protocol):
     `load_directory` fetched and from the messages' own author payloads."""
 
     async def load_directory(self, guild_id: int) -> None:
-        """Fetch the guild's channel and role names (once per guild); a failure leaves them
-        unknown."""
+        """Fetch the guild's channel and role names and its stickers (once per guild); a
+        failure leaves them unknown."""
         ...
 
     async def member_name(self, *, guild_id: int, user_id: int) -> str | None:
@@ -270,10 +273,19 @@ async def messages_fetch(
 ) -> list[HistoryMessage | None]:
     """Each (channel id, message id) of ``wanted`` read over REST, in order, at most
     `MESSAGE_FETCH_CONCURRENCY` at a time; None where a message is gone or cannot be read."""
-    gate = asyncio.Semaphore(MESSAGE_FETCH_CONCURRENCY)
+    return await reads_at_most(
+        MESSAGE_FETCH_CONCURRENCY,
+        [functools.partial(port.fetch_message, c, m) for c, m in wanted],
+    )
 
-    async def fetch(channel_id: int, message_id: int) -> HistoryMessage | None:
+
+async def reads_at_most(limit: int, reads: Sequence[Callable[[], Awaitable[T]]]) -> list[T]:
+    """Run ``reads`` (calls to Discord through the port) concurrently, at most ``limit`` in
+    flight at a time; their results in order. What a read raises is raised."""
+    gate = asyncio.Semaphore(limit)
+
+    async def bounded(read: Callable[[], Awaitable[T]]) -> T:
         async with gate:
-            return await port.fetch_message(channel_id, message_id)
+            return await read()
 
-    return list(await asyncio.gather(*(fetch(c, m) for c, m in wanted)))
+    return list(await asyncio.gather(*(bounded(read) for read in reads)))

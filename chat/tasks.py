@@ -4,9 +4,9 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
 
 - ``records_prune_task`` hourly: turns, planner steps, message index and deduplication keys
   past their retention;
-- ``short_term_memory_maintenance_task`` every ``STM_MAINTENANCE_SECONDS`` (300 s): clears
-  expired memory and queues one ``short_term_memory_refresh_task`` per due memory whose channel
-  has been quiet for ``STM_IDLE_SECONDS`` (600 s);
+- ``short_term_memory_maintenance_task`` every ``SHORT_TERM_MEMORY_MAINTENANCE_SECONDS``
+  (300 s): clears expired memory and queues one ``short_term_memory_refresh_task`` per due
+  memory whose channel has been quiet for ``SHORT_TERM_MEMORY_IDLE_SECONDS`` (600 s);
 - ``memory_extraction_schedule_task`` every ``MEMORY_EXTRACTION_SECONDS`` (300 s): queues one
   ``memory_extraction_task`` per guild channel quiet for ``MEMORY_EXTRACTION_QUIET_SECONDS``
   (600 s) with at least ``MEMORY_EXTRACTION_MIN_MESSAGES`` (4) new messages since its last
@@ -82,7 +82,7 @@ def short_term_memory_maintenance_task() -> list[int]:
     cleared = short_term_memory_expire(now=now)
     due = short_term_memories_due(
         now=now,
-        idle_for=dt.timedelta(seconds=settings.STM_IDLE_SECONDS),
+        idle_for=dt.timedelta(seconds=settings.SHORT_TERM_MEMORY_IDLE_SECONDS),
         raw_turns_ttl=RAW_TURNS_TTL,
     )
     claimed = short_term_memory_claim(memory_ids=due, now=now)

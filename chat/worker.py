@@ -24,8 +24,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DatabaseError
+from django.utils import timezone
 
-from botproject.events import EventType
+from botproject.live_updates import LiveUpdateType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.commands import PersonaCommandTree
@@ -119,11 +120,13 @@ def build_client(
         own_webhooks = await sync_to_async(selectors.own_webhook_ids)()
         client.adapter.webhook_ids.update(own_webhooks)
         await _load_main_personas(client)
+        taken_at = timezone.now()
         settled = await turns_reconcile_interrupted(
             port=client.adapter, on_shard=config.on_my_shards
         )
         if settled != Reconciled():
             logger.info("turns left by the previous run: %s", settled)
+        client.background(_settle_left_behind(client, config, taken_at))
         runtime = gateway_runtime(
             port=FencedPort(client.adapter, fence=fence),
             fence=fence,
@@ -132,6 +135,8 @@ def build_client(
             vision=vision,
             videos=videos if videos is not None else video_transcripts_from_settings(),
         )
+        if client.closing:
+            return  # closed while starting (the lease was lost): no loops for a closed client
         client.scheduler = Scheduler(
             runtime=runtime,
             own=client.own_identity,
@@ -149,7 +154,7 @@ def build_client(
             runtime.previous_contexts.clear()
             logger.info("configuration changed; reloaded")
 
-        client.background(listen_for_control({EventType.CONFIG_CHANGED: config_changed}))
+        client.background(listen_for_control({LiveUpdateType.CONFIG_CHANGED: config_changed}))
         client.background(_heartbeat(client, config, holder))
         logger.info("worker started (shards %s of %s)", config.shard_ids, config.shard_count)
 
@@ -203,6 +208,27 @@ async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str
     finally:
         with contextlib.suppress(DatabaseError):
             await asyncio.shield(sync_to_async(worker_heartbeat_clear)(holder=holder))
+
+
+async def _settle_left_behind(
+    client: PersonaBotClient, config: WorkerConfig, taken_at: dt.datetime
+) -> None:
+    """Every lease time: settle the turns of this worker's guilds begun before it took them
+    (``taken_at``) and still running or delivering (`turns_reconcile_interrupted`). A worker
+    that lost the lease to this one can write a turn's state after this worker's start-up
+    pass (only its acts are fenced, not its database writes); without this the turn would stay
+    so until the next start."""
+    while True:
+        await asyncio.sleep(config.lease_seconds)
+        try:
+            settled = await turns_reconcile_interrupted(
+                port=client.adapter, on_shard=config.on_my_shards, started_before=taken_at
+            )
+        except DatabaseError:
+            logger.warning("could not settle turns left by the previous holder", exc_info=True)
+            continue
+        if settled != Reconciled():
+            logger.info("turns left by the previous holder, settled: %s", settled)
 
 
 async def _sync_commands(tree: PersonaCommandTree) -> int:
@@ -274,6 +300,9 @@ async def _run_client(
             runner.result()  # a login failure surfaces here
             return False
         await client.close()
+        # discord.py keeps retrying a shard whose first connection was under way at the close
+        # (with the closed session, for ever): the client's task ends here.
+        runner.cancel()
         await asyncio.gather(runner, stopper, renewer, return_exceptions=True)
         return renewer in done
 

@@ -1,9 +1,9 @@
-"""Websocket consumers: live events from the bot worker, pushed to pages as HTML fragments.
+"""Websocket consumers: live updates from the bot worker, pushed to pages as HTML fragments.
 
-Each consumer joins the channel-layer groups of what its page shows, and on every event sends
-the partials that event changes, rendered through `dashboard.selectors` with the same templates
+Each consumer joins the channel-layer groups of what its page shows, and on every update sends
+the partials that update changes, rendered through `dashboard.selectors` with the same templates
 the page uses; each fragment carries its element ``id`` and ``hx-swap-oob`` so the htmx
-websocket extension swaps it in place. No domain logic lives here: an event says *that*
+websocket extension swaps it in place. No domain logic lives here: an update says *that*
 something changed, the selectors say *what it is now*.
 
 Only admins and moderators get a socket; anyone else is refused before the handshake completes.
@@ -22,13 +22,13 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 from django.template.loader import render_to_string
 
-from botproject.events import (
+from botproject.live_updates import (
     OVERVIEW_GROUP,
-    Event,
+    LiveUpdate,
     LoopState,
     LoopStep,
     channel_group,
-    parse_event,
+    parse_live_update,
 )
 from dashboard import selectors
 from dashboard.access import is_admin, is_moderator
@@ -46,7 +46,7 @@ def _may_view(user: AbstractBaseUser | AnonymousUser) -> bool:
 
 
 class _LiveConsumer(AsyncWebsocketConsumer):
-    """Refuses anonymous and role-less users; joins `groups_to_join`; renders on events."""
+    """Refuses anonymous and role-less users; joins `groups_to_join`; renders on updates."""
 
     joined: list[str]
 
@@ -78,22 +78,22 @@ class _LiveConsumer(AsyncWebsocketConsumer):
     async def render_all(self) -> str:
         raise NotImplementedError
 
-    async def render_event(self, event: Event) -> str:
+    async def render_update(self, update: LiveUpdate) -> str:
         raise NotImplementedError
 
-    async def _on_event(self, message: dict[str, Any]) -> None:
+    async def _on_update(self, message: dict[str, Any]) -> None:
         try:
-            event = parse_event(message)
+            update = parse_live_update(message)
         except ValueError:
-            logger.warning("ignored a malformed live event: %r", message)
+            logger.warning("ignored a malformed live update: %r", message)
             return
-        html = await self.render_event(event)
+        html = await self.render_update(update)
         if html:
             await self.send(text_data=html)
 
-    # Channels calls the method named after the event type (dots → underscores).
-    loop_state = loop_step = unread_count = window_changed = _on_event
-    turn_started = turn_delivered = turn_finished = worker_pulse = shard_lease = _on_event
+    # Channels calls the method named after the update type (dots → underscores).
+    loop_state = loop_step = unread_count = window_changed = _on_update
+    turn_started = turn_delivered = turn_finished = worker_pulse = shard_lease = _on_update
 
 
 class ChannelConsumer(_LiveConsumer):
@@ -110,13 +110,13 @@ class ChannelConsumer(_LiveConsumer):
     async def render_all(self) -> str:
         return await database_sync_to_async(_channel_fragments)(self.channel_id, None, True)
 
-    async def render_event(self, event: Event) -> str:
-        if isinstance(event, LoopStep):
+    async def render_update(self, update: LiveUpdate) -> str:
+        if isinstance(update, LoopStep):
             return render_to_string(
-                "dashboard/_planner_step.html", {"step": event, "oob": "beforeend:#planner-steps"}
+                "dashboard/_planner_step.html", {"step": update, "oob": "beforeend:#planner-steps"}
             )
-        state = event.state if isinstance(event, LoopState) else None
-        full = event.type in ("turn.started", "window.changed", "turn.delivered", "turn.finished")
+        state = update.state if isinstance(update, LoopState) else None
+        full = update.type in ("turn.started", "window.changed", "turn.delivered", "turn.finished")
         return await database_sync_to_async(_channel_fragments)(self.channel_id, state, full)
 
 
@@ -125,7 +125,7 @@ class PlaygroundConsumer(ChannelConsumer):
     read anew (from the sandbox, over the REST port) whenever a message reached the bot or a
     turn ended, so each reply appears as it is delivered."""
 
-    CHAT_EVENTS = ("unread.count", "window.changed", "turn.finished")
+    CHAT_UPDATES = ("unread.count", "window.changed", "turn.finished")
 
     def may_view(self, user: AbstractBaseUser | AnonymousUser) -> bool:
         """The playground is for admins only."""
@@ -134,9 +134,9 @@ class PlaygroundConsumer(ChannelConsumer):
     async def render_all(self) -> str:
         return await super().render_all() + await self._chat()
 
-    async def render_event(self, event: Event) -> str:
-        html = await super().render_event(event)
-        if event.type in self.CHAT_EVENTS:
+    async def render_update(self, update: LiveUpdate) -> str:
+        html = await super().render_update(update)
+        if update.type in self.CHAT_UPDATES:
             html += await self._chat()
         return html
 
@@ -161,7 +161,7 @@ def _channel_fragments(channel_id: int, loop_state: str | None, full: bool) -> s
 class OverviewConsumer(_LiveConsumer):
     """``/ws/overview/``: the workers, their shard leases and a reshard in progress; per guild,
     shards and latency, channels' queues and loop states, latest turns and errors; re-rendered
-    on worker pulses, lease changes and any channel's events."""
+    on worker pulses, lease changes and any channel's updates."""
 
     async def groups_to_join(self) -> list[str]:
         channel_ids = await database_sync_to_async(selectors.overview_channel_ids)()
@@ -170,7 +170,7 @@ class OverviewConsumer(_LiveConsumer):
     async def render_all(self) -> str:
         return await database_sync_to_async(_overview_fragment)()
 
-    async def render_event(self, event: Event) -> str:
+    async def render_update(self, update: LiveUpdate) -> str:
         return await database_sync_to_async(_overview_fragment)()
 
 

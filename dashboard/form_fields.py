@@ -1,7 +1,8 @@
 """How a dashboard form field shows one key of a configuration row (`dashboard.forms`):
 `Shown` pairs the key's JSON path with how a value crosses between the row and the field, the
-crossings below spell the usual ones (comma lists, optional texts, ids, timestamps, JSON), and
-`JSONObjectField` edits a setting stored as a JSON object."""
+crossings below spell the usual ones (comma lists, optional texts, ids, timestamps, JSON),
+`JSONObjectField` edits a setting stored as a JSON object and `TextListField` a list of texts
+that may span lines (a card's alternate greetings)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django import forms
+from django.utils.html import format_html, format_html_join
 
 
 def unchanged(value: Any) -> Any:
@@ -73,16 +75,19 @@ def stripped_id(path: str) -> Shown:
     return Shown(path, unchanged, stripped)
 
 
+def json_value(text: str) -> Any:
+    """The JSON value ``text`` writes. Raises ``ValidationError`` naming the line."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        message = f"is not valid JSON: {error.msg} (line {error.lineno})"
+        raise forms.ValidationError(message) from None
+
+
 def json_or(text: str, plain: Any) -> Any:
     """``text`` read as JSON when it is written as a JSON list or object, else ``plain``."""
     stripped = text.strip()
-    if stripped[:1] in ("[", "{"):
-        try:
-            return json.loads(stripped)
-        except json.JSONDecodeError as error:
-            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
-            raise forms.ValidationError(message) from None
-    return plain
+    return json_value(stripped) if stripped[:1] in ("[", "{") else plain
 
 
 def fallbacks_text(fallbacks: list) -> str:
@@ -113,13 +118,7 @@ class JSONObjectField(forms.CharField):
 
     def to_python(self, value: Any) -> Any:
         text = super().to_python(value)
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            message = f"is not valid JSON: {error.msg} (line {error.lineno})"
-            raise forms.ValidationError(message) from None
+        return json_value(text) if text else None
 
     def prepare_value(self, value: Any) -> Any:
         if value is None or isinstance(value, str):
@@ -141,3 +140,65 @@ class ChatPresetField(JSONObjectField):
             "help_text", "Paste the exported preset; docs/presets.md; empty: this product's order"
         )
         super().__init__(**kwargs)
+
+
+class RepeatedTextarea(forms.Widget):
+    """One textarea for each text of a list, then an empty one for a new text; the browser
+    posts them all under the field's name, in order. ``item_label`` names one text for
+    screen readers (``Alternate greeting 2``)."""
+
+    def __init__(
+        self, attrs: dict[str, Any] | None = None, *, rows: int = 3, item_label: str = "Text"
+    ) -> None:
+        super().__init__(attrs)
+        self.rows = rows
+        self.item_label = item_label
+
+    def format_value(self, value: Any) -> list[str]:
+        """The texts to show (a bound form's posted boxes include the empty one: left out)."""
+        texts = [value] if isinstance(value, str) else list(value or [])
+        return [str(text) for text in texts if str(text).strip()]
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> list[str]:
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name) or [])
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return name not in data
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> str:
+        first_id = {**self.attrs, **(attrs or {})}.get("id") or f"id_{name}"
+        texts = self.format_value(value)
+        labels = [f"{self.item_label} {i + 1}" for i in range(len(texts))] + [
+            f"A new {self.item_label.lower()}"
+        ]
+        boxes = [
+            (name, first_id if i == 0 else f"{first_id}_{i}", self.rows, label, text)
+            for i, (label, text) in enumerate(zip(labels, [*texts, ""], strict=True))
+        ]
+        # HTML drops the newline right after the start tag, so a text's own leading newline
+        # survives (as in Django's Textarea).
+        return format_html(
+            '<div class="repeated-texts">{}</div>',
+            format_html_join(
+                "",
+                '<textarea name="{}" id="{}" rows="{}" aria-label="{}">\n{}</textarea>',
+                boxes,
+            ),
+        )
+
+
+class TextListField(forms.Field):
+    """A list of texts, each in its own box (`RepeatedTextarea`): empty boxes are dropped, and
+    line breaks are ``\n`` whatever the browser sent; otherwise each text is kept as typed."""
+
+    widget = RepeatedTextarea
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        super().__init__(**kwargs)
+
+    def to_python(self, value: Any) -> list[str]:
+        texts = [value] if isinstance(value, str) else list(value or [])
+        return [unix_newlines(text) for text in texts if text.strip()]

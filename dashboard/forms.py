@@ -15,6 +15,7 @@ names. A valid form holds the row's pydantic spec in ``spec``, ready for the sav
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from django import forms
@@ -25,7 +26,9 @@ from dashboard.form_fields import (
     ChatPresetField,
     JSONObjectField,
     LorebookField,
+    RepeatedTextarea,
     Shown,
+    TextListField,
     comma_list,
     comma_listed,
     datetime_or_none,
@@ -40,6 +43,7 @@ from dashboard.form_fields import (
     unchanged,
     unix_newlines,
 )
+from dashboard.names import Member, picked_user_id
 from personas.config_fields import (
     BLOCK_SETTINGS,
     CHANNEL_SETTINGS,
@@ -62,6 +66,9 @@ from personas.models import (
     ChannelMode,
     DeliveryMode,
 )
+
+MEMBER_LIST_ID = "guild-members"
+"""The id of the page's list of members a user field offers (`dashboard/_member_list.html`)."""
 
 
 class SpecForm(forms.Form):
@@ -196,8 +203,8 @@ class GuildForm(SpecForm):
 
 class PersonaForm(SpecForm):
     """A persona, as in the file's ``personas[]``. Sample dialogue rows come as repeated
-    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped. Not shown
-    (kept as they are): the card's alternate greetings."""
+    ``sample_role`` / ``sample_content`` inputs; rows with empty content are dropped. Alternate
+    greetings come as one box each (`TextListField`)."""
 
     collection = "personas"
     settings = PERSONA_SETTINGS
@@ -213,6 +220,7 @@ class PersonaForm(SpecForm):
         "note_depth": "context_note.depth",
         "prefill": "prefill",
         "first_mes": "first_mes",
+        "alternate_greetings": "alternate_greetings",
         "deliberate_tool_mode": "deliberate_tool_mode",
         "tools_enabled": "tools_enabled",
         "stm_refresh_every": "short_term_memory.refresh_every",
@@ -289,6 +297,12 @@ class PersonaForm(SpecForm):
         strip=False,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="A character card's greeting (kept for the card's export)",
+    )
+    alternate_greetings = TextListField(
+        label="Alternate greetings",
+        widget=RepeatedTextarea(item_label="Alternate greeting"),
+        help_text="The card's other greetings, one per box; fill the empty box to add one, "
+        "empty a box to remove its greeting",
     )
     deliberate_tool_mode = forms.BooleanField(
         label="Tools (Deliberate Tool Mode)", required=False, initial=True
@@ -451,7 +465,12 @@ class BlockForm(SpecForm):
     error_fields = {"(row)": "user_id"}
 
     persona = forms.ChoiceField(label="Persona", required=False)
-    user_id = forms.CharField(label="Discord user id", required=False)
+    user_id = forms.CharField(
+        label="User",
+        required=False,
+        widget=forms.TextInput(attrs={"list": MEMBER_LIST_ID, "autocomplete": "off"}),
+        help_text="Pick a member by name, or give a Discord user id",
+    )
     type = forms.ChoiceField(choices=BLOCK_TYPE_CHOICES, initial=BlockType.BLOCK)
     reason = forms.CharField(required=False, strip=False)
     expires_at = forms.DateTimeField(
@@ -463,11 +482,20 @@ class BlockForm(SpecForm):
         help_text="Empty: never",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: Any, members: Sequence[Member] = (), **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.members = members
         self.fields["persona"].choices = [("", "All personas")] + [
             (name, name) for name in self.persona_names
         ]
+
+    def clean_user_id(self) -> str:
+        """The user as an id: typed as one, or picked (or typed) by name among ``members``."""
+        try:
+            user_id = picked_user_id(self.cleaned_data["user_id"], self.members)
+        except ValueError as problem:
+            raise forms.ValidationError(str(problem)) from None
+        return "" if user_id is None else str(user_id)
 
 
 class UserPrivacyForm(SpecForm):

@@ -32,7 +32,7 @@ from dashboard import playground as sandbox_playground
 from dashboard import selectors
 from dashboard.access import admin_required, viewer_required
 from dashboard.ids import parse_id
-from dashboard.names import NameBook
+from dashboard.names import NameBook, picked_user_id
 from dashboard.preview import (
     DiscordUnavailable,
     PreviewError,
@@ -77,9 +77,10 @@ def channel_live(request: HttpRequest, channel_id: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
-    """``?persona=<name>[&as=<user id>&text=<text> | &message=<id>][&format=json]``: the exact
+    """``?persona=<name>[&as=<user>&text=<text> | &message=<id>][&format=json]``: the exact
     request the persona would send now in answer to the channel's newest message (or if that
-    user said that text now, or to that message), as a dry run."""
+    user said that text now, or to that message), as a dry run. ``as`` is a user id, a member's
+    name, or ``name (id)`` as the page's member list offers it."""
     window = selectors.channel_window(channel_id=channel_id)
     personas = _personas_for(window.guild)
     persona = request.GET.get("persona", "").strip() or (personas[0].name if personas else "")
@@ -87,6 +88,9 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     text = request.GET.get("text", "")
     message_raw = request.GET.get("message", "").strip()
     wants_json = request.GET.get("format") == "json"
+    people = selectors.channel_people(
+        channel_id=channel_id, guild_id=window.guild.guild_id if window.guild else None
+    )
     context = {
         "channel_id": channel_id,
         "window": window,
@@ -95,14 +99,18 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
         "as_user": as_raw,
         "text": text,
         "message_id": message_raw,
-        "people": selectors.channel_people(channel_id=channel_id),
+        "people": people,
     }
     error = None
     result = None
-    as_user_id = parse_id(as_raw)
     message_id = parse_id(message_raw)
-    if as_raw and as_user_id is None:
-        error = "“as” must be a user id (digits)."
+    as_problem = None
+    try:
+        as_user_id = picked_user_id(as_raw, people)
+    except ValueError as problem:
+        as_user_id, as_problem = None, f"“As”: {problem}"
+    if as_problem:
+        error = as_problem
     elif bool(as_raw) != bool(text):
         error = "Give both a user (“as”) and a text, or neither."
     elif message_raw and message_id is None:

@@ -30,8 +30,7 @@ from chat.services.memory_store import (
     scope_of,
 )
 from chat.tasks import document_embed_task
-from dashboard.access import admin_required, viewer_required
-from dashboard.views import _require_admin
+from dashboard.access import admin_required, require_admin, viewer_required
 from personas.models import GuildConfig, Persona
 
 SEARCH_RESULTS = 50
@@ -48,7 +47,7 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     personas = list(Persona.objects.filter(guild=guild).order_by("name"))
     error = ""
     if request.method == "POST":
-        _require_admin(request)
+        require_admin(request)
         try:
             memory_add(
                 scope=_posted_scope(request, guild, personas),
@@ -174,7 +173,7 @@ def document_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
     error = ""
     if request.method == "POST":
-        _require_admin(request)
+        require_admin(request)
         upload = request.FILES.get("file")
         if upload is None:
             error = "Choose a file to upload."

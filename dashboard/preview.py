@@ -105,7 +105,9 @@ class PreviewResult:
                 "warning": context.truncation.warning,
             },
             "window": window_report(self.prepared),
-            "recalled": recalled_record(self.prepared.recalled),
+            "recalled": recalled_record(
+                self.prepared.recalled, after=self.prepared.context.memories_after
+            ),
             "lorebook": context.lore.as_record(),
             "chat_preset": self._preset_json(),
             "triggered_by": self.triggered_by,
@@ -169,6 +171,8 @@ async def preview_prepare(
         channel_id=channel_id, persona_name=persona_name, now=now
     )
     async with discord_rest_port() as port:
+        if configuration.guild_id is not None:
+            await port.load_directory(configuration.guild_id)  # names and stickers, as the worker
         hypothetical = None
         if as_user_id is not None and text:
             guild_id = configuration.guild_id or 0

@@ -18,9 +18,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from dashboard.access import admin_required, viewer_required
+from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard.form_posts import form_saved, form_status, posted_with
 from dashboard.forms import BlockForm, ChannelForm, SpecForm, UserPrivacyForm
-from dashboard.views import _require_admin, _saved, _status, _with
+from dashboard.names import guild_members
 from personas.models import Block, ChannelConfig, GuildConfig, UserPrivacy
 from personas.selectors import persona_names
 from personas.services import block_save, channel_save, config_row_delete, user_privacy_save
@@ -118,8 +119,10 @@ USERS = RowKind(
 
 
 def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any) -> SpecForm:
-    names = persona_names(guild=guild) if kind is BLOCKS else None
-    return kind.form(data, persona_names=names, **kwargs)
+    if kind is BLOCKS:
+        kwargs["persona_names"] = persona_names(guild=guild)
+        kwargs["members"] = guild_members(guild_id=guild.guild_id)
+    return kind.form(data, **kwargs)
 
 
 @require_http_methods(["GET", "POST"])
@@ -129,9 +132,9 @@ def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpRespons
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
     form = _row_form(kind, guild)
     if request.method == "POST":
-        _require_admin(request)
+        require_admin(request)
         form = _row_form(kind, guild, request.POST)
-        if form.is_valid() and _saved(
+        if form.is_valid() and form_saved(
             form, lambda: kind.save(guild, form.spec, None, request.user)
         ):
             messages.success(request, kind.saved)
@@ -148,7 +151,7 @@ def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpRespons
             "now": timezone.now(),
             "section": kind.section,
         },
-        status=_status(form),
+        status=form_status(form),
     )
 
 
@@ -161,10 +164,12 @@ def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) 
     row = get_object_or_404(kind.model, guild=guild, **{kind.lookup: row_id})
     form = _row_form(kind, guild, instance=row)
     if request.method == "POST":
-        _require_admin(request)
-        data = _with(request, **{kind.fixed: str(row_id)}) if kind.fixed else request.POST
+        require_admin(request)
+        data = posted_with(request, **{kind.fixed: str(row_id)}) if kind.fixed else request.POST
         form = _row_form(kind, guild, data, instance=row)
-        if form.is_valid() and _saved(form, lambda: kind.save(guild, form.spec, row, request.user)):
+        if form.is_valid() and form_saved(
+            form, lambda: kind.save(guild, form.spec, row, request.user)
+        ):
             messages.success(request, kind.saved)
             return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
     return render(
@@ -178,7 +183,7 @@ def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) 
             "delete_url": reverse(f"dashboard:{kind.name}_delete", args=[guild_id, row_id]),
             "section": kind.section,
         },
-        status=_status(form),
+        status=form_status(form),
     )
 
 

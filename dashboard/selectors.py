@@ -25,6 +25,7 @@ from chat.models import (
     WorkerHeartbeat,
 )
 from chat.pipeline.items import ItemTag
+from dashboard.names import Member, guild_members
 from personas.models import ChannelConfig, GuildConfig
 
 MEDIA_KEY = re.compile(r"\bmedia_\d+\b")
@@ -297,7 +298,7 @@ def overview(*, now: dt.datetime | None = None) -> tuple[GuildOverview, ...]:
 
 
 def overview_channel_ids() -> list[int]:
-    """Channels whose live events the overview listens to: configured ones and those with
+    """Channels whose live updates the overview listens to: configured ones and those with
     turns or unread messages."""
     ids = set(ChannelConfig.objects.values_list("channel_id", flat=True))
     ids |= set(UnreadEvent.objects.values_list("channel_id", flat=True))
@@ -398,9 +399,10 @@ def recent_messages(*, limit: int = 20) -> list[dict[str, Any]]:
     return result
 
 
-def channel_people(*, channel_id: int, limit: int = 200) -> list[tuple[str, str]]:
-    """(user id, name) of the people who wrote in the channel recently, for the preview's
-    "as" picker; hidden users and bots left out."""
+def channel_people(*, channel_id: int, guild_id: int | None, limit: int = 200) -> list[Member]:
+    """Whom the preview offers as the author of a hypothetical message: the people who wrote
+    in the channel recently (hidden users and bots left out), then the guild's other members
+    the gateway named (`guild_members`: users with full privacy left out)."""
     rows = EventQueue.objects.filter(channel_id=channel_id).order_by("-message_id")[:limit]
     seen: dict[int, str] = {}
     for row in rows:
@@ -410,7 +412,9 @@ def channel_people(*, channel_id: int, limit: int = 200) -> list[tuple[str, str]
         seen.setdefault(int(author["id"]), author.get("display_name", ""))
     standing = chat_selectors.user_standing(user_ids=seen, guild_id=_guild_of(rows))
     hidden = standing.full_privacy | standing.blacklisted
-    return [(str(uid), name) for uid, name in seen.items() if uid not in hidden]
+    writers = [Member(uid, name) for uid, name in seen.items() if uid not in hidden]
+    others = [m for m in guild_members(guild_id=guild_id) if m.user_id not in seen]
+    return writers + others
 
 
 def _guild_of(rows: Iterable[EventQueue | UnreadEvent]) -> int | None:

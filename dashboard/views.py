@@ -10,20 +10,16 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
 
 from asgiref.sync import async_to_sync
-from django import forms
 from django.conf import settings
 from django.contrib import messages
-from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.http import (
     Http404,
     HttpRequest,
     HttpResponse,
     JsonResponse,
-    QueryDict,
 )
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import content_disposition_header
@@ -38,13 +34,13 @@ from chat.runtime import discord_rest_port
 from chat.selectors.lore import lorebook_from_stored
 from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
-from dashboard.access import admin_required, is_admin, viewer_required
+from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard.form_posts import form_status, posted_with
 from dashboard.forms import (
     CardUploadForm,
     ConfigUploadForm,
     GuildForm,
     PersonaForm,
-    SpecForm,
 )
 from dashboard.lorebook_editor import (
     BLANK_ENTRY,
@@ -62,6 +58,7 @@ from personas.config_schema import (
     GuildSpec,
     LorebookSpec,
     PersonaSpec,
+    decode_json_file,
     parse_config_bytes,
     parse_config_row,
 )
@@ -108,7 +105,7 @@ def guild_new(request: HttpRequest) -> HttpResponse:
     """Add a guild by its Discord id (admins)."""
     form = GuildForm(initial={"timezone": "UTC", "message_fetch_limit": 80, "note_depth": 4})
     if request.method == "POST":
-        _require_admin(request)
+        require_admin(request)
         form = GuildForm(request.POST)
         if form.is_valid():
             if GuildConfig.objects.filter(guild_id=int(form.spec.id)).exists():
@@ -117,7 +114,7 @@ def guild_new(request: HttpRequest) -> HttpResponse:
                 guild = guild_save(spec=form.spec, actor=request.user)
                 messages.success(request, f"Added {guild.name}.")
                 return redirect("dashboard:guild", guild_id=guild.guild_id)
-    return render(request, "dashboard/guild_new.html", {"form": form}, status=_status(form))
+    return render(request, "dashboard/guild_new.html", {"form": form}, status=form_status(form))
 
 
 @require_http_methods(["GET", "POST"])
@@ -127,8 +124,8 @@ def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
     form = GuildForm(instance=guild)
     if request.method == "POST":
-        _require_admin(request)
-        form = GuildForm(_with(request, guild_id=str(guild.guild_id)), instance=guild)
+        require_admin(request)
+        form = GuildForm(posted_with(request, guild_id=str(guild.guild_id)), instance=guild)
         if form.is_valid():
             guild_save(spec=form.spec, actor=request.user)
             messages.success(request, "Saved the guild settings.")
@@ -137,7 +134,7 @@ def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
         request,
         "dashboard/guild.html",
         {"guild": guild, "form": form, "section": "guild"},
-        status=_status(form),
+        status=form_status(form),
     )
 
 
@@ -164,19 +161,7 @@ def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 @viewer_required
 def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    form = PersonaForm()
-    if request.method == "POST":
-        _require_admin(request)
-        form = PersonaForm(request.POST)
-        if form.is_valid():
-            try:
-                persona = persona_save(guild=guild, spec=form.spec, actor=request.user)
-            except ConfigError as error:
-                form.add_problems(error.problems)
-            else:
-                messages.success(request, f"Created {persona.name}.")
-                return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
-    return _persona_page(request, guild, None, form)
+    return _persona_edit(request, guild, None)
 
 
 @require_http_methods(["GET", "POST"])
@@ -184,18 +169,28 @@ def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
 def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     guild = get_object_or_404(GuildConfig, guild_id=guild_id)
     persona = get_object_or_404(Persona, pk=persona_id, guild=guild)
+    return _persona_edit(request, guild, persona)
+
+
+def _persona_edit(
+    request: HttpRequest, guild: GuildConfig, persona: Persona | None
+) -> HttpResponse:
+    """The persona's page (a new one's when ``persona`` is None); an admin's POST saves it
+    and goes to its page, or shows the form with the problems."""
     form = PersonaForm(instance=persona)
     if request.method == "POST":
-        _require_admin(request)
+        require_admin(request)
         form = PersonaForm(request.POST, instance=persona)
         if form.is_valid():
             try:
-                persona_save(guild=guild, spec=form.spec, persona=persona, actor=request.user)
+                saved = persona_save(
+                    guild=guild, spec=form.spec, persona=persona, actor=request.user
+                )
             except ConfigError as error:
                 form.add_problems(error.problems)
             else:
-                messages.success(request, f"Saved {form.spec.name}.")
-                return redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
+                messages.success(request, f"{'Saved' if persona else 'Created'} {saved.name}.")
+                return redirect("dashboard:persona", guild_id=guild.guild_id, persona_id=saved.pk)
     return _persona_page(request, guild, persona, form)
 
 
@@ -219,7 +214,7 @@ def _persona_page(
         "greeting": persona.first_mes if persona else "",
         "section": "personas",
     }
-    return render(request, "dashboard/persona.html", context, status=_status(form))
+    return render(request, "dashboard/persona.html", context, status=form_status(form))
 
 
 @require_POST
@@ -294,13 +289,14 @@ def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> 
     persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
     back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
     upload = request.FILES.get("preset")
-    if upload is None or upload.size > CONFIG_FILE_MAX_BYTES:
+    if upload is None:
         messages.error(request, "Preset: choose a SillyTavern preset file (JSON, at most 4 MB).")
         return back
     try:
-        preset = json.loads(upload.read().decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        messages.error(request, f"Preset: the file is not JSON ({error}).")
+        preset = decode_json_file(upload.read(CONFIG_FILE_MAX_BYTES + 1))
+    except ConfigError as error:
+        for _document, message in error.problems:
+            messages.error(request, f"Preset: the file {message}.")
         return back
     [row] = [
         row
@@ -533,7 +529,7 @@ def config_import_view(request: HttpRequest) -> HttpResponse:
     summary = ""
     status = 200
     if request.method == "POST":
-        _require_admin(request)
+        require_admin(request)
         form = ConfigUploadForm(request.POST, request.FILES)
         status = 400
         if form.is_valid():
@@ -556,35 +552,3 @@ def config_import_view(request: HttpRequest) -> HttpResponse:
         {"form": form, "problems": problems, "summary": summary, "section": "config"},
         status=status,
     )
-
-
-# --- Helpers ------------------------------------------------------------------------------------
-
-
-def _require_admin(request: HttpRequest) -> None:
-    """A configuration POST from a moderator answers 403."""
-    if not is_admin(request.user):
-        raise PermissionDenied("Only admins can change the configuration.")
-
-
-def _with(request: HttpRequest, **fixed: str) -> QueryDict:
-    """The POST data with fields the URL fixes (an id that cannot be edited)."""
-    data = request.POST.copy()
-    for key, value in fixed.items():
-        data[key] = value
-    return data
-
-
-def _saved(form: SpecForm, save: Callable[[], object]) -> bool:
-    """Run ``save``; a ConfigError it raises goes onto the form. True when it saved."""
-    try:
-        save()
-    except ConfigError as error:
-        form.add_problems(error.problems)
-        return False
-    return True
-
-
-def _status(form: forms.Form) -> int:
-    """400 for a form that was posted and refused, so clients and tests can tell."""
-    return 400 if form.is_bound and form.errors else 200

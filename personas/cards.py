@@ -51,7 +51,7 @@ from django.core.files.storage import default_storage
 from PIL import Image, UnidentifiedImageError
 from PIL.PngImagePlugin import PngInfo
 
-from personas.config_schema import PersonaSpec, parse_config_row
+from personas.config_schema import ConfigError, PersonaSpec, decode_json_file, parse_config_row
 from personas.models import GuildConfig, Persona
 from personas.services import persona_save
 
@@ -84,8 +84,8 @@ def card_read(data: bytes) -> tuple[dict[str, Any], bytes | None]:
     if data.startswith(PNG_SIGNATURE):
         return _read_png(data)
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        document = decode_json_file(data, max_bytes=None)  # the upload bounds its size
+    except ConfigError:
         raise CardError(
             "This is not a character card: expected a PNG with a card inside, or card JSON."
         ) from None
@@ -107,12 +107,12 @@ def _read_png(data: bytes) -> tuple[dict[str, Any], bytes]:
             "export the character from SillyTavern as a PNG card."
         )
     try:
-        text = base64.b64decode(chunks[keyword], validate=True).decode("utf-8")
+        raw = base64.b64decode(chunks[keyword], validate=True)
     except (binascii.Error, ValueError):
         raise CardError(f"The PNG's {keyword!r} chunk is not valid base64.") from None
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
+        document = decode_json_file(raw, max_bytes=None)
+    except ConfigError:
         raise CardError(f"The PNG's {keyword!r} chunk does not hold valid JSON.") from None
     return _card_data(document), _avatar_png(avatar)
 

@@ -47,7 +47,7 @@ from personas.config_values import (
     SampleText,
     Snowflake,
     SystemPrompt,
-    Trigger,
+    TriggerWord,
     check_aware,
     check_timezone,
 )
@@ -74,7 +74,7 @@ from personas.models import (
     PRESET_PROMPTS_MAX,
     PRESET_TEXT_MAX,
     SAMPLE_DIALOGUE_MAX,
-    STM_REFRESH_EVERY_MAX,
+    SHORT_TERM_MEMORY_REFRESH_EVERY_MAX,
     SYSTEM_PROMPT_MAX,
     TEMPERATURE_MAX,
     TEMPERATURE_MIN,
@@ -144,17 +144,19 @@ def parse_config_bytes(raw: bytes, *, source: str) -> ConfigDocument:
     (with ``source`` set) naming every problem found, never any other exception for any input.
     """
     try:
-        return parse_config_document(_decode_json(raw))
+        return parse_config_document(decode_json_file(raw))
     except ConfigError as error:
         error.source = source
         raise
 
 
-def _decode_json(raw: bytes) -> object:
-    if len(raw) > CONFIG_FILE_MAX_BYTES:
-        raise ConfigError(
-            [(DOCUMENT, f"is larger than {CONFIG_FILE_MAX_BYTES:,} bytes; split it into files")]
-        )
+def decode_json_file(raw: bytes, *, max_bytes: int | None = CONFIG_FILE_MAX_BYTES) -> object:
+    """The JSON value of an uploaded or read file's bytes (a configuration file, a chat
+    preset, a character card): at most ``max_bytes`` bytes (None: the caller bounded them),
+    UTF-8 (a byte-order mark is allowed), JSON that Python can read (no number too large,
+    no nesting deeper than its recursion limit). Raises ConfigError naming ``(document)``."""
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise ConfigError([(DOCUMENT, f"is larger than {max_bytes:,} bytes; split it into files")])
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -187,14 +189,14 @@ class ContextNoteSpec(_Strict):
     depth: Depth = 4
 
 
-class SampleMessage(_Strict):
+class SampleMessageSpec(_Strict):
     role: Literal["user", "assistant"]
     content: SampleText
 
 
 InstructTemplateName = Literal["chatml", "llama3", "mistral", "alpaca"]
 SequenceText = Annotated[str, StringConstraints(max_length=INSTRUCT_SEQUENCE_MAX)]
-ModelApi = Literal["chat", "completions"]
+ModelApiName = Literal["chat", "completions"]
 
 
 class InstructPresetSpec(BaseModel):
@@ -229,7 +231,7 @@ class FallbackModelSpec(_Strict):
     "completions", "instruct_template": "llama3"}``."""
 
     model: ModelName
-    api: ModelApi = "chat"
+    api: ModelApiName = "chat"
     instruct_template: InstructTemplateSpec | None = None
     context_window: (
         Annotated[int, Field(strict=True, ge=CONTEXT_WINDOW_MIN, le=CONTEXT_WINDOW_MAX)] | None
@@ -247,7 +249,7 @@ FallbackModel = Annotated[
 
 class LLMSpec(_Strict):
     model: Annotated[str, StringConstraints(max_length=MODEL_NAME_MAX)] | None = None
-    api: ModelApi = "chat"
+    api: ModelApiName = "chat"
     """``completions``: a text-completion endpoint (``POST /completions``), its prompt written
     in ``instruct_template`` (``chatml`` when none is given)."""
     instruct_template: InstructTemplateSpec | None = None
@@ -373,7 +375,9 @@ class ShortTermMemorySpec(_Strict):
     """How the persona keeps its short-term memory: refreshed after ``refresh_every`` of its
     replies; shown in the system prompt (``depth`` null) or at that depth in the dialogue."""
 
-    refresh_every: Annotated[int, Field(strict=True, ge=1, le=STM_REFRESH_EVERY_MAX)] = 5
+    refresh_every: Annotated[
+        int, Field(strict=True, ge=1, le=SHORT_TERM_MEMORY_REFRESH_EVERY_MAX)
+    ] = 5
     depth: Depth | None = None
 
 
@@ -386,7 +390,7 @@ class PersonaSpec(_Strict):
     enabled: bool = True
     avatar_url: AvatarUrl | None = None
     system_prompt: SystemPrompt = ""
-    triggers: Annotated[list[Trigger], Field(max_length=TRIGGERS_MAX)] = []
+    triggers: Annotated[list[TriggerWord], Field(max_length=TRIGGERS_MAX)] = []
     context_note: ContextNoteSpec | None = None
     prefill: Prefill = ""
     deliberate_tool_mode: bool = True
@@ -397,7 +401,7 @@ class PersonaSpec(_Strict):
     delivery_mode: DeliveryMode = DeliveryMode.PARAGRAPHS
     """How replies reach Discord: ``paragraphs`` (each as soon as it is written), ``whole``
     (once the model has finished) or ``edit`` (one message edited as it is written)."""
-    sample_dialogue: Annotated[list[SampleMessage], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
+    sample_dialogue: Annotated[list[SampleMessageSpec], Field(max_length=SAMPLE_DIALOGUE_MAX)] = []
     first_mes: Greeting = ""
     """A character card's first message."""
     alternate_greetings: Annotated[list[Greeting], Field(max_length=GREETINGS_MAX)] = []

@@ -66,7 +66,7 @@ Name = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=PERSONA_NAME_MAX)
 ]
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=MODEL_NAME_MAX)]
-Trigger = Annotated[
+TriggerWord = Annotated[
     str, StringConstraints(strip_whitespace=True, min_length=1, max_length=TRIGGER_LENGTH_MAX)
 ]
 Depth = Annotated[int, Field(strict=True, ge=0, le=NOTE_DEPTH_MAX)]

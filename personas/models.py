@@ -9,6 +9,8 @@ neither the dashboard, the admin nor ``importconfig`` can store a value the bot 
 from __future__ import annotations
 
 import zoneinfo
+from collections.abc import Mapping
+from enum import StrEnum
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
@@ -23,7 +25,7 @@ FETCH_LIMIT_MIN = 20
 FETCH_LIMIT_MAX = 100
 FETCH_LIMIT_DEFAULT = 80
 NOTE_DEPTH_MAX = 100
-STM_REFRESH_EVERY_MAX = 1000  # replies between short-term memory refreshes
+SHORT_TERM_MEMORY_REFRESH_EVERY_MAX = 1000  # replies between short-term memory refreshes
 
 # Bounds on what an admin can configure. The import schema, the forms (validators) and the
 # database (check constraints) all use these numbers, so no path can store more.
@@ -108,7 +110,7 @@ def _depth_validators() -> list:
     return [MaxValueValidator(NOTE_DEPTH_MAX)]
 
 
-def _labelled(labels: dict) -> list[tuple[str, str]]:
+def _labelled(labels: Mapping[StrEnum, str]) -> list[tuple[str, str]]:
     """Django choices for a pipeline enum: each member's value with the label people read."""
     return [(member.value, label) for member, label in labels.items()]
 
@@ -242,7 +244,7 @@ class Persona(models.Model):
     )
     stm_refresh_every = models.PositiveSmallIntegerField(
         default=5,
-        validators=[MinValueValidator(1), MaxValueValidator(STM_REFRESH_EVERY_MAX)],
+        validators=[MinValueValidator(1), MaxValueValidator(SHORT_TERM_MEMORY_REFRESH_EVERY_MAX)],
         help_text="Short-term memory is refreshed after this many of the persona's replies",
     )
     stm_depth = models.PositiveSmallIntegerField(
@@ -345,7 +347,7 @@ class Persona(models.Model):
                 condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"
             ),
             models.CheckConstraint(
-                condition=Q(stm_refresh_every__lte=STM_REFRESH_EVERY_MAX),
+                condition=Q(stm_refresh_every__lte=SHORT_TERM_MEMORY_REFRESH_EVERY_MAX),
                 name="persona_stm_refresh_every_max",
             ),
             models.CheckConstraint(

@@ -29,7 +29,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connection, models, transaction
 from pydantic import BaseModel
 
-from botproject.events import CONTROL_GROUP, ConfigChanged, publish_on_commit
+from botproject.live_updates import CONTROL_GROUP, ConfigChanged, publish_live_update_on_commit
 from personas.config_fields import (
     BLOCK_SETTINGS,
     CHANNEL_SETTINGS,
@@ -325,7 +325,7 @@ def _finish(report: ImportReport, *, actor: AbstractBaseUser | None, guild_ids: 
     if actor is not None:
         for instance, outcome, fields in report.changes:
             _log_change(actor, instance, outcome, fields)
-    publish_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
+    publish_live_update_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
 
 
 def _log_change(

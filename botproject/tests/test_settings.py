@@ -18,6 +18,7 @@ from botproject.env import (
     env_list,
     env_origin_list,
     env_positive_float,
+    env_refuse_renamed,
     env_url,
 )
 
@@ -41,8 +42,15 @@ def test_env_list_splits_on_commas_and_drops_blanks():
     assert value == ["a.example", "b.example"]
 
 
+def test_a_retired_variable_name_is_refused_with_its_new_name():
+    renamed = {"STM_IDLE_SECONDS": "SHORT_TERM_MEMORY_IDLE_SECONDS"}
+    env_refuse_renamed(renamed, environ={"SHORT_TERM_MEMORY_IDLE_SECONDS": "600"})
+    with pytest.raises(ImproperlyConfigured, match="STM_IDLE_SECONDS is now called SHORT_TERM"):
+        env_refuse_renamed(renamed, environ={"STM_IDLE_SECONDS": "600"})
+
+
 def test_env_positive_float_reads_seconds_and_names_the_variable_on_a_bad_value():
-    name = "STM_MAINTENANCE_SECONDS"
+    name = "SHORT_TERM_MEMORY_MAINTENANCE_SECONDS"
     assert env_positive_float(name, 300.0, environ={}) == 300.0
     assert env_positive_float(name, 300.0, environ={name: " 0.5 "}) == 0.5
     for raw in ("0", "-1", "soon", "inf"):
@@ -174,13 +182,19 @@ def test_deploy_checks_are_clean_in_production_mode():
 
 
 def _settings(*names: str, **overrides: str) -> dict[str, str]:
-    """The repr of each named setting as a process started with ``overrides`` sees it."""
+    """The repr of each named setting as a process started with ``overrides`` sees it (Django's
+    lazy settings read the module; no app is loaded, which is all ``manage.py shell`` adds)."""
     code = "from django.conf import settings\n" + "\n".join(
         f"print(repr(getattr(settings, {name!r}, None)))" for name in names
     )
-    result = _manage("shell", "-c", code, DJANGO_SECRET_KEY=secrets.token_urlsafe(64), **overrides)
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
+    env.update({"DJANGO_SETTINGS_MODULE": "botproject.settings", "DJANGO_DEBUG": "1"})
+    env.update(DJANGO_SECRET_KEY=secrets.token_urlsafe(64), **overrides)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
-    return dict(zip(names, result.stdout.splitlines()[-len(names) :], strict=True))
+    return dict(zip(names, result.stdout.splitlines(), strict=True))
 
 
 def test_production_settings_come_from_the_environment():

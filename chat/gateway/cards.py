@@ -12,7 +12,10 @@ system notices. Discord marks none of these, so the gateway reads the card's wor
   footer or a field name) and shows dice notation (``d20``, ``2d6+3``) anywhere; it is
   **unshared** when it says the roller kept it to themselves (``hidden``, ``secret``,
   ``private``, ``blind``, ``GM only``), else shared;
-- any other card is this bot's **system notice** when this bot posted it, else ordinary.
+- any other card is this bot's **system notice** when this bot posted it, else ordinary; a
+  notice of this bot's made of a title and the footer ``memory #N`` alone is a
+  **minimal-verbosity** notice (`minimal_notice_memory`): prompts restore the memory's
+  current text as its body.
 
 These rules hold for every author: a dice bot's roll is a roll, and so is one of ours.
 """
@@ -29,6 +32,7 @@ DIAGNOSTIC_WORDS = re.compile(
 )
 ROLL_WORDS = re.compile(r"🎲|(?<!\w)roll(?:s|ed|ing)?(?!\w)", re.IGNORECASE)
 DICE_NOTATION = re.compile(r"(?<![\w.])\d{0,3}d(?:\d{1,4}|%)(?!\w)", re.IGNORECASE)
+MEMORY_FOOTER = re.compile(r"memory #(\d{1,12})", re.IGNORECASE)
 UNSHARED_WORDS = re.compile(
     r"(?<!\w)(?:hidden|secret|private|blind|gm[ -]only)(?!\w)", re.IGNORECASE
 )
@@ -53,3 +57,14 @@ def card_kind(*, own: bool, preview: bool, labels: Sequence[str], body: Sequence
         hidden = UNSHARED_WORDS.search("\n".join((label, *body)))
         return CardKind.UNSHARED_DICE_ROLL if hidden else CardKind.DICE_ROLL
     return CardKind.SYSTEM_NOTICE if own else CardKind.ORDINARY
+
+
+def minimal_notice_memory(
+    *, title: str, description: str, field_count: int, footer: str
+) -> int | None:
+    """The memory id a minimal-verbosity notice card confirms: a title, no description or
+    fields, and the footer ``memory #N``; None for any other card."""
+    match = MEMORY_FOOTER.fullmatch(footer.strip())
+    if match is None or not title or description or field_count:
+        return None
+    return int(match[1])

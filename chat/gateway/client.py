@@ -101,6 +101,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         if limits is not None:
             self.http.request = _rest_paced(self.http.request, limits)
         self._background: set[asyncio.Task[None]] = set()
+        self._closing = False
         self._handlers: set[asyncio.Task[Any]] = set()
 
     def _shard_of_channel(self, channel_id: int) -> int | None:
@@ -166,8 +167,16 @@ class PersonaBotClient(discord.AutoShardedClient):
         while pending := [t for t in self._handlers if t is not asyncio.current_task()]:
             await asyncio.wait(pending)
 
+    @property
+    def closing(self) -> bool:
+        """Whether `close` has begun (the client starts no more loops)."""
+        return self._closing
+
     def background(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run ``work`` until the client closes."""
+        """Run ``work`` until the client closes (not at all once it is closing)."""
+        if self._closing:
+            work.close()
+            return
         task = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -175,6 +184,7 @@ class PersonaBotClient(discord.AutoShardedClient):
     async def close(self) -> None:
         """Stop the loops (turns in flight end ``aborted``), then the gateway. Bounded, so a
         SIGTERM always ends the worker even if a task ignores its cancellation."""
+        self._closing = True
         try:
             async with asyncio.timeout(SHUTDOWN_GRACE_SECONDS):
                 for task in list(self._background):
@@ -185,6 +195,8 @@ class PersonaBotClient(discord.AutoShardedClient):
         except TimeoutError:
             logger.error("the scheduler did not stop within %s s", SHUTDOWN_GRACE_SECONDS)
         await super().close()
+        if self.scheduler is not None:
+            await self.scheduler.stop()  # one that was set up while the loops were stopping
         if self.limits is not None:
             await self.limits.close()
 
@@ -279,8 +291,17 @@ class PersonaBotClient(discord.AutoShardedClient):
 
     async def on_shard_ready(self, shard_id: int) -> None:
         """A new gateway session (at start, or after Discord refused a resume): whatever was
-        said while no session was open is read back over REST."""
+        said while no session was open is read back over REST, in the shard's channels the
+        queue has never seen too (`Intake.adopt`)."""
         await self.on_shard_resumed(shard_id)
+        self.intake.adopt(
+            {
+                channel.id: guild.id
+                for guild in self.guilds
+                if guild.shard_id == shard_id
+                for channel in guild.text_channels
+            }
+        )
         self.background(self.intake.catch_up())
 
 

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 
 import discord
 
-from chat.gateway.cards import card_kind
+from chat.gateway.cards import card_kind, minimal_notice_memory
 from chat.pipeline.types import (
     Attachment,
     Author,
+    CardKind,
     ComponentContainer,
     Embed,
     EmbedField,
@@ -131,6 +132,16 @@ def _embeds(embeds: Iterable[discord.Embed], *, own: bool) -> tuple[Embed, ...]:
             labels=(title, footer, *(f.name for f in fields)),
             body=(embed.description or "", *(f.value for f in fields)),
         )
+        memory_id = None
+        if kind is CardKind.SYSTEM_NOTICE:
+            memory_id = minimal_notice_memory(
+                title=title,
+                description=embed.description or "",
+                field_count=len(fields),
+                footer=footer,
+            )
+            if memory_id is not None:
+                kind = CardKind.MINIMAL_NOTICE
         converted.append(
             Embed(
                 title=title,
@@ -138,6 +149,7 @@ def _embeds(embeds: Iterable[discord.Embed], *, own: bool) -> tuple[Embed, ...]:
                 footer=footer,
                 fields=fields,
                 kind=kind,
+                memory_id=memory_id,
             )
         )
     return tuple(converted)

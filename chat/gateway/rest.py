@@ -37,10 +37,12 @@ class RestDiscordAdapter(DiscordAdapter):
         super().__init__(client)
         self._channel_names: dict[int, dict[int, str]] = {}
         self._role_names: dict[int, dict[int, str]] = {}
+        self._stickers: dict[int, list[tuple[int, str]]] = {}
 
     async def load_directory(self, guild_id: int) -> None:
-        """Fetch the guild's channel and role names over REST (once per guild); a failure
-        leaves them unknown (mentions then render as neutral placeholders)."""
+        """Fetch the guild's channel and role names and its stickers over REST (once per
+        guild); a failure leaves them unknown (mentions then render as neutral placeholders,
+        and the guild has no stickers)."""
         if guild_id in self._channel_names:
             return
         try:
@@ -50,6 +52,10 @@ class RestDiscordAdapter(DiscordAdapter):
             return
         self._channel_names[guild_id] = {c.id: c.name for c in channels}
         self._role_names[guild_id] = {r.id: r.name for r in guild.roles}
+        self._stickers[guild_id] = [(s.id, s.name) for s in guild.stickers if s.available]
+
+    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
+        return list(self._stickers.get(guild_id, ()))
 
     async def member_name(self, *, guild_id: int, user_id: int) -> str | None:
         """The name Discord shows for ``user_id`` in the guild (nick, else global name, else

@@ -37,8 +37,10 @@ writes them (``ReplyStream``), for delivery as they come:
    was delivered (``delivered``): then nothing is retried, and the stream ends with the error
    and the text given so far.
 
-The loop is written out rather than handed to a retry library because each retry is a product
-decision: it re-renders, may drop history or switch model, and is recorded for moderators.
+Both go through one attempt loop; they differ only in how an answer is read (``Read``): whole,
+or as the model writes it. The loop is written out rather than handed to a retry library
+because each retry is a product decision: it re-renders, may drop history or switch model, and
+is recorded for moderators.
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ text-completion model (``plan.model.api``), the prompt in its instruct template 
 (messages given for such a model are written in its template); no tools: such a model cannot
 call them, and a tool exchange of an earlier model is left out."""
 
-Sleep = Callable[[float], Awaitable[None]]
+Sleeper = Callable[[float], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ class AttemptRunner:
     client: LLMClient
     policy: RetryPolicy = RetryPolicy()
     stream: bool = True
-    sleep: Sleep = asyncio.sleep
+    sleep: Sleeper = asyncio.sleep
     jitter: Callable[[], float] = random.random
 
     async def complete_turn(
@@ -154,9 +156,15 @@ class AttemptRunner:
         """
         if not models:
             raise ValueError("complete_turn needs at least one model")
-        exchange = _Exchange(self, models=models, render=render, persona_name=persona_name)
+        exchange = _Exchange(
+            self, models=models, render=render, persona_name=persona_name, read=_whole
+        )
+        reply = ""
         try:
-            reply = await exchange.converse(toolbox)
+            pieces = exchange.converse(toolbox, _never_delivered)
+            async with contextlib.aclosing(pieces):
+                async for piece in pieces:
+                    reply = "" if isinstance(piece, Restart) else reply + piece
         except LLMError as error:
             return exchange.result(reply_text="", error=error)
         return exchange.result(reply_text=reply)
@@ -175,7 +183,9 @@ class AttemptRunner:
         delivered. Raises ``ValueError`` for an empty ``models``."""
         if not models:
             raise ValueError("stream_turn needs at least one model")
-        exchange = _Exchange(self, models=models, render=render, persona_name=persona_name)
+        exchange = _Exchange(
+            self, models=models, render=render, persona_name=persona_name, read=_as_written
+        )
         return ReplyStream(exchange, toolbox, delivered)
 
 
@@ -225,6 +235,29 @@ def _model_request(
     return plan, chat, _prefill(messages)
 
 
+Read = Callable[[LLMClient, ModelRequest], AsyncIterator[str | ToolCallStarted | Completion]]
+"""How an exchange reads one request's answer: text pieces (and ``ToolCallStarted``) as they
+come, then the ``Completion`` (``LLMClient.stream``'s shape)."""
+
+
+async def _whole(
+    client: LLMClient, request: ModelRequest
+) -> AsyncIterator[str | ToolCallStarted | Completion]:
+    """The answer at once (``complete_turn``): the completion, no text before it."""
+    yield await client.complete(request)
+
+
+def _as_written(
+    client: LLMClient, request: ModelRequest
+) -> AsyncIterator[str | ToolCallStarted | Completion]:
+    """The answer as the model writes it (``stream_turn``)."""
+    return client.stream(request)
+
+
+def _never_delivered() -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class _Answer:
     """A successful attempt: the reply to deliver, or tool calls to run."""
@@ -235,8 +268,8 @@ class _Answer:
 
 
 class _Exchange:
-    """The mutable state of one ``complete_turn``: position in the model list, the shortening
-    level, the records so far."""
+    """The mutable state of one ``complete_turn`` or ``stream_turn``: position in the model
+    list, the shortening level, the records so far; ``read`` is how each answer is read."""
 
     def __init__(
         self,
@@ -245,8 +278,10 @@ class _Exchange:
         models: Sequence[ModelSpec],
         render: Render,
         persona_name: str,
+        read: Read,
     ) -> None:
         self._runner = runner
+        self._read = read
         self._models = models
         self._render = render
         self._persona_name = persona_name
@@ -259,26 +294,12 @@ class _Exchange:
         self._warnings: list[str] = []
         self._after_spoken_round = False
 
-    async def converse(self, toolbox: ToolBox | None) -> str:
-        """Call the model, run its tool calls, repeat; return the reply. Raises ``LLMError``."""
-        transcript: list[Message] = []
-        for round_number in range(MAX_TOOL_ROUNDS):
-            answer = await self._call(round_number, transcript, toolbox)
-            if not answer.tool_calls:
-                return answer.reply
-            assert toolbox is not None  # tool calls are only accepted when tools were offered
-            transcript += await self._exchange_tools(toolbox, answer)
-        self._warnings.append(
-            f"the model used all {MAX_TOOL_ROUNDS} tool rounds; it answered without tools"
-        )
-        answer = await self._call(MAX_TOOL_ROUNDS, transcript, None)
-        return answer.reply
-
-    async def stream_converse(
+    async def converse(
         self, toolbox: ToolBox | None, delivered: Callable[[], bool]
     ) -> AsyncIterator[str | Restart]:
-        """``converse``, giving the reply's text as it is written. Raises ``LLMError`` when
-        no model answered, or when one failed after some of its text was delivered."""
+        """Call the model, run its tool calls, repeat; give the reply's text (all at once when
+        the exchange reads whole answers). Raises ``LLMError`` when no model answered, or when
+        one failed after some of its text was delivered."""
         transcript: list[Message] = []
         for round_number in range(MAX_TOOL_ROUNDS + 1):
             offered = toolbox if round_number < MAX_TOOL_ROUNDS else None
@@ -287,13 +308,13 @@ class _Exchange:
                     f"the model used all {MAX_TOOL_ROUNDS} tool rounds; it answered without tools"
                 )
             answers: list[_Answer] = []
-            events = self._stream_call(round_number, transcript, offered, delivered)
-            async with contextlib.aclosing(events):
-                async for event in events:
-                    if isinstance(event, _Answer):
-                        answers.append(event)
+            pieces = self._call(round_number, transcript, offered, delivered)
+            async with contextlib.aclosing(pieces):
+                async for piece in pieces:
+                    if isinstance(piece, _Answer):
+                        answers.append(piece)
                     else:
-                        yield event
+                        yield piece
             [answer] = answers
             if not answer.tool_calls:
                 return
@@ -324,16 +345,25 @@ class _Exchange:
         )
 
     async def _call(
-        self, round_number: int, transcript: list[Message], toolbox: ToolBox | None
-    ) -> _Answer:
-        """One model answer, trying the remaining models in order. Raises the last model's
-        ``LLMError`` when none is left."""
+        self,
+        round_number: int,
+        transcript: list[Message],
+        toolbox: ToolBox | None,
+        delivered: Callable[[], bool],
+    ) -> AsyncIterator[str | Restart | _Answer]:
+        """One model answer, trying the remaining models in order: the reply's text as it
+        comes, then the ``_Answer``. Raises the last model's ``LLMError`` when none is left; no
+        fallback model once some text was delivered: the error is raised."""
         while True:
             model = self._models[self._model_index]
+            pieces = self._call_model(model, round_number, transcript, toolbox, delivered)
             try:
-                return await self._call_model(model, round_number, transcript, toolbox)
+                async with contextlib.aclosing(pieces):
+                    async for piece in pieces:
+                        yield piece
+                return
             except LLMError as error:
-                if self._model_index + 1 == len(self._models):
+                if self._model_index + 1 == len(self._models) or delivered():
                     raise
                 self._model_index += 1
                 fallback = self._models[self._model_index].name
@@ -345,9 +375,12 @@ class _Exchange:
         round_number: int,
         transcript: list[Message],
         toolbox: ToolBox | None,
-    ) -> _Answer:
-        """One answer from ``model``, retrying within the policy. Raises ``LLMError`` when the
-        model failed permanently, used up its attempts, or answered empty twice."""
+        delivered: Callable[[], bool],
+    ) -> AsyncIterator[str | Restart | _Answer]:
+        """One answer from ``model``, retrying within the policy (module docstring, steps 3, 4,
+        6 and 7): its settled text as the exchange's ``read`` gives it, then the ``_Answer``.
+        Raises ``LLMError`` when the model failed permanently, used up its attempts, answered
+        empty twice, or failed after some of its text was delivered."""
         runner = self._runner
         empty_retried = False
         attempt_number = 0
@@ -361,79 +394,12 @@ class _Exchange:
                 self._shorten_batches,
                 stream=runner.stream,
             )
-            self._request = request.body()
-            started = time.perf_counter()
-            completion: Completion | None = None
-            try:
-                completion = await runner.client.complete(request)
-                answer = self._judge(completion, prefill, tools_offered=bool(plan.tools))
-            except LLMError as error:
-                pause = self._pause_after(error, attempt_number, empty_retried)
-                self._record(plan, round_number, started, completion, error, pause or 0.0)
-                if pause is None:
-                    raise
-                if error.kind is ErrorKind.EMPTY_ANSWER:
-                    empty_retried = True
-                    self._shorten_batches += 1
-                if pause:
-                    await runner.sleep(pause)
-                continue
-            self._record(plan, round_number, started, completion)
-            return answer
-
-    async def _stream_call(
-        self,
-        round_number: int,
-        transcript: list[Message],
-        toolbox: ToolBox | None,
-        delivered: Callable[[], bool],
-    ) -> AsyncIterator[str | Restart | _Answer]:
-        """``_call``, streaming: the reply's text as it comes, then the ``_Answer``. No
-        fallback model once some text was delivered: the error is raised."""
-        while True:
-            model = self._models[self._model_index]
-            events = self._stream_model(model, round_number, transcript, toolbox, delivered)
-            try:
-                async with contextlib.aclosing(events):
-                    async for event in events:
-                        yield event
-                return
-            except LLMError as error:
-                if self._model_index + 1 == len(self._models) or delivered():
-                    raise
-                self._model_index += 1
-                fallback = self._models[self._model_index].name
-                self._warnings.append(f"{model.name} failed ({error}); fell back to {fallback}")
-
-    async def _stream_model(
-        self,
-        model: ModelSpec,
-        round_number: int,
-        transcript: list[Message],
-        toolbox: ToolBox | None,
-        delivered: Callable[[], bool],
-    ) -> AsyncIterator[str | Restart | _Answer]:
-        """``_call_model``, streaming (module docstring, steps 6 and 7)."""
-        runner = self._runner
-        empty_retried = False
-        attempt_number = 0
-        while True:
-            attempt_number += 1
-            plan, request, prefill = _model_request(
-                model,
-                self._render,
-                transcript,
-                toolbox,
-                self._shorten_batches,
-                stream=runner.stream,
-            )
-            tools = plan.tools
             self._request = request.body()
             started = time.perf_counter()
             completion: Completion | None = None
             raw, given, calling = "", "", False
             try:
-                async with contextlib.aclosing(runner.client.stream(request)) as chunks:
+                async with contextlib.aclosing(self._read(runner.client, request)) as chunks:
                     async for item in chunks:
                         if isinstance(item, Completion):
                             completion = item
@@ -453,7 +419,7 @@ class _Exchange:
                     raise LLMError(
                         "the stream gave no completion", kind=ErrorKind.MALFORMED, permanent=False
                     )
-                answer = self._judge(completion, prefill, tools_offered=bool(tools))
+                answer = self._judge(completion, prefill, tools_offered=bool(plan.tools))
             except LLMError as error:
                 if given and delivered():
                     self._record(plan, round_number, started, completion, error)

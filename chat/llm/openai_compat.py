@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import email.utils
 import math
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -91,76 +91,55 @@ class OpenAICompatibleClient:
         await self._http.aclose()
 
     async def complete(self, request: ModelRequest) -> Completion:
-        """Send ``request`` once and return the assembled completion.
+        """Send ``request`` once and return the assembled completion (``stream``'s last item).
 
         Raises ``LLMError`` for every failure (see the module docstring), nothing else.
         """
-        with _as_llm_errors():
-            async with asyncio.timeout(self._timeouts.total):
-                return await self._send(request)
+        return await _completion_of(self.stream(request))
 
     async def stream(
         self, request: ModelRequest
-    ) -> AsyncIterator[str | ToolCallStarted | Completion]:
+    ) -> AsyncGenerator[str | ToolCallStarted | Completion, None]:
         """Send ``request`` once and yield its text as it arrives (and ``ToolCallStarted``
         once, at the first tool-call delta), then the assembled ``Completion`` last (a request
         that does not ask for a stream gives its whole text and calls at once). Raises
-        ``LLMError`` for every failure, as ``complete`` does; the total time limit counts from
-        the request, and never while the caller holds a yielded piece.
+        ``LLMError`` for every failure (see the module docstring); the total time limit counts
+        from the request, and never while the caller holds a yielded piece.
         Closing the iterator early cancels the call: the connection is closed, so the
         provider stops generating.
         """
-        if not request.stream:
-            completion = await self.complete(request)
-            if completion.tool_calls:
-                yield ToolCallStarted()  # known at once: the text is a tool round's
-            if completion.text:
-                yield completion.text
-            yield completion
-            return
         deadline = asyncio.get_running_loop().time() + self._timeouts.total
         text_request = isinstance(request, TextCompletionRequest)
         path = "completions" if text_request else "chat/completions"
         with _as_llm_errors():
-            async with self._http.stream("POST", path, json=request.body()) as response:
-                if not response.is_success:
-                    await response.aread()
-                    raise status_error(response.status_code, response.text, response.headers)
+            async with contextlib.AsyncExitStack() as open_response:
+                async with asyncio.timeout_at(deadline):
+                    response = await open_response.enter_async_context(
+                        self._http.stream("POST", path, json=request.body())
+                    )
+                    if not response.is_success:
+                        await response.aread()
+                        raise status_error(response.status_code, response.text, response.headers)
+                    body = None if request.stream else await response.aread()
+                if body is not None:
+                    completion = (
+                        parse_text_completion(body) if text_request else parse_completion(body)
+                    )
+                    if completion.tool_calls:
+                        yield ToolCallStarted()  # known at once: the text is a tool round's
+                    if completion.text:
+                        yield completion.text
+                    yield completion
+                    return
                 assembly = _TextStreamAssembly() if text_request else _StreamAssembly()
-                events = aiter(iter_sse_data(response.aiter_lines()))
-                while True:
-                    async with asyncio.timeout_at(deadline):
-                        data = await anext(events, None)
-                    if data is None:
-                        raise LLMError(
-                            "the stream ended before data: [DONE]",
-                            kind=ErrorKind.MALFORMED,
-                            permanent=False,
-                        )
-                    if data.strip() == "[DONE]":
-                        break
-                    calling = assembly.calling
-                    text = assembly.add_data(data)
-                    if text:
-                        yield text
-                    if assembly.calling and not calling:
-                        yield ToolCallStarted()
-            yield assembly.completion()
-
-    async def _send(self, request: ModelRequest) -> Completion:
-        text = isinstance(request, TextCompletionRequest)
-        path = "completions" if text else "chat/completions"
-        async with self._http.stream("POST", path, json=request.body()) as response:
-            if not response.is_success:
-                await response.aread()
-                raise status_error(response.status_code, response.text, response.headers)
-            if request.stream:
-                lines = response.aiter_lines()
-                if text:
-                    return await read_text_completion_stream(lines)
-                return await read_completion_stream(lines)
-            body = await response.aread()
-            return parse_text_completion(body) if text else parse_completion(body)
+                pieces = assembled_stream(response.aiter_lines(), assembly)
+                async with contextlib.aclosing(pieces):
+                    while True:
+                        async with asyncio.timeout_at(deadline):
+                            piece = await anext(pieces, None)
+                        if piece is None:
+                            return
+                        yield piece
 
 
 @contextlib.contextmanager
@@ -250,18 +229,47 @@ def parse_completion(body: bytes) -> Completion:
 
 
 async def read_completion_stream(lines: AsyncIterator[str]) -> Completion:
-    """Assemble a streamed Chat Completions response (SSE lines) into one ``Completion``.
+    """Assemble a streamed Chat Completions response (SSE lines) into one ``Completion``
+    (`assembled_stream`'s last item).
 
     Text deltas are concatenated; tool-call deltas are joined by their ``index``; the usage chunk
     (sent when ``stream_options.include_usage`` was asked for) is kept. Raises ``LLMError``
     (malformed) for an unreadable chunk, and (server error) for an ``error`` chunk; a stream that
     ends without ``data: [DONE]`` was cut short and raises ``LLMError`` (malformed).
     """
-    assembly = _StreamAssembly()
+    return await _completion_of(assembled_stream(lines, _StreamAssembly()))
+
+
+async def _completion_of(
+    pieces: AsyncGenerator[str | ToolCallStarted | Completion, None],
+) -> Completion:
+    """The ``Completion`` an answer's pieces end with (its text pieces are in it). Raises
+    ``LLMError`` (malformed) when they end without one."""
+    async with contextlib.aclosing(pieces):
+        async for piece in pieces:
+            if isinstance(piece, Completion):
+                return piece
+    raise LLMError(
+        "the answer ended without a completion", kind=ErrorKind.MALFORMED, permanent=False
+    )
+
+
+async def assembled_stream(
+    lines: AsyncIterator[str], assembly: _StreamAssembly | _TextStreamAssembly
+) -> AsyncGenerator[str | ToolCallStarted | Completion, None]:
+    """Read a streamed response (SSE lines) into ``assembly``: yield each chunk's text as it
+    comes (``ToolCallStarted`` once, at the first tool-call delta), then the ``Completion`` at
+    ``data: [DONE]``. Raises ``LLMError`` as `read_completion_stream` says."""
     async for data in iter_sse_data(lines):
         if data.strip() == "[DONE]":
-            return assembly.completion()
-        assembly.add(_validate(_Chunk, data))
+            yield assembly.completion()
+            return
+        calling = assembly.calling
+        text = assembly.add_data(data)
+        if text:
+            yield text
+        if assembly.calling and not calling:
+            yield ToolCallStarted()
     raise LLMError(
         "the stream ended before data: [DONE]", kind=ErrorKind.MALFORMED, permanent=False
     )
@@ -274,20 +282,6 @@ def parse_text_completion(body: bytes) -> Completion:
     choice = response.choices[0]
     return Completion(
         text=choice.text or "", finish_reason=choice.finish_reason, usage=_usage(response.usage)
-    )
-
-
-async def read_text_completion_stream(lines: AsyncIterator[str]) -> Completion:
-    """Assemble a streamed Completions response (each chunk's ``choices[0].text``), like
-    `read_completion_stream`: an ``error`` chunk raises ``LLMError`` (server error), a stream
-    without ``data: [DONE]`` raises ``LLMError`` (malformed)."""
-    assembly = _TextStreamAssembly()
-    async for data in iter_sse_data(lines):
-        if data.strip() == "[DONE]":
-            return assembly.completion()
-        assembly.add_data(data)
-    raise LLMError(
-        "the stream ended before data: [DONE]", kind=ErrorKind.MALFORMED, permanent=False
     )
 
 
@@ -337,12 +331,7 @@ class _StreamAssembly:
 
     def add(self, chunk: _Chunk) -> str:
         """Take one chunk in; returns the text it added (``""``: none)."""
-        if chunk.error is not None:
-            raise LLMError(
-                f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
-                kind=ErrorKind.SERVER_ERROR,
-                permanent=False,
-            )
+        _refuse_error_chunk(chunk.error)
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
         added = ""
@@ -377,6 +366,17 @@ class _StreamAssembly:
         )
 
 
+def _refuse_error_chunk(error: Any) -> None:
+    """Raise ``LLMError`` (a transient server error) for a chunk reporting the provider's
+    error mid-stream; ``None``: no error."""
+    if error is not None:
+        raise LLMError(
+            f"the provider reported an error mid-stream: {error}"[:ERROR_TEXT_LIMIT],
+            kind=ErrorKind.SERVER_ERROR,
+            permanent=False,
+        )
+
+
 @dataclass
 class _TextStreamAssembly:
     """A streamed Completions answer: each chunk's ``choices[0].text``, in order."""
@@ -390,12 +390,7 @@ class _TextStreamAssembly:
     def add_data(self, data: str) -> str:
         """Take one event's data in; returns the text it added (``""``: none)."""
         chunk = _validate(_TextChunk, data)
-        if chunk.error is not None:
-            raise LLMError(
-                f"the provider reported an error mid-stream: {chunk.error}"[:ERROR_TEXT_LIMIT],
-                kind=ErrorKind.SERVER_ERROR,
-                permanent=False,
-            )
+        _refuse_error_chunk(chunk.error)
         if chunk.usage is not None:
             self.usage = _usage(chunk.usage)
         added = ""

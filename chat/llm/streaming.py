@@ -39,7 +39,7 @@ class ReplyStream:
         self._exchange = exchange
         self._error: LLMError | None = None
         self._given: list[str] = []
-        self._iterator = self._iterate(exchange.stream_converse(toolbox, delivered))
+        self._iterator = self._iterate(exchange.converse(toolbox, delivered))
 
     def __aiter__(self) -> AsyncIterator[str | Restart]:
         return self._iterator

@@ -1,6 +1,6 @@
 """The tools of Deliberate Tool Mode: their definitions, their dependencies, and running them.
 
-Each tool's argument model is the single source of its JSON schema (``TOOL_SPECS``) and of its
+Each tool's argument model is the single source of its JSON schema (``TOOL_DEFINITIONS``) and of its
 validation, so what the model is shown and what is accepted cannot drift apart.
 
 A ``ToolBox`` is built per turn. It offers a tool only when the turn's allowlist names it AND the
@@ -56,6 +56,7 @@ from chat.llm.tool_arguments import (
 )
 from chat.llm.video_transcripts import TranscriptUnavailable, VideoTranscript, youtube_video_id
 from chat.pipeline.markup import scrub_snowflakes
+from chat.pipeline.model_answers import problems_line
 from chat.pipeline.tools import ToolName
 
 TRANSCRIPT_LIMIT_CHARS = 12_000
@@ -109,7 +110,7 @@ def sample_gif_frames(data: bytes, *, frames: int = GIF_FRAMES) -> list[bytes]:
 
 
 @dataclass(frozen=True)
-class ToolSpec:
+class ToolDefinition:
     name: ToolName
     description: str
     arguments: type[ToolArguments]
@@ -126,26 +127,26 @@ class ToolSpec:
         }
 
 
-TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
+TOOL_DEFINITIONS: Mapping[ToolName, ToolDefinition] = {
     spec.name: spec
     for spec in (
-        ToolSpec(
+        ToolDefinition(
             ToolName.READ_FILE,
             "Read the text of a file attached to a message in this conversation.",
             ReadFileArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.REVEAL_MESSAGE_METADATA,
             "Reveal who sent a message in this conversation, when, and what it replies to.",
             RevealMessageMetadataArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.UPDATE_SHORT_TERM_MEMORY,
             "Replace your short-term memory of this conversation with a new summary. "
             "Can be used once per reply.",
             UpdateShortTermMemoryArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.REMEMBER,
             "Save a durable fact to your long-term memory of this server, for later "
             "conversations. Save only what a person said about themselves (their preferences, "
@@ -157,24 +158,24 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
             "repeated.",
             RememberArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.ANALYZE_IMAGE,
             "Look at an image attached to a message in this conversation and answer a question "
             "about it.",
             AnalyzeImageArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.PROCESS_GIF,
             "Watch a GIF attached to a message in this conversation (a few frames, in order) "
             "and answer a question about it.",
             ProcessGifArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.PROCESS_YOUTUBE_VIDEO,
             "Get the title, channel and transcript of a YouTube video linked in this conversation.",
             ProcessYoutubeVideoArguments,
         ),
-        ToolSpec(
+        ToolDefinition(
             ToolName.SEND_STICKER,
             "Send one of this server's stickers in the channel, as your own message; it goes "
             "out at once, before your reply. At most one per reply.",
@@ -188,7 +189,7 @@ TOOL_SPECS: Mapping[ToolName, ToolSpec] = {
 
 
 @dataclass(frozen=True)
-class Attachment:
+class ToolAttachment:
     """A file or image of the conversation, known to the model only by ``media_id``."""
 
     media_id: str
@@ -199,7 +200,7 @@ class Attachment:
 
 
 class AttachmentReader(Protocol):
-    async def read(self, attachment: Attachment, *, max_bytes: int) -> bytes:
+    async def read(self, attachment: ToolAttachment, *, max_bytes: int) -> bytes:
         """Return at most ``max_bytes`` from the start of the file; raise ``ToolError`` if it
         cannot be fetched."""
         ...
@@ -283,7 +284,7 @@ class ToolBox:
         self,
         *,
         allowlist: Collection[str],
-        attachments: Mapping[str, Attachment] | None = None,
+        attachments: Mapping[str, ToolAttachment] | None = None,
         attachment_reader: AttachmentReader | None = None,
         message_metadata: MessageMetadataLookup | None = None,
         short_term_memory: ShortTermMemoryWriter | None = None,
@@ -316,7 +317,7 @@ class ToolBox:
             ToolName.SEND_STICKER: stickers is not None and bool(stickers.names()),
         }
         self.offered: tuple[ToolName, ...] = tuple(
-            name for name in TOOL_SPECS if name in allowlist and configured[name]
+            name for name in TOOL_DEFINITIONS if name in allowlist and configured[name]
         )
 
     def definitions(self) -> list[dict[str, Any]]:
@@ -324,7 +325,7 @@ class ToolBox:
         return [self._definition(name) for name in self.offered]
 
     def _definition(self, name: ToolName) -> dict[str, Any]:
-        definition = TOOL_SPECS[name].definition()
+        definition = TOOL_DEFINITIONS[name].definition()
         if name is ToolName.SEND_STICKER and self._stickers is not None:
             names = [scrub_snowflakes(n) for n in self._stickers.names()]
             function = definition["function"]
@@ -353,7 +354,7 @@ class ToolBox:
         }
         try:
             name = self._offered_tool(call.name)
-            arguments = _parse_arguments(TOOL_SPECS[name].arguments, call.arguments)
+            arguments = _parse_arguments(TOOL_DEFINITIONS[name].arguments, call.arguments)
             return await handlers[name](arguments)
         except ToolError as error:
             return _result(error=str(error))
@@ -363,7 +364,7 @@ class ToolBox:
             raise ToolError(f"the tool {name!r} is not available in this reply")
         return ToolName(name)
 
-    def _attachment(self, media_id: str) -> Attachment:
+    def _attachment(self, media_id: str) -> ToolAttachment:
         attachment = self._attachments.get(media_id)
         if attachment is None:
             raise ToolError(f"{media_id} is not an attachment in this conversation")
@@ -523,10 +524,7 @@ def _parse_arguments(model: type[ToolArguments], raw: str) -> ToolArguments:
     try:
         return model.model_validate_json(raw or "{}")
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in problem['loc']) or 'arguments'}: {problem['msg']}"
-            for problem in error.errors(include_url=False)
-        )
+        problems = problems_line(error, whole="arguments")
         raise ToolError(f"invalid arguments: {problems}") from error
 
 

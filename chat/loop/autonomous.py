@@ -35,13 +35,13 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
 from asgiref.sync import sync_to_async
 
-from botproject.events import LoopStep, channel_group, publish
+from botproject.live_updates import LoopStep, channel_group, publish_live_update
 from chat import selectors
 from chat.models import Turn
 from chat.pipeline.planner import (
@@ -197,7 +197,7 @@ class AutonomousLoop:
                     result=result.result,
                     turn_id=result.turn_id,
                 )
-            await publish(
+            await publish_live_update(
                 group,
                 LoopStep(
                     iteration=iteration, action=name, success=result.success, result=result.result
@@ -383,7 +383,10 @@ class AutonomousLoop:
             return ActionResult(
                 False, True, f"{len(arrived)} new messages arrived; read them first"
             )
-        state.add(await self._take_shown(channel_id, step))
+        # What the prompt showed joins the conversation now, but leaves the unread pool only
+        # once the turn has run: a worker stopped or fenced off mid-turn leaves it unread for
+        # the worker that runs the channel next.
+        state.add(list(step.shown_unread))
         bot_user_id = self._runtime.port.bot_user_id
         others = [
             m
@@ -409,8 +412,9 @@ class AutonomousLoop:
                     "earlier_actions": [r.action for r in state.actions],
                 },
             ),
-            abort_if=_unread_arrived(channel_id),
+            abort_if=_unread_arrived(channel_id, shown),
         )
+        await self._take_shown(channel_id, step)
         if turn.status == Turn.Status.ABORTED:
             return ActionResult(
                 False, True, "new messages arrived while writing; read them first", turn.id
@@ -451,9 +455,14 @@ def _own_reply(
     ]
 
 
-def _unread_arrived(channel_id: int) -> Callable[[], Awaitable[str | None]]:
+def _unread_arrived(
+    channel_id: int, shown: Collection[int] = ()
+) -> Callable[[], Awaitable[str | None]]:
+    """Whether messages other than ``shown`` (still pooled while the turn runs) are unread."""
+
     async def check() -> str | None:
-        count = await sync_to_async(unread_pool_count)(channel_id=channel_id)
+        pool = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+        count = sum(1 for m in pool if m.id not in shown)
         return f"{count} new messages arrived during generation" if count else None
 
     return check

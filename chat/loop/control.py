@@ -35,7 +35,7 @@ from typing import Any
 
 from channels.layers import BaseChannelLayer, get_channel_layer
 
-from botproject.events import CONTROL_GROUP
+from botproject.live_updates import CONTROL_GROUP
 
 __all__ = ["CONTROL_GROUP", "Handler", "listen_for_control"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -71,12 +71,28 @@ class Intake:
         """The guild of each channel seen (None: a DM), for catch-up."""
         self.last_seen: dict[int, int] = {}
         """Per channel, the newest message taken in (the queue's, before this worker's)."""
+        self.shards_newest: int | None = None
+        """The newest message the queue held for any channel of this worker's shards at start:
+        where catch-up starts in a channel the queue has never seen."""
 
     def seed(self, last: LastIngested) -> None:
         """Start from what the event queue holds (call before the gateway connects)."""
         for channel_id, message_id in last.ids.items():
             self._saw(channel_id, message_id)
             self.guilds.setdefault(channel_id, last.guild_of(channel_id))
+        self.shards_newest = max(last.ids.values(), default=None)
+
+    def adopt(self, channels: Mapping[int, int | None]) -> None:
+        """Channels (with their guilds) on a shard that just connected. One the queue has never
+        seen is caught up from `shards_newest`: whatever was said there since is newer, as the
+        worker that ran these shards before took in every message until it stopped (nothing
+        is adopted on a first start, when the queue holds nothing of these shards)."""
+        if self.shards_newest is None:
+            return
+        for channel_id, guild_id in channels.items():
+            if channel_id not in self.last_seen:
+                self.last_seen[channel_id] = self.shards_newest
+                self.guilds[channel_id] = guild_id
 
     def _saw(self, channel_id: int, message_id: int) -> None:
         if message_id > self.last_seen.get(channel_id, 0):

@@ -26,8 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 
-from botproject.events import LoopState, LoopStateName, UnreadCount, channel_group, publish
 from botproject.failures import FailureStreak
+from botproject.live_updates import (
+    LoopState,
+    LoopStateName,
+    UnreadCount,
+    channel_group,
+    publish_live_update,
+)
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
 from chat.loop.reactive import ReactiveLoop
@@ -150,7 +156,7 @@ class Scheduler:
         whose loop is busy with a turn would otherwise say so only after it), all at once."""
         await asyncio.gather(
             *(
-                publish(channel_group(channel_id), UnreadCount(count=count))
+                publish_live_update(channel_group(channel_id), UnreadCount(count=count))
                 for channel_id, count in pool_sizes.items()
             )
         )
@@ -192,7 +198,7 @@ class Scheduler:
 
     async def _busy_stretch(self, channel_id: int) -> None:
         group = channel_group(channel_id)
-        await publish(group, LoopState(state=LoopStateName.BUSY))
+        await publish_live_update(group, LoopState(state=LoopStateName.BUSY))
         try:
             while channel_id in self._dirty:
                 self._dirty.discard(channel_id)
@@ -205,7 +211,7 @@ class Scheduler:
                 if streak is not None:
                     streak.succeeded()
         finally:
-            await publish(group, LoopState(state=LoopStateName.IDLE))
+            await publish_live_update(group, LoopState(state=LoopStateName.IDLE))
             if self._before_loop_exit is not None:
                 await self._before_loop_exit(channel_id)
 

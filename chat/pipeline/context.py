@@ -16,8 +16,9 @@ from zoneinfo import ZoneInfo
 from chat.pipeline.depth_items import (
     in_configuration,
     lore_at_depth,
-    recalled_memories,
-    stm_at_depth,
+    memories_shown_earlier,
+    short_term_memory_at_depth,
+    with_recalled_memories,
 )
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
@@ -32,7 +33,7 @@ from chat.pipeline.lorebook import (
 )
 from chat.pipeline.macros import MacroContext, expand_macros, names_the_user
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
-from chat.pipeline.memory import STM_HEADER
+from chat.pipeline.memory import SHORT_TERM_MEMORY_HEADER
 from chat.pipeline.notes import active_context_notes, context_note_items, place_notes
 from chat.pipeline.participants import (
     ParticipantContext,
@@ -46,6 +47,7 @@ from chat.pipeline.presets import (
     reassemble,
     varies_per_turn,
 )
+from chat.pipeline.prompt_cache import cacheable_prefix_end
 from chat.pipeline.simplify import (
     EntryKind,
     SimplifiedEntry,
@@ -59,7 +61,6 @@ from chat.pipeline.tools import admit_tools
 from chat.pipeline.truncation import (
     TruncationReport,
     context_budget,
-    is_placed_at_depth,
     truncate_dialogue_history,
 )
 from chat.pipeline.types import (
@@ -73,9 +74,6 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import history_window_stride, normalize_fetch_limit
 
-TURN_VARYING_TAGS = frozenset(
-    {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS, ItemTag.MEMORY}
-)
 REUNION_MIN_GAP = timedelta(days=3)
 """How long a person must have been away from a persona for the reunion note."""
 
@@ -107,19 +105,28 @@ class TurnInput:
         memories: Recalled long-term memories, as prompt lines (`recall.memory_line`), best
             first. They are shown after the dialogue, never in the system block: they change
             with every turn, and the provider's prompt cache stops at the first change.
-        stm_text: The short-term memory as the prompt shows it (`memory.visible_memory_text`:
-            the caller has already left out an expired one); None when there is none.
-        stm_depth: The memory's saved depth: None puts it in the system block after the
-            system prompt; a number places it in the dialogue like a context note at that depth.
+        memories_shown: What earlier turns of this persona recalled: the message each showed
+            its memories after (`TurnContext.memories_after`) → those sets of lines
+            (`depth_items.memories_shown_earlier` keeps each set where it was, so a memory
+            enters the cached prefix after the turn that recalled it). ``memories`` holds none
+            of these lines again.
+        short_term_memory_text: The short-term memory as the prompt shows it
+            (`memory.visible_memory_text`: the caller has already left out an expired one);
+            None when there is none.
+        short_term_memory_depth: The memory's saved depth: None puts it in the system block
+            after the system prompt; a number places it in the dialogue like a context note at
+            that depth.
         configured_tools: Tools whose outside service is configured.
         tool_schema_tokens: What each tool's definition costs in a request's ``tools`` list,
             in tokens of ``token_counter`` (by tool name); the offered tools' cost is taken
             from the budget (DESIGN §5, "Budget"). A tool missing here costs nothing.
         follow_up_tools: Tools the persona's reply that the trigger replies to was offered
             (seed 000's follow-up admission; `tools.admit_tools`).
+        notice_bodies: Minimal notices' bodies by memory id (`simplify.build_simplified_history`).
         autonomous: The channel is autonomous (admits the sticker tool, `tools.admit_tools`).
         tools_enabled: The persona's tools switch; off, the turn offers no tool at all.
-        stm_maintenance_due: Short-term memory maintenance is due (`memory.stm_maintenance_due`).
+        short_term_memory_maintenance_due: Short-term memory maintenance is due
+            (`memory.short_term_memory_maintenance_due`).
         verbatim_tool_nudge: Inject the verbatim tool-calling nudge (custom endpoints).
         reunion_note: A precomputed note for a returning user; None for none (then
             ``reunion_last_seen`` decides).
@@ -156,14 +163,16 @@ class TurnInput:
     channel_note: ContextNote | None = None
     global_note: ContextNote | None = None
     memories: tuple[str, ...] = ()
-    stm_text: str | None = None
-    stm_depth: int | None = None
+    memories_shown: Mapping[int, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    short_term_memory_text: str | None = None
+    short_term_memory_depth: int | None = None
     configured_tools: frozenset[str] = frozenset()
     tool_schema_tokens: Mapping[str, int] = field(default_factory=dict)
     follow_up_tools: frozenset[str] = frozenset()
+    notice_bodies: Mapping[int, str] = field(default_factory=dict)
     autonomous: bool = False
     tools_enabled: bool = True
-    stm_maintenance_due: bool = False
+    short_term_memory_maintenance_due: bool = False
     verbatim_tool_nudge: bool = False
     reunion_note: str | None = None
     reunion_last_seen: datetime | None = None
@@ -208,6 +217,8 @@ class TurnContext:
     simplified_history: SimplifiedHistory
     dialogue: RenderedDialogue
     lore: LoreActivation = NO_ACTIVATION
+    memories_after: int | None = None
+    """The message the recalled memories follow (`depth_items.with_recalled_memories`)."""
 
     @property
     def message_ids(self) -> Mapping[str, int]:
@@ -234,9 +245,10 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         4. Resolve participants (`participants.prepare_participant_context`).
         5. Admit tools from the triggering entry (`tools.admit_tools`).
         6. Activate the lorebooks on the newest visible messages (`lorebook.py`). Assemble
-           items: constant lorebook entries around the system prompt, STM, samples, dialogue
-           history with its spacers, notes and the other fired entries, recalled memories, the
-           participants note, tail directives.
+           items: constant lorebook entries around the system prompt, short-term memory,
+           samples, dialogue history with its spacers and the memories earlier turns showed,
+           notes and the other fired entries, recalled memories, the participants note, tail
+           directives.
         7. Count tokens (a warm build counts only new texts).
         8. Truncate to the persona's budget in stride batches.
         9. Mark the cacheable prefix on what survives.
@@ -258,6 +270,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         blocked_user_ids=blocked_user_ids(turn.blocks, persona.name, turn.now),
         timezone=timezone,
         resume_from=previous.simplified_history if previous else None,
+        notice_bodies=turn.notice_bodies,
     )
     entries = simplified.entries
     participants = prepare_participant_context(
@@ -272,7 +285,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         deliberate_tool_mode=persona.deliberate_tool_mode,
         trigger=trigger,
         configured_tools=turn.configured_tools,
-        stm_maintenance_due=turn.stm_maintenance_due,
+        short_term_memory_maintenance_due=turn.short_term_memory_maintenance_due,
         is_queued_turn=turn.is_queued_turn,
         follow_up_tools=turn.follow_up_tools,
         autonomous=turn.autonomous,
@@ -311,15 +324,15 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         )
     )
     notes_at_depth = (
-        *stm_at_depth(turn.stm_text, turn.stm_depth),
+        *short_term_memory_at_depth(turn.short_term_memory_text, turn.short_term_memory_depth),
         *context_note_items(notes, macros),
         *preset_at_depth,
     )
-    after_prefix = _entries_after_prefix(place_notes(dialogue.items, notes_at_depth))
+    history = memories_shown_earlier(dialogue.items, turn.memories_shown)
+    after_prefix = _entries_after_prefix(place_notes(history, notes_at_depth))
     lore_in_dialogue = lore_at_depth(lore, macros, after_prefix=after_prefix)
-    conversation = (
-        *place_notes(dialogue.items, (*notes_at_depth, *lore_in_dialogue)),
-        *recalled_memories(turn.memories),
+    conversation, memories_after = with_recalled_memories(
+        place_notes(history, (*notes_at_depth, *lore_in_dialogue)), turn.memories
     )
     participants_text = participant_note(participants)
     if participants_text:
@@ -344,7 +357,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             before_char=configuration.before_char,
             system_prompt=configuration.system_prompt,
             after_char=configuration.after_char,
-            stm=configuration.stm,
+            short_term_memory=configuration.short_term_memory,
             samples=configuration.samples,
             dialogue=conversation,
             tail=tuple(tail),
@@ -379,36 +392,8 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         simplified_history=simplified,
         dialogue=dialogue.with_counted(counted),
         lore=lore,
+        memories_after=memories_after,
     )
-
-
-def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | None = None) -> int:
-    """Where the stable prefix ends: the index of the first item expected to change next turn.
-
-    The prefix holds the configuration (system prompt, STM: it changes only when the STM is
-    maintained; constant lorebook entries), the samples, and the dialogue up to the first
-    context note, short-term memory or lorebook entry placed at depth (it moves with every new
-    message) or the newest entry (the next message may merge into it), whichever comes first,
-    and never a tail directive or recalled memories (they follow the dialogue and change with
-    every turn). ``varying_from`` ends it earlier: configuration that names the turn's user
-    (``{user}``) changes whenever someone else speaks next. Media limits can still change an
-    older entry (an image leaving the rendered-image limit); that is not predictable from one
-    turn, so the boundary does not try.
-    """
-    first_varying = next(
-        (
-            index
-            for index, item in enumerate(items)
-            if item.tag in TURN_VARYING_TAGS or is_placed_at_depth(item)
-        ),
-        len(items),
-    )
-    newest_entry = max(
-        (index for index, item in enumerate(items) if item.tag is ItemTag.DIALOGUE_HISTORY),
-        default=first_varying,
-    )
-    end = min(first_varying, newest_entry)
-    return end if varying_from is None else min(end, varying_from)
 
 
 def _up_to(history: tuple[HistoryMessage, ...], trigger_id: int) -> tuple[HistoryMessage, ...]:
@@ -441,20 +426,26 @@ class _Configuration:
     before_char: tuple[ContextItem, ...] = ()
     system_prompt: tuple[ContextItem, ...] = ()
     after_char: tuple[ContextItem, ...] = ()
-    stm: tuple[ContextItem, ...] = ()
+    short_term_memory: tuple[ContextItem, ...] = ()
     samples: tuple[ContextItem, ...] = ()
     naming_the_user: tuple[ContextItem, ...] = ()
 
     def items(self) -> tuple[ContextItem, ...]:
-        return (*self.before_char, *self.system_prompt, *self.after_char, *self.stm, *self.samples)
+        return (
+            *self.before_char,
+            *self.system_prompt,
+            *self.after_char,
+            *self.short_term_memory,
+            *self.samples,
+        )
 
 
 def _configuration_items(
     turn: TurnInput, macros: MacroContext, lore: LoreActivation
 ) -> _Configuration:
     """Constant lorebook entries placed before the character definitions, the system prompt,
-    those placed after it, and STM (system role), then the sample dialogue as written; and
-    those whose template says ``{user}``.
+    those placed after it, and the short-term memory (system role), then the sample dialogue as
+    written; and those whose template says ``{user}``.
 
     Completion models read the same text: configuration is prose already.
     """
@@ -487,9 +478,20 @@ def _configuration_items(
         else ()
     )
     after = lore_at(LorePosition.AFTER_CHAR)
-    stm: tuple[ContextItem, ...] = ()
-    if turn.stm_text and turn.stm_text.strip() and turn.stm_depth is None:
-        stm = (item(ItemTag.STM, Role.SYSTEM, "", f"{STM_HEADER}\n{turn.stm_text.strip()}"),)
+    short_term_memory: tuple[ContextItem, ...] = ()
+    if (
+        turn.short_term_memory_text
+        and turn.short_term_memory_text.strip()
+        and turn.short_term_memory_depth is None
+    ):
+        short_term_memory = (
+            item(
+                ItemTag.SHORT_TERM_MEMORY,
+                Role.SYSTEM,
+                "",
+                f"{SHORT_TERM_MEMORY_HEADER}\n{turn.short_term_memory_text.strip()}",
+            ),
+        )
     samples = tuple(
         item(
             ItemTag.SAMPLE_DIALOGUE,
@@ -499,7 +501,7 @@ def _configuration_items(
         )
         for sample in persona.sample_dialogue
     )
-    return _Configuration(before, prompt, after, stm, samples, tuple(naming))
+    return _Configuration(before, prompt, after, short_term_memory, samples, tuple(naming))
 
 
 def _first_of(items: Sequence[ContextItem], wanted: Sequence[ContextItem]) -> int | None:
@@ -557,7 +559,13 @@ def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) ->
         channel_note=render_note(turn.channel_note),
         global_note=render_note(turn.global_note),
         memories=tuple(render(memory) for memory in turn.memories),
-        stm_text=None if turn.stm_text is None else render(turn.stm_text),
+        memories_shown={
+            message_id: tuple(tuple(render(line) for line in lines) for lines in sets)
+            for message_id, sets in turn.memories_shown.items()
+        },
+        short_term_memory_text=None
+        if turn.short_term_memory_text is None
+        else render(turn.short_term_memory_text),
         reunion_note=None if turn.reunion_note is None else render(turn.reunion_note),
     )
 

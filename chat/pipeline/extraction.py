@@ -17,6 +17,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from chat.pipeline.model_answers import problems_line
+
 SERVER = "server"
 """The ``about`` of a fact about the server itself."""
 MAX_FACTS = 12
@@ -88,10 +90,7 @@ def parse_extraction(text: str) -> ExtractionAnswer:
     try:
         return ExtractionAnswer.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in problem['loc']) or 'answer'}: {problem['msg']}"
-            for problem in error.errors(include_url=False)
-        )
+        problems = problems_line(error, whole="answer")
         raise ExtractionError(
             f"the answer does not match the shape asked for: {problems}"
         ) from None

@@ -1,4 +1,4 @@
-"""Short-term memory (STM) rules: when maintenance is due, what has expired, and the one
+"""Short-term memory rules: when maintenance is due, what has expired, and the one
 summarisation prompt the background maintenance sends.
 
 A persona keeps one short-term memory per channel (per user in DMs). Two parts age separately:
@@ -27,7 +27,7 @@ RAW_TURNS_TTL = dt.timedelta(hours=12)
 SUMMARY_TTL = dt.timedelta(hours=24)
 MAX_SUMMARY_CHARS = 1500
 MAX_CATEGORIES = 5
-STM_HEADER = "Short-term memory of this conversation:"
+SHORT_TERM_MEMORY_HEADER = "Short-term memory of this conversation:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +57,7 @@ def pending_raw_turns(memory: MemoryState, *, now: dt.datetime) -> int:
     return memory.turns_since_refresh
 
 
-def stm_maintenance_due(
+def short_term_memory_maintenance_due(
     memory: MemoryState | None, *, refresh_every: int, tools_on: bool, now: dt.datetime
 ) -> bool:
     """True when the memory should be refreshed: tools are on for the persona and the

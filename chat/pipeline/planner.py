@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup, scrub_snowflakes
 from chat.pipeline.message_id_map import MessageIdMap
+from chat.pipeline.model_answers import problems_line
 from chat.pipeline.simplify import (
     EntryPart,
     SimplifiedEntry,
@@ -106,10 +107,7 @@ def parse_planner_action(text: str) -> PlannerAction:
     try:
         return _ACTION_ADAPTER.validate_python(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or 'action'}: {item['msg']}"
-            for item in error.errors()
-        )
+        problems = problems_line(error, whole="action")
         raise PlannerOutputError(f"not a valid action ({problems})") from None
 
 

@@ -81,7 +81,7 @@ class PromptParts:
     before_char: tuple[ContextItem, ...]
     system_prompt: tuple[ContextItem, ...]
     after_char: tuple[ContextItem, ...]
-    stm: tuple[ContextItem, ...]
+    short_term_memory: tuple[ContextItem, ...]
     samples: tuple[ContextItem, ...]
     dialogue: tuple[ContextItem, ...]
     """Entries, spacers and everything placed among them, then recalled memories and the
@@ -190,7 +190,7 @@ def reassemble(
     preset's own prompts (``in_order``, as `preset_items` gave them), then the tail
     directives."""
     by_marker = {
-        "charDescription": (*parts.system_prompt, *parts.stm),
+        "charDescription": (*parts.system_prompt, *parts.short_term_memory),
         "worldInfoBefore": parts.before_char,
         "worldInfoAfter": parts.after_char,
         "dialogueExamples": parts.samples,

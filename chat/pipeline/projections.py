@@ -3,7 +3,7 @@
 The same context serves every attempt, fallbacks included; only the projection differs:
 
 - `to_openai_messages`: Chat Completions messages. System content first (persona prompt,
-  STM), then every other item in order. Images become ``image_url`` parts for a vision
+  short-term memory), then every other item in order. Images become ``image_url`` parts for a vision
   model; a blind model gets a notice instead, which names the image tool only when this attempt
   offers it. The prefill becomes a final ``assistant`` message ``Name: text`` where the model
   takes one, else an instruction.
@@ -30,13 +30,15 @@ _MARKED = frozenset(
         ItemTag.PRESET_PROMPT,
         ItemTag.CONTEXT_NOTE_INJECTION,
         ItemTag.DATE_SPACER,
-        ItemTag.STM,
+        ItemTag.SHORT_TERM_MEMORY,
         ItemTag.MEMORY,
+        ItemTag.MEMORY_SHOWN,
         ItemTag.LOREBOOK,
     }
 )
-"""Items whose text may be a `system_note` (STM and lorebook entries only when placed at depth;
-their system-block forms are not marked, and `system_note_content` leaves them as they are)."""
+"""Items whose text may be a `system_note` (short-term memory and lorebook entries only when
+placed at depth; their system-block forms are not marked, and `system_note_content` leaves them
+as they are)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,6 +113,7 @@ class SimplificationSettings:
     hidden_user_ids: AbstractSet[int]
     blocked_user_ids: AbstractSet[int]
     timezone: tzinfo
+    notice_bodies: Mapping[int, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,7 @@ def build_simplified_history(
     blocked_user_ids: AbstractSet[int],
     timezone: tzinfo,
     resume_from: SimplifiedHistory | None = None,
+    notice_bodies: Mapping[int, str] | None = None,
 ) -> SimplifiedHistory:
     """Turn a window of messages into simplified history entries, registering compact ids.
 
@@ -177,6 +179,9 @@ def build_simplified_history(
         blocked_user_ids: See `blocked_user_ids`.
         timezone: The guild's timezone; merging never crosses one of its calendar days.
         resume_from: The previous turn's result, or None to build from scratch.
+        notice_bodies: The bodies of minimal-verbosity notices, by the id of the memory each
+            confirms (its current text); a notice whose memory is missing here (forgotten, or
+            about someone whose privacy keeps it out) shows its title alone.
 
     Returns:
         The entries and the id map. Keys are issued in render order, so the same window always
@@ -184,7 +189,7 @@ def build_simplified_history(
     """
     window = tuple(messages)
     settings = SimplificationSettings(
-        reply_targets, names, hidden_user_ids, blocked_user_ids, timezone
+        reply_targets, names, hidden_user_ids, blocked_user_ids, timezone, notice_bodies or {}
     )
     start, entries, id_map = _resume_point(resume_from, window, settings)
     renderer = _MessageRenderer(id_map, settings, {message.id: message for message in window})
@@ -278,6 +283,7 @@ class _MessageRenderer:
         self._hidden = settings.hidden_user_ids
         self._blocked = settings.blocked_user_ids
         self._reply_targets = settings.reply_targets
+        self._notice_bodies = settings.notice_bodies
         self._window = window
 
     def render(self, message: HistoryMessage) -> SimplifiedEntry:
@@ -364,7 +370,7 @@ class _MessageRenderer:
             texts += [
                 "\n".join(container.text_displays)
                 for container in containers
-                if container.kind.is_shown and container.kind is not CardKind.SYSTEM_NOTICE
+                if container.kind.is_shown and not container.kind.is_notice
             ]
         return render_markup("\n".join(texts), self._names, self._hidden)
 
@@ -421,7 +427,7 @@ class _MessageRenderer:
     ) -> list[str]:
         annotations = []
         for card in (*embeds, *containers):
-            if card.kind is CardKind.SYSTEM_NOTICE:
+            if card.kind.is_notice:
                 annotations.append(f"[System: {self._card_text(card)}]")
             elif card.kind.is_shown and isinstance(card, Embed):
                 annotations.append(f"[Embed: {self._card_text(card)}]")
@@ -430,6 +436,10 @@ class _MessageRenderer:
     def _card_text(self, card: Embed | ComponentContainer) -> str:
         if isinstance(card, ComponentContainer):
             pieces = list(card.text_displays)
+        elif card.kind is CardKind.MINIMAL_NOTICE:
+            # Its footer only names the memory: the memory's text is the body it left out.
+            body = self._notice_bodies.get(card.memory_id) if card.memory_id is not None else None
+            pieces = [card.title, body or ""]
         else:
             pieces = [card.title, card.description]
             pieces += [f"{field.name}: {field.value}" for field in card.fields]
@@ -492,7 +502,7 @@ def _is_notice_only(message: HistoryMessage) -> bool:
     cards = list(_shown_cards(message))
     return (
         bool(cards)
-        and all(card.kind is CardKind.SYSTEM_NOTICE for card in cards)
+        and all(card.kind.is_notice for card in cards)
         and not (
             message.content
             or message.attachments

@@ -16,7 +16,7 @@ tool is offered only when the turn gives a reason:
   tool (a question about what a tool found keeps the tool at hand).
 
 Either way a tool needing an outside service is never offered until that service is configured.
-The catalogue names only tools the model access layer implements (`chat.llm.tools.TOOL_SPECS`)
+The catalogue names only tools the model access layer implements (`chat.llm.tools.TOOL_DEFINITIONS`)
 or that need a service this product does not configure yet (never offered).
 """
 
@@ -34,7 +34,7 @@ from chat.pipeline.simplify import SimplifiedEntry
 
 class ToolName(StrEnum):
     """Every tool a turn can be offered; the model access layer implements the ones whose
-    dependencies it has (`chat.llm.tools.TOOL_SPECS`)."""
+    dependencies it has (`chat.llm.tools.TOOL_DEFINITIONS`)."""
 
     READ_FILE = "read_file"
     REVEAL_MESSAGE_METADATA = "reveal_message_metadata"
@@ -120,7 +120,7 @@ def admit_tools(
     deliberate_tool_mode: bool,
     trigger: SimplifiedEntry | None,
     configured_tools: AbstractSet[str],
-    stm_maintenance_due: bool,
+    short_term_memory_maintenance_due: bool,
     is_queued_turn: bool,
     follow_up_tools: AbstractSet[str] = frozenset(),
     autonomous: bool = False,
@@ -138,7 +138,7 @@ def admit_tools(
         deliberate_tool_mode: The persona's Deliberate Tool Mode toggle.
         trigger: The triggering message's history entry; None when it is not visible.
         configured_tools: Names of tools whose outside service is configured.
-        stm_maintenance_due: Short-term memory maintenance is due for this channel.
+        short_term_memory_maintenance_due: Short-term memory maintenance is due for this channel.
         is_queued_turn: The turn answers a queued trigger (no tool depends on it today: the
             queued turn's reply is its answer, and no tool sends replies).
         follow_up_tools: The tools the turn offered whose reply the trigger replies to (empty
@@ -156,7 +156,7 @@ def admit_tools(
         if not tool.needs_configuration or tool.name in configured_tools
     ]
     if deliberate_tool_mode:
-        wanted = _deliberate_reasons(trigger, stm_maintenance_due)
+        wanted = _deliberate_reasons(trigger, short_term_memory_maintenance_due)
         if autonomous:
             wanted[ToolName.SEND_STICKER] = "an autonomous channel"
         for name in sorted(follow_up_tools):
@@ -168,11 +168,11 @@ def admit_tools(
 
 
 def _deliberate_reasons(
-    trigger: SimplifiedEntry | None, stm_maintenance_due: bool
+    trigger: SimplifiedEntry | None, short_term_memory_maintenance_due: bool
 ) -> dict[str, str]:
     """Why each tool is wanted under Deliberate Tool Mode; media reasons win over keywords."""
     reasons: dict[str, str] = {}
-    if stm_maintenance_due:
+    if short_term_memory_maintenance_due:
         reasons[ToolName.UPDATE_SHORT_TERM_MEMORY] = "short-term memory maintenance is due"
     if trigger is None:
         return reasons

@@ -3,9 +3,9 @@
 When a prompt exceeds its budget, whole stride batches of the oldest dialogue entries go, so the
 prompt's start moves in the same coarse steps as the history window and the provider's prompt
 cache survives between those steps. What is never removed: system items (persona prompt,
-memories, STM, constant lorebook entries), sample dialogue, context notes, a short-term memory
-and lorebook entries at a depth (they are re-placed at their depths on what survives), the
-newest user request, and tail directives.
+memories, short-term memory, constant lorebook entries), sample dialogue, context notes, a
+short-term memory and lorebook entries at a depth (they are re-placed at their depths on what
+survives), the newest user request, and tail directives.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ DIALOGUE_TAGS = frozenset(
     {ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER, ItemTag.CONTEXT_NOTE_INJECTION}
 )
 
-_PLACED_WHEN_DEPTH_SET = frozenset({ItemTag.STM, ItemTag.LOREBOOK, ItemTag.PRESET_PROMPT})
+_PLACED_WHEN_DEPTH_SET = frozenset(
+    {ItemTag.SHORT_TERM_MEMORY, ItemTag.LOREBOOK, ItemTag.PRESET_PROMPT}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +172,12 @@ def _entry_groups(
 def _removable_groups(groups: Sequence[tuple[ContextItem, ...]]) -> list[int]:
     """Indexes of groups that may go, oldest first: all but the newest user-role entry."""
     request = next(
-        (i for i in reversed(range(len(groups))) if groups[i][-1].role is Role.USER), None
+        (
+            i
+            for i in reversed(range(len(groups)))
+            if groups[i][-1].role is Role.USER and groups[i][-1].tag is ItemTag.DIALOGUE_HISTORY
+        ),
+        None,
     )
     return [i for i in range(len(groups)) if i != request]
 

@@ -60,6 +60,10 @@ class CardKind(StrEnum):
     """Link previews and other bots' cards: shown to the model as previews."""
     SYSTEM_NOTICE = "system_notice"
     """This bot's own notice cards (memory saved, persona switched …): shown as ``[System: …]``."""
+    MINIMAL_NOTICE = "minimal_notice"
+    """This bot's notice card at minimal verbosity: a title, and in its footer the memory it
+    confirms (``memory #N``, `Embed.memory_id`); shown as ``[System: …]`` with the memory's
+    current text restored as its body (seed 000, "System notice hydration")."""
     DICE_ROLL = "dice_roll"
     """A dice roll shared with the channel: shown like an ordinary card."""
     UNSHARED_DICE_ROLL = "unshared_dice_roll"
@@ -70,6 +74,10 @@ class CardKind(StrEnum):
     @property
     def is_shown(self) -> bool:
         return self not in (CardKind.UNSHARED_DICE_ROLL, CardKind.DIAGNOSTIC)
+
+    @property
+    def is_notice(self) -> bool:
+        return self in (CardKind.SYSTEM_NOTICE, CardKind.MINIMAL_NOTICE)
 
 
 class ReferenceKind(StrEnum):
@@ -172,6 +180,8 @@ class Embed:
     footer: str = ""
     fields: tuple[EmbedField, ...] = ()
     kind: CardKind = CardKind.ORDINARY
+    memory_id: int | None = None
+    """The memory a minimal-verbosity notice confirms (`CardKind.MINIMAL_NOTICE`)."""
 
 
 @dataclass(frozen=True, slots=True)

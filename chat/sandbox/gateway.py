@@ -83,6 +83,9 @@ class Intent(IntFlag):
     GUILD_MESSAGES = 1 << 9
     GUILD_MESSAGE_REACTIONS = 1 << 10
     GUILD_MESSAGE_TYPING = 1 << 11
+    DIRECT_MESSAGES = 1 << 12
+    DIRECT_MESSAGE_REACTIONS = 1 << 13
+    DIRECT_MESSAGE_TYPING = 1 << 14
     MESSAGE_CONTENT = 1 << 15
 
 
@@ -105,6 +108,15 @@ EVENT_INTENTS: Mapping[str, Intent] = {
     "TYPING_START": Intent.GUILD_MESSAGE_TYPING,
 }
 """The intent a session needs to receive each event the world publishes."""
+DM_EVENT_INTENTS: Mapping[str, Intent] = {
+    "MESSAGE_CREATE": Intent.DIRECT_MESSAGES,
+    "MESSAGE_UPDATE": Intent.DIRECT_MESSAGES,
+    "MESSAGE_DELETE": Intent.DIRECT_MESSAGES,
+    "MESSAGE_REACTION_ADD": Intent.DIRECT_MESSAGE_REACTIONS,
+    "MESSAGE_REACTION_REMOVE": Intent.DIRECT_MESSAGE_REACTIONS,
+    "TYPING_START": Intent.DIRECT_MESSAGE_TYPING,
+}
+"""The same for events in DMs (no guild: sent on shard 0 only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +193,15 @@ class GatewaySession:
         self.detached_at: float | None = None
         self._sent: deque[tuple[int, str]] = deque(maxlen=replay_buffer)
 
-    def on_shard(self, guild_id: int) -> bool:
+    def on_shard(self, guild_id: int | None) -> bool:
+        """Whether the guild's events come to this session (DMs: to shard 0)."""
+        if guild_id is None:
+            return self.shard_id == 0
         return (guild_id >> 22) % self.shard_count == self.shard_id
 
     def wants(self, event: GatewayEvent) -> bool:
-        needed = EVENT_INTENTS.get(event.name)
+        intents = EVENT_INTENTS if event.guild_id is not None else DM_EVENT_INTENTS
+        needed = intents.get(event.name)
         return self.on_shard(event.guild_id) and (needed is None or needed in self.intents)
 
     def dispatch(self, name: str, data: Mapping[str, Any]) -> None:

@@ -23,6 +23,7 @@ from chat.sandbox.records import (
 from chat.sandbox.snowflake import iso_timestamp
 
 GUILD_TEXT = 0
+DM = 1
 GUILD_FORUM = 15
 PUBLIC_THREAD = 11
 """Discord's channel type for a text channel (the only kind the sandbox has)."""
@@ -78,6 +79,17 @@ def role_payload(role: GuildRole) -> dict[str, Any]:
     if role.bot_id is not None:
         payload["tags"] = {"bot_id": str(role.bot_id)}
     return payload
+
+
+def dm_channel_payload(channel: Channel, recipient: User) -> dict[str, Any]:
+    """A DM channel (type 1) with its one recipient."""
+    return {
+        "id": str(channel.id),
+        "type": DM,
+        "last_message_id": str(channel.last_message_id) if channel.last_message_id else None,
+        "recipients": [user_payload(recipient)],
+        "flags": 0,
+    }
 
 
 def channel_payload(channel: Channel) -> dict[str, Any]:

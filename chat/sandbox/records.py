@@ -71,7 +71,8 @@ class WebhookAuthor:
 class Message:
     id: int
     channel_id: int
-    guild_id: int
+    guild_id: int | None
+    """None in a DM."""
     author_id: int
     """The user id, or the webhook id for webhook messages."""
     content: str
@@ -99,7 +100,8 @@ class Message:
 @dataclass(slots=True)
 class Channel:
     id: int
-    guild_id: int
+    guild_id: int | None
+    """None for a DM channel (type 1) between the bot and ``recipient_id``."""
     name: str
     position: int
     topic: str | None = None
@@ -112,6 +114,8 @@ class Channel:
     """Set for a thread: who started it."""
     is_forum: bool = False
     """A forum channel (type 15): it holds no messages of its own, only posts (threads)."""
+    recipient_id: int | None = None
+    """Set for a DM channel: the user the bot talks with."""
 
 
 @dataclass(slots=True)

@@ -185,6 +185,11 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     async def current_user(request: web.Request) -> web.Response:
         return json_response(sandbox.current_user())
 
+    @routes.post("/users/@me/channels")
+    async def open_dm(request: web.Request) -> web.Response:
+        body = schemas.parse(schemas.OpenDM, await json_body(request))
+        return json_response(sandbox.channel(sandbox.open_dm(int(body.recipient_id))))
+
     @routes.get("/users/{user_id}")
     async def get_user(request: web.Request) -> web.Response:
         return json_response(sandbox.user(snowflake_param(request, "user_id")))

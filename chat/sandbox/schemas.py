@@ -100,6 +100,10 @@ class BulkDelete(_Schema):
     messages: Annotated[list[Snowflake], Field(min_length=2, max_length=100)]
 
 
+class OpenDM(_Schema):
+    recipient_id: Snowflake
+
+
 class AttachmentRefresh(_Schema):
     attachment_urls: Annotated[list[str], Field(min_length=1, max_length=50)]
 

@@ -30,6 +30,7 @@ from chat.sandbox.interactions import Interactions
 from chat.sandbox.payloads import (
     attachment_payload,
     channel_payload,
+    dm_channel_payload,
     guild_create_payload,
     guild_payload,
     member_payload,
@@ -105,7 +106,8 @@ class GatewayEvent:
 
     name: str
     data: Mapping[str, Any]
-    guild_id: int
+    guild_id: int | None
+    """None for a DM's events (Discord sends them on shard 0)."""
 
 
 EventListener = Callable[[GatewayEvent], None]
@@ -151,6 +153,8 @@ class Sandbox:
         self._users: dict[int, User] = {}
         self._guilds: dict[int, Guild] = {}
         self._channels: dict[int, Channel] = {}
+        self._dms: dict[int, int] = {}
+        """The DM channel with each user, by user id."""
         self._webhooks: dict[int, Webhook] = {}
         self._attachments: dict[int, Attachment] = {}
         self._listeners: list[EventListener] = []
@@ -245,6 +249,16 @@ class Sandbox:
         guild.channels[channel_id] = self._channels[channel_id] = channel
         self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
+
+    def open_dm(self, user_id: int) -> int:
+        """The DM channel between the bot and ``user_id`` (`POST /users/@me/channels`): the
+        existing one, or a new one. A DM belongs to no guild, so its events go to shard 0."""
+        self._user(user_id)
+        if user_id not in self._dms:
+            channel = Channel(self._snowflakes.next_id(), None, "", 0, recipient_id=user_id)
+            self._channels[channel.id] = channel
+            self._dms[user_id] = channel.id
+        return self._dms[user_id]
 
     def add_forum_channel(self, guild_id: int, name: str) -> int:
         """Create a forum channel (posts only, each a thread); dispatches CHANNEL_CREATE."""
@@ -509,7 +523,10 @@ class Sandbox:
         return member_payload(member, user=self._users[user_id])
 
     def channel(self, channel_id: int) -> dict[str, Any]:
-        return channel_payload(self._channel(channel_id))
+        channel = self._channel(channel_id)
+        if channel.recipient_id is not None:
+            return dm_channel_payload(channel, self._users[channel.recipient_id])
+        return channel_payload(channel)
 
     def message(self, channel_id: int, message_id: int) -> dict[str, Any]:
         return self.message_payload(self._message(channel_id, message_id))
@@ -672,9 +689,11 @@ class Sandbox:
                 kept = channel.messages.get(earlier[0])
                 if kept is not None:
                     return self.message_payload(kept)
-        guild = self._guilds[channel.guild_id]
-        if webhook is None:
+        guild = self._guilds[channel.guild_id] if channel.guild_id is not None else None
+        if webhook is None and guild is not None:
             self._member(guild, author_id)
+        elif webhook is None and author_id not in (channel.recipient_id, self.bot_user_id):
+            raise DiscordAPIError(403, ErrorCode.MISSING_ACCESS, "Missing Access")
         self._check_body(content, embeds)
         for sticker_id in sticker_ids:
             if sticker_id not in guild.stickers:
@@ -689,7 +708,7 @@ class Sandbox:
         message = Message(
             id=message_id,
             channel_id=channel_id,
-            guild_id=guild.id,
+            guild_id=channel.guild_id,
             author_id=author_id,
             content=content,
             embeds=[{"type": "rich", **embed} for embed in embeds],  # Discord's default type
@@ -708,7 +727,9 @@ class Sandbox:
         channel.last_message_id = message_id
         if nonce is not None:
             self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
-        self._publish("MESSAGE_CREATE", self.message_payload(message, gateway=True), guild.id)
+        self._publish(
+            "MESSAGE_CREATE", self.message_payload(message, gateway=True), channel.guild_id
+        )
         self._unfurl_links(message)
         payload = self.message_payload(message)
         if webhook is None:
@@ -884,16 +905,20 @@ class Sandbox:
     def trigger_typing(self, channel_id: int, *, user_id: int) -> None:
         """Dispatch TYPING_START for `user_id` in the channel."""
         channel = self._channel(channel_id)
-        guild = self._guilds[channel.guild_id]
-        member = self._member(guild, user_id)
-        data = {
+        data: dict[str, Any] = {
             "channel_id": str(channel_id),
-            "guild_id": str(guild.id),
             "user_id": str(user_id),
             "timestamp": int(self._clock()),
-            "member": member_payload(member, user=self._users[user_id]),
         }
-        self._publish("TYPING_START", data, guild.id)
+        if channel.guild_id is None:
+            if user_id not in (channel.recipient_id, self.bot_user_id):
+                raise DiscordAPIError(403, ErrorCode.MISSING_ACCESS, "Missing Access")
+        else:
+            guild = self._guilds[channel.guild_id]
+            member = self._member(guild, user_id)
+            data["guild_id"] = str(guild.id)
+            data["member"] = member_payload(member, user=self._users[user_id])
+        self._publish("TYPING_START", data, channel.guild_id)
 
     def create_webhook(
         self, channel_id: int, name: str, *, avatar: str | None = None
@@ -978,7 +1003,7 @@ class Sandbox:
     def message_payload(self, message: Message, *, gateway: bool = False) -> dict[str, Any]:
         """The message as REST returns it; with `gateway`, as MESSAGE_CREATE/UPDATE carry it
         (plus `guild_id`, the author's partial `member`, and `member` on each mention)."""
-        guild = self._guilds[message.guild_id]
+        guild = self._guilds[message.guild_id] if message.guild_id is not None else None
         payload: dict[str, Any] = {
             "id": str(message.id),
             "type": message.type
@@ -1019,14 +1044,15 @@ class Sandbox:
                 "type": 0,
                 "message_id": str(ref_message_id),
                 "channel_id": str(ref_channel_id),
-                "guild_id": str(message.guild_id),
             }
+            if guild is not None:
+                payload["message_reference"]["guild_id"] = str(guild.id)
             referenced = self._channels[ref_channel_id].messages.get(ref_message_id)
             payload["referenced_message"] = (
                 None if referenced is None else self._referenced_payload(referenced)
             )
-        if gateway:
-            payload["guild_id"] = str(message.guild_id)
+        if gateway and guild is not None:
+            payload["guild_id"] = str(guild.id)
             if message.webhook is None:
                 member = guild.members.get(message.author_id)
                 if member is not None:
@@ -1038,7 +1064,7 @@ class Sandbox:
     def _now(self) -> datetime:
         return datetime.fromtimestamp(self._clock(), tz=UTC)
 
-    def _publish(self, name: str, data: dict[str, Any], guild_id: int) -> None:
+    def _publish(self, name: str, data: dict[str, Any], guild_id: int | None) -> None:
         event = GatewayEvent(name, data, guild_id)
         for listener in list(self._listeners):
             listener(event)
@@ -1120,7 +1146,7 @@ class Sandbox:
 
     def _mentions(
         self,
-        guild: Guild,
+        guild: Guild | None,
         content: str,
         allowed: AllowedMentions | None,
         replied_author_id: int | None,
@@ -1130,7 +1156,7 @@ class Sandbox:
         user_ids = [int(m) for m in dict.fromkeys(_USER_MENTION.findall(content))]
         user_ids = [uid for uid in user_ids if uid in self._users]
         role_ids = [int(m) for m in dict.fromkeys(_ROLE_MENTION.findall(content))]
-        role_ids = [rid for rid in role_ids if rid in guild.roles]
+        role_ids = [rid for rid in role_ids if guild is not None and rid in guild.roles]
         everyone = _EVERYONE_MENTION.search(content) is not None
         if allowed is not None:
             user_ids = [u for u in user_ids if "users" in allowed.parse or u in allowed.users]
@@ -1212,9 +1238,9 @@ class Sandbox:
             "bot": True,
         }
 
-    def _mention_payload(self, guild: Guild, user_id: int, gateway: bool) -> dict[str, Any]:
+    def _mention_payload(self, guild: Guild | None, user_id: int, gateway: bool) -> dict[str, Any]:
         payload = user_payload(self._users[user_id])
-        member = guild.members.get(user_id)
+        member = guild.members.get(user_id) if guild is not None else None
         if gateway and member is not None:
             payload["member"] = member_payload(member, user=None)
         return payload

@@ -495,10 +495,14 @@ def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
     ).exists()
 
 
-def turns_delivering(*, on_shard: Callable[[int | None], bool]) -> list[Turn]:
-    """Turns left ``delivering`` in guilds ``on_shard`` accepts (None: DMs), with their
-    personas."""
+def turns_delivering(
+    *, on_shard: Callable[[int | None], bool], started_before: dt.datetime | None = None
+) -> list[Turn]:
+    """Turns left ``delivering`` in guilds ``on_shard`` accepts (None: DMs), begun before
+    ``started_before`` (None: whenever), with their personas."""
     turns = Turn.objects.filter(status=Turn.Status.DELIVERING).select_related("persona")
+    if started_before is not None:
+        turns = turns.filter(created_at__lt=started_before)
     return [turn for turn in turns if on_shard(turn.guild_id)]
 
 

@@ -40,7 +40,8 @@ def short_term_memories_due(
     """Ids of memories the background maintenance should refresh at ``now``: the persona is
     enabled and has tools on, its unexpired raw turns reached its cadence, and the channel has
     been idle: no raw turn for ``idle_for`` and nothing waiting in its unread pool. Oldest
-    first. The task re-checks each row (`chat.pipeline.memory.stm_maintenance_due`)."""
+    first. The task re-checks each row
+    (`chat.pipeline.memory.short_term_memory_maintenance_due`)."""
     busy = UnreadEvent.objects.values("channel_id")
     rows = (
         ShortTermMemory.objects.filter(

@@ -12,7 +12,7 @@ import time
 
 from asgiref.sync import sync_to_async
 
-from botproject.events import TurnFinished, channel_group, publish
+from botproject.live_updates import TurnFinished, channel_group, publish_live_update
 from chat.models import Turn
 from chat.pipeline.triggers import TurnReason
 from chat.ports import DeliveryError, DiscordPort
@@ -55,7 +55,7 @@ async def persona_greet(
         turn.delivered_message_ids = [str(item.message_id) for item in delivered]
         turn.status = Turn.Status.REPLIED
         await sync_to_async(turn_delivered_record)(turn, delivered)
-    await publish(
+    await publish_live_update(
         channel_group(channel_id),
         TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status),
     )

@@ -32,14 +32,9 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
-from chat.services.turn_record import (
-    turn_completion_record,
-    turn_context_record,
-    turn_create,
-    turn_save,
-)
+from chat.services.turn_record import turn_save
 from chat.services.turn_request import TurnRequest, TurnRuntime
-from chat.services.turns import turn_prepare
+from chat.services.turns import turn_ask, turn_prepare
 
 KNOWN_FACTS_SHOWN = 40
 """Most facts already kept that the request lists (so the model proposes what is new)."""
@@ -158,14 +153,9 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     known = await sync_to_async(_known_facts)(guild_id, list(present))
     messages = build_extraction_messages(conversation=lines, people=list(people), known=known)
 
-    turn = await sync_to_async(turn_create)(request)
-    turn_context_record(turn, prepared)
-    turn.request = {"messages": messages}
-    turn.tool_allowlist = []
-    completion = await runtime.runner.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    turn, completion = await turn_ask(
+        runtime, request, prepared, messages=messages, persona_name=persona.name
     )
-    turn_completion_record(turn, completion)
     if completion.error is not None:
         turn.status = Turn.Status.FAILED
         await sync_to_async(turn_save)(turn)

@@ -15,22 +15,22 @@ from chat.pipeline.items import ItemTag
 from chat.pipeline.memory import (
     build_summary_messages,
     clip_summary,
-    stm_maintenance_due,
+    short_term_memory_maintenance_due,
     visible_memory_text,
 )
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.selectors.short_term_memory import short_term_memory_get
-from chat.services.short_term_memory import short_term_memory_release, short_term_memory_write
-from chat.services.turn_record import (
-    turn_completion_record,
-    turn_context_record,
-    turn_create,
-    turn_save,
+from chat.services.short_term_memory import (
+    short_term_memory_refresh_begin,
+    short_term_memory_refresh_end,
+    short_term_memory_release,
+    short_term_memory_write,
 )
+from chat.services.turn_record import turn_save
 from chat.services.turn_request import TurnRequest, TurnRuntime
-from chat.services.turns import turn_prepare
+from chat.services.turns import turn_ask, turn_prepare
 
 
 @dataclass(frozen=True)
@@ -47,20 +47,33 @@ class MemoryRefresh:
 
 async def short_term_memory_refresh(*, runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     """Refresh one due memory with one summarisation call over its channel's current window
-    (steps in `_refresh`). The memory's background-refresh claim ends with it, unless the
-    result asks for a retry (the retry still holds it)."""
-    result = await _refresh(runtime, memory_id)
+    (steps in `_refresh`), claim-once: the refresh first takes the memory for its run
+    (`short_term_memory_refresh_begin`), and a request made while another refresh of it runs
+    is ``skipped`` without a model call; one made after finds the stretch summarised (no
+    longer due). The summary is written only while the run still holds the memory. The
+    memory's background-refresh claim ends with it, unless the result asks for a retry (the
+    retry still holds it)."""
+    run = await sync_to_async(short_term_memory_refresh_begin)(memory_id=memory_id)
+    if run is None:
+        if not await ShortTermMemory.objects.filter(id=memory_id).aexists():
+            return MemoryRefresh("skipped", "the memory is gone")
+        return MemoryRefresh("skipped", "another refresh of this memory is running")
+    try:
+        result = await _refresh(runtime, memory_id, run)
+    finally:
+        await sync_to_async(short_term_memory_refresh_end)(memory_id=memory_id, run=run)
     if not result.retry:
         await sync_to_async(short_term_memory_release)(memory_id=memory_id)
     return result
 
 
-async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
+async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefresh:
     """Refresh one due memory with one summarisation call over its channel's current window.
 
     Steps:
-        1. Re-fetch the memory; skip it unless it is still due (`stm_maintenance_due`), and
-           skip when the channel's guild or the persona is no longer configured.
+        1. Re-fetch the memory; skip it unless it is still due
+           (`short_term_memory_maintenance_due`), and skip when the channel's guild or the
+           persona is no longer configured.
         2. Read the newest message and `turn_prepare` a dry-run turn of the persona answering
            it: the window, privacy, blacklist and blocks are applied exactly as in a turn,
            and nothing (anchor, window registry) changes.
@@ -76,7 +89,7 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
     if memory is None:
         return MemoryRefresh("skipped", "the memory is gone")
     persona = memory.persona
-    if not stm_maintenance_due(
+    if not short_term_memory_maintenance_due(
         memory.state,
         refresh_every=persona.stm_refresh_every,
         tools_on=persona.tools_enabled,
@@ -139,14 +152,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         previous_summary=previous,
         conversation=lines,
     )
-    turn = await sync_to_async(turn_create)(request)
-    turn_context_record(turn, prepared)
-    turn.request = {"messages": messages}
-    turn.tool_allowlist = []
-    completion = await runtime.runner.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona.name
+    turn, completion = await turn_ask(
+        runtime, request, prepared, messages=messages, persona_name=persona.name
     )
-    turn_completion_record(turn, completion)
     summary = clip_summary(completion.reply_text)
     if completion.error is not None or not summary:
         turn.status = Turn.Status.FAILED
@@ -154,16 +162,25 @@ async def _refresh(runtime: TurnRuntime, memory_id: int) -> MemoryRefresh:
         await sync_to_async(turn_save)(turn)
         return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
     turn.status, turn.reply_text = Turn.Status.REPLIED, summary
-    await sync_to_async(_memory_refreshed)(turn, memory, summary, now)
+    if not await sync_to_async(_memory_refreshed)(turn, memory, summary, now, run):
+        return MemoryRefresh("skipped", "another refresh took the memory over", turn_id=turn.id)
     return MemoryRefresh("refreshed", turn_id=turn.id)
 
 
-def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime) -> None:
-    """Save the maintenance turn and the refreshed memory together. Replies the persona gave
-    while the summary was being written stay counted (they are not in the summary)."""
+def _memory_refreshed(
+    turn: Turn, memory: ShortTermMemory, summary: str, now: dt.datetime, run: str
+) -> bool:
+    """Save the maintenance turn and the refreshed memory together, if refresh ``run`` still
+    holds the memory (False: it was taken over as dead, and the turn ends ``failed``). Replies
+    the persona gave while the summary was being written stay counted (not in the summary)."""
     with transaction.atomic():
-        turn_save(turn)
         current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
+        if current is not None and current.refresh_run != run:
+            turn.status = Turn.Status.FAILED
+            turn.error = "another refresh took the memory over; this summary was not kept"
+            turn_save(turn)
+            return False
+        turn_save(turn)
         later = 0
         if current is not None:
             later = max(0, current.turns_since_refresh - memory.turns_since_refresh)
@@ -179,3 +196,4 @@ def _memory_refreshed(turn: Turn, memory: ShortTermMemory, summary: str, now: dt
         if later:
             written.turns_since_refresh = later
             written.save(update_fields=["turns_since_refresh"])
+    return True

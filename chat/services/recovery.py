@@ -1,8 +1,10 @@
 """Crash recovery: the turns a stopped or killed worker left running or delivering are settled
-before the next worker answers anything."""
+before the next worker answers anything, and again while it runs for turns begun before it took
+the shards over (the previous holder may have left them so after the first pass)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,10 +30,15 @@ class Reconciled:
 
 
 async def turns_reconcile_interrupted(
-    *, port: DiscordPort, on_shard: Callable[[int | None], bool]
+    *,
+    port: DiscordPort,
+    on_shard: Callable[[int | None], bool],
+    started_before: dt.datetime | None = None,
 ) -> Reconciled:
     """Settle the turns a stopped or killed worker left behind, in guilds ``on_shard`` accepts
-    (None: DMs), before this worker answers anything.
+    (None: DMs), before this worker answers anything; with ``started_before``, only turns
+    begun before then (a worker that took the shards over at that moment settles what the
+    previous holder left after the start-up pass: none of them can be its own).
 
     - ``running`` turns end ``aborted``: nothing was sent, their triggers are still unread, so
       they run again.
@@ -43,9 +50,12 @@ async def turns_reconcile_interrupted(
       that cannot be read leaves the turn ``delivering`` for the next start (never a guess that
       could answer twice).
     """
-    aborted = await sync_to_async(_turns_abort_running)(on_shard)
+    aborted = await sync_to_async(_turns_abort_running)(on_shard, started_before)
     replied = unsent = 0
-    for turn in await sync_to_async(selectors.turns_delivering)(on_shard=on_shard):
+    delivering = await sync_to_async(selectors.turns_delivering)(
+        on_shard=on_shard, started_before=started_before
+    )
+    for turn in delivering:
         persona = turn.persona
         speaker = Speaker(
             persona_id=persona.id if persona else 0,
@@ -84,8 +94,13 @@ async def turns_reconcile_interrupted(
     return Reconciled(aborted=aborted, replied=replied, unsent=unsent)
 
 
-def _turns_abort_running(on_shard: Callable[[int | None], bool]) -> int:
-    running = Turn.objects.filter(status=Turn.Status.RUNNING).values_list("id", "guild_id")
+def _turns_abort_running(
+    on_shard: Callable[[int | None], bool], started_before: dt.datetime | None
+) -> int:
+    running = Turn.objects.filter(status=Turn.Status.RUNNING)
+    if started_before is not None:
+        running = running.filter(created_at__lt=started_before)
+    running = running.values_list("id", "guild_id")
     stale = [turn_id for turn_id, guild_id in running if on_shard(guild_id)]
     return Turn.objects.filter(id__in=stale).update(
         status=Turn.Status.ABORTED, error="the worker stopped during the turn"

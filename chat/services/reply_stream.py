@@ -10,7 +10,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError
 
-from botproject.events import TurnDelivered, channel_group, publish
+from botproject.live_updates import TurnDelivered, channel_group, publish_live_update
 from chat.llm.streaming import Restart
 from chat.models import Turn
 from chat.pipeline.dialogue import humanize_stably
@@ -220,7 +220,7 @@ class _StreamDelivery:
         turn.delivered_message_ids = [str(item.message_id) for item in self.sent]
         turn.reply_text = "\n\n".join(self.shown)
         await sync_to_async(turn_piece_record)(turn, delivered)
-        await publish(
+        await publish_live_update(
             channel_group(self.channel_id),
             TurnDelivered(turn_id=turn.id, persona=self.persona.name, pieces=len(self.shown)),
         )

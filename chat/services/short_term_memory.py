@@ -1,13 +1,16 @@
 """Short-term memory rows (seed 000, "Short-term memory"): counting delivered turns, writing a
-summary, clearing, expiring, and claiming a memory for a background refresh."""
+summary, clearing, expiring, claiming a memory for a background refresh and taking it for one
+refresh run at a time."""
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Mapping, Sequence
 
 from django.db import transaction
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from chat.models import ShortTermMemory, Turn
 from chat.pipeline.memory import (
@@ -159,3 +162,30 @@ def short_term_memory_claim(*, memory_ids: Sequence[int], now: dt.datetime) -> l
 def short_term_memory_release(*, memory_id: int) -> None:
     """End a memory's background-refresh claim (the refresh finished or gave up)."""
     ShortTermMemory.objects.filter(id=memory_id).update(refresh_claimed_at=None)
+
+
+REFRESH_RUN_TTL = dt.timedelta(minutes=5)
+"""How long a running refresh holds its memory; one older than this is taken to be dead (its
+process was killed) and the next request may run. A refresh is one model call."""
+
+
+def short_term_memory_refresh_begin(*, memory_id: int) -> str | None:
+    """Take the memory for one refresh run: the run's token, or None when another refresh of
+    it runs now (begun less than `REFRESH_RUN_TTL` ago) or the memory is gone.
+
+    One conditional update on the database's clock, so of two requests for one stretch of
+    conversation (a task delivered twice, two schedulers, a worker that lost its lease) one
+    runs; the other finds the stretch summarised when it comes later (no longer due)."""
+    run = uuid.uuid4().hex
+    free = Q(refresh_run="") | Q(refresh_run_at__lte=Now() - REFRESH_RUN_TTL)
+    taken = ShortTermMemory.objects.filter(free, id=memory_id).update(
+        refresh_run=run, refresh_run_at=Now()
+    )
+    return run if taken else None
+
+
+def short_term_memory_refresh_end(*, memory_id: int, run: str) -> None:
+    """End refresh run ``run`` (a run taken over meanwhile ends nothing)."""
+    ShortTermMemory.objects.filter(id=memory_id, refresh_run=run).update(
+        refresh_run="", refresh_run_at=None
+    )

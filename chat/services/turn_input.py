@@ -6,13 +6,12 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import functools
 import hashlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from asgiref.sync import sync_to_async
@@ -21,17 +20,18 @@ from django.conf import settings
 from chat import selectors
 from chat.llm.attempts import AttemptPlan, Render
 from chat.llm.base import ModelApi
-from chat.llm.tools import TOOL_SPECS
+from chat.llm.tools import TOOL_DEFINITIONS
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
-from chat.pipeline.memory import stm_maintenance_due, visible_memory_text
+from chat.pipeline.memory import short_term_memory_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
-from chat.pipeline.recall import RecalledMemory, recall_query, window_people
+from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
 from chat.pipeline.simplify import hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
 from chat.pipeline.truncation import context_budget, item_tokens, truncate_dialogue_history
 from chat.pipeline.types import (
+    Attachment,
     HistoryMessage,
     PrivacyLevel,
     ReferenceKind,
@@ -41,10 +41,11 @@ from chat.pipeline.types import (
 )
 from chat.pipeline.window import ReanchorReason, history_window_stride, select_anchored_history
 from chat.pipeline.window_reuse import RestReason
-from chat.ports import DeliveryError, DiscordPort, messages_fetch
+from chat.ports import DeliveryError, DiscordPort, messages_fetch, reads_at_most
 from chat.selectors import ChannelSettings, lore
+from chat.selectors.notice_bodies import minimal_notice_bodies, minimal_notice_memory_ids
 from chat.selectors.short_term_memory import short_term_memory
-from chat.services.memory_recall import memories_recall_for_turn
+from chat.services.memory_recall import memories_recall_for_turn, memories_shown_before
 from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import (
     MAX_IMAGE_HASHES,
@@ -113,15 +114,13 @@ async def turn_window_read(
 
     The channel's window (`WindowRegistry.read`) holds the newest ``limit`` messages. A queued
     trigger older than all of them, or one with later messages whose window starts at an
-    anchor the newest window has moved past, takes the ``limit + stride`` messages up to the
-    trigger (enough to find an anchor that is due a stride) from the window registry, which
-    keeps what the window moved past and reads further back at most once for a stretch of
-    such turns (`WindowRegistry.read_up_to`); the turn then records ``older_than_window`` if
-    that read went to Discord. An ordinary turn (its trigger the newest message) reads no
-    further back: an anchor the window has moved past is chosen anew.
+    anchor the newest window has moved past, takes the messages up to the trigger from the
+    window registry (`_up_to_trigger`), which keeps what the window moved past and reads
+    further back at most once for a stretch of such turns; the turn then records
+    ``older_than_window`` if that read went to Discord. An ordinary turn (its trigger the
+    newest message) reads no further back: an anchor the window has moved past is chosen anew.
     """
     limit = channel.fetch_limit
-    reach = limit + history_window_stride(limit)
     read = await runtime.windows.read(
         channel.channel_id, limit=limit, is_dm=channel.guild is None, dry_run=dry_run
     )
@@ -143,16 +142,10 @@ async def turn_window_read(
         and trigger.id < messages[-1].id
     )
     if trigger_before_window or anchor_before_window:
-        held = await runtime.windows.read_up_to(
-            channel.channel_id,
-            trigger.id,
-            count=reach,
-            fetch_before=runtime.port.fetch_history_before,
-            dry_run=dry_run,
-        )
+        held = await _up_to_trigger(runtime, channel, trigger, anchor_id, dry_run=dry_run)
         if held is None and trigger_before_window:
             earlier = await runtime.port.fetch_history_before(
-                channel.channel_id, trigger.id, reach - 1
+                channel.channel_id, trigger.id, limit - 1
             )
             held = ((*earlier, trigger), True)
         if held is not None:
@@ -181,6 +174,35 @@ async def turn_window_read(
         after_trigger=after_trigger,
     )
     return await _with_thread_starter(runtime.port, channel, selection.messages), reasons
+
+
+async def _up_to_trigger(
+    runtime: TurnRuntime,
+    channel: ChannelSettings,
+    trigger: HistoryMessage,
+    anchor_id: int | None,
+    *,
+    dry_run: bool,
+) -> tuple[tuple[HistoryMessage, ...], bool] | None:
+    """The messages up to ``trigger`` that the window registry holds or reads further back
+    (`WindowRegistry.read_up_to`), and whether it read over REST: the fetch limit's worth, and
+    when the channel's anchor is older than those, a stride more, enough to find an anchor
+    that is due a stride. None: the registry does not hold the trigger."""
+    limit = channel.fetch_limit
+    read = functools.partial(
+        runtime.windows.read_up_to,
+        channel.channel_id,
+        trigger.id,
+        fetch_before=runtime.port.fetch_history_before,
+        dry_run=dry_run,
+    )
+    held = await read(count=limit)
+    if held is None or anchor_id is None or held[0][0].id <= anchor_id:
+        return held
+    further = await read(count=limit + history_window_stride(limit))
+    if further is None:
+        return held
+    return further[0], held[1] or further[1]
 
 
 async def _without_superseded(
@@ -215,15 +237,9 @@ async def turn_attachment_urls_refresh(
     """``turn_input`` with every attachment URL that expires within `URL_REFRESH_MARGIN`
     signed anew (remembered ones reused, the others asked of Discord in one go). A refresh
     that fails leaves the URLs as they were: the model is then told a file could not be read."""
-    messages = (*turn_input.history, *turn_input.reply_targets.values())
-    attachments = [
-        a
-        for m in messages
-        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
-    ]
     stale = {
         a.url
-        for a in attachments
+        for a in _attachments(turn_input)
         if (ex := a.url_expires_at) is not None and ex - now < URL_REFRESH_MARGIN
     }
     if not stale:
@@ -249,13 +265,7 @@ async def turn_attachment_urls_refresh(
         fresh |= fetched
     if not fresh:
         return turn_input
-    return replace(
-        turn_input,
-        history=tuple(with_attachment_urls(m, fresh) for m in turn_input.history),
-        reply_targets={
-            i: with_attachment_urls(m, fresh) for i, m in turn_input.reply_targets.items()
-        },
-    )
+    return _each_message(turn_input, lambda m: with_attachment_urls(m, fresh))
 
 
 async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> TurnInput:
@@ -267,30 +277,23 @@ async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> Turn
     once (at most `IMAGE_READS_AT_ONCE` at a time) and remembers its hash by attachment id
     (`TurnRuntime.image_hashes`). An image that cannot be read, or is larger than
     `IMAGE_HASH_MAX_BYTES`, keeps no hash: its URL stays its identity."""
-    messages = (*turn_input.history, *turn_input.reply_targets.values())
-    images = {
-        a.id: a.url
-        for m in messages
-        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
-        if a.is_image
-    }
+    images = {a.id: a.url for a in _attachments(turn_input) if a.is_image}
     if not images:
         return turn_input
     unread = [i for i in images if i not in runtime.image_hashes]
-    gate = asyncio.Semaphore(IMAGE_READS_AT_ONCE)
 
     async def digest(url: str) -> str | None:
-        async with gate:
-            try:
-                data = await runtime.port.read_attachment(url, max_bytes=IMAGE_HASH_MAX_BYTES + 1)
-            except DeliveryError as error:
-                logger.info("an image could not be read to hash it: %s", error)
-                return None
+        try:
+            data = await runtime.port.read_attachment(url, max_bytes=IMAGE_HASH_MAX_BYTES + 1)
+        except DeliveryError as error:
+            logger.info("an image could not be read to hash it: %s", error)
+            return None
         return None if len(data) > IMAGE_HASH_MAX_BYTES else hashlib.sha256(data).hexdigest()
 
-    for attachment_id, digest_value in zip(
-        unread, await asyncio.gather(*(digest(images[i]) for i in unread)), strict=True
-    ):
+    digests = await reads_at_most(
+        IMAGE_READS_AT_ONCE, [functools.partial(digest, images[i]) for i in unread]
+    )
+    for attachment_id, digest_value in zip(unread, digests, strict=True):
         runtime.image_hashes[attachment_id] = digest_value
     for attachment_id in images:
         runtime.image_hashes.move_to_end(attachment_id)
@@ -299,12 +302,27 @@ async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> Turn
     hashes = {i: h for i in images if (h := runtime.image_hashes.get(i)) is not None}
     if not hashes:
         return turn_input
+    return _each_message(turn_input, lambda m: with_attachment_hashes(m, hashes))
+
+
+def _attachments(turn_input: TurnInput) -> list[Attachment]:
+    """Every attachment of the turn's messages and reply targets (forwarded ones' too)."""
+    messages = (*turn_input.history, *turn_input.reply_targets.values())
+    return [
+        a
+        for m in messages
+        for a in (*m.attachments, *(a for s in m.snapshots for a in s.attachments))
+    ]
+
+
+def _each_message(
+    turn_input: TurnInput, change: Callable[[HistoryMessage], HistoryMessage]
+) -> TurnInput:
+    """``turn_input`` with ``change`` applied to each of its messages and reply targets."""
     return replace(
         turn_input,
-        history=tuple(with_attachment_hashes(m, hashes) for m in turn_input.history),
-        reply_targets={
-            i: with_attachment_hashes(m, hashes) for i, m in turn_input.reply_targets.items()
-        },
+        history=tuple(change(m) for m in turn_input.history),
+        reply_targets={i: change(m) for i, m in turn_input.reply_targets.items()},
     )
 
 
@@ -347,16 +365,17 @@ async def turn_input_gather(
         blocks=request.configuration.blocks,
         channel_note=channel.channel_note,
         global_note=channel.global_note,
-        stm_text=people.stm_text,
-        stm_depth=persona.stm_depth,
+        short_term_memory_text=people.short_term_memory_text,
+        short_term_memory_depth=persona.stm_depth,
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         follow_up_tools=follow_up_tools,
+        notice_bodies=people.notice_bodies,
         autonomous=channel.mode == ChannelMode.AUTONOMOUS,
         tools_enabled=persona.tools_enabled,
         verbatim_tool_nudge=persona.verbatim_tool_nudge,
         reunion_last_seen=people.last_seen,
-        stm_maintenance_due=people.stm_due,
+        short_term_memory_maintenance_due=people.short_term_memory_due,
         lorebooks=lore.lorebooks(persona=persona, guild=channel.guild),
         preset=selectors.chat_preset(persona=persona, guild=channel.guild),
         previous=previous,
@@ -368,7 +387,7 @@ def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
     """What each tool's definition costs in a request's ``tools`` list, by tool name."""
     return {
         name.value: counter.count(json.dumps(spec.definition(), ensure_ascii=False))
-        for name, spec in TOOL_SPECS.items()
+        for name, spec in TOOL_DEFINITIONS.items()
     }
 
 
@@ -401,9 +420,10 @@ class _People:
 
     privacy: Mapping[int, PrivacyLevel]
     blacklisted: frozenset[int]
-    stm_text: str | None
-    stm_due: bool
+    short_term_memory_text: str | None
+    short_term_memory_due: bool
     last_seen: dt.datetime | None
+    notice_bodies: Mapping[int, str]
 
 
 def _gather_people(
@@ -412,8 +432,9 @@ def _gather_people(
     reply_targets: Mapping[int, HistoryMessage],
     now: dt.datetime,
 ) -> _People:
-    """Privacy and blacklist for everyone in the window, and this scope's short-term memory:
-    its text unless expired, and whether maintenance is due (`chat.pipeline.memory`)."""
+    """Privacy and blacklist for everyone in the window, this scope's short-term memory (its
+    text unless expired, and whether maintenance is due: `chat.pipeline.memory`), and the
+    bodies of the window's minimal-verbosity notices (`selectors.notice_bodies`)."""
     messages = [*history, *reply_targets.values()]
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
@@ -436,11 +457,15 @@ def _gather_people(
             persona_id=persona.id, user_id=trigger.accountable_user_id
         )
     return _People(
+        notice_bodies=minimal_notice_bodies(
+            guild_id=request.configuration.guild_id,
+            memory_ids=minimal_notice_memory_ids(messages),
+        ),
         last_seen=last_seen,
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
-        stm_text=visible_memory_text(state, now=now),
-        stm_due=stm_maintenance_due(
+        short_term_memory_text=visible_memory_text(state, now=now),
+        short_term_memory_due=short_term_memory_maintenance_due(
             state,
             refresh_every=persona.stm_refresh_every,
             tools_on=persona.tools_enabled,
@@ -525,12 +550,15 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
 
 
 def turn_memories_recall(
-    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput
-) -> tuple[RecalledMemory, ...]:
-    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`): its
-    query is the trigger and the message before it; the personal memories of the people
-    speaking in the window are eligible, except of those with partial or full privacy or on the
-    blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget."""
+    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput, *, anchor_id: int | None
+) -> tuple[tuple[RecalledMemory, ...], dict[int, tuple[tuple[str, ...], ...]]]:
+    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`), and
+    what the persona's earlier turns of this window (``anchor_id``) showed
+    (`memories_shown_before`: the prompt keeps those where they were). The query is the
+    trigger and the message before it; the personal memories of the people speaking in the
+    window are eligible, except of those with partial or full privacy or on the blacklist;
+    at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget. A memory the window
+    already shows is not shown again."""
     unremembered = frozenset(
         user_id
         for user_id, level in turn_input.privacy.items()
@@ -539,7 +567,7 @@ def turn_memories_recall(
     hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
     model = turn_input.persona.model
     budget = context_budget(model.context_window, model.max_output_tokens)
-    return memories_recall_for_turn(
+    recalled = memories_recall_for_turn(
         guild_id=request.configuration.guild_id,
         persona_id=request.persona.id,
         people=window_people(
@@ -550,3 +578,14 @@ def turn_memories_recall(
         count_tokens=runtime.token_counter.count,
         embedder=runtime.embeddings,
     )
+    if request.configuration.guild_id is None:
+        return recalled, {}
+    shown = memories_shown_before(
+        persona_id=request.persona.id,
+        channel_id=request.channel.channel_id,
+        anchor_id=anchor_id,
+        message_ids=[message.id for message in turn_input.history],
+        trigger_id=turn_input.trigger_id,
+    )
+    already = {line for sets in shown.values() for lines in sets for line in lines}
+    return tuple(m for m in recalled if memory_line(m.record) not in already), shown

@@ -12,8 +12,7 @@ from asgiref.sync import sync_to_async
 
 from chat import selectors
 from chat.llm.embeddings import EmbeddingModel
-from chat.llm.tools import Attachment as ToolAttachment
-from chat.llm.tools import MessageMetadata, ToolBox, ToolError
+from chat.llm.tools import MessageMetadata, ToolAttachment, ToolBox, ToolError
 from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.markup import scrub_snowflakes

@@ -7,7 +7,7 @@ nothing anywhere — the dashboard's prompt preview calls it that way and gets b
 request a real turn would send.
 
 `turn_run` is `turn_prepare` followed by the acting side: the model call, the delivery, the
-`Turn` record and the live events. It is the imperative shell around the pure pipeline
+`Turn` record and the live updates. It is the imperative shell around the pure pipeline
 (Cosmic Python's "functional core, imperative shell").
 """
 
@@ -20,13 +20,22 @@ from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 
-from botproject.events import TurnFinished, TurnStarted, WindowChanged, channel_group, publish
+from botproject.live_updates import (
+    TurnFinished,
+    TurnStarted,
+    WindowChanged,
+    channel_group,
+    publish_live_update,
+)
 from chat import selectors
 from chat.llm.attempts import request_body
+from chat.llm.base import Message
+from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
 from chat.pipeline.truncation import context_budget
+from chat.ports import LeaseLost
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
@@ -72,7 +81,7 @@ async def turn_prepare(
         4. Render the first attempt's exact request.
 
     With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
-    warm contexts are untouched, no row is written and no event published; the result is the
+    warm contexts are untouched, no row is written and no live update published; the result is the
     same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
     dry run. Raises what the port or the database raise (a caller records the failure).
     """
@@ -88,8 +97,14 @@ async def turn_prepare(
     if not dry_run:
         turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
     turn_input = await turn_image_hashes(runtime, turn_input)
-    recalled = await sync_to_async(turn_memories_recall)(runtime, request, turn_input)
-    turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
+    recalled, shown = await sync_to_async(turn_memories_recall)(
+        runtime, request, turn_input, anchor_id=window.anchor_id
+    )
+    turn_input = replace(
+        turn_input,
+        memories=tuple(memory_line(m.record) for m in recalled),
+        memories_shown=shown,
+    )
     participant_ms = ms_since(started)
 
     started = time.perf_counter()
@@ -139,12 +154,13 @@ async def turn_run(
         5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
            maintenance.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
-    they never raise out of here except for cancellation.
+    they never raise out of here except for cancellation and `LeaseLost` (the turn ends
+    ``aborted``, its trigger left unread for the worker that owns the channel now).
     """
     channel, persona = request.channel, request.persona
     turn = await sync_to_async(turn_create)(request)
     group = channel_group(channel.channel_id)
-    await publish(group, TurnStarted(turn_id=turn.id, persona=persona.name))
+    await publish_live_update(group, TurnStarted(turn_id=turn.id, persona=persona.name))
     try:
         if persona.delivery_mode != DeliveryMode.WHOLE:
             # A streamed reply types from the start of its turn (the history read and the
@@ -175,6 +191,14 @@ async def turn_run(
                 await sync_to_async(turn_save)(turn)
             else:
                 await reply_deliver(runtime, request, turn, completion)
+    except LeaseLost as lost:
+        # Another worker owns the channel now and answers the trigger (still unread there).
+        # The fence refused before anything went out: a turn that sent nothing is aborted; a
+        # stream with pieces out stays delivering, for that worker to reconcile.
+        if turn.status == Turn.Status.RUNNING or not turn.delivered_message_ids:
+            turn.status, turn.error = Turn.Status.ABORTED, f"this worker lost the lease: {lost}"
+        await asyncio.shield(sync_to_async(turn_save)(turn))
+        raise
     except asyncio.CancelledError:
         # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
         # start, and a replied one stays replied (its record may be saving as we stop).
@@ -192,7 +216,9 @@ async def turn_run(
         else:
             turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
         await sync_to_async(turn_save)(turn)
-    await publish(group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status))
+    await publish_live_update(
+        group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status)
+    )
     return turn
 
 
@@ -205,5 +231,30 @@ async def _turn_prepare_recorded(
     turn_context_record(turn, prepared)
     await sync_to_async(turn.save)()
     message_ids = [str(m.id) for m in prepared.turn_input.history]
-    await publish(channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids))
+    await publish_live_update(
+        channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids)
+    )
     return prepared
+
+
+async def turn_ask(
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    prepared: PreparedTurn,
+    *,
+    messages: list[Message],
+    persona_name: str,
+) -> tuple[Turn, TurnCompletion]:
+    """A background turn that asks the persona's models ``messages`` as written, with no tools
+    (a memory refresh, a memory extraction). Steps: create the `Turn` row (running), record the
+    context ``prepared`` read and the request, ask, record the exchange. Returns the unsaved
+    turn and the completion: the caller judges the reply, sets the status and saves."""
+    turn = await sync_to_async(turn_create)(request)
+    turn_context_record(turn, prepared)
+    turn.request = {"messages": messages}
+    turn.tool_allowlist = []
+    completion = await runtime.runner.complete_turn(
+        models=prepared.models, render=lambda plan: messages, persona_name=persona_name
+    )
+    turn_completion_record(turn, completion)
+    return turn, completion

@@ -45,7 +45,7 @@ async def test_beat_refreshes_a_due_memory_with_one_model_call(tmp_path):
         sandbox.sandbox.user_says(GENERAL, CAROL, "carol's private words")
         llm.enqueue(Reply("The gig moved to Sunday, Alice says."))
         worker = start_celery(
-            sandbox, llm, tmp_path / "beat-schedule", STM_MAINTENANCE_SECONDS="0.5"
+            sandbox, llm, tmp_path / "beat-schedule", SHORT_TERM_MEMORY_MAINTENANCE_SECONDS="0.5"
         )
         try:
 

@@ -36,7 +36,7 @@ LAYERS: dict[str, int] = {
     "botproject.env": 1,
     "botproject.settings": 1,
     "botproject.settings_test": 1,
-    "botproject.events": 1,
+    "botproject.live_updates": 1,
     "botproject.failures": 1,
     "chat.services": 2,
     "chat.why": 2,

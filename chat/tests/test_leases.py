@@ -10,8 +10,10 @@ import threading
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection, connections, transaction
+from django.db.models import DateTimeField, ExpressionWrapper
 
 from chat.leases import (
+    DatabaseNow,
     FencedPort,
     lease_keys_overlap,
     shard_lease_fenced,
@@ -19,6 +21,7 @@ from chat.leases import (
     shard_leases_claim,
     shard_leases_release,
 )
+from chat.models import ShardLease
 from chat.ports import ChannelPlace, LeaseLost
 from chat.selectors.event_queue import unread_channel_ids
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
@@ -44,6 +47,20 @@ def test_a_held_lease_keeps_a_second_worker_waiting_until_it_lapses():
     assert shard_leases_claim(shards=EVERY_SHARD, holder="a", ttl=dt.timedelta(0))  # lapses now
     assert shard_leases_claim(shards=EVERY_SHARD, holder="b", ttl=TTL)
     assert not shard_leases_claim(shards=EVERY_SHARD, holder="a", ttl=TTL)
+
+
+@pytest.mark.django_db
+def test_a_lease_expiring_at_the_database_clock_has_lapsed_at_it():
+    """The database reads one instant within a statement: a time computed from it (as a
+    claim computes ``expires_at``) is not after it, whatever text form SQLite gives each."""
+    ShardLease.objects.create(
+        shard_id=0, shard_count=1, holder="a", expires_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    )
+    expiry = ExpressionWrapper(DatabaseNow() + dt.timedelta(0), output_field=DateTimeField())
+
+    live = ShardLease.objects.annotate(expiry=expiry).filter(expiry__gt=DatabaseNow())
+
+    assert not live.exists()
 
 
 @pytest.mark.django_db

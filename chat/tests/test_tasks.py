@@ -73,7 +73,7 @@ def test_a_large_backlog_is_pruned_in_bounded_batches():
 def test_beat_runs_short_term_memory_maintenance_every_five_minutes():
     entry = settings.CELERY_BEAT_SCHEDULE["short-term-memory-maintenance"]
     assert entry["task"] == short_term_memory_maintenance_task.name
-    assert entry["schedule"] == settings.STM_MAINTENANCE_SECONDS == 300.0
+    assert entry["schedule"] == settings.SHORT_TERM_MEMORY_MAINTENANCE_SECONDS == 300.0
 
 
 def test_maintenance_picks_due_memories_of_quiet_channels_only():

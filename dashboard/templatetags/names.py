@@ -9,7 +9,7 @@ from typing import Any
 from django import template
 from django.utils.html import format_html
 
-from dashboard.names import NameBook, Shown, name_book
+from dashboard.names import NameBook, ShownName, name_book
 
 register = template.Library()
 
@@ -19,7 +19,7 @@ def _book(context: template.Context) -> NameBook:
     return book if isinstance(book, NameBook) else name_book(context.get("request"))
 
 
-def _render(shown: Shown, kind: str) -> str:
+def _render(shown: ShownName, kind: str) -> str:
     if not shown.discord_id:
         return format_html('<span class="name {}">{}</span>', kind, shown.text)
     title = f"{kind} id {shown.discord_id}" + ("" if shown.known else " (no name seen yet)")
@@ -59,7 +59,7 @@ def user_name(context: template.Context, user_id: Any, fallback: str = "") -> st
     """The user's name; ``fallback`` (e.g. the name on their message) when none was kept."""
     shown = _book(context).user(_id(user_id))
     if not shown.known and fallback:
-        shown = Shown(shown.discord_id, fallback)
+        shown = ShownName(shown.discord_id, fallback)
     return _render(shown, "user")
 
 

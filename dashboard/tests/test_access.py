@@ -163,9 +163,12 @@ def test_moderators_see_every_screen_without_edit_controls(guild, moderator_clie
 
 def test_moderators_read_the_values_on_the_persona_page(guild, moderator_client):
     tomori = Persona.objects.get(guild=guild, name="Tomori")
+    tomori.alternate_greetings = ["Oh. Hello.", "You again?\nGood."]
+    tomori.save(update_fields=["alternate_greetings"])
     page = moderator_client.get(reverse("dashboard:persona", args=[guild.guild_id, tomori.pk]))
     html = page.content.decode()
     assert "You are Tomori, a quiet poet." in html and "tomori, tomo" in html
+    assert "<blockquote>Oh. Hello.</blockquote><blockquote>You again?<br>Good.</blockquote>" in html
     assert "moderator (read-only)" in html
 
 

@@ -10,6 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from dashboard.tests.test_views import persona_post
+from personas.config_schema import CONFIG_FILE_MAX_BYTES
 from personas.models import Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -125,6 +126,27 @@ def test_an_uploaded_preset_is_assigned_to_the_persona_and_a_bad_one_is_named(gu
     assert "chat_preset.prompts[0].injection_position" in response.content.decode()
     rikki.refresh_from_db()
     assert rikki.chat_preset["name"] == "Mine"
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        pytest.param(b"{nope", "Preset: the file is not valid JSON", id="broken"),
+        pytest.param(b"\xff\xfe{}", "Preset: the file is not UTF-8 text", id="utf-16"),
+        pytest.param(b"[" * 200_000 + b"]" * 200_000, "is nested too deeply", id="deep"),
+        pytest.param(b" " * (CONFIG_FILE_MAX_BYTES + 1), "is larger than 4,194,304", id="big"),
+    ],
+)
+def test_a_preset_file_is_read_as_a_configuration_file_is(guild, admin_client, raw, words):
+    admin_client.post(reverse("dashboard:persona_new", args=[guild.guild_id]), persona_post())
+    rikki = Persona.objects.get(name="Rikki")
+    url = reverse("dashboard:chat_preset_upload", args=[guild.guild_id, rikki.pk])
+
+    response = admin_client.post(url, {"preset": SimpleUploadedFile("p.json", raw)}, follow=True)
+
+    assert words in response.content.decode()
+    rikki.refresh_from_db()
+    assert rikki.chat_preset is None
 
 
 def test_the_entry_editor_saves_rows_and_keeps_what_it_does_not_show(guild, admin_client):

@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from botproject.events import CONTROL_GROUP
+from botproject.live_updates import CONTROL_GROUP
 from chat.pipeline.tokens import default_token_counter
 from chat.services.commands import privacy_set
 from personas.config_schema import CONFIG_FILE_MAX_BYTES

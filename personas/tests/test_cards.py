@@ -147,6 +147,11 @@ def test_a_png_with_both_chunks_is_read_from_ccv3(guild, media):
             "does not hold valid JSON",
         ),
         (b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "The PNG file is damaged"),
+        (b"[" * 200_000 + b"]" * 200_000, "This is not a character card"),
+        (
+            png_bytes(chunks={"chara": base64.b64encode(b"[" * 200_000).decode()}),
+            "does not hold valid JSON",
+        ),
     ],
     ids=[
         "not-a-card",
@@ -157,6 +162,8 @@ def test_a_png_with_both_chunks_is_read_from_ccv3(guild, media):
         "broken-base64",
         "broken-json",
         "damaged-png",
+        "nested-too-deeply",
+        "nested-too-deeply-in-png",
     ],
 )
 def test_bad_files_are_refused_and_nothing_is_created(guild, media, data, message):

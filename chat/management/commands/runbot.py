@@ -1,14 +1,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import faulthandler
 import logging
 import signal
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chat.gateway.limits import SessionStartLimitReached
+from chat.leases import shard_lease_holders
 from chat.runtime import (
     llm_client_from_settings,
     vision_client_from_settings,
@@ -43,6 +47,13 @@ class Command(BaseCommand):
             "--shard-count", type=int, default=None, help="total shards across all workers"
         )
         parser.add_argument(
+            "--standby-shard-ids",
+            type=_shard_ids,
+            default=None,
+            help="another worker's shards this worker stands by for, e.g. 2,3: once that worker "
+            "holds them, it takes them over (all together) when their lease lapses",
+        )
+        parser.add_argument(
             "--lease-seconds",
             type=float,
             default=15.0,
@@ -73,6 +84,7 @@ class Command(BaseCommand):
         *args,
         shard_ids,
         shard_count,
+        standby_shard_ids,
         step_delay,
         lease_seconds,
         max_concurrency,
@@ -89,6 +101,13 @@ class Command(BaseCommand):
             raise CommandError("--shard-ids must be below --shard-count")
         if max_concurrency is not None and max_concurrency < 1:
             raise CommandError("--max-concurrency must be at least 1")
+        if standby_shard_ids is not None:
+            if not standby_shard_ids or not shard_ids or shard_count is None:
+                raise CommandError("--standby-shard-ids needs --shard-ids and --shard-count")
+            if max(standby_shard_ids) >= shard_count:
+                raise CommandError("--standby-shard-ids must be below --shard-count")
+            if set(standby_shard_ids) & set(shard_ids):
+                raise CommandError("--standby-shard-ids must not repeat --shard-ids")
         config = WorkerConfig(
             token=settings.DISCORD_TOKEN,
             api_base=settings.DISCORD_API_BASE,
@@ -100,9 +119,14 @@ class Command(BaseCommand):
             max_concurrency=max_concurrency,
             shared_limits=not no_shared_limits,
         )
-        asyncio.run(self._run(config))
+        configs = [config]
+        if standby_shard_ids:
+            configs.append(dataclasses.replace(config, shard_ids=standby_shard_ids))
+        asyncio.run(self._run(configs))
 
-    async def _run(self, config: WorkerConfig) -> None:
+    async def _run(self, configs: list[WorkerConfig]) -> None:
+        """Run a worker per config (its own shards, then the shards it stands by for), in one
+        process, until SIGTERM or Ctrl-C."""
         # `kill -USR1 <pid>` prints every thread's stack to stderr: a hung worker explains itself.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         stop = asyncio.Event()
@@ -114,7 +138,19 @@ class Command(BaseCommand):
         vision = vision_model_from_settings(vision_client or llm)
         proxies = proxy_resolver_from_settings()
         try:
-            await run_worker(config, llm=llm, stop=stop, vision=vision, proxies=proxies)
+            await asyncio.gather(
+                *(
+                    self._worker(
+                        config,
+                        stop=stop,
+                        standby=n > 0,
+                        llm=llm,
+                        vision=vision,
+                        proxies=proxies,
+                    )
+                    for n, config in enumerate(configs)
+                )
+            )
         except SessionStartLimitReached as error:
             raise CommandError(str(error)) from None
         finally:
@@ -124,3 +160,14 @@ class Command(BaseCommand):
             if vision_client is not None:
                 await vision_client.aclose()
         self.stdout.write("worker stopped")
+
+    @staticmethod
+    async def _worker(config: WorkerConfig, *, stop: asyncio.Event, standby: bool, **parts):
+        """One worker. Shards it stands by for are another worker's own: it waits until that
+        worker holds them (however slowly it starts), then takes them over when they lapse."""
+        while standby and not stop.is_set():
+            if await sync_to_async(shard_lease_holders)(shards=config.shards):
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), config.lease_seconds / 3)
+        await run_worker(config, stop=stop, **parts)

@@ -91,6 +91,7 @@ class World:
         proxies: bool = False,
         stream: bool = False,
         shared_limits: bool = False,
+        lease_seconds: float = 15.0,
         videos: bool = False,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
@@ -98,8 +99,9 @@ class World:
         with ``proxies`` it asks the sandbox's proxy-system API, as ``PLURALKIT_API_BASE``
         makes it; with ``stream`` its model requests stream, as the product's do; with
         ``shared_limits`` it paces IDENTIFYs and REST requests through Redis, as ``runbot``
-        does; with ``videos`` it asks the sandbox's transcript service, as
-        ``YOUTUBE_TRANSCRIPT_URL`` makes it."""
+        does; ``lease_seconds`` is how often it settles turns left by a previous holder; with
+        ``videos`` it asks the sandbox's transcript service, as ``YOUTUBE_TRANSCRIPT_URL`` makes
+        it."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -108,6 +110,7 @@ class World:
             shard_count=shard_count,
             step_delay=step_delay,
             shared_limits=shared_limits,
+            lease_seconds=lease_seconds,
         )
         llm_client = OpenAICompatibleClient(base_url=self.llm.base_url, api_key="test")
         runner = AttemptRunner(

@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.loop.autonomous import MAX_CAPPED_LOOPS, MAX_LOOP_ITERATIONS
-from chat.models import Turn
+from chat.models import Turn, UnreadEvent
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 from personas.models import GuildConfig, Persona
 
@@ -227,3 +227,20 @@ async def test_a_message_arriving_mid_stream_does_not_cut_the_reply_and_is_read_
     after_send = state_of(planner_requests(world)[2])
     assert "send_message: ok" in after_send
     assert "You have 1 unread message." in after_send and "wow, go on" in after_send
+
+
+async def test_a_message_whose_answer_was_cut_off_by_a_stop_stays_unread(world):
+    # The planner sends; the persona's model call is still running when the worker stops.
+    world.llm.enqueue(
+        action(action="send_message", persona="Tomori"), Fault(FaultKind.TIMEOUT, delay=30)
+    )
+    await world.start_worker()
+    said = world.say("is anyone around?", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(world.llm.chat_bodies) == 2)
+
+    await world.stop_worker()
+
+    turn = await Turn.objects.aget()
+    assert turn.status == Turn.Status.ABORTED
+    # The worker that runs the channel next still finds it unread, and answers it.
+    assert await UnreadEvent.objects.filter(message_id=int(said["id"])).aexists()

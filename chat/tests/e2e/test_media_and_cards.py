@@ -1,12 +1,15 @@
 """What the personas see of media and cards, through the real worker on the sandbox: an image
 posted again is one picture (its bytes' hash, not its upload's URL, is its identity); a dice
-bot's shared rolls are cards, its hidden rolls and diagnostics never reach a prompt."""
+bot's shared rolls are cards, its hidden rolls and diagnostics never reach a prompt; a
+minimal-verbosity notice gets its memory's current text back."""
 
 from __future__ import annotations
 
 import pytest
+from asgiref.sync import sync_to_async
 
-from chat.sandbox.demo import DEMO_GUILD_ID
+from chat.models import Memory
+from chat.sandbox.demo import DEMO_BOT_ID, DEMO_GUILD_ID
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 
@@ -87,3 +90,37 @@ async def test_hidden_dice_rolls_and_diagnostic_cards_never_reach_the_prompt(wor
     # The reply to the diagnostic card quotes nothing and points at nothing.
     [reply] = [line for line in text.splitlines() if "what does that mean?" in line]
     assert "replying to" not in reply
+
+
+@pytest.mark.parametrize("forgotten", [False, True])
+async def test_a_minimal_notice_shows_its_memorys_current_text(world, forgotten):
+    memory = await sync_to_async(Memory.objects.create)(
+        guild_id=DEMO_GUILD_ID,
+        kind=Memory.Kind.PERSONAL,
+        user_id=ALICE,
+        subject_name="Alice",
+        text="Alice's cat is called Miso",
+        source=Memory.Source.TOOL,
+    )
+    await world.start_worker()
+    world.say("my cat is called Miso")
+    # This bot's card at minimal verbosity: a title, and the memory it confirms in the footer.
+    world.sandbox.sandbox.create_message(
+        GENERAL,
+        author_id=DEMO_BOT_ID,
+        embeds=[{"title": "Memory saved", "footer": {"text": f"memory #{memory.id}"}}],
+    )
+    if forgotten:
+        await sync_to_async(memory.delete)()
+    world.say("tomori, what is my cat called?", author=BOB)
+    await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)  # the card, the reply
+    await world.settle()
+
+    [body] = world.llm.chat_bodies
+    text = _prompt_text(body)
+    notice = [line for line in text.splitlines() if "Memory saved" in line]
+    if forgotten:
+        assert notice == ["[System: Memory saved]"]
+    else:
+        assert notice == ["[System: Memory saved — About Alice: Alice's cat is called Miso]"]
+    assert "memory #" not in text

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -42,10 +43,11 @@ def start_runbot(
     log: Path | None = None,
     database_port: int | None = None,
     redis_url: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen:
     """``manage.py runbot`` against the sandbox; its log goes to ``log`` when given; with
     ``database_port`` it reaches the database through that local port (a proxy); with
-    ``redis_url`` it uses that Redis for its channel layer."""
+    ``redis_url`` it uses that Redis for its channel layer; ``extra_env`` adds settings."""
     env = {
         **os.environ,
         **({"REDIS_URL": redis_url} if redis_url else {}),
@@ -56,6 +58,7 @@ def start_runbot(
         "DISCORD_API_BASE": world.sandbox.api_base,
         "DISCORD_GATEWAY_URL": world.sandbox.gateway_url,
         "LLM_BASE_URL": world.llm.base_url,
+        **(extra_env or {}),
     }
     return subprocess.Popen(
         [sys.executable, "manage.py", "runbot", *args],
@@ -302,7 +305,9 @@ async def test_a_redis_restart_under_load_loses_and_repeats_nothing_and_logs_lit
         redis.wait(timeout=10)
 
     assert replies_by_trigger(world) == dict.fromkeys([*before, *during, *after, sentinel], 1)
-    publishing = [line for line in log.read_text().splitlines() if "publishing live events" in line]
+    publishing = [
+        line for line in log.read_text().splitlines() if "publishing live updates" in line
+    ]
     # 10 turns publish about 60 events, most of them into the outage: a handful of lines.
     assert 1 <= len(publishing) <= 8, publishing
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chat.gateway.cards import card_kind
+from chat.gateway.cards import card_kind, minimal_notice_memory
 from chat.pipeline.types import CardKind
 
 
@@ -31,3 +31,25 @@ from chat.pipeline.types import CardKind
 )
 def test_cards_are_recognised_by_what_they_say(own, preview, labels, body, expected):
     assert card_kind(own=own, preview=preview, labels=labels, body=body) is expected
+
+
+@pytest.mark.parametrize(
+    ("title", "description", "field_count", "footer", "expected"),
+    [
+        ("Memory saved", "", 0, "memory #303", 303),
+        ("Memory saved", "", 0, " Memory #7 ", 7),
+        ("Memory saved", "Alice likes tea", 0, "memory #303", None),  # full verbosity
+        ("Memory saved", "", 1, "memory #303", None),
+        ("", "", 0, "memory #303", None),
+        ("Memory saved", "", 0, "saved by Tomori", None),
+    ],
+)
+def test_a_minimal_notice_names_the_memory_it_confirms(
+    title, description, field_count, footer, expected
+):
+    assert (
+        minimal_notice_memory(
+            title=title, description=description, field_count=field_count, footer=footer
+        )
+        == expected
+    )

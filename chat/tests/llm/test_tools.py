@@ -15,9 +15,9 @@ from chat.llm.base import ModelSpec, ToolCall
 from chat.llm.fake_server import FakeLLMServer, Reply, ScriptedToolCall
 from chat.llm.tools import (
     MAX_CALLS_PER_ROUND,
-    TOOL_SPECS,
-    Attachment,
+    TOOL_DEFINITIONS,
     MessageMetadata,
+    ToolAttachment,
     ToolBox,
     ToolError,
     ToolName,
@@ -28,9 +28,9 @@ from chat.pipeline.tools import TOOL_CATALOGUE
 from chat.tests.llm.conftest import FakeShortTermMemory, RecordingRender
 
 MODEL = ModelSpec("fake-model")
-NOTES = Attachment("media_1", "notes.txt", "https://cdn.example/notes.txt", "text/plain", 27)
-PHOTO = Attachment("media_2", "cat.png", "https://cdn.example/cat.png", "image/png", 4096)
-BLOB = Attachment("media_3", "data.bin", "https://cdn.example/data.bin", "", 8)
+NOTES = ToolAttachment("media_1", "notes.txt", "https://cdn.example/notes.txt", "text/plain", 27)
+PHOTO = ToolAttachment("media_2", "cat.png", "https://cdn.example/cat.png", "image/png", 4096)
+BLOB = ToolAttachment("media_3", "data.bin", "https://cdn.example/data.bin", "", 8)
 ATTACHMENTS = {a.media_id: a for a in (NOTES, PHOTO, BLOB)}
 FIRST_MESSAGE = MessageMetadata(
     "Ann", datetime(2026, 7, 11, 9, 30, tzinfo=UTC), reply_to_ref="ref_0", media_ids=("media_2",)
@@ -46,7 +46,7 @@ class FakeAttachmentReader:
         }
     )
 
-    async def read(self, attachment: Attachment, *, max_bytes: int) -> bytes:
+    async def read(self, attachment: ToolAttachment, *, max_bytes: int) -> bytes:
         if attachment.url not in self.files:
             raise ToolError(f"{attachment.filename} is no longer available")
         return self.files[attachment.url][:max_bytes]
@@ -149,7 +149,7 @@ async def test_with_nothing_offered_the_request_has_no_tools_and_stray_calls_are
 
 
 def test_each_definition_is_a_function_whose_schema_rejects_unknown_arguments() -> None:
-    for name, spec in TOOL_SPECS.items():
+    for name, spec in TOOL_DEFINITIONS.items():
         definition = spec.definition()
         assert definition["type"] == "function"
         assert definition["function"]["name"] == name
@@ -419,8 +419,8 @@ async def test_the_memory_tool_takes_categories_and_refuses_an_empty_update(
 
 def test_every_tool_the_pipeline_can_offer_without_configuration_exists() -> None:
     unconfigured = {tool.name for tool in TOOL_CATALOGUE if not tool.needs_configuration}
-    assert unconfigured <= set(TOOL_SPECS)
-    assert ToolName.ANALYZE_IMAGE in TOOL_SPECS
+    assert unconfigured <= set(TOOL_DEFINITIONS)
+    assert ToolName.ANALYZE_IMAGE in TOOL_DEFINITIONS
 
 
 def animated_gif(colours: list[tuple[int, int, int]]) -> bytes:
@@ -448,7 +448,9 @@ def test_gif_frames_are_sampled_evenly_first_to_last() -> None:
 async def test_process_gif_shows_the_vision_model_sampled_frames(
     fake_server: FakeLLMServer, runner: AttemptRunner
 ) -> None:
-    dance = Attachment("media_4", "dance.gif", "https://cdn.example/dance.gif", "image/gif", 900)
+    dance = ToolAttachment(
+        "media_4", "dance.gif", "https://cdn.example/dance.gif", "image/gif", 900
+    )
     reader = FakeAttachmentReader(
         files={dance.url: animated_gif([(40 * n, 0, 0) for n in range(6)])}
     )

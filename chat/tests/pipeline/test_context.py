@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chat.pipeline.context import build_turn_context, cacheable_prefix_end
+from chat.pipeline.context import build_turn_context
 from chat.pipeline.dialogue import date_label
 from chat.pipeline.items import ContextItem, ItemTag
 from chat.pipeline.projections import to_completion_text
+from chat.pipeline.prompt_cache import cacheable_prefix_end
 from chat.pipeline.tokens import O200kTokenCounter
 from chat.pipeline.types import (
     ContextNote,
@@ -79,29 +80,33 @@ def test_the_whole_prompt_in_order():
             history,
             persona=persona,
             memories=("About Alice: likes tea",),
-            stm_text="Morning greetings.",
+            short_term_memory_text="Morning greetings.",
         )
     )
 
     assert [(item.tag, item.role, item.text) for item in context.items] == [
         (ItemTag.SYSTEM_PROMPT, Role.SYSTEM, "You are Tomori, talking with Alice."),
-        (ItemTag.STM, Role.SYSTEM, "Short-term memory of this conversation:\nMorning greetings."),
+        (
+            ItemTag.SHORT_TERM_MEMORY,
+            Role.SYSTEM,
+            "Short-term memory of this conversation:\nMorning greetings.",
+        ),
         (ItemTag.SAMPLE_DIALOGUE, Role.USER, "Alice: hi"),
         (ItemTag.SAMPLE_DIALOGUE, Role.ASSISTANT, "Tomori: hey!"),
         (ItemTag.DIALOGUE_HISTORY, Role.USER, "Bob: [ref_1] morning all"),
         (ItemTag.DIALOGUE_HISTORY, Role.ASSISTANT, "Tomori: [ref_2] morning!"),
+        (
+            ItemTag.MEMORY,
+            Role.USER,
+            "[System: Things you remember that may bear on this conversation:\n"
+            "- About Alice: likes tea]",
+        ),
         (ItemTag.CONTEXT_NOTE_INJECTION, Role.USER, "[System: Keep it short.]"),
         (
             ItemTag.DIALOGUE_HISTORY,
             Role.USER,
             "Alice: [ref_3] Tomori, what's this? "
             "[System: notes.txt is attached as media_1. Call read_file with media_1 to read it.]",
-        ),
-        (
-            ItemTag.MEMORY,
-            Role.USER,
-            "[System: Things you remember that may bear on this conversation:\n"
-            "- About Alice: likes tea]",
         ),
         (
             ItemTag.TAIL_DIRECTIVE,

@@ -14,7 +14,7 @@ from chat.pipeline.memory import (
     build_summary_messages,
     clip_summary,
     pending_raw_turns,
-    stm_maintenance_due,
+    short_term_memory_maintenance_due,
     summary_expired,
     visible_memory_text,
 )
@@ -42,13 +42,20 @@ def counted(turns: int, *, ago: dt.timedelta = dt.timedelta(minutes=10)) -> Memo
     ],
 )
 def test_maintenance_is_due_at_the_cadence_only_with_tools_on(turns, tools_on, due):
-    assert stm_maintenance_due(counted(turns), refresh_every=5, tools_on=tools_on, now=NOW) is due
+    assert (
+        short_term_memory_maintenance_due(
+            counted(turns), refresh_every=5, tools_on=tools_on, now=NOW
+        )
+        is due
+    )
 
 
 def test_a_custom_cadence_is_honoured_and_no_memory_is_never_due():
-    assert stm_maintenance_due(counted(2), refresh_every=2, tools_on=True, now=NOW)
-    assert not stm_maintenance_due(counted(2), refresh_every=3, tools_on=True, now=NOW)
-    assert not stm_maintenance_due(None, refresh_every=1, tools_on=True, now=NOW)
+    assert short_term_memory_maintenance_due(counted(2), refresh_every=2, tools_on=True, now=NOW)
+    assert not short_term_memory_maintenance_due(
+        counted(2), refresh_every=3, tools_on=True, now=NOW
+    )
+    assert not short_term_memory_maintenance_due(None, refresh_every=1, tools_on=True, now=NOW)
 
 
 @pytest.mark.parametrize(
@@ -62,7 +69,9 @@ def test_a_custom_cadence_is_honoured_and_no_memory_is_never_due():
 def test_raw_turns_expire_twelve_hours_after_the_newest(ago, pending):
     memory = counted(7, ago=ago)
     assert pending_raw_turns(memory, now=NOW) == pending
-    assert stm_maintenance_due(memory, refresh_every=5, tools_on=True, now=NOW) is bool(pending)
+    assert short_term_memory_maintenance_due(
+        memory, refresh_every=5, tools_on=True, now=NOW
+    ) is bool(pending)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +118,7 @@ def test_due_maintenance_admits_the_memory_tool_without_keywords_unless_tools_ar
         deliberate_tool_mode=True,
         trigger=None,
         configured_tools=frozenset(),
-        stm_maintenance_due=True,
+        short_term_memory_maintenance_due=True,
         is_queued_turn=False,
     )
     off = admit_tools(
@@ -117,7 +126,7 @@ def test_due_maintenance_admits_the_memory_tool_without_keywords_unless_tools_ar
         deliberate_tool_mode=False,
         trigger=None,
         configured_tools=frozenset(),
-        stm_maintenance_due=True,
+        short_term_memory_maintenance_due=True,
         is_queued_turn=False,
     )
     assert on.tools == (ToolName.UPDATE_SHORT_TERM_MEMORY,)
@@ -135,35 +144,44 @@ def history(count: int) -> list:
 
 def test_the_memory_sits_at_its_saved_depth_in_the_dialogue():
     context = build_turn_context(
-        turn_input(history(6), stm_text="Bob is moving house.", stm_depth=2)
+        turn_input(
+            history(6), short_term_memory_text="Bob is moving house.", short_term_memory_depth=2
+        )
     )
     tags = [item.tag for item in context.items]
-    assert ItemTag.STM in tags
-    stm_index = tags.index(ItemTag.STM)
-    stm = context.items[stm_index]
-    assert (stm.role, stm.depth) == (Role.USER, 2)
-    assert stm.text == "[System: Short-term memory of this conversation:\nBob is moving house.]"
-    after = [t for t in tags[stm_index + 1 :] if t is ItemTag.DIALOGUE_HISTORY]
+    assert ItemTag.SHORT_TERM_MEMORY in tags
+    short_term_memory_index = tags.index(ItemTag.SHORT_TERM_MEMORY)
+    short_term_memory = context.items[short_term_memory_index]
+    assert (short_term_memory.role, short_term_memory.depth) == (Role.USER, 2)
+    assert (
+        short_term_memory.text
+        == "[System: Short-term memory of this conversation:\nBob is moving house.]"
+    )
+    after = [t for t in tags[short_term_memory_index + 1 :] if t is ItemTag.DIALOGUE_HISTORY]
     assert len(after) == 2
-    assert context.cacheable_prefix_end <= stm_index
+    assert context.cacheable_prefix_end <= short_term_memory_index
 
 
 def test_without_a_depth_the_memory_is_in_the_system_block():
-    context = build_turn_context(turn_input(history(3), stm_text="Bob is moving house."))
-    [stm] = [item for item in context.items if item.tag is ItemTag.STM]
-    assert (stm.role, stm.depth) == (Role.SYSTEM, None)
-    assert context.items.index(stm) < context.cacheable_prefix_end
+    context = build_turn_context(
+        turn_input(history(3), short_term_memory_text="Bob is moving house.")
+    )
+    [short_term_memory] = [item for item in context.items if item.tag is ItemTag.SHORT_TERM_MEMORY]
+    assert (short_term_memory.role, short_term_memory.depth) == (Role.SYSTEM, None)
+    assert context.items.index(short_term_memory) < context.cacheable_prefix_end
 
 
 def test_truncation_keeps_the_memory_at_its_depth():
     context = build_turn_context(
-        turn_input(history(40), stm_text="Bob is moving house.", stm_depth=3)
+        turn_input(
+            history(40), short_term_memory_text="Bob is moving house.", short_term_memory_depth=3
+        )
     )
     kept, report = truncate_dialogue_history(
         context.items, budget=context.total_tokens // 2, stride=6
     )
     assert report.removed_entries > 0
     tags = [item.tag for item in kept]
-    stm_index = tags.index(ItemTag.STM)
-    after = [t for t in tags[stm_index + 1 :] if t is ItemTag.DIALOGUE_HISTORY]
+    short_term_memory_index = tags.index(ItemTag.SHORT_TERM_MEMORY)
+    after = [t for t in tags[short_term_memory_index + 1 :] if t is ItemTag.DIALOGUE_HISTORY]
     assert len(after) == 3

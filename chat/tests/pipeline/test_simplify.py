@@ -15,6 +15,7 @@ from chat.pipeline.simplify import (
     QUOTE_LIMIT,
     EntryKind,
     blocked_user_ids,
+    build_simplified_history,
     hidden_user_ids,
 )
 from chat.pipeline.types import (
@@ -26,6 +27,7 @@ from chat.pipeline.types import (
     EmbedField,
     ForwardedSnapshot,
     MessageReference,
+    NameDirectory,
     PrivacyLevel,
     ProxyIdentity,
     Reaction,
@@ -524,3 +526,29 @@ def test_a_notice_the_bot_posted_is_nobodys_line() -> None:
 
     assert [entry.prose for entry in history.entries] == ["anon, hi", "hi alice"]
     assert history.id_map.message_key(sf(2)) is None
+
+
+@pytest.mark.parametrize(
+    ("bodies", "expected"),
+    [
+        ({303: "About Alice: likes tea"}, "Memory saved — About Alice: likes tea"),
+        ({}, "Memory saved"),  # the memory was forgotten, or its subject keeps it out
+    ],
+)
+def test_a_minimal_notice_gets_its_body_back(bodies, expected):
+    card = Embed(
+        title="Memory saved", footer="memory #303", kind=CardKind.MINIMAL_NOTICE, memory_id=303
+    )
+    messages = [message(1, "", author=TOMORI, embeds=(card,))]
+
+    (entry,) = build_simplified_history(
+        messages,
+        reply_targets={},
+        names=NameDirectory(),
+        hidden_user_ids=frozenset(),
+        blocked_user_ids=frozenset(),
+        timezone=UTC,
+        notice_bodies=bodies,
+    ).entries
+
+    assert (entry.kind, entry.parts[0].body) == (EntryKind.NOTICE, expected)

@@ -17,13 +17,18 @@ def trigger_entry(*messages):
 
 
 def admitted(
-    trigger, *, configured=EVERYTHING_CONFIGURED, deliberate=True, stm_due=False, queued=False
+    trigger,
+    *,
+    configured=EVERYTHING_CONFIGURED,
+    deliberate=True,
+    short_term_memory_due=False,
+    queued=False,
 ):
     return admit_tools(
         deliberate_tool_mode=deliberate,
         trigger=trigger,
         configured_tools=configured,
-        stm_maintenance_due=stm_due,
+        short_term_memory_maintenance_due=short_term_memory_due,
         is_queued_turn=queued,
     ).tools
 
@@ -80,8 +85,10 @@ def test_deliberate_mode_off_offers_every_available_tool():
     assert len(admitted(None, deliberate=False)) == len(TOOL_CATALOGUE)
 
 
-def test_stm_maintenance_admits_the_memory_tool_without_keywords():
-    assert admitted(trigger_entry(message(1, "hi")), stm_due=True) == ("update_short_term_memory",)
+def test_short_term_memory_maintenance_admits_the_memory_tool_without_keywords():
+    assert admitted(trigger_entry(message(1, "hi")), short_term_memory_due=True) == (
+        "update_short_term_memory",
+    )
 
 
 @pytest.mark.parametrize("deliberate", [True, False])
@@ -97,7 +104,7 @@ def test_each_offered_tool_says_why():
         deliberate_tool_mode=True,
         trigger=trigger_entry(message(1, "look at this file", attachments=(document(50),))),
         configured_tools=EVERYTHING_CONFIGURED,
-        stm_maintenance_due=True,
+        short_term_memory_maintenance_due=True,
         is_queued_turn=False,
     ).reasons
 
@@ -117,7 +124,7 @@ def test_a_follow_up_keeps_the_tools_the_answered_reply_had(configured, expected
         deliberate_tool_mode=True,
         trigger=trigger_entry(message(1, "and the second line?")),
         configured_tools=configured,
-        stm_maintenance_due=False,
+        short_term_memory_maintenance_due=False,
         is_queued_turn=False,
         follow_up_tools=frozenset({"read_file", "analyze_image"}),
     )
@@ -141,7 +148,7 @@ def test_an_autonomous_channel_admits_the_sticker_tool_when_it_can_be_used(
         deliberate_tool_mode=True,
         trigger=trigger_entry(message(1, "hello everyone")),
         configured_tools=configured,
-        stm_maintenance_due=False,
+        short_term_memory_maintenance_due=False,
         is_queued_turn=False,
         autonomous=autonomous,
     )

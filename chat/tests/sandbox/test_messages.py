@@ -9,6 +9,7 @@ import pytest
 
 from chat.sandbox import SandboxServer, Upload
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS
+from chat.sandbox.errors import DiscordAPIError
 from chat.tests.sandbox.conftest import RecordingClient
 
 GENERAL = DEMO_CHANNEL_IDS["general"]
@@ -181,3 +182,25 @@ async def test_an_expired_attachment_url_is_refused_until_refreshed(
         assert (response.status, await response.read()) == (200, b"hi")
     async with aiohttp.ClientSession() as session, session.get(attachment.url) as response:
         assert response.status == 404
+
+
+async def test_a_dm_opened_by_the_bot_carries_messages_both_ways_without_a_guild(
+    server: SandboxServer, bot: RecordingClient, rest
+) -> None:
+    alice = await bot.fetch_user(ALICE)
+    dm = await alice.create_dm()  # POST /users/@me/channels
+    assert server.sandbox.open_dm(ALICE) == dm.id
+
+    server.sandbox.user_says(dm.id, ALICE, "psst, a secret")
+    received = await bot.next_event("message")
+    await dm.send("safe with me")
+    echo = await bot.next_event("message")
+
+    assert received.guild is None and isinstance(received.channel, discord.DMChannel)
+    assert (received.channel.id, received.content) == (dm.id, "psst, a secret")
+    assert (echo.guild, echo.content) == (None, "safe with me")
+    status, channel = await rest("GET", f"/channels/{dm.id}")
+    assert (status, channel["type"], channel["recipients"][0]["id"]) == (200, 1, str(ALICE))
+    with pytest.raises(DiscordAPIError) as refused:
+        server.sandbox.user_says(dm.id, BOB, "let me in")
+    assert refused.value.status == 403

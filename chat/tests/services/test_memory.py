@@ -4,11 +4,13 @@ Discord and the fake model over HTTP."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from chat import selectors
 from chat.llm.fake_server import Fault, FaultKind, Reply
@@ -20,9 +22,11 @@ from chat.selectors.short_term_memory import short_term_memories, short_term_mem
 from chat.services.memory_refresh import short_term_memory_refresh
 from chat.services.short_term_memory import (
     REFRESH_CLAIM_TTL,
+    REFRESH_RUN_TTL,
     short_term_memory_claim,
     short_term_memory_clear,
     short_term_memory_expire,
+    short_term_memory_refresh_begin,
 )
 from chat.services.turn_request import TurnRequest
 from chat.services.turns import turn_prepare, turn_run
@@ -207,6 +211,50 @@ async def test_a_refresh_summarises_the_visible_window_in_one_model_call(bench: 
         trigger_id=chat(4, "").id, persona_id=bench.tomori.id
     )
     assert bench.discord.delivered == []
+
+
+async def test_two_concurrent_refresh_requests_make_one_model_call(bench: Bench):
+    bench.discord.post(chat(1, "the van is booked for nine", author=ALICE))
+    memory = await due_memory(bench)
+    # A slow model: the second request arrives while the first one's call is in flight.
+    bench.llm.enqueue(Fault(FaultKind.TIMEOUT, delay=0.5))
+
+    results = await asyncio.gather(
+        short_term_memory_refresh(runtime=bench.runtime, memory_id=memory.id),
+        short_term_memory_refresh(runtime=bench.runtime, memory_id=memory.id),
+    )
+
+    assert sorted((r.status, r.detail) for r in results) == [
+        ("refreshed", ""),
+        ("skipped", "another refresh of this memory is running"),
+    ]
+    assert len(bench.llm.chat_bodies) == 1
+    assert await Turn.objects.acount() == 1
+    await memory.arefresh_from_db()
+    assert (memory.refresh_run, memory.refresh_run_at) == ("", None)
+    # The stretch is summarised: a request that comes later finds nothing due.
+    later = await short_term_memory_refresh(runtime=bench.runtime, memory_id=memory.id)
+    assert (later.status, later.detail) == ("skipped", "no longer due")
+    assert len(bench.llm.chat_bodies) == 1
+
+
+async def test_a_refresh_run_taken_over_as_dead_keeps_nothing(bench: Bench):
+    bench.discord.post(chat(1, "the van is booked for nine", author=ALICE))
+    memory = await due_memory(bench)
+    stale = await sync_to_async(short_term_memory_refresh_begin)(memory_id=memory.id)
+    assert stale is not None
+    assert await sync_to_async(short_term_memory_refresh_begin)(memory_id=memory.id) is None
+    # The first run's process died: past REFRESH_RUN_TTL its claim lapses.
+    await ShortTermMemory.objects.filter(id=memory.id).aupdate(
+        refresh_run_at=timezone.now() - REFRESH_RUN_TTL - dt.timedelta(seconds=1)
+    )
+    bench.llm.enqueue(Reply("Alice booked the van."))
+
+    result = await short_term_memory_refresh(runtime=bench.runtime, memory_id=memory.id)
+
+    assert result.status == "refreshed"
+    await memory.arefresh_from_db()
+    assert memory.summary == "Alice booked the van."
 
 
 async def test_a_refresh_skips_a_memory_that_is_no_longer_due(bench: Bench):

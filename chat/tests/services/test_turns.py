@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.apps import apps
 
+from chat.leases import FencedPort
 from chat.llm.fake_server import Fault, FaultKind, Reply, ScriptedToolCall
 from chat.models import MessageIndex, ShortTermMemory, Turn
 from chat.pipeline.types import HistoryMessage, MessageReference
-from chat.ports import DeliveryError, Speaker
+from chat.ports import DeliveryError, LeaseLost, Speaker
 from chat.selectors import turn_already_answered
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_record import LEFT_OUT_AFTER_TRIGGER, window_report
@@ -199,6 +201,30 @@ async def test_a_refused_delivery_fails_the_turn_and_indexes_nothing(bench: Benc
     assert await MessageIndex.objects.acount() == 0
 
 
+class _LostLease:
+    """The fence of a worker whose lease another worker took."""
+
+    async def check(self, guild_id: int | None) -> None:
+        raise LeaseLost(f"guild {guild_id} belongs to another worker now")
+
+
+async def test_a_turn_whose_lease_was_lost_is_aborted_and_raises(bench: Bench):
+    runtime = dataclasses.replace(bench.runtime, port=FencedPort(bench.discord, fence=_LostLease()))
+    trigger = bench.discord.post(message(1, "tomori, hello?", author=ALICE))
+
+    with pytest.raises(LeaseLost):
+        await turn_run(runtime=runtime, request=await bench.request(trigger, bench.tomori))
+
+    turn = await Turn.objects.aget()
+    assert (turn.status, turn.delivered_message_ids) == (Turn.Status.ABORTED, [])
+    assert "lost the lease" in turn.error
+    assert bench.discord.delivered == []
+    # Not an answer: the worker that owns the channel now answers the trigger.
+    assert not await sync_to_async(turn_already_answered)(
+        trigger_id=trigger.id, persona_id=bench.tomori.id
+    )
+
+
 async def test_a_budget_that_cannot_fit_is_a_warning_on_the_turn(bench: Bench):
     bench.tomori.context_window, bench.tomori.max_output_tokens = 600, 500
     bench.tomori.system_prompt = "Be Tomori. " * 60
@@ -380,6 +406,23 @@ async def test_a_queued_turn_starts_at_the_channels_anchor_and_ends_at_its_trigg
     assert (queued.window["reanchor_reason"], queued.window["advanced_by"]) == (None, 0)
     report = window_report(queued)
     assert {"reason": LEFT_OUT_AFTER_TRIGGER, "count": 14} in report["left_out"]
+
+
+async def test_a_queued_window_past_the_limit_advances_the_anchor_by_a_stride(bench: Bench):
+    await GuildConfig.objects.filter(guild_id=GUILD_ID).aupdate(message_fetch_limit=20)
+    lines = seed(bench, count=30)
+    await turn_prepare(runtime=bench.runtime, request=await bench.request(lines[-1], bench.tomori))
+    triggers = [bench.discord.post(chat(n, f"tomori, question {n}?")) for n in range(31, 51)]
+
+    # 17..38 would be 22 messages: the anchor (17) moves one stride (6) to 23.
+    queued = await turn_prepare(
+        runtime=bench.runtime,
+        request=await bench.request(triggers[7], bench.tomori, is_queued_turn=True),
+    )
+
+    history = [m.id for m in queued.turn_input.history]
+    assert history == [m.id for m in lines[22:]] + [t.id for t in triggers[:8]]
+    assert (queued.window["reanchor_reason"], queued.window["advanced_by"]) == (None, 6)
 
 
 async def test_each_streamed_piece_has_its_own_nonce_and_the_humanizer_applies(bench: Bench):

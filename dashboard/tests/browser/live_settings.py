@@ -2,7 +2,7 @@
 
 The test settings, pointed at the running test's database and channel-layer prefix (both
 passed in the environment by the test that starts daphne), so the pages, the test and the bot
-worker share data and live events.
+worker share data and live updates.
 """
 
 from __future__ import annotations

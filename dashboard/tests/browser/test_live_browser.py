@@ -20,7 +20,7 @@ from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from playwright.async_api import Page, expect
 
-from botproject.events import UnreadCount, channel_group
+from botproject.live_updates import UnreadCount, channel_group
 from chat.models import Turn, UnreadEvent
 from chat.tests.e2e.conftest import ALICE, GENERAL, eventually
 from dashboard.tests.browser.conftest import running_daphne
@@ -275,7 +275,7 @@ async def test_live_pages_reconnect_after_a_redis_restart(transactional_db, brow
 
             # The page opens a new socket by itself (the consumer rejoins its group) …
             await eventually(lambda: _opened_again(page), within=30)
-            # … and the next event reaches it.
+            # … and the next update reaches it.
             await sync_to_async(UnreadEvent.objects.create)(
                 channel_id=GENERAL,
                 message_id=1400000000000000030,

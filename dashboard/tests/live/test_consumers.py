@@ -1,5 +1,5 @@
 """The websocket consumers through the real ASGI application (origin check, session auth,
-routing) and the real Redis channel layer: who may connect, and what each event pushes."""
+routing) and the real Redis channel layer: who may connect, and what each live update pushes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from botproject.asgi import application
-from botproject.events import (
+from botproject.live_updates import (
     OVERVIEW_GROUP,
     LoopState,
     LoopStateName,
@@ -22,7 +22,7 @@ from botproject.events import (
     UnreadCount,
     WorkerPulse,
     channel_group,
-    publish,
+    publish_live_update,
 )
 from chat.heartbeats import worker_heartbeat_record
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
@@ -98,21 +98,21 @@ async def test_a_moderator_gets_the_channel_now_and_every_change_after(guild_asy
         author_id=1300000000000000009,
         event={"author": {"display_name": "Alice"}, "content": "is anyone awake?"},
     )
-    await publish(channel_group(CHANNEL), UnreadCount(count=1))
+    await publish_live_update(channel_group(CHANNEL), UnreadCount(count=1))
     pushed = await _receive_until(socket, "is anyone awake?")
     assert 'id="unread-pool"' in pushed and 'data-count="1"' in pushed
 
-    await publish(channel_group(CHANNEL), LoopState(state=LoopStateName.BUSY))
+    await publish_live_update(channel_group(CHANNEL), LoopState(state=LoopStateName.BUSY))
     assert 'data-state="busy"' in await _receive_until(socket, 'id="loop-state"')
 
     step = LoopStep(iteration=2, action="send_message", success=True, result="Tomori: replied")
-    await publish(channel_group(CHANNEL), step)
+    await publish_live_update(channel_group(CHANNEL), step)
     pushed = await _receive_until(socket, "send_message")
     assert 'hx-swap-oob="beforeend:#planner-steps"' in pushed and "Tomori: replied" in pushed
 
-    # A malformed event is ignored; the socket keeps working.
+    # A malformed update is ignored; the socket keeps working.
     await get_channel_layer().group_send(channel_group(CHANNEL), {"type": "unread.count"})
-    await publish(channel_group(CHANNEL), LoopState(state=LoopStateName.IDLE))
+    await publish_live_update(channel_group(CHANNEL), LoopState(state=LoopStateName.IDLE))
     await _receive_until(socket, 'data-state="idle"')
     await socket.disconnect()
 
@@ -133,9 +133,9 @@ async def test_an_admin_watches_the_overview_follow_worker_pulses(guild_async):
     pushed = await _receive_until(socket, "latency")
     assert "shard 0 of 1" in pushed and "50.0 ms" in pushed
     # The overview also listens to the configured channels' groups.
-    await publish(OVERVIEW_GROUP, WorkerPulse(holder="h:1:a", shard_ids=[0]))
+    await publish_live_update(OVERVIEW_GROUP, WorkerPulse(holder="h:1:a", shard_ids=[0]))
     await _receive_until(socket, 'id="overview"')
-    await publish(channel_group(CHANNEL), UnreadCount(count=0))
+    await publish_live_update(channel_group(CHANNEL), UnreadCount(count=0))
     await _receive_until(socket, 'id="overview"')
     await socket.disconnect()
 

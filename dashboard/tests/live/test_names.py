@@ -10,6 +10,7 @@ import pytest
 from django.template import Context, Template
 
 from chat.models import DiscordName, EventQueue, Turn, WorkerHeartbeat
+from personas.models import Block
 
 GUILD = 1100000000000000001
 GENERAL = 1200000000000000001
@@ -134,3 +135,75 @@ def test_a_user_without_a_kept_name_falls_back_to_the_name_on_their_message(name
     unknown, hidden = html.split("|")
     assert 'title="user id 42"' in unknown and ">Zed<" in unknown
     assert ">a user with full privacy<" in hidden and "Leak" not in hidden
+
+
+def _offered(html: str) -> list[str]:
+    """The members a page's user field offers (its datalist's options)."""
+    return re.findall(r'<option value="([^"]*\(\d+\))">', html)
+
+
+def test_user_fields_offer_members_by_name_and_never_a_user_with_full_privacy(
+    admin_client, settings, named
+):
+    settings.DISCORD_TOKEN = ""  # the preview page still offers whom to speak as
+    blocks = admin_client.get(f"/guilds/{GUILD}/blocks/").content.decode()
+    preview = admin_client.get(f"/channels/{GENERAL}/preview/?persona=Tomori").content.decode()
+
+    for html in (blocks, preview):
+        assert _offered(html) == [f"Alice ({ALICE})", f"Rikki ({BLOCKED})"]
+        assert "Secret Name" not in html
+
+
+@pytest.mark.parametrize(
+    ("typed", "user_id"),
+    [
+        (f"Alice ({ALICE})", ALICE),  # picked from the list
+        ("rikki", BLOCKED),  # a member's name, typed in any case
+        ("1300000000000000077", 1300000000000000077),  # an id nobody named
+    ],
+)
+def test_a_block_takes_a_member_picked_by_name_or_an_id(admin_client, named, typed, user_id):
+    response = admin_client.post(
+        f"/guilds/{GUILD}/blocks/", {"persona": "", "user_id": typed, "type": "mute"}
+    )
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Block.objects.filter(user_id=user_id, type="mute").exists()
+
+
+@pytest.mark.parametrize(
+    ("typed", "problem"),
+    [
+        ("Secret Name", "No member named “Secret Name” is known here"),  # full privacy
+        ("Nobody", "No member named “Nobody” is known here"),
+        ("99999999999999999999", "99999999999999999999 is too large to be a Discord user id"),
+    ],
+)
+def test_a_user_field_refuses_what_names_no_member(admin_client, named, typed, problem):
+    before = Block.objects.count()
+    response = admin_client.post(
+        f"/guilds/{GUILD}/blocks/", {"persona": "", "user_id": typed, "type": "mute"}
+    )
+    preview = admin_client.get(
+        f"/channels/{GENERAL}/preview/", {"persona": "Tomori", "as": typed, "text": "hi"}
+    )
+
+    assert response.status_code == 400 and problem in response.content.decode()
+    assert Block.objects.count() == before
+    assert problem in preview.content.decode()
+
+
+def test_picking_a_name_two_members_share_asks_for_one_of_them(admin_client, named):
+    DiscordName.objects.create(kind="user", discord_id=42, name="alice", guild_id=GUILD)
+    response = admin_client.post(
+        f"/guilds/{GUILD}/blocks/", {"persona": "", "user_id": "Alice", "type": "mute"}
+    )
+
+    assert "Several members are named “Alice”: pick one from the list" in (
+        response.content.decode()
+    )
+    assert _offered(admin_client.get(f"/guilds/{GUILD}/blocks/").content.decode()) == [
+        "alice (42)",
+        f"Alice ({ALICE})",
+        f"Rikki ({BLOCKED})",
+    ]

@@ -7,14 +7,14 @@ import asyncio
 import pytest
 from channels.layers import get_channel_layer
 
-from botproject.events import channel_group
+from botproject.live_updates import channel_group
 from chat.models import Turn
 from chat.tests.e2e.conftest import GENERAL, eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 
-async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):
+async def test_a_turn_publishes_loop_window_and_turn_updates_in_order(world):
     layer = get_channel_layer()
     inbox = await layer.new_channel()
     await layer.group_add(channel_group(GENERAL), inbox)
@@ -33,7 +33,7 @@ async def test_a_turn_publishes_loop_window_and_turn_events_in_order(world):
     finally:
         await layer.group_discard(channel_group(GENERAL), inbox)
 
-    types = [event["type"] for event in received]
+    types = [update["type"] for update in received]
     # The scheduler announces the pool as soon as the message reaches it (before the channel's
     # loop starts), and the loop again when it reads that batch.
     assert types == [

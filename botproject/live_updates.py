@@ -1,7 +1,7 @@
-"""The live-event vocabulary: group names, event types and their payloads, in one place.
+"""The dashboard's live updates: group names, update types and their payloads, in one place.
 
 The bot worker publishes, the configuration services publish, the dashboard's consumers
-receive; all of them name groups and events through this module, never through string literals.
+receive; all of them name groups and updates through this module, never through string literals.
 
 Groups:
     ``channel.<id>`` (`channel_group`): what happens in one Discord channel — loop state,
@@ -10,12 +10,13 @@ Groups:
     ``dashboard.overview`` (`OVERVIEW_GROUP`): worker heartbeats (``worker.pulse``) and shard
         leases taken or released (``shard.lease``).
 
-On the wire an event is a dict ``{"type": "<event type>", **payload}`` (Channels' convention: a
+On the wire an update is a dict ``{"type": "<update type>", **payload}`` (Channels' convention: a
 consumer method named after the type with dots as underscores receives it, ``turn.finished`` →
-``turn_finished``); `Event.as_message` writes it and `parse_event` reads it back.
+``turn_finished``); `LiveUpdate.as_message` writes it and `parse_live_update` reads it back.
 
-Events go out after the change they announce is committed: sync code uses `publish_on_commit`
-(``transaction.on_commit``), async services publish after their awaited save has returned.
+Updates go out after the change they announce is committed: sync code uses
+`publish_live_update_on_commit` (``transaction.on_commit``), async services publish after their
+awaited save has returned.
 Publishing never raises: a dashboard or a Redis that is down must not stop the bot.
 """
 
@@ -36,18 +37,18 @@ from django.db import transaction
 from botproject.failures import FailureStreak
 
 logger = logging.getLogger(__name__)
-_publishing = FailureStreak(logger, "publishing live events")
+_publishing = FailureStreak(logger, "publishing live updates")
 
 CONTROL_GROUP = "bot.control"
 OVERVIEW_GROUP = "dashboard.overview"
 
 
 def channel_group(channel_id: int) -> str:
-    """The group of one Discord channel's live events."""
+    """The group of one Discord channel's live updates."""
     return f"channel.{channel_id}"
 
 
-class EventType(StrEnum):
+class LiveUpdateType(StrEnum):
     LOOP_STATE = "loop.state"
     LOOP_STEP = "loop.step"
     UNREAD_COUNT = "unread.count"
@@ -66,28 +67,28 @@ class LoopStateName(StrEnum):
 
 
 @dataclass(frozen=True)
-class Event:
+class LiveUpdate:
     """A payload; subclasses name their `type`."""
 
-    type: ClassVar[EventType]
+    type: ClassVar[LiveUpdateType]
 
     def as_message(self) -> dict[str, Any]:
         return {"type": str(self.type), **dataclasses.asdict(self)}
 
 
 @dataclass(frozen=True)
-class LoopState(Event):
+class LoopState(LiveUpdate):
     """A channel's busy stretch began (``busy``) or ended (``idle``)."""
 
-    type: ClassVar[EventType] = EventType.LOOP_STATE
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.LOOP_STATE
     state: LoopStateName
 
 
 @dataclass(frozen=True)
-class LoopStep(Event):
+class LoopStep(LiveUpdate):
     """One autonomous planner step and its result."""
 
-    type: ClassVar[EventType] = EventType.LOOP_STEP
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.LOOP_STEP
     iteration: int
     action: str
     success: bool
@@ -95,73 +96,73 @@ class LoopStep(Event):
 
 
 @dataclass(frozen=True)
-class UnreadCount(Event):
-    type: ClassVar[EventType] = EventType.UNREAD_COUNT
+class UnreadCount(LiveUpdate):
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.UNREAD_COUNT
     count: int
 
 
 @dataclass(frozen=True)
-class WindowChanged(Event):
+class WindowChanged(LiveUpdate):
     """The history window a turn read (message ids as strings: JavaScript cannot hold them)."""
 
-    type: ClassVar[EventType] = EventType.WINDOW_CHANGED
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.WINDOW_CHANGED
     message_ids: list[str]
 
 
 @dataclass(frozen=True)
-class TurnStarted(Event):
-    type: ClassVar[EventType] = EventType.TURN_STARTED
+class TurnStarted(LiveUpdate):
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.TURN_STARTED
     turn_id: int
     persona: str
 
 
 @dataclass(frozen=True)
-class TurnDelivered(Event):
+class TurnDelivered(LiveUpdate):
     """A streamed reply sent one more piece (``pieces``: how many so far)."""
 
-    type: ClassVar[EventType] = EventType.TURN_DELIVERED
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.TURN_DELIVERED
     turn_id: int
     persona: str
     pieces: int
 
 
 @dataclass(frozen=True)
-class TurnFinished(Event):
-    type: ClassVar[EventType] = EventType.TURN_FINISHED
+class TurnFinished(LiveUpdate):
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.TURN_FINISHED
     turn_id: int
     persona: str
     status: str
 
 
 @dataclass(frozen=True)
-class ConfigChanged(Event):
+class ConfigChanged(LiveUpdate):
     """Configuration of these guilds was saved: workers reload what they cache."""
 
-    type: ClassVar[EventType] = EventType.CONFIG_CHANGED
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.CONFIG_CHANGED
     guild_ids: list[str]
 
 
 @dataclass(frozen=True)
-class WorkerPulse(Event):
+class WorkerPulse(LiveUpdate):
     """A worker recorded its heartbeat (``shard_ids`` empty: it stopped)."""
 
-    type: ClassVar[EventType] = EventType.WORKER_PULSE
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.WORKER_PULSE
     holder: str
     shard_ids: list[int]
 
 
 @dataclass(frozen=True)
-class ShardLeaseChanged(Event):
+class ShardLeaseChanged(LiveUpdate):
     """A worker took its shards' leases under a new fencing token (``fence``), or released
     them (``fence`` None). ``shards`` are ``[shard id, shard count]`` pairs."""
 
-    type: ClassVar[EventType] = EventType.SHARD_LEASE
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.SHARD_LEASE
     holder: str
     shards: list[list[int]]
     fence: int | None
 
 
-_BY_TYPE: dict[str, type[Event]] = {
+_BY_TYPE: dict[str, type[LiveUpdate]] = {
     str(cls.type): cls
     for cls in (
         LoopState,
@@ -178,15 +179,15 @@ _BY_TYPE: dict[str, type[Event]] = {
 }
 
 
-def parse_event(message: dict[str, Any]) -> Event:
-    """The event a received layer message carries.
+def parse_live_update(message: dict[str, Any]) -> LiveUpdate:
+    """The update a received layer message carries.
 
     Raises ValueError naming the type when it is unknown or its payload does not fit.
     """
     kind = message.get("type")
     cls = _BY_TYPE.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise ValueError(f"unknown event type {kind!r}")
+        raise ValueError(f"unknown live update type {kind!r}")
     names = {f.name for f in dataclasses.fields(cls)}
     try:
         return cls(**{k: v for k, v in message.items() if k in names})
@@ -202,8 +203,8 @@ _publish_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Sem
 )
 
 
-async def publish(group: str, event: Event) -> None:
-    """Send ``event`` to ``group``; a layer failure is logged, not raised."""
+async def publish_live_update(group: str, update: LiveUpdate) -> None:
+    """Send ``update`` to ``group``; a layer failure is logged, not raised."""
     layer = get_channel_layer()
     if layer is None:
         return
@@ -213,13 +214,13 @@ async def publish(group: str, event: Event) -> None:
         slots = _publish_slots[loop] = asyncio.Semaphore(PUBLISH_CONCURRENCY)
     try:
         async with slots:
-            await layer.group_send(group, event.as_message())
+            await layer.group_send(group, update.as_message())
     except Exception as error:  # any layer failure: the bot goes on
         _publishing.failed(error)
     else:
         _publishing.succeeded()
 
 
-def publish_on_commit(group: str, event: Event) -> None:
+def publish_live_update_on_commit(group: str, update: LiveUpdate) -> None:
     """From sync code inside (or outside) a transaction: publish once it commits."""
-    transaction.on_commit(lambda: async_to_sync(publish)(group, event))
+    transaction.on_commit(lambda: async_to_sync(publish_live_update)(group, update))
