@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 
@@ -14,6 +15,8 @@ MODULES = (
     "benchmarks.pipeline_build",
     "benchmarks.model_calls",
     "benchmarks.ingest",
+    "benchmarks.gateway_ingest",
+    "benchmarks.capacity",
     "benchmarks.memory",
     "benchmarks.live_push",
     "benchmarks.recall",
@@ -24,6 +27,7 @@ MODULES = (
 
 def main() -> int:
     rows = []
+    load_before = os.getloadavg()[0]
     for module in MODULES:
         print(f"running {module} …", file=sys.stderr, flush=True)
         done = subprocess.run(
@@ -34,7 +38,10 @@ def main() -> int:
             return done.returncode
         rows += json.loads(done.stdout.strip().splitlines()[-1])
     widths = [max(len(r[key]) for r in rows) for key in ("what", "measured", "baseline")]
-    print(f"Benchmarks, {dt.date.today():%Y-%m-%d} (each figure beside its baseline, same run)")
+    print(
+        f"Benchmarks, {dt.date.today():%Y-%m-%d} (each figure beside its baseline, same run; "
+        f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)"
+    )
     header = ("what", "measured", "baseline (same run)", "goal")
     print(" | ".join(h.ljust(w) for h, w in zip(header, [*widths, 4], strict=True)))
     for row in rows:

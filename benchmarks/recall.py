@@ -26,8 +26,12 @@ Run: ``.venv/bin/python -m benchmarks.recall`` (``make bench`` runs it).
    memories: the share of prompt tokens in leading items identical to the previous prompt's
    (what a provider's prompt cache reuses: the longest common prefix of consecutive requests
    of the channel, in whole items), the tokens per turn past it (what the provider processes
-   anew), and how often the cacheable prefix is token for token the one without memories.
-   Baseline: the same memories placed in the system block, as they were before.
+   anew). Memories as turns place them: each turn's set stays after its trigger in the later
+   turns of the same window (`TurnInput.memories_shown`; when the window moves, the cached
+   prefix ends at the configuration anyway, and the sets go), and a memory already shown is
+   not shown again. Baselines: the recalled lines after the dialogue in every turn (as
+   before; and how often the cacheable prefix is token for token the one without memories),
+   and in the system block.
 """
 
 from __future__ import annotations
@@ -288,29 +292,45 @@ def cacheable_share(model: EmbeddingModel, index: MemoryIndex) -> dict[str, floa
     persona = pb.TOMORI_WITHOUT_USER
     anchor_id = None
     previous: dict[str, object] = {}
-    shares = {"off": 0.0, "on": 0.0, "system": 0.0}
+    shares = {"off": 0.0, "kept": 0.0, "on": 0.0, "system": 0.0}
     new_tokens = dict.fromkeys(shares, 0)
-    same_prefix = pairs = 0
+    shown: dict[int, tuple[tuple[str, ...], ...]] = {}  # since the window moved
+    same_prefix = pairs = repeated_lines = all_lines = 0
     for count, message in enumerate(talk, start=1):
         if message.id not in trigger_ids:
             continue
         selection = select_anchored_history(
             talk[:count], limit=pb.LIMIT, anchor_id=anchor_id, anchor_limit=pb.LIMIT
         )
+        if selection.anchor_id != anchor_id:
+            shown = {}
         anchor_id = selection.anchor_id
         base = replace(pb.turn_for(selection.messages, by_id, persona), memories=())
         lines = recalled[message.id]
+        already = {line for sets in shown.values() for lines in sets for line in lines}
+        fresh = tuple(line for line in lines if line not in already)
+        kept = replace(base, memories=fresh, memories_shown=dict(shown))
         in_system = replace(
             base,
             persona=replace(persona, system_prompt="\n".join([persona.system_prompt, *lines])),
         )
-        turns = {"off": base, "on": replace(base, memories=lines), "system": in_system}
+        turns = {
+            "off": base,
+            "kept": kept,
+            "on": replace(base, memories=lines),
+            "system": in_system,
+        }
         current = {}
         for name, turn in turns.items():
             warm = replace(turn, previous=previous[name]) if name in previous else turn
             current[name] = build_turn_context(warm)
+        after = current["kept"].memories_after
+        if after is not None:
+            shown[after] = (*shown.get(after, ()), fresh)
         if count > pb.LIMIT and previous:
             pairs += 1
+            repeated_lines += len(lines) - len(fresh)
+            all_lines += len(lines)
             for name in shares:
                 end = pb.repeated_prefix_end(previous[name], current[name])
                 shares[name] += pb.token_share(current[name], end)
@@ -326,6 +346,7 @@ def cacheable_share(model: EmbeddingModel, index: MemoryIndex) -> dict[str, floa
         **{name: total / pairs for name, total in shares.items()},
         **{f"{name}_new": total / pairs for name, total in new_tokens.items()},
         "same": same_prefix / pairs,
+        "repeated_lines": repeated_lines / all_lines,
     }
 
 
@@ -376,13 +397,16 @@ def main() -> None:
         ),
         Row(
             "prompt tokens the provider can reuse (leading items identical to the previous "
-            "prompt's), conversation, three memories recalled per turn after the dialogue; "
-            "and the tokens per turn past that prefix (new to the provider's cache)",
-            f"{shares['on']:.1%}, {shares['on_new']:,.0f} new tokens per turn (cacheable "
-            f"prefix identical to the one without memories in {shares['same']:.0%} of turns)",
-            f"no memories: {shares['off']:.1%}, {shares['off_new']:,.0f} new tokens; the same "
-            f"memories in the system block: {shares['system']:.1%}, "
-            f"{shares['system_new']:,.0f} new tokens",
+            "prompt's), conversation, three memories recalled per turn, each turn's set kept "
+            "after its trigger until the window moves (a memory shown is not repeated); and the "
+            "tokens per turn past that prefix (new to the provider's cache)",
+            f"{shares['kept']:.1%}, {shares['kept_new']:,.0f} new tokens per turn "
+            f"({shares['repeated_lines']:.0%} of recalled lines were already shown)",
+            f"no memories: {shares['off']:.1%}, {shares['off_new']:,.0f} new tokens; the "
+            f"recalled lines after the dialogue every turn (as before): {shares['on']:.1%}, "
+            f"{shares['on_new']:,.0f} new tokens (cacheable prefix identical to the one without "
+            f"memories in {shares['same']:.0%} of turns); in the system block: "
+            f"{shares['system']:.1%}, {shares['system_new']:,.0f} new tokens",
             "within 1 point of no memories",
         ),
     ]

@@ -12,6 +12,10 @@ os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key")
 
 from botproject.settings import *  # noqa: F403
 
+# `make` creates var/ (for the SQLite test database below, and STATIC_ROOT, which WhiteNoise
+# warns about when missing); made here too, so `pytest` alone runs from a fresh clone.
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
+
 # A file-backed SQLite test database (when SQLite is used at all), so a worker started as a
 # subprocess by the end-to-end tests sees the same data; PostgreSQL needs nothing extra.
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405

@@ -105,7 +105,9 @@ class PreviewResult:
                 "warning": context.truncation.warning,
             },
             "window": window_report(self.prepared),
-            "recalled": recalled_record(self.prepared.recalled),
+            "recalled": recalled_record(
+                self.prepared.recalled, after=self.prepared.context.memories_after
+            ),
             "lorebook": context.lore.as_record(),
             "chat_preset": self._preset_json(),
             "triggered_by": self.triggered_by,

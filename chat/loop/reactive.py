@@ -3,7 +3,8 @@
 Each unread message, oldest first, goes through the trigger rules (`chat.pipeline.triggers`);
 every trigger gets its own turn in arrival order, and the message leaves the pool once its turns
 are done, so a worker killed mid-burst answers the rest after a restart, and a turn that already
-replied is not run again.
+replied is not run again. Messages nobody answers leave together (one transaction for a run of
+them, not one each), before the next trigger's turn starts.
 
 A turn is *queued* (seed 000's queued-reply guidance; an alter persona's "Replying to…" notice)
 only when its trigger waited: it arrived before the previous message's reply was delivered, or
@@ -15,7 +16,7 @@ stretch; personas answering the same message are co-responders, never queued beh
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
@@ -58,9 +59,24 @@ class ReactiveLoop:
         # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
         # the member's message, is.
         port = self._runtime.port
+        first_batch = True
         while pending := await event_queue.unread_pool_without_superseded(
             port=port, channel_id=channel_id
         ):
+            if not first_batch:  # the pass read it for the first; a later batch reads it anew
+                reread = await sync_to_async(selectors.channel_configuration)(
+                    channel_id=channel_id,
+                    guild_id=configuration.guild_id,
+                    now=self._runtime.clock(),
+                )
+                if reread is None or not reread.settings.enabled:
+                    taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
+                    logger.info(
+                        "channel %s is no longer served; %d dropped", channel_id, len(taken)
+                    )
+                    return
+                configuration = reread
+            first_batch = False
             plans = await sync_to_async(trigger_plans)(
                 configuration=configuration,
                 pending=pending,
@@ -68,7 +84,14 @@ class ReactiveLoop:
             )
             await publish_live_update(channel_group(channel_id), UnreadCount(count=len(pending)))
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
+            unanswered: int | None = None  # the newest message nobody answers, still pooled
             for plan in plans:
+                if not plan.answers:
+                    unanswered = plan.message.id
+                    continue
+                if unanswered is not None:  # those before this trigger leave together
+                    await _take_through(channel_id, unanswered, pending)
+                    unanswered = None
                 later = frozenset(i for i in trigger_ids if i > plan.message.id)
                 queued = trigger_waited(
                     plan.message.id,
@@ -97,21 +120,22 @@ class ReactiveLoop:
                     delivered_ids += [int(i) for i in turn.delivered_message_ids]
                 if delivered_ids:
                     last_delivered_id = max(delivered_ids)
-                await sync_to_async(event_queue.unread_pool_take)(
-                    channel_id=channel_id,
-                    up_to_message_id=plan.message.id,
-                    message_ids=[m.id for m in pending],
-                )
-            reread = await sync_to_async(selectors.channel_configuration)(
-                channel_id=channel_id,
-                guild_id=configuration.guild_id,
-                now=self._runtime.clock(),
-            )
-            if reread is None or not reread.settings.enabled:
-                taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
-                logger.info("channel %s is no longer served; %d dropped", channel_id, len(taken))
-                return
-            configuration = reread
+                await _take_through(channel_id, plan.message.id, pending)
+            if unanswered is not None:
+                await _take_through(channel_id, unanswered, pending)
+
+
+async def _take_through(
+    channel_id: int, message_id: int, planned: Sequence[HistoryMessage]
+) -> None:
+    """Mark the channel's unread messages up to ``message_id`` read (one statement), of those
+    ``planned``: a message caught up over REST may be older than one that came live, and
+    reach the pool after this batch was planned; it stays for the next batch."""
+    await sync_to_async(event_queue.unread_pool_mark_read)(
+        channel_id=channel_id,
+        up_to_message_id=message_id,
+        message_ids=[m.id for m in planned],
+    )
 
 
 def trigger_waited(

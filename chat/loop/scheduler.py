@@ -1,6 +1,9 @@
 """The scheduler (seed 003, phases 2–5): consumes the event queue and runs each channel's loop.
 
 One consumer task moves ready events into unread pools and wakes the channels they touched.
+It works on its own thread with its own database connection, as the intake does, so new
+messages reach the pools while the channel loops' database work (turns, reads, takes) keeps the
+shared thread busy.
 Each channel runs one loop at a time: a *busy stretch* lasts while the channel has unread
 messages. Turns share the channel's history window within a stretch and across the idle gaps
 between stretches (`chat.windows`). At most ``max_loops`` channel loops run at once; channels
@@ -17,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from botproject.failures import FailureStreak
 from botproject.live_updates import (
@@ -33,7 +37,7 @@ from botproject.live_updates import (
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
 from chat.loop.reactive import ReactiveLoop
-from chat.selectors.event_queue import event_queue_has_ready, unread_channel_ids, unread_pool_count
+from chat.selectors.event_queue import event_queue_has_ready, unread_channel_ids
 from chat.services import event_queue
 from chat.services.event_queue import OwnIdentity
 from chat.services.turn_request import TurnRuntime
@@ -80,6 +84,7 @@ class Scheduler:
         self._dirty: set[int] = set()
         self._failures: dict[int, FailureStreak] = {}
         self._consumer: asyncio.Task[None] | None = None
+        self._queue_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="queue-db")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -96,6 +101,7 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._loops.clear()
+        await self._on_queue_thread(connections.close_all)()
 
     def wake(self) -> None:
         """New events are in the queue."""
@@ -111,6 +117,10 @@ class Scheduler:
 
     # -- consumption -------------------------------------------------------------------------
 
+    def _on_queue_thread(self, func):
+        """``func`` run on the consumer's own thread (and database connection)."""
+        return sync_to_async(func, thread_sensitive=False, executor=self._queue_thread)
+
     async def _consume_forever(self) -> None:
         first = True
         consuming = FailureStreak(logger, "consuming the event queue")
@@ -119,13 +129,12 @@ class Scheduler:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=POLL_SECONDS)
             self._wakeup.clear()
             try:
-                await sync_to_async(close_old_connections)()
-                consumed = await sync_to_async(event_queue.event_queue_consume)(
-                    own=self._own(), shards=self._shards
-                )
+                consumed = await self._on_queue_thread(self._consume)(self._own())
                 channel_ids = consumed.channel_ids
                 if first:
-                    channel_ids += await sync_to_async(unread_channel_ids)(shards=self._shards)
+                    channel_ids += await self._on_queue_thread(unread_channel_ids)(
+                        shards=self._shards
+                    )
                     first = False
             except Exception as error:
                 consuming.failed(error)
@@ -133,20 +142,24 @@ class Scheduler:
             consuming.succeeded()
             if consumed.full:  # drain: more rows are ready, no need to wait for a wake-up
                 self._wakeup.set()
-            for channel_id in dict.fromkeys(consumed.channel_ids):
-                await self._publish_unread_count(channel_id)
+            await self._publish_unread_counts(consumed.pool_sizes)
             for channel_id in dict.fromkeys(channel_ids):
                 self.schedule(channel_id)
 
-    async def _publish_unread_count(self, channel_id: int) -> None:
-        """Tell the dashboard the channel's pool changed, as soon as new messages reach it
-        (a channel whose loop is busy with a turn would otherwise say so only after it)."""
-        try:
-            count = await sync_to_async(unread_pool_count)(channel_id=channel_id)
-        except Exception:
-            logger.warning("could not count the unread pool of %s", channel_id, exc_info=True)
-            return
-        await publish_live_update(channel_group(channel_id), UnreadCount(count=count))
+    def _consume(self, own: OwnIdentity) -> event_queue.Consumed:
+        close_old_connections()  # a connection broken by an outage is replaced, not reused
+        return event_queue.event_queue_consume(own=own, shards=self._shards)
+
+    @staticmethod
+    async def _publish_unread_counts(pool_sizes: Mapping[int, int]) -> None:
+        """Tell the dashboard which pools grew, as soon as new messages reach them (a channel
+        whose loop is busy with a turn would otherwise say so only after it), all at once."""
+        await asyncio.gather(
+            *(
+                publish_live_update(channel_group(channel_id), UnreadCount(count=count))
+                for channel_id, count in pool_sizes.items()
+            )
+        )
 
     def schedule(self, channel_id: int) -> None:
         """Make sure the channel's loop runs another pass (start it if it is not running)."""

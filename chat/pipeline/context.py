@@ -16,8 +16,9 @@ from zoneinfo import ZoneInfo
 from chat.pipeline.depth_items import (
     in_configuration,
     lore_at_depth,
-    recalled_memories,
+    memories_shown_earlier,
     short_term_memory_at_depth,
+    with_recalled_memories,
 )
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
 from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
@@ -104,6 +105,11 @@ class TurnInput:
         memories: Recalled long-term memories, as prompt lines (`recall.memory_line`), best
             first. They are shown after the dialogue, never in the system block: they change
             with every turn, and the provider's prompt cache stops at the first change.
+        memories_shown: What earlier turns of this persona recalled: the message each showed
+            its memories after (`TurnContext.memories_after`) → those sets of lines
+            (`depth_items.memories_shown_earlier` keeps each set where it was, so a memory
+            enters the cached prefix after the turn that recalled it). ``memories`` holds none
+            of these lines again.
         short_term_memory_text: The short-term memory as the prompt shows it
             (`memory.visible_memory_text`: the caller has already left out an expired one);
             None when there is none.
@@ -157,6 +163,7 @@ class TurnInput:
     channel_note: ContextNote | None = None
     global_note: ContextNote | None = None
     memories: tuple[str, ...] = ()
+    memories_shown: Mapping[int, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
     short_term_memory_text: str | None = None
     short_term_memory_depth: int | None = None
     configured_tools: frozenset[str] = frozenset()
@@ -210,6 +217,8 @@ class TurnContext:
     simplified_history: SimplifiedHistory
     dialogue: RenderedDialogue
     lore: LoreActivation = NO_ACTIVATION
+    memories_after: int | None = None
+    """The message the recalled memories follow (`depth_items.with_recalled_memories`)."""
 
     @property
     def message_ids(self) -> Mapping[str, int]:
@@ -237,8 +246,9 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         5. Admit tools from the triggering entry (`tools.admit_tools`).
         6. Activate the lorebooks on the newest visible messages (`lorebook.py`). Assemble
            items: constant lorebook entries around the system prompt, short-term memory,
-           samples, dialogue history with its spacers, notes and the other fired entries,
-           recalled memories, the participants note, tail directives.
+           samples, dialogue history with its spacers and the memories earlier turns showed,
+           notes and the other fired entries, recalled memories, the participants note, tail
+           directives.
         7. Count tokens (a warm build counts only new texts).
         8. Truncate to the persona's budget in stride batches.
         9. Mark the cacheable prefix on what survives.
@@ -318,11 +328,11 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         *context_note_items(notes, macros),
         *preset_at_depth,
     )
-    after_prefix = _entries_after_prefix(place_notes(dialogue.items, notes_at_depth))
+    history = memories_shown_earlier(dialogue.items, turn.memories_shown)
+    after_prefix = _entries_after_prefix(place_notes(history, notes_at_depth))
     lore_in_dialogue = lore_at_depth(lore, macros, after_prefix=after_prefix)
-    conversation = (
-        *place_notes(dialogue.items, (*notes_at_depth, *lore_in_dialogue)),
-        *recalled_memories(turn.memories),
+    conversation, memories_after = with_recalled_memories(
+        place_notes(history, (*notes_at_depth, *lore_in_dialogue)), turn.memories
     )
     participants_text = participant_note(participants)
     if participants_text:
@@ -382,6 +392,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         simplified_history=simplified,
         dialogue=dialogue.with_counted(counted),
         lore=lore,
+        memories_after=memories_after,
     )
 
 
@@ -548,6 +559,10 @@ def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) ->
         channel_note=render_note(turn.channel_note),
         global_note=render_note(turn.global_note),
         memories=tuple(render(memory) for memory in turn.memories),
+        memories_shown={
+            message_id: tuple(tuple(render(line) for line in lines) for lines in sets)
+            for message_id, sets in turn.memories_shown.items()
+        },
         short_term_memory_text=None
         if turn.short_term_memory_text is None
         else render(turn.short_term_memory_text),

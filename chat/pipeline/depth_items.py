@@ -5,13 +5,14 @@ prefix, so it costs the provider's prompt cache nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from chat.pipeline.items import ContextItem, ItemTag, system_note
 from chat.pipeline.lorebook import LoreActivation, LoreHit, LorePosition
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.memory import SHORT_TERM_MEMORY_HEADER
 from chat.pipeline.recall import memory_note_text
+from chat.pipeline.truncation import is_placed_at_depth
 from chat.pipeline.types import Role
 
 
@@ -58,6 +59,57 @@ def recalled_memories(memories: Sequence[str]) -> tuple[ContextItem, ...]:
     if text is None:
         return ()
     return (ContextItem(tag=ItemTag.MEMORY, role=Role.USER, text=system_note(text)),)
+
+
+def with_recalled_memories(
+    dialogue: Sequence[ContextItem], memories: Sequence[str]
+) -> tuple[tuple[ContextItem, ...], int | None]:
+    """``dialogue`` (notes placed) with the recalled memories as late as the cacheable prefix
+    allows: right before its first item placed at a depth (a note, the short-term memory or a
+    lorebook entry: they move with every message, so the provider's cache of the previous
+    request ends there), or after the last entry. Returns the items and the message the entry
+    before the memories ends with (None when nothing was recalled or no entry precedes them):
+    the next turns keep this set after that message (`memories_shown_earlier`), inside the
+    repeated prefix, so a memory is new to the provider's cache only in the turn that recalls
+    it."""
+    recalled = recalled_memories(memories)
+    if not recalled:
+        return tuple(dialogue), None
+    at = next((n for n, item in enumerate(dialogue) if is_placed_at_depth(item)), len(dialogue))
+    before = [item for item in dialogue[:at] if item.tag is ItemTag.DIALOGUE_HISTORY]
+    after = before[-1].source_ids[-1] if before and before[-1].source_ids else None
+    return (*dialogue[:at], *recalled, *dialogue[at:]), after
+
+
+def memories_shown_earlier(
+    dialogue: Sequence[ContextItem], shown: Mapping[int, Sequence[Sequence[str]]]
+) -> tuple[ContextItem, ...]:
+    """``dialogue`` with the memories earlier turns recalled kept where they were shown.
+
+    ``shown`` maps the message earlier turns of this persona showed their recalled memories
+    after (`with_recalled_memories`) to those sets of lines, oldest first. Each set goes back,
+    one item each, right after the entry
+    holding that message, as the very item that turn sent (`recalled_memories`), tagged
+    ``MEMORY_SHOWN``: the next request then repeats the previous one up to and past it, so a
+    memory is new to the provider's prompt cache once, in the turn that recalls it, not in
+    every turn. A message no longer in the dialogue takes its memories with it."""
+    if not shown:
+        return tuple(dialogue)
+    placed: list[ContextItem] = []
+    waiting = dict(shown)
+    for item in dialogue:
+        placed.append(item)
+        if item.tag is not ItemTag.DIALOGUE_HISTORY:
+            continue
+        for message_id in item.source_ids:  # the first entry holding it (a reply quotes it)
+            for lines in waiting.pop(message_id, ()):
+                for recalled in recalled_memories(lines):
+                    placed.append(
+                        ContextItem(
+                            tag=ItemTag.MEMORY_SHOWN, role=recalled.role, text=recalled.text
+                        )
+                    )
+    return tuple(placed)
 
 
 def short_term_memory_at_depth(

@@ -19,6 +19,8 @@ class ItemTag(StrEnum):
 
     SYSTEM_PROMPT = "system_prompt"
     MEMORY = "memory"
+    MEMORY_SHOWN = "memory_shown"
+    """Memories an earlier turn of the persona recalled, kept where that turn showed them."""
     SHORT_TERM_MEMORY = "short_term_memory"
     SAMPLE_DIALOGUE = "sample_dialogue"
     DIALOGUE_HISTORY = "dialogue_history"

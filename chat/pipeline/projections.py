@@ -32,6 +32,7 @@ _MARKED = frozenset(
         ItemTag.DATE_SPACER,
         ItemTag.SHORT_TERM_MEMORY,
         ItemTag.MEMORY,
+        ItemTag.MEMORY_SHOWN,
         ItemTag.LOREBOOK,
     }
 )

@@ -172,7 +172,12 @@ def _entry_groups(
 def _removable_groups(groups: Sequence[tuple[ContextItem, ...]]) -> list[int]:
     """Indexes of groups that may go, oldest first: all but the newest user-role entry."""
     request = next(
-        (i for i in reversed(range(len(groups))) if groups[i][-1].role is Role.USER), None
+        (
+            i
+            for i in reversed(range(len(groups)))
+            if groups[i][-1].role is Role.USER and groups[i][-1].tag is ItemTag.DIALOGUE_HISTORY
+        ),
+        None,
     )
     return [i for i in range(len(groups)) if i != request]
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Max
+from django.db.models import Count, Max
 
 from chat.codec import message_from_json
 from chat.models import (
@@ -61,6 +62,13 @@ def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
 
 def unread_pool_count(*, channel_id: int) -> int:
     return UnreadEvent.objects.filter(channel_id=channel_id).count()
+
+
+def unread_pool_counts(*, channel_ids: Iterable[int]) -> dict[int, int]:
+    """How many unread messages each of ``channel_ids`` holds, in one query (an empty pool is
+    left out)."""
+    rows = UnreadEvent.objects.filter(channel_id__in=list(channel_ids)).order_by()
+    return dict(rows.values_list("channel_id").annotate(count=Count("id")))
 
 
 def unread_channel_ids(*, shards: ShardSet = EVERY_SHARD) -> list[int]:

@@ -13,8 +13,8 @@ are in `chat.selectors`.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from asgiref.sync import sync_to_async
 from django.db import transaction
@@ -24,7 +24,7 @@ from chat.codec import message_from_json, message_to_json
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DiscordPort
-from chat.selectors.event_queue import unread_pool_messages
+from chat.selectors.event_queue import unread_pool_counts, unread_pool_messages
 from chat.shards import EVERY_SHARD, ShardSet
 
 
@@ -104,6 +104,8 @@ class Consumed:
     discarded: list[HistoryMessage]
     full: bool = False
     """As many rows as asked for were moved: more may be ready."""
+    pool_sizes: Mapping[int, int] = field(default_factory=dict)
+    """How many unread messages each channel whose pool grew held once the move committed."""
 
     @property
     def channel_ids(self) -> list[int]:
@@ -121,7 +123,8 @@ def event_queue_consume(
     the same event), insert the others' messages into the unread pools in one statement
     (idempotently), and mark every row consumed or — when the bot or one of its webhooks wrote
     it (own messages never count as unread) — discarded. The moved rows keep only their key.
-    ``Consumed.full`` says whether more may be waiting.
+    ``Consumed.full`` says whether more may be waiting; ``Consumed.pool_sizes`` how many unread
+    messages the grown pools hold (one grouped count, in the same transaction).
     """
     unread: list[tuple[int | None, HistoryMessage]] = []
     discarded: list[HistoryMessage] = []
@@ -155,7 +158,11 @@ def event_queue_consume(
         ):
             if ids:
                 EventQueue.objects.filter(id__in=ids).update(status=status, event={})
-    return Consumed(unread=unread, discarded=discarded, full=len(rows) == limit)
+        grown = {message.channel_id for _, message in unread}
+        pool_sizes = unread_pool_counts(channel_ids=grown) if grown else {}
+    return Consumed(
+        unread=unread, discarded=discarded, full=len(rows) == limit, pool_sizes=pool_sizes
+    )
 
 
 def unread_pool_take(
@@ -180,6 +187,19 @@ def unread_pool_take(
         taken = list(rows.order_by("message_id"))
         UnreadEvent.objects.filter(id__in=[row.id for row in taken]).delete()
     return [message_from_json(row.event) for row in taken]
+
+
+def unread_pool_mark_read(
+    *, channel_id: int, up_to_message_id: int, message_ids: Iterable[int] | None = None
+) -> int:
+    """Remove the channel's unread messages up to and including ``up_to_message_id`` (with
+    ``message_ids``, of those only) without reading them back (the caller has them: a turn's
+    trigger and what came before it); returns how many were removed."""
+    rows = UnreadEvent.objects.filter(channel_id=channel_id, message_id__lte=up_to_message_id)
+    if message_ids is not None:
+        rows = rows.filter(message_id__in=set(message_ids))
+    deleted, _ = rows.delete()
+    return deleted
 
 
 def unread_pool_discard(*, channel_id: int, message_ids: Iterable[int]) -> int:

@@ -14,14 +14,14 @@ people speaking in the window (never anyone else's) are eligible.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 from django.conf import settings
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
-from chat.models import Document, DocumentChunk, Memory
+from chat.models import Document, DocumentChunk, Memory, Turn
 from chat.models_memory import memory_version
 from chat.pipeline.recall import (
     MemoryIndex,
@@ -34,6 +34,7 @@ from chat.pipeline.recall import (
     memory_line,
     recall,
 )
+from chat.pipeline.triggers import TurnReason
 from chat.services.memory_store import default_embedding_model, memories_embed_missing
 
 
@@ -182,6 +183,46 @@ def memories_recall_for_turn(
     return tuple(_named(memory, people) for memory in recalled)
 
 
+def memories_shown_before(
+    *,
+    persona_id: int,
+    channel_id: int,
+    anchor_id: int | None,
+    message_ids: Iterable[int],
+    trigger_id: int,
+) -> dict[int, tuple[tuple[str, ...], ...]]:
+    """What the persona's earlier turns in the channel showed of its memories since its window
+    last moved: for each earlier turn (its trigger one of ``message_ids``, the window's, older
+    than ``trigger_id``) whose window started at ``anchor_id``, the message it showed them
+    after (`TurnContext.memories_after`) → the sets of lines shown there, oldest first, as
+    the turn records keep them. No anchor: nothing. Maintenance and extraction turns send
+    no prompt and count for nothing.
+
+    Only turns of the same anchor count: when the window moves, the provider's cached prefix
+    ends at the configuration anyway, and the memories kept until then go with it, so the
+    prompt holds the sets of one stride of turns at most."""
+    earlier = [message_id for message_id in message_ids if message_id < trigger_id]
+    if anchor_id is None or not earlier:
+        return {}
+    rows = (
+        Turn.objects.filter(
+            persona_id=persona_id,
+            channel_id=channel_id,
+            trigger_message_id__in=earlier,
+            window__anchor_message_id=str(anchor_id),
+        )
+        .exclude(reason__in=[TurnReason.MAINTENANCE, TurnReason.EXTRACTION])
+        .order_by("trigger_message_id")
+        .values_list("recalled", flat=True)
+    )
+    shown: dict[int, tuple[tuple[str, ...], ...]] = {}
+    for recalled in rows:
+        if recalled and recalled[0].get("after"):
+            after = int(recalled[0]["after"])
+            shown[after] = (*shown.get(after, ()), tuple(memory["line"] for memory in recalled))
+    return shown
+
+
 def _named(memory: RecalledMemory, people: Mapping[tuple[int, str], str]) -> RecalledMemory:
     """A personal memory shown under the name its person has in the window now."""
     record = memory.record
@@ -201,8 +242,12 @@ def _query_vector(embedder: EmbeddingModel, query: str) -> np.ndarray | None:
         return None
 
 
-def recalled_record(memories: tuple[RecalledMemory, ...]) -> list[dict]:
-    """What the turn record keeps of each recalled memory (JSON-ready)."""
+def recalled_record(
+    memories: tuple[RecalledMemory, ...], *, after: int | None = None
+) -> list[dict]:
+    """What the turn record keeps of each recalled memory (JSON-ready); ``after`` is the
+    message the prompt showed them after (`TurnContext.memories_after`), which later turns
+    of the window keep them after (`memories_shown_before`)."""
     return [
         {
             "key": memory.record.key,
@@ -214,6 +259,7 @@ def recalled_record(memories: tuple[RecalledMemory, ...]) -> list[dict]:
             "vector": round(memory.vector, 4),
             "tokens": memory.tokens,
             "why": memory.why,
+            "after": str(after) if after is not None else None,
         }
         for memory in memories
     ]

@@ -25,7 +25,7 @@ from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
 from chat.pipeline.memory import short_term_memory_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
-from chat.pipeline.recall import RecalledMemory, recall_query, window_people
+from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
 from chat.pipeline.simplify import hidden_user_ids
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.tools import ToolName
@@ -45,7 +45,7 @@ from chat.ports import DeliveryError, DiscordPort, messages_fetch, reads_at_most
 from chat.selectors import ChannelSettings, lore
 from chat.selectors.notice_bodies import minimal_notice_bodies, minimal_notice_memory_ids
 from chat.selectors.short_term_memory import short_term_memory
-from chat.services.memory_recall import memories_recall_for_turn
+from chat.services.memory_recall import memories_recall_for_turn, memories_shown_before
 from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import (
     MAX_IMAGE_HASHES,
@@ -550,12 +550,15 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
 
 
 def turn_memories_recall(
-    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput
-) -> tuple[RecalledMemory, ...]:
-    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`): its
-    query is the trigger and the message before it; the personal memories of the people
-    speaking in the window are eligible, except of those with partial or full privacy or on the
-    blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget."""
+    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput, *, anchor_id: int | None
+) -> tuple[tuple[RecalledMemory, ...], dict[int, tuple[tuple[str, ...], ...]]]:
+    """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`), and
+    what the persona's earlier turns of this window (``anchor_id``) showed
+    (`memories_shown_before`: the prompt keeps those where they were). The query is the
+    trigger and the message before it; the personal memories of the people speaking in the
+    window are eligible, except of those with partial or full privacy or on the blacklist;
+    at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget. A memory the window
+    already shows is not shown again."""
     unremembered = frozenset(
         user_id
         for user_id, level in turn_input.privacy.items()
@@ -564,7 +567,7 @@ def turn_memories_recall(
     hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
     model = turn_input.persona.model
     budget = context_budget(model.context_window, model.max_output_tokens)
-    return memories_recall_for_turn(
+    recalled = memories_recall_for_turn(
         guild_id=request.configuration.guild_id,
         persona_id=request.persona.id,
         people=window_people(
@@ -575,3 +578,14 @@ def turn_memories_recall(
         count_tokens=runtime.token_counter.count,
         embedder=runtime.embeddings,
     )
+    if request.configuration.guild_id is None:
+        return recalled, {}
+    shown = memories_shown_before(
+        persona_id=request.persona.id,
+        channel_id=request.channel.channel_id,
+        anchor_id=anchor_id,
+        message_ids=[message.id for message in turn_input.history],
+        trigger_id=turn_input.trigger_id,
+    )
+    already = {line for sets in shown.values() for lines in sets for line in lines}
+    return tuple(m for m in recalled if memory_line(m.record) not in already), shown

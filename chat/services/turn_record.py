@@ -108,7 +108,7 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
-    turn.recalled = recalled_record(prepared.recalled)
+    turn.recalled = recalled_record(prepared.recalled, after=prepared.context.memories_after)
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
     turn.lorebook = context.lore.as_record()

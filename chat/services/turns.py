@@ -97,8 +97,14 @@ async def turn_prepare(
     if not dry_run:
         turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
     turn_input = await turn_image_hashes(runtime, turn_input)
-    recalled = await sync_to_async(turn_memories_recall)(runtime, request, turn_input)
-    turn_input = replace(turn_input, memories=tuple(memory_line(m.record) for m in recalled))
+    recalled, shown = await sync_to_async(turn_memories_recall)(
+        runtime, request, turn_input, anchor_id=window.anchor_id
+    )
+    turn_input = replace(
+        turn_input,
+        memories=tuple(memory_line(m.record) for m in recalled),
+        memories_shown=shown,
+    )
     participant_ms = ms_since(started)
 
     started = time.perf_counter()

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from django.conf import settings
@@ -16,7 +17,8 @@ from chat.sandbox import SandboxServer
 
 ROOT = Path(__file__).resolve().parents[2]
 BROKER_DB = 5
-"""A Redis database of its own, so this worker never takes another test run's tasks."""
+"""A Redis database apart from the channel layer's; each worker also has a queue of its own
+(``chat/tests/celery_app.py``), so test runs sharing the database never take each other's tasks."""
 WORKER_TIMEOUT = 60.0
 
 
@@ -45,13 +47,14 @@ def start_celery(
         "DJANGO_SECRET_KEY": "test-only-secret-key",
         "DATABASE_URL": database_url(),
         "REDIS_URL": broker_url(),
+        "TEST_CELERY_QUEUE": f"test-{os.getpid()}-{uuid.uuid4().hex[:8]}",
         "DISCORD_TOKEN": sandbox.token,
         "DISCORD_API_BASE": sandbox.api_base,
         "LLM_BASE_URL": llm.base_url,
         **settings_env,
     }
     command = [
-        *(sys.executable, "-m", "celery", "-A", "botproject", "worker", "--beat"),
+        *(sys.executable, "-m", "celery", "-A", "chat.tests.celery_app", "worker", "--beat"),
         *("--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat"),
         *("--schedule", str(schedule), "--loglevel", "INFO"),
     ]

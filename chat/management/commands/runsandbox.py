@@ -27,6 +27,9 @@ class Command(BaseCommand):
         "Serve a local Discord-compatible REST + gateway server holding the demo world, and "
         "print the environment that points the bot at it. Ctrl-C or SIGTERM stops it."
     )
+    # The sandbox alone: neither the database nor the web project's URLs, templates or admin
+    # are used, so Django's system checks (over half a second) are skipped.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")

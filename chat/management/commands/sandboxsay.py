@@ -22,6 +22,9 @@ class Command(BaseCommand):
         "user instead (e.g. --command 'memory add' --option text='I like tea') and print the "
         "bot's answer."
     )
+    # A client of the sandbox alone: neither the database nor the web project's URLs,
+    # templates or admin are used, so Django's system checks (over half a second) are skipped.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("text", nargs="*", help="what to say")

@@ -63,10 +63,8 @@ async def test_a_fact_about_a_person_reaches_any_personas_prompt_while_they_take
 
     [item] = _memory_items(body)
     assert f"- About Alice: {FACT}" in item
-    messages = body["messages"]
-    assert messages.index({"role": "user", "content": item}) > max(
-        n for n, m in enumerate(messages) if str(m["content"]).startswith("Alice: [ref_")
-    )
+    system = [m for m in body["messages"] if m["role"] == "system"]
+    assert system and all("Miso" not in str(m["content"]) for m in system)
     [turn] = await sync_to_async(_turns)()
     assert turn.persona_name == "Anon"
     [recalled] = turn.recalled
@@ -77,6 +75,29 @@ async def test_a_fact_about_a_person_reaches_any_personas_prompt_while_they_take
     world.say("tomori, does my cat like fish?", author=ALICE)
     bodies = await _answered(world, 2)
     assert f"- About Alice: {FACT}" in _memory_items(bodies[1])[0]
+
+
+async def test_a_later_turn_keeps_the_memories_an_earlier_one_showed_where_they_were(world):
+    await sync_to_async(_remember_alices_cat)()
+    for n in range(3):
+        world.say(f"morning {n}", author=ALICE)
+        world.say(f"hello {n}", author=BOB)
+    await world.start_worker()
+
+    world.say("tomori, what is my cat called again?", author=ALICE)
+    [first] = await _answered(world, 1)
+    world.say("tomori, and does my cat like tuna?", author=ALICE)
+    bodies = await _answered(world, 2)
+
+    [item] = _memory_items(first)
+    kept = first["messages"].index({"role": "user", "content": item}) + 1
+    second = bodies[1]["messages"]
+    # The second request repeats the first up to and past the memories it showed, and shows
+    # them once: what the provider cached of the first request serves the second.
+    assert second[:kept] == first["messages"][:kept]
+    assert _memory_items(bodies[1]) == [item]
+    turns = await sync_to_async(_turns)()
+    assert turns[0].recalled[0]["line"] == f"About Alice: {FACT}" and turns[1].recalled == []
 
 
 async def test_a_personal_memory_never_reaches_a_window_without_its_person(world):

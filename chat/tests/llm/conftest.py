@@ -12,8 +12,9 @@ from chat.llm.base import Message
 from chat.llm.fake_server import FakeLLMServer
 from chat.llm.openai_compat import OpenAICompatibleClient, Timeouts
 
-TEST_TIMEOUTS = Timeouts(connect=1.0, read=0.3, total=2.0)
-"""Short enough that a ``TIMEOUT`` fault (which sleeps for seconds) trips them quickly."""
+TEST_TIMEOUTS = Timeouts(connect=1.0, read=1.0, total=3.0)
+"""Short enough that a ``TIMEOUT`` fault (which sleeps for 5 s) trips them quickly, and long enough
+that a loaded machine's pause before the fake server's first byte is not read as a timeout."""
 
 
 @dataclass

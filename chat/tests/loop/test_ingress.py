@@ -14,6 +14,7 @@ from chat.services.event_queue import (
     OwnIdentity,
     event_ingest_many,
     event_queue_consume,
+    unread_pool_mark_read,
     unread_pool_take,
 )
 from chat.tests.factories import ALICE, BOB, CHANNEL_ID, T0, message
@@ -55,6 +56,19 @@ def test_consume_moves_ready_events_into_the_unread_pool_in_order():
     assert consumed.channel_ids == [10, 11]
     assert [m.content for m in unread_pool_messages(channel_id=10)] == ["one", "two"]
     assert set(EventQueue.objects.values_list("status", flat=True)) == {"consumed"}
+
+
+def test_consume_reports_how_many_unread_messages_each_grown_pool_holds():
+    event_ingest_many([(message(content="left", channel_id=10), 1)])
+    event_queue_consume(own=OWN)
+    event_ingest_many([(message(content=t, channel_id=c), 1) for t, c in (("a", 10), ("b", 11))])
+    event_ingest_many(
+        [(message(content="mine", channel_id=12, author=Author(id=BOT, display_name="bot")), 1)]
+    )
+
+    consumed = event_queue_consume(own=OWN)
+
+    assert consumed.pool_sizes == {10: 2, 11: 1}  # the older message still waits in 10
 
 
 def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
@@ -143,6 +157,19 @@ def test_a_full_privacy_users_words_are_stored_nowhere():
     assert any(m.content == "hi all" for m in unread_pool_messages(channel_id=CHANNEL_ID))
 
 
+def test_marking_read_up_to_a_message_leaves_later_arrivals_and_other_channels_unread():
+    msgs = [message(content=str(n), channel_id=20) for n in range(4)]
+    elsewhere = message(content="other", channel_id=21)
+    event_ingest_many([(msg, 1) for msg in (*msgs, elsewhere)])
+    event_queue_consume(own=OWN)
+
+    removed = unread_pool_mark_read(channel_id=20, up_to_message_id=msgs[1].id)
+
+    assert removed == 2
+    assert [m.content for m in unread_pool_messages(channel_id=20)] == ["2", "3"]
+    assert [m.content for m in unread_pool_messages(channel_id=21)] == ["other"]
+
+
 def test_a_loop_takes_only_what_it_planned_from_the_pool():
     caught_up = message(1, "read back later, older", channel_id=10)
     live = message(2, "came live", channel_id=10)
@@ -152,7 +179,8 @@ def test_a_loop_takes_only_what_it_planned_from_the_pool():
     event_ingest_many([(caught_up, 1)])
     event_queue_consume(own=OWN)
 
-    taken = unread_pool_take(channel_id=10, up_to_message_id=live.id, message_ids=planned)
+    removed = unread_pool_mark_read(channel_id=10, up_to_message_id=live.id, message_ids=planned)
+    shown = unread_pool_take(channel_id=10, message_ids=[caught_up.id, live.id])
 
-    assert [m.id for m in taken] == planned
-    assert [m.content for m in unread_pool_messages(channel_id=10)] == ["read back later, older"]
+    assert removed == 1 and [m.id for m in shown] == [caught_up.id]
+    assert unread_pool_messages(channel_id=10) == []

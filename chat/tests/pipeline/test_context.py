@@ -95,18 +95,18 @@ def test_the_whole_prompt_in_order():
         (ItemTag.SAMPLE_DIALOGUE, Role.ASSISTANT, "Tomori: hey!"),
         (ItemTag.DIALOGUE_HISTORY, Role.USER, "Bob: [ref_1] morning all"),
         (ItemTag.DIALOGUE_HISTORY, Role.ASSISTANT, "Tomori: [ref_2] morning!"),
+        (
+            ItemTag.MEMORY,
+            Role.USER,
+            "[System: Things you remember that may bear on this conversation:\n"
+            "- About Alice: likes tea]",
+        ),
         (ItemTag.CONTEXT_NOTE_INJECTION, Role.USER, "[System: Keep it short.]"),
         (
             ItemTag.DIALOGUE_HISTORY,
             Role.USER,
             "Alice: [ref_3] Tomori, what's this? "
             "[System: notes.txt is attached as media_1. Call read_file with media_1 to read it.]",
-        ),
-        (
-            ItemTag.MEMORY,
-            Role.USER,
-            "[System: Things you remember that may bear on this conversation:\n"
-            "- About Alice: likes tea]",
         ),
         (
             ItemTag.TAIL_DIRECTIVE,

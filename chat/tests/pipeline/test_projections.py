@@ -54,8 +54,8 @@ def test_blind_model_gets_notices_naming_only_tools_it_offers():
             "[System: you cannot see media_2 directly; call process_gif with media_2.] "
             "[System: media_1 cannot be shown to you.]",
         },
-        {"role": "user", "content": "[System: Be kind.]"},
         {"role": "user", "content": f"[System: {MEMORY_HEADER}\n- About Bob: has a cat]"},
+        {"role": "user", "content": "[System: Be kind.]"},
         {"role": "user", "content": STOP},
         {"role": "user", "content": '[System: Begin your reply with "Hmm,".]'},
     ]
@@ -117,7 +117,7 @@ def test_merging_same_role_joins_text_and_parts():
         "text",
         "text",
     ]
-    assert last[-3]["text"] == f"[System: {MEMORY_HEADER}\n- About Bob: has a cat]"
+    assert last[-4]["text"] == f"[System: {MEMORY_HEADER}\n- About Bob: has a cat]"
     assert last[-1]["text"] == '[System: Begin your reply with "Hmm,".]'
 
 
@@ -128,8 +128,8 @@ def test_completion_text_is_prose_without_annotations():
             "Bob: look at my cat",
             "Tomori: so cute",
             "Alice: and this?",
-            "Be kind.",
             f"{MEMORY_HEADER}\n- About Bob: has a cat",
+            "Be kind.",
             "Tomori: Hmm,",
         ]
     )

@@ -22,7 +22,9 @@ from chat.pipeline.recall import (
     recall,
     terms,
 )
-from chat.tests.factories import message, turn_input
+from chat.pipeline.types import ContextNote
+from chat.tests import factories
+from chat.tests.factories import message, sf, turn_input
 
 ALICE, BOB, CAROL = 1, 2, 3
 
@@ -153,6 +155,47 @@ def test_recalled_memories_follow_the_dialogue_and_leave_the_cacheable_prefix_al
         recalled.items[: recalled.cacheable_prefix_end]
         == without.items[: without.cacheable_prefix_end]
     )
+
+
+def test_recalled_memories_go_where_the_cached_prefix_ends_and_stay_there_in_later_turns():
+    alice_cats = ("About Alice: has two cats",)
+    history = [message(1, "tomori, tell me about cats")]
+    before = build_turn_context(turn_input(history, memories=alice_cats))
+    assert before.memories_after == sf(1)
+    history += [
+        message(2, "They purr.", author=factories.TOMORI, minutes=1),
+        message(3, "tomori, and dogs?", author=factories.BOB, minutes=2),
+    ]
+    after = build_turn_context(turn_input(history, memories_shown={sf(1): (alice_cats,)}))
+
+    [shown] = [item for item in after.items if item.tag is ItemTag.MEMORY_SHOWN]
+    [recalled] = [item for item in before.items if item.tag is ItemTag.MEMORY]
+    assert shown.text == recalled.text
+    first_entry = next(n for n, i in enumerate(after.items) if i.tag is ItemTag.DIALOGUE_HISTORY)
+    assert after.items[first_entry + 1] == shown
+    assert not any(item.tag is ItemTag.MEMORY for item in after.items)
+    # The second request repeats the first up to and past the memories it showed.
+    assert after.cacheable_prefix_end > first_entry + 1
+    repeated = [item.text for item in before.items[: first_entry + 2]]
+    assert [item.text for item in after.items[: first_entry + 2]] == repeated
+
+
+def test_recalled_memories_come_before_the_first_note_placed_at_a_depth():
+    history = [
+        message(1, "hi"),
+        message(2, "hello", author=factories.BOB, minutes=1),
+        message(3, "tell me about cats", minutes=2),
+    ]
+    note = ContextNote(text="Be brief.", depth=1)
+    context = build_turn_context(
+        turn_input(history, channel_note=note, memories=("About Alice: has two cats",))
+    )
+
+    tags = [item.tag for item in context.items]
+    memory = tags.index(ItemTag.MEMORY)
+    assert tags[memory + 1] is ItemTag.CONTEXT_NOTE_INJECTION
+    assert context.memories_after == sf(2)
+    assert context.cacheable_prefix_end == memory
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,464 @@
+"""Ingest through the websocket: the sandbox's gateway sends MESSAGE_CREATE at a paced rate,
+the real worker takes every message through discord.py, the intake, the persisted event queue
+and into the unread pools; a bare discord.py client receives the same stream in the same run.
+
+Run: ``.venv/bin/python -m benchmarks.gateway_ingest`` (``make bench`` runs it).
+
+Three processes, so that none of them runs on another's event loop: the sandbox (serving the
+gateway and pacing the messages), a bare ``discord.Client`` (the baseline: what discord.py
+alone costs a message), and this one, holding the worker built as ``runbot`` builds it
+(`chat.worker.build_client`) on a throwaway database of the configured kind (``DATABASE_URL``:
+PostgreSQL in CI) and the Redis channel layer (``REDIS_URL``), with the bench world's guilds
+configured (reactive channels, so the channel loops take every message out of the pools as
+they would; no message names a persona, so no model is asked).
+
+Each message is stamped, on the one monotonic clock all three processes read:
+
+- ``sent``: the sandbox dispatched it (queued on both sessions' sockets);
+- ``received``: discord.py called ``on_message`` (the frame read, decoded and parsed);
+- ``taken``: the worker converted it and handed it to `Intake.put`;
+- ``queued``: the intake's `event_queue.event_ingest_many` call holding it returned (its row
+  committed to the event queue);
+- ``pooled``: the `event_queue.event_queue_consume` call that moved it into its channel's unread
+  pool returned (committed).
+
+The stages are timed by wrapping those calls on the running worker, as `benchmarks.ingest` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from benchmarks.table import Row, emit
+
+RATE = 1000
+SECONDS = 5
+COUNT = RATE * SECONDS
+GUILDS = 4
+CHANNELS_PER_GUILD = 5
+PEOPLE = 12
+TOKEN = "bench-gateway-ingest-token"
+WAIT = 120.0
+STAGES = ("received", "taken", "queued", "pooled")
+STAGE_NAMES = {
+    "received": "sandbox → on_message",
+    "taken": "→ Intake.put",
+    "queued": "→ queue committed",
+    "pooled": "→ unread pool",
+}
+LINES = (
+    "did anyone see the match last night",
+    "I think the second half was better than the first",
+    "lunch at noon? the usual place",
+    "the build is green again, thanks for the fix",
+    "that song has been stuck in my head all day",
+    "ok but who brought the cake",
+)
+
+
+# -- the sandbox process ---------------------------------------------------------------------
+
+
+def _sandbox_process(pipe: Connection) -> None:
+    asyncio.run(_serve_sandbox(pipe))
+
+
+async def _serve_sandbox(pipe: Connection) -> None:
+    """Serve the bench world; on ``go`` post ``COUNT`` messages at ``RATE`` per second and send
+    back when each was dispatched; stop on ``stop``."""
+    from chat.sandbox import SandboxServer
+
+    sandbox, channels, people = bench_world()
+    async with SandboxServer(sandbox) as server:
+        pipe.send(
+            {
+                "api_base": server.api_base,
+                "gateway_url": server.gateway_url,
+                "guilds": sandbox.guild_ids,
+                "channels": channels,
+                "bot_user_id": sandbox.bot_user_id,
+            }
+        )
+        await asyncio.to_thread(pipe.recv)  # go
+        pipe.send(await _paced_stream(sandbox, channels, people))
+        await asyncio.to_thread(pipe.recv)  # stop
+
+
+def bench_world(
+    guilds: int = GUILDS,
+    channels_per_guild: int = CHANNELS_PER_GUILD,
+    people: int = PEOPLE,
+    members_per_guild: int | None = None,
+):
+    """The sandbox world: ``guilds`` guilds of ``channels_per_guild`` text channels, each with
+    ``members_per_guild`` members (default: all ``people``; else a window over them, so guilds
+    share some members, as they do on Discord); returns the sandbox, the channels' (guild,
+    channel) ids and the people."""
+    from chat.sandbox.state import Sandbox
+
+    sandbox = Sandbox(token=TOKEN, bot_name="Tomori")
+    users = [sandbox.add_user(f"person{n}", global_name=f"Person {n}") for n in range(people)]
+    members = members_per_guild or people
+    channels = []
+    for g in range(guilds):
+        guild_id = sandbox.add_guild(f"Bench guild {g}")
+        for n in range(members):
+            sandbox.add_member(guild_id, users[(g * members + n) % people])
+        for c in range(channels_per_guild):
+            channels.append((guild_id, sandbox.add_text_channel(guild_id, f"chat-{c}")))
+    return sandbox, channels, users
+
+
+async def _paced_stream(sandbox, channels: list[tuple[int, int]], people: list[int]):
+    """Post ``COUNT`` messages, the n-th at ``n / RATE`` s after the start (never early; when
+    late, at once), round-robin over the channels; returns ``{message id: sent}``."""
+    loop = asyncio.get_running_loop()
+    sent: dict[int, float] = {}
+    started = loop.time()
+    for n in range(COUNT):
+        delay = started + n / RATE - loop.time()
+        await asyncio.sleep(max(delay, 0.0))  # 0 still lets the socket writers run
+        _, channel_id = channels[n % len(channels)]
+        author = people[(n * 7) % len(people)]
+        message = sandbox.user_says(channel_id, author, f"{LINES[n % len(LINES)]} ({n})")
+        sent[int(message["id"])] = time.monotonic()
+    return sent
+
+
+# -- the bare client process -----------------------------------------------------------------
+
+
+def _bare_client_process(pipe: Connection, api_base: str, gateway_url: str) -> None:
+    asyncio.run(_bare_client(pipe, api_base, gateway_url))
+
+
+async def _bare_client(pipe: Connection, api_base: str, gateway_url: str) -> None:
+    """A ``discord.Client`` with the worker's intents and message cache that only notes when
+    each message reached ``on_message``; says ``ready``, then sends ``{id: received}`` once it
+    has ``COUNT`` messages (or after ``WAIT`` seconds)."""
+    import discord
+
+    from chat.gateway.endpoints import configure_discord_endpoints
+
+    configure_discord_endpoints(api_base=api_base, gateway_url=gateway_url)
+    intents = discord.Intents.none()
+    for name in ("guilds", "guild_messages", "message_content", "members", "guild_reactions"):
+        setattr(intents, name, True)
+    client = discord.Client(intents=intents, max_messages=5000)
+    received: dict[int, float] = {}
+    everything = asyncio.Event()
+
+    cpu: list[float] = []
+
+    @client.event
+    async def on_message(message: discord.Message) -> None:
+        received[message.id] = time.monotonic()
+        if len(received) == 1:
+            cpu.append(time.process_time())
+        if len(received) >= COUNT:
+            cpu.append(time.process_time())
+            everything.set()
+
+    @client.event
+    async def on_ready() -> None:
+        pipe.send("ready")
+
+    async with client:
+        runner = asyncio.create_task(client.start(TOKEN))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(everything.wait(), WAIT)
+        pipe.send((received, cpu[-1] - cpu[0] if len(cpu) == 2 else float("nan")))
+        await client.close()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+# -- the worker (this process) ---------------------------------------------------------------
+
+
+@dataclass
+class Stamps:
+    """When each message reached each stage (monotonic seconds, by message id)."""
+
+    received: dict[int, float]
+    taken: dict[int, float]
+    queued: dict[int, float]
+    pooled: dict[int, float]
+
+
+def bench_config(guilds: Sequence[int], channels: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """The configuration document for the bench world: one persona per guild, every channel
+    reactive."""
+    return {
+        "version": 1,
+        "guilds": [
+            {
+                "id": str(guild_id),
+                "name": f"Bench guild {n}",
+                "personas": [
+                    {
+                        "name": "Tomori",
+                        "main": True,
+                        "system_prompt": "You are Tomori. You answer briefly.",
+                        "triggers": ["tomori"],
+                    }
+                ],
+                "channels": [
+                    {"id": str(channel_id), "mode": "reactive"}
+                    for guild, channel_id in channels
+                    if guild == guild_id
+                ],
+            }
+            for n, guild_id in enumerate(guilds)
+        ],
+    }
+
+
+@contextlib.contextmanager
+def _stages_timed(client, stamps: Stamps) -> Iterator[None]:
+    """While open, stamp every message at each stage of the running worker ``client``."""
+    from chat.services import event_queue
+
+    on_message, put = client.on_message, client.intake.put
+    ingest, consume = event_queue.event_ingest_many, event_queue.event_queue_consume
+
+    async def timed_on_message(message):
+        stamps.received.setdefault(message.id, time.monotonic())
+        await on_message(message)
+
+    def timed_put(message, guild_id):
+        stamps.taken.setdefault(message.id, time.monotonic())
+        put(message, guild_id)
+
+    def timed_ingest(batch):
+        stored = ingest(batch)
+        now = time.monotonic()
+        for message, _ in batch:
+            stamps.queued.setdefault(message.id, now)
+        return stored
+
+    def timed_consume(**kwargs):
+        consumed = consume(**kwargs)
+        now = time.monotonic()
+        for _, message in consumed.unread:
+            stamps.pooled.setdefault(message.id, now)
+        return consumed
+
+    client.on_message, client.intake.put = timed_on_message, timed_put
+    event_queue.event_ingest_many = timed_ingest
+    event_queue.event_queue_consume = timed_consume
+    try:
+        yield
+    finally:
+        del client.on_message
+        client.intake.put = put
+        event_queue.event_ingest_many, event_queue.event_queue_consume = ingest, consume
+
+
+@dataclass(frozen=True)
+class Figures:
+    sent: dict[int, float]
+    stamps: Stamps
+    bare: dict[int, float]
+    queue_rows: int
+    """Event queue rows holding the stream's messages (each exactly once: the key is unique)."""
+    load: tuple[float, float, float]
+    cpu: float
+    """CPU seconds the worker's process spent from the first dispatch to the last pooled."""
+    bare_cpu: float
+    """CPU seconds the bare client spent from its first message to its last."""
+
+    def latencies(self, stage: str, since: str = "sent") -> list[float]:
+        """Per message that reached ``stage``, ms from ``since`` (``sent`` or a stage)."""
+        start = self.sent if since == "sent" else getattr(self.stamps, since)
+        reached = getattr(self.stamps, stage)
+        return [(reached[i] - start[i]) * 1000 for i in reached if i in start]
+
+    @property
+    def bare_latencies(self) -> list[float]:
+        return [(self.bare[i] - self.sent[i]) * 1000 for i in self.bare if i in self.sent]
+
+    def lost(self, stage: str) -> int:
+        return len(self.sent.keys() - getattr(self.stamps, stage).keys())
+
+    @property
+    def rate(self) -> float:
+        """Messages per second from the first dispatch to the last one pooled."""
+        pooled = self.stamps.pooled
+        return len(pooled) / (max(pooled.values()) - min(self.sent.values()))
+
+
+def percentiles(values: list[float]) -> tuple[float, float]:
+    """(p50, p99) of ``values``."""
+    cuts = statistics.quantiles(values, n=100)
+    return statistics.median(values), cuts[98]
+
+
+def _setup_django(directory: str, prefix: str = "bench_gateway_ingest") -> str:
+    """Django on a throwaway database (PostgreSQL's own test database, else a SQLite file in
+    ``directory``) with the configured channel layer (Redis), migrated; returns its name."""
+    if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
+        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
+    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-secret-key")
+    os.environ["DJANGO_SETTINGS_MODULE"] = "botproject.settings"
+    import logging
+
+    import django
+    from django.db import connection
+
+    django.setup()
+    logging.disable(logging.WARNING)
+    if connection.vendor == "sqlite":
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
+        return connection.settings_dict["NAME"]
+    connection.settings_dict["TEST"]["NAME"] = f"{prefix}_{os.getpid()}"
+    return connection.creation.create_test_db(verbosity=0, autoclobber=True)
+
+
+def _teardown_django(name: str) -> None:
+    from django.db import connection, connections
+
+    connections.close_all()
+    if connection.vendor != "sqlite":
+        connection.creation.destroy_test_db(name, verbosity=0)
+
+
+async def _until(check: Callable[[], bool], within: float = WAIT) -> None:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {within} s: {check}")
+        await asyncio.sleep(0.02)
+
+
+async def _run(sandbox: Connection, world: dict[str, Any]) -> Figures:
+    """Start the bare client and the worker against the sandbox, stream, collect."""
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    from chat.llm.openai_compat import OpenAICompatibleClient
+    from chat.models import EventQueue
+    from chat.worker import WorkerConfig, build_client
+    from personas.services import config_import
+
+    await sync_to_async(config_import)(data=bench_config(world["guilds"], world["channels"]))
+    spawn = multiprocessing.get_context("spawn")
+    bare, bare_end = spawn.Pipe()
+    bare_process = spawn.Process(
+        target=_bare_client_process,
+        args=(bare_end, world["api_base"], world["gateway_url"]),
+        name="bare-discord-client",
+    )
+    bare_process.start()
+    config = WorkerConfig(token=TOKEN, api_base=world["api_base"], gateway_url=world["gateway_url"])
+    # No message names a persona: the model is never asked (a request would fail).
+    client = build_client(
+        config, llm=OpenAICompatibleClient(base_url="http://127.0.0.1:9/v1", api_key="-")
+    )
+    stamps = Stamps({}, {}, {}, {})
+    worker = asyncio.create_task(client.start(TOKEN))
+    try:
+        await _until(lambda: client.scheduler is not None and client.is_ready())
+        await asyncio.to_thread(bare.recv)  # the bare client is ready too
+        with _stages_timed(client, stamps):
+            cpu = time.process_time()
+            sandbox.send("go")
+            sent = await asyncio.to_thread(sandbox.recv)
+            await _until(lambda: len(stamps.pooled) >= COUNT)
+            cpu = time.process_time() - cpu
+        load = os.getloadavg()
+        received, bare_cpu = await asyncio.to_thread(bare.recv)
+        await client.handlers_settled()
+        ids = list(sent)
+        queue_rows = await sync_to_async(EventQueue.objects.filter(message_id__in=ids).count)()
+    finally:
+        await client.close()
+        await asyncio.gather(worker, return_exceptions=True)
+        await sync_to_async(connections.close_all)()
+        bare_process.join(10)
+    return Figures(
+        sent=sent,
+        stamps=stamps,
+        bare=received,
+        queue_rows=queue_rows,
+        load=load,
+        cpu=cpu,
+        bare_cpu=bare_cpu,
+    )
+
+
+def measure() -> Figures:
+    spawn = multiprocessing.get_context("spawn")
+    sandbox, sandbox_end = spawn.Pipe()
+    process = spawn.Process(target=_sandbox_process, args=(sandbox_end,), name="sandbox")
+    process.start()
+    try:
+        world = sandbox.recv()
+        with tempfile.TemporaryDirectory(prefix="bench-gateway-ingest-") as directory:
+            database = _setup_django(directory)
+            try:
+                return asyncio.run(_run(sandbox, world))
+            finally:
+                _teardown_django(database)
+    finally:
+        with contextlib.suppress(OSError):
+            sandbox.send("stop")
+        process.join(10)
+        if process.is_alive():
+            process.terminate()
+
+
+def _ms(pair: tuple[float, float]) -> str:
+    return f"p50 {pair[0]:.1f} ms, p99 {pair[1]:.1f} ms"
+
+
+def main() -> None:
+    figures = measure()
+    end_to_end = percentiles(figures.latencies("pooled"))
+    bare = percentiles(figures.bare_latencies)
+    previous = "sent"
+    split = []
+    for stage in STAGES:
+        p50, p99 = percentiles(figures.latencies(stage, since=previous))
+        split.append(f"{STAGE_NAMES[stage]} {p50:.1f}/{p99:.1f}")
+        previous = stage
+    doubled = figures.queue_rows - len(figures.sent) + figures.lost("queued")
+    load = f"load average {figures.load[0]:.1f}"
+    what = (
+        f"ingest through the websocket, {COUNT:,} messages at {RATE:,} msg/s over "
+        f"{GUILDS * CHANNELS_PER_GUILD} channels: sandbox → unread pool"
+    )
+    measured = (
+        f"{_ms(end_to_end)}, {figures.rate:,.0f} msg/s, lost {figures.lost('pooled')}, "
+        f"doubled {doubled} ({load})"
+    )
+    rows = [
+        Row(what, measured, f"bare discord.py client: {_ms(bare)}", "p99 ≤ 50 ms, 0 lost"),
+        Row(
+            "… the same messages by stage, p50/p99 ms",
+            "; ".join(split),
+            f"bare client, sandbox → on_message: {bare[0]:.1f}/{bare[1]:.1f}",
+        ),
+        Row(
+            "… CPU time per message (the process's own, the stream's length)",
+            f"worker {figures.cpu / COUNT * 1e6:.0f} µs",
+            f"bare client {figures.bare_cpu / COUNT * 1e6:.0f} µs",
+        ),
+    ]
+    emit(rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
