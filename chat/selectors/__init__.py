@@ -7,7 +7,7 @@ why-trace reads about one message in `message_trace`."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -483,6 +483,26 @@ def full_privacy_user_ids(*, user_ids: Iterable[int], guild_id: int | None) -> f
     """Those of ``user_ids`` who chose full privacy in the guild ``guild_id`` (in direct
     messages: in any guild); their words are stored nowhere there."""
     return user_standing(user_ids=user_ids, guild_id=guild_id).full_privacy
+
+
+def full_privacy_by_guild(
+    *, user_ids_by_guild: Mapping[int | None, Iterable[int]]
+) -> dict[int | None, frozenset[int]]:
+    """`full_privacy_user_ids` for several guilds at once (None: direct messages), in one
+    query: for each guild, those of its ``user_ids`` whose words are stored nowhere there."""
+    wanted = {user_id for user_ids in user_ids_by_guild.values() for user_id in user_ids}
+    rows = UserPrivacy.objects.filter(user_id__in=wanted, level=PrivacyLevel.FULL)
+    full_in: dict[int, set[int]] = {}
+    for user_id, guild_id in rows.values_list("user_id", "guild__guild_id"):
+        full_in.setdefault(user_id, set()).add(guild_id)
+    return {
+        guild_id: frozenset(
+            user_id
+            for user_id in user_ids
+            if user_id in full_in and (guild_id is None or guild_id in full_in[user_id])
+        )
+        for guild_id, user_ids in user_ids_by_guild.items()
+    }
 
 
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:

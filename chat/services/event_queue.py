@@ -53,16 +53,15 @@ def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int
     keys already taken (replays, duplicates, catch-up of messages already seen) are skipped.
 
     A user who chose full privacy has the text and media of their messages withheld here, so
-    their words are stored nowhere. Returns how many rows the batch offered.
+    their words are stored nowhere (one query for the whole batch, whatever guilds it spans).
+    Returns how many rows the batch offered.
     """
     if not batch:
         return 0
-    private = {
-        guild_id: selectors.full_privacy_user_ids(
-            user_ids={m.accountable_user_id for m, g in batch if g == guild_id}, guild_id=guild_id
-        )
-        for guild_id in {guild_id for _, guild_id in batch}
-    }
+    authors: dict[int | None, set[int]] = {}
+    for message, guild_id in batch:
+        authors.setdefault(guild_id, set()).add(message.accountable_user_id)
+    private = selectors.full_privacy_by_guild(user_ids_by_guild=authors)
     EventQueue.objects.bulk_create(
         [_queue_row(message, guild_id, private[guild_id]) for message, guild_id in batch],
         ignore_conflicts=True,

@@ -139,6 +139,22 @@ def test_a_consumed_queue_row_keeps_only_its_key():
     assert (row.channel_id, row.status, row.event) == (msg.channel_id, "consumed", {})
 
 
+def test_one_batch_over_several_guilds_withholds_each_guilds_full_privacy_users_only():
+    user_privacy(ALICE.id, guild_id=1, level="full")
+    user_privacy(BOB.id, guild_id=2, level="partial")
+    batch = [
+        (message(content="secret in one", author=ALICE, channel_id=10), 1),
+        (message(content="open in two", author=ALICE, channel_id=20), 2),
+        (message(content="partial in two", author=BOB, channel_id=20), 2),
+        (message(content="secret in a dm", author=ALICE, channel_id=30), None),
+    ]
+    event_ingest_many(batch)
+    event_queue_consume(own=OWN)
+
+    kept = {m.content for c in (10, 20, 30) for m in unread_pool_messages(channel_id=c)}
+    assert kept == {"", "open in two", "partial in two"}  # full in guild 1 holds in DMs too
+
+
 def test_a_full_privacy_users_words_are_stored_nowhere():
     user_privacy(ALICE.id, guild_id=1, level="full")
     secret = message(
