@@ -13,6 +13,7 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import aiohttp
 import discord
 from asgiref.sync import sync_to_async
 
@@ -47,15 +48,25 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
-def _rest_paced(request: Callable[..., Awaitable[Any]], limits: SharedLimits):
-    """discord.py's ``HTTPClient.request``, starting each request only when the bot's global
-    REST limit has room (counted with its other processes)."""
+def _rest_paced(limits: SharedLimits) -> aiohttp.TraceConfig:
+    """An HTTP trace that starts each request of discord.py's session (REST and webhooks, not
+    the gateway's websocket) only when the bot's global REST limit has room (counted with its
+    other processes). It runs right before each attempt goes out: after discord.py's own
+    per-route waits, and again for each retry, so neither can bunch requests counted earlier
+    into one second."""
 
-    async def paced(route: discord.http.Route, **kwargs: Any) -> Any:
+    async def paced(
+        session: aiohttp.ClientSession,
+        context: Any,
+        params: aiohttp.TraceRequestStartParams,
+    ) -> None:
+        if params.headers.get("Upgrade", "").lower() == "websocket":
+            return
         await limits.rest.acquire()
-        return await request(route, **kwargs)
 
-    return paced
+    trace = aiohttp.TraceConfig()
+    trace.on_request_start.append(paced)
+    return trace
 
 
 class PersonaBotClient(discord.AutoShardedClient):
@@ -82,6 +93,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             shard_count=shard_count,
             max_messages=GATEWAY_CACHE_MESSAGES,
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
+            http_trace=_rest_paced(limits) if limits is not None else None,
         )
         _guard_parsers(self._connection.parsers)
         self.adapter = DiscordAdapter(self, proxies=proxies, recent_messages=recent_messages)
@@ -98,8 +110,6 @@ class PersonaBotClient(discord.AutoShardedClient):
         )
         self._on_start = on_start
         self.limits = limits
-        if limits is not None:
-            self.http.request = _rest_paced(self.http.request, limits)
         self._background: set[asyncio.Task[None]] = set()
         self._closing = False
         self._catch_up_starts: dict[int, dict[int, int]] = {}
@@ -210,7 +220,9 @@ class PersonaBotClient(discord.AutoShardedClient):
         except Exception:
             logger.exception("could not read message %s in %s", message.id, message.channel.id)
             return
-        self.intake.put(converted, guild_id)
+        self.intake.put(
+            converted, guild_id, shard_id=message.guild.shard_id if message.guild else 0
+        )
 
     def _wake_scheduler(self) -> None:
         if self.scheduler is not None:
@@ -285,7 +297,8 @@ class PersonaBotClient(discord.AutoShardedClient):
         if cached is not None:
             cached.clear()
         # Catch-up starts where the queue stood when this session began, not after what
-        # arrives live before the shard is ready.
+        # arrives live before the shard is ready; what arrives live is held until it is done.
+        self.intake.hold(shard_id)
         self._catch_up_starts[shard_id] = self.intake.session_starts(
             c for c, g in self.intake.guilds.items() if self._on_shard(g, shard_id)
         )
@@ -315,7 +328,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             },
             starts,
         )
-        self.background(self.intake.catch_up(starts=starts))
+        self.background(self.intake.catch_up(starts, starts=starts, shard_id=shard_id))
 
 
 def _guard_parsers(parsers: dict[str, Callable[[Any], None]]) -> None:

@@ -13,7 +13,10 @@ through the same path, so the event queue's (channel, message) key keeps every m
 once. The worker runs it whenever it may have missed messages: when a gateway session starts
 (at start, and after a resume Discord refused), and for marked channels once the database is
 back. The starting points are taken the moment catch-up begins, so live messages arriving
-meanwhile never move them past a gap.
+meanwhile never move them past a gap. While a shard's new session is caught up, its live
+messages are held (`Intake.hold`) and stored with the read-back ones, sorted, once the
+catch-up has read every channel: the queue never holds a message newer than a gap, so a
+worker stopped or killed mid-catch-up leaves the next one starting points before the gap.
 """
 
 from __future__ import annotations
@@ -71,6 +74,8 @@ class Intake:
         """The guild of each channel seen (None: a DM), for catch-up."""
         self.last_seen: dict[int, int] = {}
         """Per channel, the newest message taken in (the queue's, before this worker's)."""
+        self._held: dict[int, list[tuple[HistoryMessage, int | None]]] = {}
+        """Per shard being caught up: the messages taken in meanwhile (`hold`)."""
         self.shards_newest: int | None = None
         """The newest message the queue held for any channel of this worker's shards at start:
         where catch-up starts in a channel the queue has never seen."""
@@ -100,9 +105,22 @@ class Intake:
         if message_id > self.last_seen.get(channel_id, 0):
             self.last_seen[channel_id] = message_id
 
-    def put(self, message: HistoryMessage, guild_id: int | None) -> None:
-        """Take one message from the gateway; never blocks, never raises."""
+    def hold(self, shard_id: int) -> None:
+        """A new session of ``shard_id`` began: its messages are held until its catch-up
+        (`catch_up` with this ``shard_id``) has read every channel, then stored with what it
+        read, oldest first. Held messages a stopped worker never stored are read back by the
+        next one, from starting points the queue still holds before the gap."""
+        self._held.setdefault(shard_id, [])
+
+    def put(
+        self, message: HistoryMessage, guild_id: int | None, *, shard_id: int | None = None
+    ) -> None:
+        """Take one message from the gateway (from ``shard_id``'s session: held while that
+        shard is caught up); never blocks, never raises."""
         self.guilds[message.channel_id] = guild_id
+        if shard_id is not None and shard_id in self._held:
+            self._held[shard_id].append((message, guild_id))
+            return
         if len(self._buffer) >= self._buffer_size:
             self.marked.add(message.channel_id)
             logger.error(
@@ -165,13 +183,19 @@ class Intake:
         return {c: self.last_seen[c] for c in channel_ids if c in self.last_seen}
 
     async def catch_up(
-        self, channel_ids: Iterable[int] | None = None, *, starts: Mapping[int, int] | None = None
+        self,
+        channel_ids: Iterable[int] | None = None,
+        *,
+        starts: Mapping[int, int] | None = None,
+        shard_id: int | None = None,
     ) -> int:
         """Read back what each channel (default: every channel taken in so far) has after the
         newest message taken in, or after its entry in ``starts`` (taken when its session
         began: messages that arrived live since must not move the start past the gap);
         returns how many messages were put through. A channel with no starting point is
-        skipped; one whose history cannot be read now stays marked."""
+        skipped; one whose history cannot be read now stays marked. With ``shard_id``, the
+        messages held for that shard (`hold`) are stored with the read-back ones once every
+        channel was read (none if the catch-up is cancelled first)."""
         given = starts or {}
         starts = {
             channel_id: given.get(channel_id, self.last_seen[channel_id])
@@ -188,11 +212,18 @@ class Intake:
                 self.marked.add(channel_id)
                 continue
             for message in messages:
-                self.put(message, self.guilds.get(channel_id))
+                self.put(message, self.guilds.get(channel_id), shard_id=shard_id)
             count += len(messages)
+        if shard_id is not None:
+            self._release(shard_id)
         if count:
             logger.info("caught up %d messages in %d channels", count, len(starts))
         return count
+
+    def _release(self, shard_id: int) -> None:
+        held = {message.id: (message, guild) for message, guild in self._held.pop(shard_id, [])}
+        for message_id in sorted(held):
+            self.put(*held[message_id])
 
 
 def _store(batch: list[tuple[HistoryMessage, int | None]]) -> None:

@@ -123,3 +123,32 @@ async def test_a_channel_the_queue_never_saw_is_caught_up_from_the_shards_newest
     assert (CHANNELS[1], known.id, 100) in history.reads
     assert intake.guilds[CHANNELS[1]] == 7
     await sync_to_async(connections.close_all)()
+
+
+async def test_a_shards_live_messages_wait_for_its_catch_up_and_are_lost_with_it_not_stored():
+    history = History()
+    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    seen = message(content="before the gap", channel_id=CHANNELS[0])
+    intake.put(seen, 7)
+    await drain(intake)
+    gap = message(content="said while no session was open", channel_id=CHANNELS[0])
+    live = message(content="arrived live while catching up", channel_id=CHANNELS[0])
+    history.messages[CHANNELS[0]] = [seen, gap, live]
+
+    # A catch-up cancelled (the worker stopped) stores none of the session's live messages:
+    # the queue still ends before the gap, where the next worker's catch-up starts.
+    intake.hold(3)
+    starts = intake.session_starts([CHANNELS[0]])
+    intake.put(live, 7, shard_id=3)
+    await drain(intake)
+    stored = sync_to_async(lambda: sorted(EventQueue.objects.values_list("message_id", flat=True)))
+    assert await stored() == [seen.id]
+    assert (await sync_to_async(last_ingested)()).ids == {CHANNELS[0]: seen.id}
+
+    # Finished, it stores what it read and what was held, oldest first, once each.
+    await intake.catch_up(starts, starts=starts, shard_id=3)
+    intake.put(message(content="after the catch-up", channel_id=CHANNELS[1]), 7, shard_id=3)
+    assert [m.id for m, _ in intake._buffer] == [gap.id, live.id, intake._buffer[-1][0].id]
+    await drain(intake)
+    assert (await stored())[:3] == [seen.id, gap.id, live.id]
+    await sync_to_async(connections.close_all)()
