@@ -72,7 +72,9 @@ def convert_message(
             for snapshot in getattr(message, "message_snapshots", ())
         ),
         mention_ids=tuple(message.raw_mentions),
-        reactions=tuple(Reaction(emoji=str(r.emoji), count=r.count) for r in message.reactions),
+        reactions=tuple(
+            Reaction(emoji=str(r.emoji), count=r.count, me=r.me) for r in message.reactions
+        ),
         proxy=proxy,
         # Our notices are sent silent (`DiscordPort.deliver`); a silent message of anyone
         # else's is an ordinary message.

@@ -67,6 +67,8 @@ from chat.selectors.event_queue import unread_pool_count, unread_pool_messages
 from chat.services import event_queue
 from chat.services.planner_steps import (
     planner_actions_recent,
+    planner_reactions_unsettled,
+    planner_sends_settle,
     planner_step_finish,
     planner_step_record,
 )
@@ -221,6 +223,8 @@ class AutonomousLoop:
         the previous one stopped."""
         channel = configuration.settings
         if not state.actions:
+            await sync_to_async(planner_sends_settle)(channel_id=channel.channel_id)
+            await self._settle_reactions(channel.channel_id)
             recent = await sync_to_async(planner_actions_recent)(
                 channel_id=channel.channel_id, limit=MAX_REMEMBERED_ACTIONS
             )
@@ -239,6 +243,19 @@ class AutonomousLoop:
         unread_ids = {m.id for m in unread}
         state.add([m for m in read.messages if m.id not in unread_ids])
         state.seeded = True
+
+    async def _settle_reactions(self, channel_id: int) -> None:
+        """Finish the ``react`` steps a stopped worker left unfinished whose reaction Discord
+        shows (this bot's, with that emoji): the planner sees them done and does not react
+        again. One Discord does not show stays unfinished, left out of the recent actions."""
+        steps = await sync_to_async(planner_reactions_unsettled)(channel_id=channel_id)
+        for step_id, message_id, emoji, ref in steps:
+            message = await self._runtime.port.fetch_message(channel_id, message_id)
+            reactions = message.reactions if message is not None else ()
+            if any(r.me and r.emoji == emoji for r in reactions):
+                await sync_to_async(planner_step_finish)(
+                    step_id=step_id, success=True, result=f"reacted {emoji} to {ref}"
+                )
 
     async def _plan(
         self,
@@ -315,7 +332,7 @@ class AutonomousLoop:
             iteration=iteration,
             prompt=messages,
             decision=completion.reply_text,
-            action={} if isinstance(action, PlannerOutputError) else action.model_dump(),
+            action=_recorded(action, step.refs),
             llm_ms=completion.llm_ms,
         )
         return action
@@ -423,6 +440,19 @@ class AutonomousLoop:
         return ActionResult(
             turn.status == Turn.Status.REPLIED, False, f"{persona.name}: {turn.status}", turn.id
         )
+
+
+def _recorded(
+    action: PlannerAction | PlannerOutputError, refs: Mapping[str, int]
+) -> dict[str, object]:
+    """The action as its step records it; a reaction with the id of its message, which a
+    worker taking the channel over reads back (`_settle_reactions`)."""
+    if isinstance(action, PlannerOutputError):
+        return {}
+    recorded = action.model_dump()
+    if isinstance(action, React) and action.message in refs:
+        recorded["message_id"] = refs[action.message]
+    return recorded
 
 
 def _channel_name(configuration: ChannelConfiguration, channels: Mapping[int, str]) -> str:

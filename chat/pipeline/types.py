@@ -212,10 +212,12 @@ class ForwardedSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Reaction:
-    """``emoji`` is a Unicode emoji or a custom emoji in Discord markup (``<:name:id>``)."""
+    """``emoji`` is a Unicode emoji or a custom emoji in Discord markup (``<:name:id>``);
+    ``me``: this bot is among those who reacted."""
 
     emoji: str
     count: int
+    me: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from chat.models import PlannerStep
+from chat.models import PlannerStep, Turn
 
 
 def planner_step_record(
@@ -52,3 +52,46 @@ def planner_actions_recent(*, channel_id: int, limit: int) -> list[tuple[str, bo
     )
     newest = [(action.get("action", "invalid"), ok, result) for action, ok, result in rows]
     return newest[::-1]
+
+
+def planner_reactions_unsettled(*, channel_id: int) -> list[tuple[int, int, str, str]]:
+    """The channel's ``react`` steps newer than its last finished step and never finished
+    themselves (the worker stopped or was killed around the reaction), as (step id, message
+    id, emoji, message ref): whether the reaction was made is read back from Discord
+    (`planner_step_finish` when it was), so a worker taking the channel over does not react
+    a second time."""
+    rows = PlannerStep.objects.filter(channel_id=channel_id)
+    last_finished = rows.exclude(result="").order_by("-id").values_list("id", flat=True).first()
+    unsettled = rows.filter(result="", action__action="react", action__has_key="message_id")
+    if last_finished is not None:
+        unsettled = unsettled.filter(id__gt=last_finished)
+    return [
+        (step_id, action["message_id"], action.get("emoji", ""), action.get("message", ""))
+        for step_id, action in unsettled.order_by("id").values_list("id", "action")
+    ]
+
+
+def planner_sends_settle(*, channel_id: int) -> int:
+    """Finish the channel's ``send_message`` steps newer than its last finished step whose
+    persona turn replied although the step was never finished (the worker stopped between the
+    reply and the step's record): a worker taking the channel over shows its planner the reply
+    as done, not the reaction before it as the last action. Returns how many were finished."""
+    rows = PlannerStep.objects.filter(channel_id=channel_id)
+    last_finished = rows.exclude(result="").order_by("-id").values_list("id", flat=True).first()
+    unsettled = rows.filter(result="", action__action="send_message")
+    if last_finished is not None:
+        unsettled = unsettled.filter(id__gt=last_finished)
+    finished = 0
+    for step_id in unsettled.values_list("id", flat=True):
+        turn = Turn.objects.filter(
+            reason_detail__planner_step_id=step_id, status=Turn.Status.REPLIED
+        ).first()
+        if turn is not None:
+            planner_step_finish(
+                step_id=step_id,
+                success=True,
+                result=f"{turn.persona_name}: {turn.status}",
+                turn_id=turn.id,
+            )
+            finished += 1
+    return finished

@@ -13,7 +13,7 @@ from asgiref.sync import sync_to_async
 from chat.llm.fake_server import Reply
 from chat.models import PlannerStep, Turn
 from chat.pipeline.types import Author, HistoryMessage
-from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS
+from chat.sandbox.demo import DEMO_BOT_ID, DEMO_GUILD_ID, DEMO_USER_IDS
 from chat.services.event_queue import event_ingest_many
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 from personas.models import Block, GuildConfig, UserPrivacy
@@ -186,3 +186,34 @@ async def test_a_reset_clears_what_the_planner_remembers_of_the_channel(world):
     seen = await eventually(after_reset)
     await world.drained()
     assert all("swordfish" not in body for body in after_reset()), seen
+
+
+async def test_a_reaction_a_stopped_worker_made_but_never_recorded_is_not_made_again(world):
+    payload = world.say("what do you all think about the new song?", channel_id=AUTONOMOUS)
+    message_id = int(payload["id"])
+    await sync_to_async(queued_while_down)(world, payload)
+    # The previous worker recorded the step and reacted, then stopped before finishing it.
+    world.sandbox.sandbox.add_reaction(AUTONOMOUS, message_id, "👍", user_id=DEMO_BOT_ID)
+    await PlannerStep.objects.acreate(
+        channel_id=AUTONOMOUS,
+        guild_id=DEMO_GUILD_ID,
+        loop_id="stopped",
+        iteration=1,
+        action={"action": "react", "message": "ref_1", "emoji": "👍", "message_id": message_id},
+    )
+    world.llm.enqueue(
+        action(action="send_message", persona="Tomori", reply_to="ref_1"),
+        Reply("I like the bridge."),
+        action(action="continue"),
+    )
+    await world.start_worker()
+
+    await eventually(lambda: world.bot_messages(AUTONOMOUS))
+    await world.drained()
+
+    conversation = planner_requests(world)[0]["messages"][1]["content"]
+    assert "1. react: ok: reacted 👍 to ref_1" in conversation
+    step = await PlannerStep.objects.aget(loop_id="stopped")
+    assert (step.success, step.result) == (True, "reacted 👍 to ref_1")
+    reactions = [r for r in world.sandbox.requests("PUT") if "/reactions/" in r.route]
+    assert reactions == []
