@@ -332,7 +332,7 @@ class AutonomousLoop:
             iteration=iteration,
             prompt=messages,
             decision=completion.reply_text,
-            action=_recorded(action, step.refs),
+            action=_recorded(action, step),
             llm_ms=completion.llm_ms,
         )
         return action
@@ -442,16 +442,17 @@ class AutonomousLoop:
         )
 
 
-def _recorded(
-    action: PlannerAction | PlannerOutputError, refs: Mapping[str, int]
-) -> dict[str, object]:
-    """The action as its step records it; a reaction with the id of its message, which a
-    worker taking the channel over reads back (`_settle_reactions`)."""
+def _recorded(action: PlannerAction | PlannerOutputError, step: _Step) -> dict[str, object]:
+    """The action as its step records it; a reaction with the id of its message, a reply with
+    the unread messages it was shown, which a worker taking the channel over reads back
+    (`_settle_reactions`, `planner_sends_settle`)."""
     if isinstance(action, PlannerOutputError):
         return {}
     recorded = action.model_dump()
-    if isinstance(action, React) and action.message in refs:
-        recorded["message_id"] = refs[action.message]
+    if isinstance(action, React) and action.message in step.refs:
+        recorded["message_id"] = step.refs[action.message]
+    if isinstance(action, SendMessage):
+        recorded["shown_ids"] = [m.id for m in step.shown_unread]
     return recorded
 
 

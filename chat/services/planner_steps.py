@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from chat.models import PlannerStep, Turn
+from chat.services.event_queue import unread_pool_take
 
 
 def planner_step_record(
@@ -74,19 +75,23 @@ def planner_reactions_unsettled(*, channel_id: int) -> list[tuple[int, int, str,
 def planner_sends_settle(*, channel_id: int) -> int:
     """Finish the channel's ``send_message`` steps newer than its last finished step whose
     persona turn replied although the step was never finished (the worker stopped between the
-    reply and the step's record): a worker taking the channel over shows its planner the reply
-    as done, not the reaction before it as the last action. Returns how many were finished."""
+    reply and the step's record), and mark read the unread messages the step was shown, as the
+    step would have: a worker taking the channel over shows its planner the reply as done and
+    the answered messages as read, so it neither answers nor reacts to them again. Returns how
+    many were finished."""
     rows = PlannerStep.objects.filter(channel_id=channel_id)
     last_finished = rows.exclude(result="").order_by("-id").values_list("id", flat=True).first()
     unsettled = rows.filter(result="", action__action="send_message")
     if last_finished is not None:
         unsettled = unsettled.filter(id__gt=last_finished)
     finished = 0
-    for step_id in unsettled.values_list("id", flat=True):
+    for step_id, action in unsettled.values_list("id", "action"):
         turn = Turn.objects.filter(
             reason_detail__planner_step_id=step_id, status=Turn.Status.REPLIED
         ).first()
         if turn is not None:
+            shown = action.get("shown_ids") or [turn.trigger_message_id]
+            unread_pool_take(channel_id=channel_id, message_ids=shown)
             planner_step_finish(
                 step_id=step_id,
                 success=True,
