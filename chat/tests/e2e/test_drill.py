@@ -165,12 +165,13 @@ class Traffic:
         )
 
     def unanswered(self) -> list[str]:
-        return [
-            message_id
-            for channel_id, ids in self.posted.items()
-            for message_id in ids
-            if message_id not in self.answers(channel_id)
-        ]
+        # One read of each channel: the sandbox answers REST in this event loop, and a slow
+        # poll here would hold its requests back and bunch them into one measured second.
+        unanswered = []
+        for channel_id, ids in self.posted.items():
+            answers = self.answers(channel_id)
+            unanswered += [message_id for message_id in ids if message_id not in answers]
+        return unanswered
 
     def replies(self) -> int:
         return sum(len(self.world.bot_messages(c)) for c in self.posted)
