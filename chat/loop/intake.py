@@ -90,15 +90,25 @@ class Intake:
     def adopt(self, channels: Mapping[int, int | None], starts: dict[int, int]) -> None:
         """Channels (with their guilds) on a shard whose session is ready, and ``starts``, its
         catch-up starting points taken when the session began: a channel that has none (the
-        queue never saw it) starts at `shards_newest`, as whatever was said there since is
-        newer: the worker that ran these shards before took in every message until it stopped.
-        Nothing is adopted on a first start, when the queue holds nothing of these shards."""
+        queue never saw it) starts at the newest start of its guild, else of the shard, else
+        `shards_newest`, as whatever was said there since is newer: the worker that ran the
+        shard before stored its messages in order until it stopped. Nothing is adopted on a
+        first start, when the queue holds nothing of these shards."""
         if self.shards_newest is None:
             return
+        # The queue holds each shard's messages up to a point (`hold`): the newest one of the
+        # channel's guild, else of the shard, is a bound no gap lies before; only a shard the
+        # queue has nothing of falls back to the newest of all this worker's shards.
+        shard_newest = max(starts.values(), default=self.shards_newest)
+        guild_newest: dict[int | None, int] = {}
+        for channel_id, message_id in starts.items():
+            guild = self.guilds.get(channel_id)
+            guild_newest[guild] = max(guild_newest.get(guild, 0), message_id)
         for channel_id, guild_id in channels.items():
             if channel_id not in starts:
-                starts[channel_id] = self.shards_newest
-                self.last_seen.setdefault(channel_id, self.shards_newest)
+                start = guild_newest.get(guild_id, shard_newest)
+                starts[channel_id] = start
+                self.last_seen.setdefault(channel_id, start)
                 self.guilds.setdefault(channel_id, guild_id)
 
     def _saw(self, channel_id: int, message_id: int) -> None:

@@ -152,3 +152,15 @@ async def test_a_shards_live_messages_wait_for_its_catch_up_and_are_lost_with_it
     await drain(intake)
     assert (await stored())[:3] == [seen.id, gap.id, live.id]
     await sync_to_async(connections.close_all)()
+
+
+def test_a_new_channel_starts_at_its_guilds_newest_message_else_its_shards():
+    intake = Intake(stored=lambda: None, read_after=History().read_after)
+    intake.shards_newest = 900  # another shard's newest: beyond this shard's gap
+    intake.guilds.update({CHANNELS[0]: 7, CHANNELS[1]: 8})
+    starts = {CHANNELS[0]: 300, CHANNELS[1]: 500}
+
+    intake.adopt({CHANNELS[2]: 7, CHANNELS[3]: 9}, starts)
+
+    assert starts[CHANNELS[2]] == 300  # guild 7's newest
+    assert starts[CHANNELS[3]] == 500  # guild 9 never seen: the shard's newest
