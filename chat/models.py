@@ -304,16 +304,16 @@ class ShortTermMemory(models.Model):
             models.UniqueConstraint(
                 fields=["persona", "channel_id"],
                 condition=Q(user_id__isnull=True),
-                name="stm_unique_per_channel",
+                name="short_term_memory_unique_per_channel",
             ),
             models.UniqueConstraint(
                 fields=["persona", "user_id"],
                 condition=Q(user_id__isnull=False),
-                name="stm_unique_per_dm_user",
+                name="short_term_memory_unique_per_dm_user",
             ),
             models.CheckConstraint(
                 condition=LessThanOrEqual(Length("summary"), MAX_SUMMARY_CHARS),
-                name="stm_summary_length",
+                name="short_term_memory_summary_length",
             ),
         ]
 

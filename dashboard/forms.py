@@ -223,8 +223,8 @@ class PersonaForm(SpecForm):
         "alternate_greetings": "alternate_greetings",
         "deliberate_tool_mode": "deliberate_tool_mode",
         "tools_enabled": "tools_enabled",
-        "stm_refresh_every": "short_term_memory.refresh_every",
-        "stm_depth": "short_term_memory.depth",
+        "short_term_memory_refresh_every": "short_term_memory.refresh_every",
+        "short_term_memory_depth": "short_term_memory.depth",
         "force_lowercase": "force_lowercase",
         "punctuation_splits": "punctuation_splits",
         "delivery_mode": Shown(
@@ -313,12 +313,12 @@ class PersonaForm(SpecForm):
         initial=True,
         help_text="Off: the persona is never offered a tool (memory upkeep included)",
     )
-    stm_refresh_every = forms.IntegerField(
+    short_term_memory_refresh_every = forms.IntegerField(
         label="Short-term memory: refresh every",
         initial=5,
         help_text="Of the persona's replies",
     )
-    stm_depth = forms.IntegerField(
+    short_term_memory_depth = forms.IntegerField(
         label="Short-term memory: depth",
         required=False,
         help_text="Empty: in the system prompt; a number: at that depth in the dialogue",

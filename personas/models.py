@@ -242,12 +242,12 @@ class Persona(models.Model):
     tools_enabled = models.BooleanField(
         default=True, help_text="Off: the persona is never offered a tool (memory upkeep included)"
     )
-    stm_refresh_every = models.PositiveSmallIntegerField(
+    short_term_memory_refresh_every = models.PositiveSmallIntegerField(
         default=5,
         validators=[MinValueValidator(1), MaxValueValidator(SHORT_TERM_MEMORY_REFRESH_EVERY_MAX)],
         help_text="Short-term memory is refreshed after this many of the persona's replies",
     )
-    stm_depth = models.PositiveSmallIntegerField(
+    short_term_memory_depth = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
         validators=_depth_validators(),
@@ -344,15 +344,19 @@ class Persona(models.Model):
                 name="persona_delivery_mode_valid",
             ),
             models.CheckConstraint(
-                condition=Q(stm_refresh_every__gte=1), name="persona_stm_refresh_every_positive"
+                condition=Q(short_term_memory_refresh_every__gte=1),
+                name="persona_short_term_memory_refresh_every_positive",
             ),
             models.CheckConstraint(
-                condition=Q(stm_refresh_every__lte=SHORT_TERM_MEMORY_REFRESH_EVERY_MAX),
-                name="persona_stm_refresh_every_max",
+                condition=Q(
+                    short_term_memory_refresh_every__lte=SHORT_TERM_MEMORY_REFRESH_EVERY_MAX
+                ),
+                name="persona_short_term_memory_refresh_every_max",
             ),
             models.CheckConstraint(
-                condition=Q(stm_depth__isnull=True) | Q(stm_depth__lte=NOTE_DEPTH_MAX),
-                name="persona_stm_depth_range",
+                condition=Q(short_term_memory_depth__isnull=True)
+                | Q(short_term_memory_depth__lte=NOTE_DEPTH_MAX),
+                name="persona_short_term_memory_depth_range",
             ),
             models.CheckConstraint(
                 condition=Q(max_output_tokens__gte=1), name="persona_max_output_tokens_positive"

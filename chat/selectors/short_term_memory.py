@@ -47,7 +47,7 @@ def short_term_memories_due(
         ShortTermMemory.objects.filter(
             persona__enabled=True,
             persona__tools_enabled=True,
-            turns_since_refresh__gte=F("persona__stm_refresh_every"),
+            turns_since_refresh__gte=F("persona__short_term_memory_refresh_every"),
             last_turn_at__gt=now - raw_turns_ttl,
             last_turn_at__lte=now - idle_for,
         )

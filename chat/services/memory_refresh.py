@@ -91,7 +91,7 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     persona = memory.persona
     if not short_term_memory_maintenance_due(
         memory.state,
-        refresh_every=persona.stm_refresh_every,
+        refresh_every=persona.short_term_memory_refresh_every,
         tools_on=persona.tools_enabled,
         now=now,
     ):
@@ -121,7 +121,7 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
         reason_detail={
             "memory_id": memory.id,
             "turns_since_refresh": memory.turns_since_refresh,
-            "refresh_every": persona.stm_refresh_every,
+            "refresh_every": persona.short_term_memory_refresh_every,
         },
     )
     prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)

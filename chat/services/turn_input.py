@@ -366,7 +366,7 @@ async def turn_input_gather(
         channel_note=channel.channel_note,
         global_note=channel.global_note,
         short_term_memory_text=people.short_term_memory_text,
-        short_term_memory_depth=persona.stm_depth,
+        short_term_memory_depth=persona.short_term_memory_depth,
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
         follow_up_tools=follow_up_tools,
@@ -467,7 +467,7 @@ def _gather_people(
         short_term_memory_text=visible_memory_text(state, now=now),
         short_term_memory_due=short_term_memory_maintenance_due(
             state,
-            refresh_every=persona.stm_refresh_every,
+            refresh_every=persona.short_term_memory_refresh_every,
             tools_on=persona.tools_enabled,
             now=now,
         ),

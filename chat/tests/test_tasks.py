@@ -79,7 +79,7 @@ def test_beat_runs_short_term_memory_maintenance_every_five_minutes():
 def test_maintenance_picks_due_memories_of_quiet_channels_only():
     guild = GuildConfig.objects.create(guild_id=1, name="g")
     tomori = Persona.objects.create(guild=guild, name="Tomori", is_main=True)
-    quiet = Persona.objects.create(guild=guild, name="Anon", stm_refresh_every=2)
+    quiet = Persona.objects.create(guild=guild, name="Anon", short_term_memory_refresh_every=2)
     off = Persona.objects.create(guild=guild, name="Rana", tools_enabled=False)
     now = timezone.now()
     idle, busy_channel = dt.timedelta(minutes=10), 30

@@ -42,7 +42,7 @@ def persona_post(**overrides) -> dict:
         "prefill": "",
         "deliberate_tool_mode": "on",
         "tools_enabled": "on",
-        "stm_refresh_every": "5",
+        "short_term_memory_refresh_every": "5",
         "delivery_mode": "paragraphs",
         "llm_model": "",
         "temperature": "0.7",

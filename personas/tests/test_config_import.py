@@ -115,8 +115,16 @@ def test_tools_and_short_term_memory_settings_are_imported_and_exported(document
     config_import(data=document)
 
     anon, tomori = Persona.objects.get(name="Anon"), Persona.objects.get(name="Tomori")
-    assert (anon.tools_enabled, anon.stm_refresh_every, anon.stm_depth) == (False, 8, 3)
-    assert (tomori.tools_enabled, tomori.stm_refresh_every, tomori.stm_depth) == (True, 5, None)
+    assert (
+        anon.tools_enabled,
+        anon.short_term_memory_refresh_every,
+        anon.short_term_memory_depth,
+    ) == (False, 8, 3)
+    assert (
+        tomori.tools_enabled,
+        tomori.short_term_memory_refresh_every,
+        tomori.short_term_memory_depth,
+    ) == (True, 5, None)
     exported = {p["name"]: p for p in config_export()["guilds"][0]["personas"]}
     assert exported["Anon"]["short_term_memory"] == {"refresh_every": 8, "depth": 3}
     assert exported["Tomori"]["tools_enabled"] is True

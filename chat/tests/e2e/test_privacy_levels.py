@@ -45,7 +45,7 @@ def _due_channel_memory() -> int:
         user_id=None,
         defaults={
             "guild_id": DEMO_GUILD_ID,
-            "turns_since_refresh": tomori.stm_refresh_every,
+            "turns_since_refresh": tomori.short_term_memory_refresh_every,
             "last_turn_at": timezone.now(),
         },
     )
