@@ -139,6 +139,11 @@ class GatewaySettings:
     IDENTIFY uses one (`SessionStarts`)."""
     session_start_reset: float = 86_400.0
     """Seconds from the first session start until the limit resets."""
+    heartbeat_ack_delay: float = 0.02
+    """Seconds before a HEARTBEAT_ACK goes out, as across a network. discord.py notes when its
+    heartbeat went out only once its sending thread wakes again; an ACK answered in the same
+    instant is read first, and the client logs the whole heartbeat interval as latency
+    ("Can't keep up ... websocket is 41.3s behind")."""
 
 
 @dataclass(frozen=True)
@@ -381,7 +386,9 @@ class Gateway:
         if op is Op.HEARTBEAT:
             if connection.session is not None and isinstance(data, int):
                 connection.session.acked_seq = max(connection.session.acked_seq, data)
-            connection.send(_frame(Op.HEARTBEAT_ACK))
+            asyncio.get_running_loop().call_later(
+                self._settings.heartbeat_ack_delay, connection.send, _frame(Op.HEARTBEAT_ACK)
+            )
         elif op in (Op.IDENTIFY, Op.RESUME) and connection.session is not None:
             connection.close(CloseCode.ALREADY_AUTHENTICATED, "Already authenticated")
         elif op is Op.IDENTIFY:
