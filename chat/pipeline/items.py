@@ -59,7 +59,7 @@ class ContextItem:
         role: Its Chat Completions role.
         text: What chat models read: ``Name: content`` for dialogue, ``[System: …]`` for notes,
             notices and spacers (`system_note`). What completion models read is projected from
-            it and the rendered dialogue (`projections.to_completion_text`).
+            it and the rendered dialogue (`projections.completion_lines`).
         source_ids: The Discord messages it renders, oldest first (empty for configuration).
         media: Images this item shows; each model attempt decides how (`projections.py`).
         depth: For a context note, its saved depth from the end of the dialogue; None otherwise.

@@ -7,10 +7,9 @@ The same context serves every attempt, fallbacks included; only the projection d
   model; a blind model gets a notice instead, which names the image tool only when this attempt
   offers it. The prefill becomes a final ``assistant`` message ``Name: text`` where the model
   takes one, else an instruction.
-- `to_completion_text`: the prose a completion model (NovelAI) continues: no references,
-  reactions, media hints or directives, and a final ``Name:`` line for the persona;
-  `completion_lines` gives each item's prose, which `instruct.to_instruct_prompt` wraps in an
-  instruct template for a text-completion endpoint.
+- `completion_lines`: each item's prose for a text-completion model: no references,
+  reactions, media hints or directives; `instruct.to_instruct_prompt` wraps it in an instruct
+  template and opens the persona's turn with its ``Name:`` label.
 """
 
 from __future__ import annotations
@@ -87,19 +86,6 @@ def to_openai_messages(context: TurnContext, attempt: AttemptProfile) -> list[Op
     if context.prefill is not None:
         messages.append(_prefill_message(context.persona_name, context.prefill, attempt))
     return _merge_same_role(messages) if attempt.merge_same_role else messages
-
-
-def to_completion_text(context: TurnContext) -> str:
-    """Project ``context`` into the prose a completion model continues.
-
-    Each item contributes its prose, one per line (`completion_lines`). The text ends with the
-    persona's name label and the prefill, if any, for the model to continue.
-    """
-    lines = [line for _item, line in completion_lines(context)]
-    ending = f"{context.persona_name}:"
-    if context.prefill is not None:
-        ending = f"{ending} {context.prefill}"
-    return "\n".join([*lines, ending])
 
 
 def completion_lines(context: TurnContext) -> list[tuple[ContextItem, str]]:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.dialogue import date_label
 from chat.pipeline.items import ContextItem, ItemTag
-from chat.pipeline.projections import to_completion_text
+from chat.pipeline.projections import completion_lines
 from chat.pipeline.prompt_cache import cacheable_prefix_end
 from chat.pipeline.tokens import O200kTokenCounter
 from chat.pipeline.types import (
@@ -362,7 +362,7 @@ def test_same_turn_builds_byte_identical_prompts(turn):
 def test_no_raw_snowflake_and_every_key_resolves(turn):
     context = build_turn_context(turn)
 
-    assert not RAW_SNOWFLAKE.search(to_completion_text(context))
+    assert not RAW_SNOWFLAKE.search("\n".join(line for _item, line in completion_lines(context)))
     for built in context.items:
         assert not RAW_SNOWFLAKE.search(built.text)
         for key in KEY.findall(built.text):

@@ -7,7 +7,7 @@ from dataclasses import replace
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.items import ItemTag
 from chat.pipeline.lorebook import Lorebook, LoreEntry, LorePosition, compile_lorebook
-from chat.pipeline.projections import AttemptProfile, to_completion_text, to_openai_messages
+from chat.pipeline.projections import AttemptProfile, completion_lines, to_openai_messages
 from chat.pipeline.types import ContextNote, Role
 from chat.tests.factories import BOB, TOMORI, TOMORI_PERSONA, message, turn_input
 
@@ -126,7 +126,7 @@ def test_the_budget_leaves_entries_out_and_says_so():
 
 def test_completion_text_reads_lore_without_marks():
     context = build_turn_context(turn_input(HISTORY, lorebooks=_book(_lore("d", "Dragon lore."))))
-    assert "\nDragon lore.\n" in to_completion_text(context)
+    assert "Dragon lore." in [line for _item, line in completion_lines(context)]
 
 
 def test_truncation_keeps_entries_at_their_depth():

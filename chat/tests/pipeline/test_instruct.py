@@ -12,7 +12,7 @@ from chat.pipeline.instruct import (
     instruct_template_from_preset,
     to_instruct_prompt,
 )
-from chat.pipeline.projections import to_completion_text
+from chat.pipeline.projections import completion_lines
 from chat.tests.factories import BOB, KAITO, TOMORI, TOMORI_PERSONA, message, turn_input
 
 HISTORY = [
@@ -49,7 +49,7 @@ def test_stop_strings_are_the_templates_then_the_other_speakers_labels_newest_fi
 def test_every_builtin_holds_the_same_prose_as_the_completion_projection(name):
     context = _context()
     prompt = to_instruct_prompt(context, BUILTIN_TEMPLATES[name])
-    for line in to_completion_text(context).splitlines():
+    for _item, line in completion_lines(context):
         assert line.strip() in prompt.text
 
 

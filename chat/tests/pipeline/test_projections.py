@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chat.pipeline.context import build_turn_context
-from chat.pipeline.projections import AttemptProfile, to_completion_text, to_openai_messages
+from chat.pipeline.projections import AttemptProfile, completion_lines, to_openai_messages
 from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.types import ContextNote, PersonaProfile, Reaction
 from chat.tests.factories import BOB, TOMORI, gif, image, message, reply_to, turn_input
@@ -121,21 +121,18 @@ def test_merging_same_role_joins_text_and_parts():
     assert last[-1]["text"] == '[System: Begin your reply with "Hmm,".]'
 
 
-def test_completion_text_is_prose_without_annotations():
-    assert to_completion_text(context()) == "\n".join(
-        [
-            "You are Tomori.",
-            "Bob: look at my cat",
-            "Tomori: so cute",
-            "Alice: and this?",
-            f"{MEMORY_HEADER}\n- About Bob: has a cat",
-            "Be kind.",
-            "Tomori: Hmm,",
-        ]
-    )
+def test_completion_lines_are_prose_without_annotations():
+    assert [line for _item, line in completion_lines(context())] == [
+        "You are Tomori.",
+        "Bob: look at my cat",
+        "Tomori: so cute",
+        "Alice: and this?",
+        f"{MEMORY_HEADER}\n- About Bob: has a cat",
+        "Be kind.",
+    ]
 
 
-def test_completion_text_without_prefill_ends_with_the_persona_label():
+def test_completion_lines_leave_out_what_has_no_prose():
     built = build_turn_context(turn_input([message(1, "hi")]))
 
-    assert to_completion_text(built) == "Alice: hi\nTomori:"
+    assert [line for _item, line in completion_lines(built)] == ["Alice: hi"]
