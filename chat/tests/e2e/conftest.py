@@ -50,6 +50,29 @@ async def eventually(check: Callable[[], object], *, within: float = WAIT) -> ob
         await asyncio.sleep(0.05)
 
 
+def image_parts(body: dict) -> list[dict]:
+    """The ``image_url`` parts of a Chat Completions request body, in order."""
+    return [
+        part
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for part in message["content"]
+        if part.get("type") == "image_url"
+    ]
+
+
+def prompt_text(body: dict) -> str:
+    """Every text of a Chat Completions request body's messages, one per line."""
+    texts = []
+    for message in body["messages"]:
+        content = message["content"]
+        if isinstance(content, list):
+            texts += [part["text"] for part in content if part.get("type") == "text"]
+        else:
+            texts.append(str(content))
+    return "\n".join(texts)
+
+
 @dataclass
 class SandboxClock:
     """The sandbox's clock: real time shifted by ``offset`` seconds, so a test can post

@@ -11,32 +11,11 @@ from asgiref.sync import sync_to_async
 from chat.models import Memory
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_GUILD_ID
 from chat.sandbox.records import Upload
-from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually, image_parts, prompt_text
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
-
-
-def _image_urls(body: dict) -> list[str]:
-    return [
-        part["image_url"]["url"]
-        for message in body["messages"]
-        if isinstance(message["content"], list)
-        for part in message["content"]
-        if part.get("type") == "image_url"
-    ]
-
-
-def _prompt_text(body: dict) -> str:
-    texts = []
-    for message in body["messages"]:
-        content = message["content"]
-        if isinstance(content, list):
-            texts += [part["text"] for part in content if part.get("type") == "text"]
-        else:
-            texts.append(str(content))
-    return "\n".join(texts)
 
 
 async def test_an_image_posted_again_counts_once_toward_the_image_limit(world):
@@ -58,8 +37,12 @@ async def test_an_image_posted_again_counts_once_toward_the_image_limit(world):
 
     [body] = world.llm.chat_bodies
     bird_url, dog_url = posted[0]["attachments"][0]["url"], posted[2]["attachments"][0]["url"]
-    assert _image_urls(body) == [bird_url, dog_url, second_cat]
-    text = _prompt_text(body)
+    assert [part["image_url"]["url"] for part in image_parts(body)] == [
+        bird_url,
+        dog_url,
+        second_cat,
+    ]
+    text = prompt_text(body)
     assert "omitted due to rendered-image limit" not in text
     assert "[System: 1 image(s) omitted here; shown again later]" in text
 
@@ -83,7 +66,7 @@ async def test_hidden_dice_rolls_and_diagnostic_cards_never_reach_the_prompt(wor
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    text = _prompt_text(body)
+    text = prompt_text(body)
     assert "[Embed: 🎲 Alice rolls — 1d20 → 17]" in text
     assert "→ 3" not in text and "Hidden roll" not in text
     assert "latency" not in text and "Debug" not in text
@@ -117,7 +100,7 @@ async def test_a_minimal_notice_shows_its_memorys_current_text(world, forgotten)
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    text = _prompt_text(body)
+    text = prompt_text(body)
     notice = [line for line in text.splitlines() if "Memory saved" in line]
     if forgotten:
         assert notice == ["[System: Memory saved]"]

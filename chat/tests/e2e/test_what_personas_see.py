@@ -18,7 +18,15 @@ from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.records import Upload
-from chat.tests.e2e.conftest import ALICE, BOB, DEMO_BOT_ID, GENERAL, eventually
+from chat.tests.e2e.conftest import (
+    ALICE,
+    BOB,
+    DEMO_BOT_ID,
+    GENERAL,
+    eventually,
+    image_parts,
+    prompt_text,
+)
 from chat.tests.privacy import user_privacy
 from personas.models import Block, GuildConfig, Persona
 
@@ -35,28 +43,7 @@ def _turns() -> list[Turn]:
     return list(Turn.objects.order_by("id"))
 
 
-def _image_parts(body: dict) -> list[dict]:
-    return [
-        part
-        for message in body["messages"]
-        if isinstance(message["content"], list)
-        for part in message["content"]
-        if part.get("type") == "image_url"
-    ]
-
-
-def _prompt_text(body: dict) -> str:
-    texts = []
-    for message in body["messages"]:
-        content = message["content"]
-        if isinstance(content, list):
-            texts += [part["text"] for part in content if part.get("type") == "text"]
-        else:
-            texts.append(str(content))
-    return "\n".join(texts)
-
-
-async def test_a_vision_model_gets_the_newest_three_images_as_image_parts(world):
+async def test_a_vision_model_gets_the_newest_three_images_asimage_parts(world):
     # The demo personas name no model: LLM_MODEL's default, gpt-4o-mini, takes images.
     await world.start_worker()
     posted = [
@@ -68,13 +55,13 @@ async def test_a_vision_model_gets_the_newest_three_images_as_image_parts(world)
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    parts = _image_parts(body)
+    parts = image_parts(body)
     newest_three = [message["attachments"][0]["url"] for message in posted[1:]]
     assert [part["image_url"]["url"] for part in parts] == newest_three
     assert all(set(part) == {"type", "image_url"} for part in parts)
     shown = [m for m in body["messages"] if isinstance(m["content"], list)]
     assert all(m["content"][0]["type"] == "text" for m in shown)
-    text = _prompt_text(body)
+    text = prompt_text(body)
     assert "1 image(s) omitted due to rendered-image limit" in text
     assert "cannot be shown to you" not in text
 
@@ -93,13 +80,13 @@ async def test_a_blind_model_gets_a_notice_and_asks_the_vision_model(world):
 
     first, vision, second = world.llm.chat_bodies
     assert first["model"] == "llama3:8b"
-    assert _image_parts(first) == []
+    assert image_parts(first) == []
     assert "[System: you cannot see media_1 directly; call analyze_image with media_1.]" in (
-        _prompt_text(first)
+        prompt_text(first)
     )
     assert [tool["function"]["name"] for tool in first["tools"]] == ["analyze_image"]
     assert vision["model"] == "llava:13b"
-    assert len(_image_parts(vision)) == 1
+    assert len(image_parts(vision)) == 1
     assert "a red square" in str(second["messages"])
     [turn] = await sync_to_async(_turns)()
     assert (turn.status, turn.reply_text) == ("replied", "It is a red square.")
@@ -113,7 +100,7 @@ async def test_without_a_vision_model_a_blind_model_is_told_the_image_cannot_be_
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    assert "[System: media_1 cannot be shown to you.]" in _prompt_text(body)
+    assert "[System: media_1 cannot be shown to you.]" in prompt_text(body)
     assert "tools" not in body
 
 
@@ -125,7 +112,7 @@ async def test_the_persona_setting_overrides_the_capability_by_name(world):
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    assert len(_image_parts(body)) == 1
+    assert len(image_parts(body)) == 1
 
 
 def _role_of(body: dict, needle: str) -> str:
@@ -174,7 +161,7 @@ async def test_after_a_restart_history_read_over_rest_keeps_each_persona_its_own
     # Co-responders: the second persona answering the same message is not a queued turn.
     assert len(world.bot_messages(GENERAL)) == 4
     assert not any("Replying to" in m["content"] for m in world.bot_messages(GENERAL))
-    assert not any("earlier message" in _prompt_text(body).lower() for body in bodies)
+    assert not any("earlier message" in prompt_text(body).lower() for body in bodies)
 
 
 async def test_a_link_preview_on_the_bots_own_reply_is_a_preview_not_a_notice(world):
@@ -191,7 +178,7 @@ async def test_a_link_preview_on_the_bots_own_reply_is_a_preview_not_a_notice(wo
     await world.settle()
 
     second = world.llm.chat_bodies[1]
-    text = _prompt_text(second)
+    text = prompt_text(second)
     assert "[Embed: Haruhikage — A song]" in text
     assert "[System: Haruhikage" not in text
 
@@ -238,7 +225,7 @@ async def test_the_nudge_and_the_reasoning_directive_come_from_persona_settings(
     await eventually(lambda: world.bot_messages(GENERAL))
     await world.settle()
 
-    text = _prompt_text(world.llm.chat_bodies[0])
+    text = prompt_text(world.llm.chat_bodies[0])
     assert VERBATIM_TOOL_CALLING_NUDGE in text
     assert "<think>" in text
 
@@ -253,9 +240,9 @@ async def test_a_threads_starter_message_and_its_image_reach_the_threads_prompt(
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    text = _prompt_text(body)
+    text = prompt_text(body)
     assert '[ref_1, thread started from ref_2 Alice: "look at my drawing"]' in text
-    assert [p["image_url"]["url"] for p in _image_parts(body)] == [starter["attachments"][0]["url"]]
+    assert [p["image_url"]["url"] for p in image_parts(body)] == [starter["attachments"][0]["url"]]
     [reply] = world.bot_messages(thread_id)
     assert reply["channel_id"] == str(thread_id)
     assert world.bot_messages(GENERAL) == []
@@ -294,7 +281,7 @@ async def test_a_proxied_member_is_answered_as_the_member_and_the_original_never
     [reply] = _persona_replies(world)
     assert reply["message_reference"]["message_id"] == proxied["id"]
     [body] = world.llm.chat_bodies
-    text = _prompt_text(body)
+    text = prompt_text(body)
     assert "Lilya: [ref_1] tomori, hello from lilya" in text
     assert "l: tomori" not in text
     assert "[System: Lilya is a proxied member: Alice's account speaks for them.]" in text
@@ -315,7 +302,7 @@ async def test_a_proxied_member_is_answered_as_the_member_and_the_original_never
     world.say("tomori, who was that?", author=BOB)
     await eventually(lambda: len(_persona_replies(world)) == 2)
     await world.settle()
-    text = _prompt_text(world.llm.chat_bodies[1])
+    text = prompt_text(world.llm.chat_bodies[1])
     assert "Lilya: [ref_1] tomori, hello from lilya" in text
     assert "l: tomori" not in text
 
@@ -337,9 +324,7 @@ async def test_a_block_on_the_sender_applies_to_their_proxied_member(world):
     assert reply["author"]["username"] == "Anon"
     [turn] = await sync_to_async(_turns)()
     assert turn.persona_name == "Anon"
-    assert "Lilya: [ref_1] tomori and anon, it's me, lilya" in _prompt_text(
-        world.llm.chat_bodies[0]
-    )
+    assert "Lilya: [ref_1] tomori and anon, it's me, lilya" in prompt_text(world.llm.chat_bodies[0])
 
 
 async def test_people_mentioned_but_not_speaking_are_named_for_the_persona(world):
@@ -348,7 +333,7 @@ async def test_people_mentioned_but_not_speaking_are_named_for_the_persona(world
     await eventually(lambda: world.bot_messages(GENERAL))
     await world.settle()
 
-    text = _prompt_text(world.llm.chat_bodies[0])
+    text = prompt_text(world.llm.chat_bodies[0])
     assert "[System: Mentioned here but not speaking: Bob.]" in text
     assert str(BOB) not in text
 
@@ -378,7 +363,7 @@ async def test_a_person_back_after_days_away_gets_a_reunion_note_once(world):
     await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
     await world.settle()
 
-    first, second = (_prompt_text(body) for body in world.llm.chat_bodies)
+    first, second = (prompt_text(body) for body in world.llm.chat_bodies)
     day = (timezone.now() - dt.timedelta(days=10)).date()
     note = f"Alice is back; the last time they talked with you was {date_label(day)}."
     assert f"[System: {note}]" in first
@@ -401,7 +386,7 @@ async def test_an_alter_persona_answers_in_a_thread_through_the_parents_webhook(
     assert world.bot_messages(GENERAL) == []
     [turn] = await sync_to_async(_turns)()
     assert turn.status == "replied"
-    assert '[ref_1, thread started from ref_2 Alice: "a new song idea"]' in _prompt_text(
+    assert '[ref_1, thread started from ref_2 Alice: "a new song idea"]' in prompt_text(
         world.llm.chat_bodies[0]
     )
 
@@ -419,7 +404,7 @@ async def test_a_long_threads_prompt_still_starts_from_the_message_it_was_starte
     await world.settle()
 
     [body] = world.llm.chat_bodies
-    text = _prompt_text(body)
+    text = prompt_text(body)
     assert "thread started from" not in text  # Discord's starter message is out of the window
     assert "panel 0" not in text
     first_line = next(m for m in body["messages"] if "my comic, page one" in str(m["content"]))
@@ -427,7 +412,7 @@ async def test_a_long_threads_prompt_still_starts_from_the_message_it_was_starte
         i for i, m in enumerate(body["messages"]) if "panel" in str(m["content"])
     )
     # Its image comes along (within the media window: the window holds at most 20 messages).
-    assert [p["image_url"]["url"] for p in _image_parts(body)] == [starter["attachments"][0]["url"]]
+    assert [p["image_url"]["url"] for p in image_parts(body)] == [starter["attachments"][0]["url"]]
 
 
 async def test_notices_are_never_shown_as_the_personas_own_lines_even_after_a_restart(world):
@@ -458,9 +443,9 @@ async def test_notices_are_never_shown_as_the_personas_own_lines_even_after_a_re
     await world.drained()
 
     for body in world.llm.chat_bodies[-2:]:
-        assert "hi bob" in _prompt_text(body)
-        assert "Replying to" not in _prompt_text(body)
-        assert "could not answer" not in _prompt_text(body)
+        assert "hi bob" in prompt_text(body)
+        assert "Replying to" not in prompt_text(body)
+        assert "could not answer" not in prompt_text(body)
 
 
 async def test_a_date_spacer_points_at_message_times_when_the_turn_offers_the_tool(world):
@@ -516,7 +501,7 @@ async def test_process_gif_is_offered_for_a_gif_exactly_when_a_vision_model_read
     assert offered == ["analyze_image", "process_gif"]
     _, vision, last = world.llm.chat_bodies
     assert vision["model"] == "llava:13b"
-    assert [p["image_url"]["url"][:22] for p in _image_parts(vision)] == [
+    assert [p["image_url"]["url"][:22] for p in image_parts(vision)] == [
         "data:image/png;base64,"
     ] * 4
     [result] = [json.loads(m["content"]) for m in last["messages"] if m["role"] == "tool"]
@@ -537,4 +522,4 @@ async def test_an_alter_persona_answers_in_a_forum_post_through_the_forums_webho
     assert reply["author"]["username"] == "Anon" and reply["webhook_id"] == hook["id"]
     [turn] = await sync_to_async(_turns)()
     assert turn.status == "replied"
-    assert "a summer tour?" in _prompt_text(world.llm.chat_bodies[0])
+    assert "a summer tour?" in prompt_text(world.llm.chat_bodies[0])
