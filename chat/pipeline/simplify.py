@@ -482,32 +482,21 @@ def _only_excluded_cards(message: HistoryMessage) -> bool:
     """A message whose only content is cards no prompt shows (seed 002: diagnostic embeds and
     unshared dice rolls stay excluded)."""
     cards = (*message.embeds, *message.containers)
-    return (
-        bool(cards)
-        and not any(card.kind.is_shown for card in cards)
-        and not (
-            message.content
-            or message.attachments
-            or message.stickers
-            or message.snapshots
-            or message.reference
-        )
-    )
+    return bool(cards) and not any(card.kind.is_shown for card in cards) and _cards_alone(message)
 
 
 def _is_notice_only(message: HistoryMessage) -> bool:
     """A message with nothing but this bot's system-notice cards (and possibly hidden cards)."""
-    if message.content or not (message.embeds or message.containers):
-        return False
     cards = list(_shown_cards(message))
-    return (
-        bool(cards)
-        and all(card.kind.is_notice for card in cards)
-        and not (
-            message.content
-            or message.attachments
-            or message.stickers
-            or message.snapshots
-            or message.reference
-        )
+    return bool(cards) and all(card.kind.is_notice for card in cards) and _cards_alone(message)
+
+
+def _cards_alone(message: HistoryMessage) -> bool:
+    """No text, file, sticker, forward or reply beside the message's cards."""
+    return not (
+        message.content
+        or message.attachments
+        or message.stickers
+        or message.snapshots
+        or message.reference
     )
