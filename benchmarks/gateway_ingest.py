@@ -236,9 +236,9 @@ def _stages_timed(client, stamps: Stamps) -> Iterator[None]:
         stamps.received.setdefault(message.id, time.monotonic())
         await on_message(message)
 
-    def timed_put(message, guild_id):
+    def timed_put(message, guild_id, **where):
         stamps.taken.setdefault(message.id, time.monotonic())
-        put(message, guild_id)
+        put(message, guild_id, **where)
 
     def timed_ingest(batch):
         stored = ingest(batch)
