@@ -47,6 +47,7 @@ from chat.ports import (
     SandboxRefused,
 )
 from chat.sandbox.control import ControlClient, ControlError
+from chat.services.configuration_cache import ChannelConfigurations
 from chat.services.turn_request import TurnRuntime
 from chat.windows import WindowRegistry
 
@@ -107,7 +108,8 @@ def gateway_runtime(
     model, ``vision`` backs ``analyze_image`` (None: not offered), ``videos`` backs
     ``process_youtube_video`` (None: not offered), and as many warm contexts
     as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before each planner step (the
-    port's acts are fenced by the port itself, `chat.leases.FencedPort`)."""
+    port's acts are fenced by the port itself, `chat.leases.FencedPort`). The channel loops
+    read configurations through a `ChannelConfigurations` kept for the runtime's life."""
     return TurnRuntime(
         fence=fence,
         port=port,
@@ -117,6 +119,7 @@ def gateway_runtime(
         vision=vision,
         videos=videos,
         max_warm_contexts=settings.WORKER_WARM_CONTEXTS,
+        configurations=ChannelConfigurations(),
     )
 
 

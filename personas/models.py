@@ -8,6 +8,7 @@ neither the dashboard, the admin nor ``importconfig`` can store a value the bot 
 
 from __future__ import annotations
 
+import uuid
 import zoneinfo
 from collections.abc import Mapping
 from enum import StrEnum
@@ -531,3 +532,19 @@ class UserPrivacy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id}: {self.level}{' (blacklisted)' if self.blacklisted else ''}"
+
+
+class ConfigVersion(models.Model):
+    """A stamp per guild drawn anew in the transaction of every change of what a channel's
+    configuration carries (`personas.config_version`): the guild's settings, channels,
+    personas and blocks. Key `DM_VERSION_KEY` (no guild has id 0) moves with every persona
+    change of any guild, since the persona that answers DMs may be any guild's. A worker keeps
+    a channel's configuration while the stamps it was read at are still current: one
+    primary-key read per pass. Random, not a counter: a rolled-back change followed by another
+    never repeats a value a process may have read inside the rolled-back transaction."""
+
+    guild_id = models.PositiveBigIntegerField(primary_key=True)
+    stamp = models.UUIDField(default=uuid.uuid4)
+
+    def __str__(self) -> str:
+        return f"configuration of {self.guild_id} at {self.stamp}"

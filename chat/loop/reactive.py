@@ -64,7 +64,7 @@ class ReactiveLoop:
             port=port, channel_id=channel_id
         ):
             if not first_batch:  # the pass read it for the first; a later batch reads it anew
-                reread = await sync_to_async(selectors.channel_configuration)(
+                reread = await sync_to_async(self._runtime.configurations)(
                     channel_id=channel_id,
                     guild_id=configuration.guild_id,
                     now=self._runtime.clock(),

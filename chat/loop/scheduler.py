@@ -224,7 +224,7 @@ class Scheduler:
                 channel_id,
             )
             return
-        configuration = await sync_to_async(selectors.channel_configuration)(
+        configuration = await sync_to_async(self._runtime.configurations)(
             channel_id=channel_id, guild_id=guild.guild_id, now=self._runtime.clock()
         )
         if configuration is None or not configuration.settings.enabled:

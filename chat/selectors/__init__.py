@@ -10,10 +10,6 @@ import datetime as dt
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from django.conf import settings
-
-from chat.llm.base import ModelApi, ModelSpec
-from chat.llm.capabilities import model_capabilities
 from chat.models import (
     ChannelResetMarker,
     ChannelWindowAnchor,
@@ -21,12 +17,6 @@ from chat.models import (
     MessageIndex,
     Turn,
     UnreadEvent,
-)
-from chat.pipeline.instruct import (
-    BUILTIN_TEMPLATES,
-    DEFAULT_TEMPLATE,
-    InstructTemplate,
-    instruct_template_from_preset,
 )
 from chat.pipeline.presets import ChatPreset, chat_preset_from_sillytavern
 from chat.pipeline.triggers import AuthorStanding, TriggerInput, TriggerPersona
@@ -42,6 +32,12 @@ from chat.pipeline.types import (
     SampleMessage,
     UserBlock,
 )
+from chat.selectors.model_specs import (  # noqa: F401 (the package's names)
+    instruct_template,
+    persona_model_specs,
+    planner_model_specs,
+)
+from personas.config_version import DM_VERSION_KEY
 from personas.models import Block, ChannelConfig, ChannelMode, GuildConfig, Persona, UserPrivacy
 
 
@@ -111,10 +107,34 @@ class ChannelConfiguration:
         return next((p for p in self.personas if p.name.casefold() == name.casefold()), None)
 
 
-def channel_configuration(
-    *, channel_id: int, guild_id: int | None, now: dt.datetime
-) -> ChannelConfiguration | None:
-    """The channel's configuration at ``now``; None when the bot does not serve that guild.
+@dataclass(frozen=True)
+class ConfiguredChannel:
+    """Everything configured for a channel that does not depend on the instant: its settings,
+    the personas that may speak there (main first), and its guild's blocks with their expiries
+    (lapsed ones included). `at` judges it at one instant.
+
+    ``version_keys`` are the `personas.config_version` stamps it was read under: its guild's;
+    for a DM, `DM_VERSION_KEY` and the DM persona's guild's (whose blocks apply)."""
+
+    settings: ChannelSettings
+    personas: tuple[Persona, ...]
+    blocks: tuple[UserBlock, ...]
+    version_keys: frozenset[int]
+
+    def at(self, now: dt.datetime) -> ChannelConfiguration:
+        """The configuration at ``now``: the blocks that have not expired by then."""
+        return ChannelConfiguration(
+            settings=self.settings,
+            personas=self.personas,
+            blocks=tuple(b for b in self.blocks if b.expires_at is None or b.expires_at > now),
+            read_at=now,
+        )
+
+
+def configured_channel(*, channel_id: int, guild_id: int | None) -> ConfiguredChannel | None:
+    """The channel's configuration, every block with its expiry; None when the bot does not
+    serve that guild. Reads only `personas.config_version.CONFIGURATION_MODELS`' rows (a cache
+    trusts it while their stamps stand).
 
     ``guild_id`` None means a DM (as Discord says, never guessed: see `channel_guild_id`).
     A DM's persona is the one the admin chose to answer DMs (none: nobody answers), and the
@@ -125,12 +145,25 @@ def channel_configuration(
         return None
     personas = guild_personas(guild=channel.guild)
     blocks_of = channel.guild if channel.guild is not None or not personas else personas[0].guild
-    return ChannelConfiguration(
+    keys = {DM_VERSION_KEY} if guild_id is None else {guild_id}
+    if blocks_of is not None:
+        keys.add(blocks_of.guild_id)
+    return ConfiguredChannel(
         settings=channel,
         personas=tuple(personas),
-        blocks=tuple(active_blocks(guild=blocks_of, now=now)),
-        read_at=now,
+        blocks=tuple(guild_blocks(guild=blocks_of)),
+        version_keys=frozenset(keys),
     )
+
+
+def channel_configuration(
+    *, channel_id: int, guild_id: int | None, now: dt.datetime
+) -> ChannelConfiguration | None:
+    """The channel's configuration at ``now`` (`configured_channel` judged at ``now``); None
+    when the bot does not serve that guild. The worker reads it through its cache
+    (`chat.services.configuration_cache`); every read here is fresh."""
+    configured = configured_channel(channel_id=channel_id, guild_id=guild_id)
+    return configured.at(now) if configured is not None else None
 
 
 @dataclass(frozen=True)
@@ -257,11 +290,16 @@ def trigger_inputs(
 
 def active_blocks(*, guild: GuildConfig | None, now: dt.datetime) -> list[UserBlock]:
     """Unexpired blocks and mutes, a guild-wide one expanded to every persona of the guild."""
+    return [b for b in guild_blocks(guild=guild) if b.expires_at is None or b.expires_at > now]
+
+
+def guild_blocks(*, guild: GuildConfig | None) -> list[UserBlock]:
+    """Every block and mute of the guild with its expiry (lapsed ones included), a guild-wide
+    one expanded to every persona of the guild."""
     if guild is None:
         return []
     names = list(Persona.objects.filter(guild=guild).values_list("name", flat=True))
     blocks = Block.objects.filter(guild=guild).select_related("persona")
-    blocks = blocks.exclude(expires_at__lte=now)
     return [
         UserBlock(
             persona_name=name,
@@ -370,98 +408,6 @@ def main_persona_names() -> dict[int, str]:
     """Per guild id, the persona that speaks through the bot account."""
     rows = Persona.objects.filter(is_main=True).values_list("guild__guild_id", "name")
     return dict(rows)
-
-
-def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tuple[ModelSpec, ...]:
-    """The models to try for ``persona``, in order: its model (``LLM_MODEL`` when it names none),
-    then its fallback models; blanks and repeats dropped.
-
-    Every spec carries the persona's temperature and output limit. Whether a model takes
-    images, a prefill, or needs one role's messages merged is decided by its name
-    (`chat.llm.capabilities`); the persona's own settings (``llm_vision``, ``llm_prefill``,
-    ``llm_merge_same_role``, None = by name) override that for its first model only (the
-    fallbacks are other models, judged by their names). Each model is asked through its API:
-    the persona's ``llm_api`` for its model, a fallback's own (``chat`` for a bare name); a
-    text-completion model with its instruct template (`chat.pipeline.instruct`).
-    """
-    wanted = [
-        (persona.llm_model or settings.LLM_MODEL, persona.llm_api, persona.instruct_template, None)
-    ]
-    for fallback in persona.fallback_models:
-        if isinstance(fallback, str):
-            wanted.append((fallback, "chat", None, None))
-        else:
-            wanted.append(
-                (
-                    fallback["model"],
-                    fallback.get("api", "chat"),
-                    fallback.get("instruct_template"),
-                    fallback.get("context_window"),
-                )
-            )
-    unique = {
-        (name.strip(), api): (template, window)
-        for name, api, template, window in wanted
-        if name.strip()
-    }
-    specs = []
-    for index, ((name, api), (template, window)) in enumerate(unique.items()):
-        overrides = (
-            {
-                "vision": persona.llm_vision,
-                "prefill": persona.llm_prefill,
-                "merge_same_role": persona.llm_merge_same_role,
-            }
-            if index == 0
-            else {}
-        )
-        capabilities = model_capabilities(name, **overrides)
-        text_model = api == ModelApi.COMPLETIONS
-        specs.append(
-            ModelSpec(
-                name,
-                supports_vision=capabilities.vision and not text_model,
-                supports_prefill=capabilities.prefill,
-                merge_same_role=capabilities.merge_same_role,
-                temperature=persona.temperature,
-                max_output_tokens=persona.max_output_tokens,
-                stop=stop,
-                api=ModelApi(api),
-                instruct=instruct_template(template) if text_model else None,
-                context_window=window,
-            )
-        )
-    return tuple(specs)
-
-
-def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec, ...]:
-    """The models the planner of an autonomous channel asks: the guild's ``planner_model``,
-    else the deployment's ``LLM_PLANNER_MODEL`` (each with the main persona's temperature and
-    output limit), else the main persona's own models (`persona_model_specs`)."""
-    main = configuration.personas[0]
-    guild = configuration.settings.guild
-    name = (guild.planner_model if guild is not None else "") or settings.LLM_PLANNER_MODEL
-    if not name.strip():
-        return persona_model_specs(main)
-    capabilities = model_capabilities(name.strip())
-    return (
-        ModelSpec(
-            name.strip(),
-            supports_vision=capabilities.vision,
-            supports_prefill=capabilities.prefill,
-            merge_same_role=capabilities.merge_same_role,
-            temperature=main.temperature,
-            max_output_tokens=main.max_output_tokens,
-        ),
-    )
-
-
-def instruct_template(stored: str | dict | None) -> InstructTemplate:
-    """A stored instruct template: a built-in's name, or an imported SillyTavern preset;
-    None (or an unknown name) is `DEFAULT_TEMPLATE`."""
-    if isinstance(stored, dict):
-        return instruct_template_from_preset(stored)
-    return BUILTIN_TEMPLATES.get(stored or DEFAULT_TEMPLATE, BUILTIN_TEMPLATES[DEFAULT_TEMPLATE])
 
 
 def last_presence(*, persona_id: int, user_id: int) -> dt.datetime | None:

@@ -9,7 +9,7 @@ import datetime as dt
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django.utils import timezone
 
@@ -24,7 +24,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import HistoryMessage
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import UNFENCED, DiscordPort, LeaseFence
-from chat.selectors import ChannelConfiguration, ChannelSettings
+from chat.selectors import ChannelConfiguration, ChannelSettings, channel_configuration
 from chat.windows import WindowRegistry
 from personas.models import Persona
 
@@ -34,6 +34,15 @@ MAX_IMAGE_HASHES = 4096
 
 AbortCheck = Callable[[], Awaitable[str | None]]
 """Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
+
+
+class ConfigurationRead(Protocol):
+    """Reads a channel's configuration at an instant, as `chat.selectors.channel_configuration`
+    does (None: the bot does not serve that guild)."""
+
+    def __call__(
+        self, *, channel_id: int, guild_id: int | None, now: dt.datetime
+    ) -> ChannelConfiguration | None: ...
 
 
 @dataclass
@@ -73,6 +82,9 @@ class TurnRuntime:
     image_hashes: OrderedDict[int, str | None] = field(default_factory=OrderedDict)
     """Image attachment id → SHA-256 of its bytes (None: it could not be read), the newest
     `MAX_IMAGE_HASHES`: an attachment's bytes never change, so each image is read once."""
+    configurations: ConfigurationRead = channel_configuration
+    """How the channel loops read a channel's configuration for each pass and batch: a fresh
+    read, or the worker's `chat.services.configuration_cache.ChannelConfigurations`."""
 
     def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
         """Keep the last built context per (channel, persona) for a warm next build; the least
