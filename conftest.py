@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -42,3 +45,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not reason:
             raise pytest.UsageError(f"{item.nodeid}: postgres_only needs a reason")
         item.add_marker(pytest.mark.skip(reason=f"needs PostgreSQL: {reason}"))
+
+
+@pytest.fixture(autouse=True)
+def _configuration_writes_move_their_stamp() -> Iterator[None]:
+    """Every write of a row a channel configuration reads must move its guild's version stamp
+    (`personas.config_version`), or a worker keeps answering with the old configuration. This
+    watches the test's own connection: a write to one of those tables that no write of the
+    stamps follows before the test ends (a queryset ``update``, a ``bulk_*`` write or raw SQL
+    without `config_version_bump`) fails the test, naming the statement."""
+    from django.db import connection
+
+    from personas.config_version import CONFIGURATION_MODELS
+    from personas.models import ConfigVersion
+
+    watched = {model._meta.db_table for model in CONFIGURATION_MODELS}
+    stamps = ConfigVersion._meta.db_table
+    unstamped: list[str] = []
+
+    def watch(execute: Any, sql: str, params: Any, many: bool, context: dict) -> Any:
+        result = execute(sql, params, many, context)
+        words = sql.replace('"', " ").replace("`", " ").split()
+        verb = words[0].upper() if words else ""
+        target = {"INSERT": 2, "UPDATE": 1, "DELETE": 2}.get(verb)
+        if target is not None and len(words) > target:
+            table = words[target]
+            if table == stamps:
+                unstamped.clear()
+            elif table in watched and context["cursor"].rowcount != 0:
+                unstamped.append(sql)
+        return result
+
+    with connection.execute_wrapper(watch):
+        yield
+    assert not unstamped, f"configuration written without moving its stamp: {unstamped}"

@@ -26,6 +26,7 @@ from chat.services.event_queue import (
     event_queue_consume,
     unread_pool_take,
 )
+from chat.tests.config_writes import rows_update
 from chat.tests.factories import message
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 
@@ -176,7 +177,7 @@ def test_dms_are_answered_by_the_persona_the_admin_chose_with_its_guilds_blocks(
     Block.objects.create(guild=first, user_id=8, type="block")
 
     off_by_default = channel_configuration(channel_id=99, guild_id=None, now=now)
-    Persona.objects.filter(pk=anon.pk).update(answers_dms=True)
+    rows_update(Persona.objects.filter(pk=anon.pk), answers_dms=True)
     chosen = channel_configuration(channel_id=99, guild_id=None, now=now)
 
     assert off_by_default is not None and off_by_default.personas == ()
@@ -200,7 +201,7 @@ def test_the_planner_model_is_the_guilds_else_the_deployments_else_the_main_pers
     by_persona = planner_model()
     settings.LLM_PLANNER_MODEL = "deployment-planner"
     by_deployment = planner_model()
-    GuildConfig.objects.filter(pk=guild.pk).update(planner_model="guild-planner")
+    rows_update(GuildConfig.objects.filter(pk=guild.pk), planner_model="guild-planner")
 
     assert (by_persona, by_deployment, planner_model()) == (
         "persona-model",

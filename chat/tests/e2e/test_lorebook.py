@@ -8,6 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from chat.models import Turn
+from chat.tests.config_writes import rows_update
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from personas.models import GuildConfig, Persona
 
@@ -37,8 +38,8 @@ GUILD_BOOK = {"entries": [{"keys": ["café"], "content": "The café opens at nin
 
 
 def _store_books(**book) -> None:
-    Persona.objects.filter(name="Tomori").update(lorebook={**TOMORI_BOOK, **book})
-    GuildConfig.objects.update(lorebook=GUILD_BOOK)
+    rows_update(Persona.objects.filter(name="Tomori"), lorebook={**TOMORI_BOOK, **book})
+    rows_update(GuildConfig.objects.all(), lorebook=GUILD_BOOK)
 
 
 def _turns() -> list[Turn]:

@@ -17,6 +17,7 @@ from django.db import connection
 
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.models import Turn
+from chat.tests.config_writes import rows_update
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from chat.tests.e2e.tcp_proxy import CuttableProxy
 from personas.models import Persona
@@ -329,8 +330,8 @@ async def test_a_restarted_worker_reads_each_personas_own_lines_back_from_discor
     # channel over REST. Meanwhile Anon became the main persona, so the bot account's old
     # lines are not Anon's just because Anon is main now.
     def make_anon_main() -> None:
-        Persona.objects.update(is_main=False)
-        Persona.objects.filter(name="Anon").update(is_main=True)
+        rows_update(Persona.objects.filter(is_main=True), is_main=False)
+        rows_update(Persona.objects.filter(name="Anon"), is_main=True)
 
     await sync_to_async(make_anon_main)()
     worker = start_runbot(world, "--lease-seconds", "2")

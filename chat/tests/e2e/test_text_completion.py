@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Reply
 from chat.models import Turn
+from chat.tests.config_writes import rows_update
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from personas.models import Persona
 
@@ -19,7 +20,9 @@ USER = "<|start_header_id|>user<|end_header_id|>\n\n"
 
 
 def _on_completions() -> None:
-    Persona.objects.filter(name="Tomori").update(llm_api="completions", instruct_template="llama3")
+    rows_update(
+        Persona.objects.filter(name="Tomori"), llm_api="completions", instruct_template="llama3"
+    )
 
 
 async def test_a_persona_on_a_completions_endpoint_holds_a_conversation(world):

@@ -18,6 +18,7 @@ from chat.pipeline.dialogue import date_label
 from chat.pipeline.notes import VERBATIM_TOOL_CALLING_NUDGE
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.records import Upload
+from chat.tests.config_writes import rows_update
 from chat.tests.e2e.conftest import (
     ALICE,
     BOB,
@@ -36,7 +37,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
 
 
 def _set_persona(name: str, **fields) -> None:
-    Persona.objects.filter(name=name).update(**fields)
+    rows_update(Persona.objects.filter(name=name), **fields)
 
 
 def _turns() -> list[Turn]:
@@ -121,8 +122,8 @@ def _role_of(body: dict, needle: str) -> str:
 
 
 def _make_main(name: str) -> None:
-    Persona.objects.update(is_main=False)
-    Persona.objects.filter(name=name).update(is_main=True)
+    rows_update(Persona.objects.filter(is_main=True), is_main=False)
+    rows_update(Persona.objects.filter(name=name), is_main=True)
 
 
 async def test_after_a_restart_history_read_over_rest_keeps_each_persona_its_own_lines(world):
@@ -392,7 +393,7 @@ async def test_an_alter_persona_answers_in_a_thread_through_the_parents_webhook(
 
 
 async def test_a_long_threads_prompt_still_starts_from_the_message_it_was_started_from(world):
-    await sync_to_async(lambda: GuildConfig.objects.update(message_fetch_limit=20))()
+    await sync_to_async(lambda: rows_update(GuildConfig.objects.all(), message_fetch_limit=20))()
     await world.start_worker()
     starter = world.say("my comic, page one", attachments=[Upload("p1.png", PNG, "image/png")])
     sandbox = world.sandbox.sandbox

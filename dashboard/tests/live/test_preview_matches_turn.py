@@ -9,6 +9,7 @@ from asgiref.sync import sync_to_async
 from chat.models import ChannelWindowAnchor, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.services.memory_store import MemoryScope, memory_add
+from chat.tests.config_writes import rows_update
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
 from personas.models import Persona
@@ -68,7 +69,7 @@ async def test_the_preview_of_a_message_is_the_request_the_model_gets_for_it(das
 
 def _shrink_tomori() -> None:
     """Tomori's budget: floor((700 − 100) × 0.9) = 540 tokens."""
-    Persona.objects.filter(name="Tomori").update(context_window=700, max_output_tokens=100)
+    rows_update(Persona.objects.filter(name="Tomori"), context_window=700, max_output_tokens=100)
 
 
 async def test_the_preview_shows_sections_budget_truncation_and_the_cache_boundary(
