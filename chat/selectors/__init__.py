@@ -260,17 +260,16 @@ def trigger_inputs(
     )
     superseded = superseded_original_ids(message_ids=[m.id for m in messages])
     personas = tuple(trigger_persona(p) for p in configuration.personas)
+    blocks_of: dict[int, list[tuple[str, BlockType]]] = {}
+    for block in configuration.blocks:
+        blocks_of.setdefault(block.user_id, []).append((block.persona_name, block.type))
     inputs = []
     for message in messages:
         user_id = message.accountable_user_id
         author = AuthorStanding(
             blacklisted=user_id in standing.blacklisted,
             full_privacy=standing.privacy.get(user_id) is PrivacyLevel.FULL,
-            blocks=tuple(
-                (block.persona_name, block.type)
-                for block in configuration.blocks
-                if block.user_id == user_id
-            ),
+            blocks=tuple(blocks_of.get(user_id, ())),
         )
         inputs.append(
             TriggerInput(
@@ -353,7 +352,10 @@ def user_standing(*, user_ids: Iterable[int], guild_id: int | None) -> UserStand
 
 def replied_persona_names(*, message_ids: Iterable[int]) -> dict[int, str]:
     """For those of ``message_ids`` the bot delivered: the persona that spoke each."""
-    rows = MessageIndex.objects.filter(message_id__in=set(message_ids), persona__isnull=False)
+    wanted = set(message_ids)
+    if not wanted:
+        return {}
+    rows = MessageIndex.objects.filter(message_id__in=wanted, persona__isnull=False)
     return dict(rows.values_list("message_id", "persona__name"))
 
 
