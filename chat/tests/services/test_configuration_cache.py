@@ -322,3 +322,13 @@ def test_moving_a_row_to_another_guild_moves_both_guilds_stamps(guild, other_gui
     channel.save()
     after = config_versions({GUILD, OTHER_GUILD})
     assert all(after[key] != before[key] for key in before)
+
+
+def test_the_workers_runtime_reads_configurations_through_a_kept_cache(guild):
+    from chat.runtime import gateway_runtime
+
+    runtime = gateway_runtime(port=None, windows=None, runner=None, vision=None)  # type: ignore[arg-type]
+    assert isinstance(runtime.configurations, ChannelConfigurations)
+    runtime.configurations(channel_id=POETRY, guild_id=GUILD, now=NOW)
+    runtime.configurations(channel_id=POETRY, guild_id=GUILD, now=NOW)
+    assert runtime.configurations.reads == 1
