@@ -35,6 +35,7 @@ from botproject.live_updates import (
     UnreadCount,
     channel_group,
     publish_live_update,
+    publish_newest_live_update,
 )
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
@@ -178,7 +179,7 @@ class Scheduler:
         whose loop is busy with a turn would otherwise say so only after it), all at once."""
         await asyncio.gather(
             *(
-                publish_live_update(channel_group(channel_id), UnreadCount(count=count))
+                publish_newest_live_update(channel_group(channel_id), UnreadCount(count=count))
                 for channel_id, count in pool_sizes.items()
             )
         )
