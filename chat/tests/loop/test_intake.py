@@ -48,7 +48,7 @@ async def drain(intake: Intake) -> None:
 async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
     burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(5000)]
     stored = []
-    intake = Intake(stored=lambda: stored.append(1), read_after=History().read_after)
+    intake = Intake(stored=lambda _: stored.append(1), read_after=History().read_after)
     for msg in burst + burst[:300]:  # the gateway replays some of them
         intake.put(msg, 7)
 
@@ -65,11 +65,32 @@ async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
     await sync_to_async(connections.close_all)()
 
 
+async def test_with_the_workers_identity_a_burst_reaches_the_pools_as_it_is_stored():
+    burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(2000)]
+    told: list[int] = []
+    intake = Intake(
+        stored=lambda moved: told.extend(m.id for _, m in moved.unread),
+        read_after=History().read_after,
+        own=lambda: OwnIdentity(bot_user_id=1),
+    )
+    for msg in burst + burst[:300]:  # the gateway replays some of them
+        intake.put(msg, 7)
+
+    await drain(intake)
+
+    assert sorted(told) == sorted(m.id for m in burst)  # each told once, nothing left over
+    assert not await EventQueue.objects.filter(status=EventQueue.Status.READY).aexists()
+    for channel_id in CHANNELS:
+        pooled = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+        assert [m.id for m in pooled] == [m.id for m in burst if m.channel_id == channel_id]
+    await sync_to_async(connections.close_all)()
+
+
 async def test_an_overflowing_buffer_marks_the_channel_and_catch_up_reads_it_back():
     history = History()
     kept, lost = message(content="kept", channel_id=5), message(content="lost", channel_id=5)
     history.messages[5] = [kept, lost]
-    intake = Intake(stored=lambda: None, read_after=history.read_after, buffer_size=1)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after, buffer_size=1)
 
     intake.put(kept, 7)
     intake.put(lost, 7)  # no room: dropped, and channel 5 marked
@@ -86,7 +107,7 @@ async def test_an_overflowing_buffer_marks_the_channel_and_catch_up_reads_it_bac
 
 async def test_catch_up_starts_where_the_session_began_not_after_live_arrivals():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=CHANNELS[0])
     intake.put(seen, 7)
     starts = intake.session_starts([CHANNELS[0]])  # the new session begins here
@@ -108,7 +129,7 @@ async def test_catch_up_starts_where_the_session_began_not_after_live_arrivals()
 
 async def test_a_channel_the_queue_never_saw_is_caught_up_from_its_guilds_newest_message():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     known = message(content="the last one the previous worker took in", channel_id=CHANNELS[0])
     await sync_to_async(
         lambda: EventQueue.objects.create(
@@ -131,7 +152,7 @@ async def test_a_channel_the_queue_never_saw_is_caught_up_from_its_guilds_newest
 
 async def test_a_shards_live_messages_wait_for_its_catch_up_and_are_lost_with_it_not_stored():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=CHANNELS[0])
     intake.put(seen, 7)
     await drain(intake)
@@ -159,7 +180,7 @@ async def test_a_shards_live_messages_wait_for_its_catch_up_and_are_lost_with_it
 
 
 def test_a_new_channel_starts_at_its_guilds_newest_message_else_the_oldest_guilds():
-    intake = Intake(stored=lambda: None, read_after=History().read_after)
+    intake = Intake(stored=lambda _: None, read_after=History().read_after)
     intake.seed(
         LastIngested(
             ids={CHANNELS[0]: 300, CHANNELS[1]: 500}, guilds={CHANNELS[0]: 7, CHANNELS[1]: 8}
@@ -191,7 +212,7 @@ async def test_a_reshard_from_4_to_6_shards_reads_a_new_guild_back_from_its_old_
     gap = message(400, "said while old shard 2 was down", channel_id=chan_c)
     history = History()
     history.messages = {chan_a: [queued_a], chan_b: [queued_b], chan_c: [gap]}
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     intake.seed(
         LastIngested(
             ids={chan_a: queued_a.id, chan_b: queued_b.id},
@@ -213,7 +234,7 @@ async def test_a_new_guild_on_a_later_session_starts_at_the_shards_newest_messag
     # Once this worker has caught a shard up it took in everything said there, in order: a
     # guild joined since starts where the shard's last session stood, not further back.
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     old, new = message(300, channel_id=CHANNELS[0]), message(500, channel_id=CHANNELS[1])
     intake.seed(LastIngested(ids={CHANNELS[0]: old.id}, guilds={CHANNELS[0]: 7}))
     intake.hold(0)
@@ -252,7 +273,7 @@ async def test_an_overflowed_channels_live_messages_wait_for_its_read_back():
     lost = message(content="lost", channel_id=5)
     live = message(content="arrived live during the read-back", channel_id=5)
     history.messages[5] = [kept, lost, live]
-    intake = Intake(stored=lambda: None, read_after=history.read_after, buffer_size=2)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after, buffer_size=2)
     intake.put(kept, 7)
     intake.put(other, 7)
     intake.put(lost, 7)
@@ -284,7 +305,7 @@ async def test_a_channel_first_seen_in_an_overflow_is_read_back_from_before_its_
     kept = message(content="kept", channel_id=6)
     first = message(content="the first message of a channel, dropped", channel_id=5)
     history.messages[5] = [first]
-    intake = Intake(stored=lambda: None, read_after=history.read_after, buffer_size=1)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after, buffer_size=1)
     intake.put(kept, 7)
     intake.put(first, 7)  # no room: channel 5, never seen, is marked from before `first`
 
@@ -300,7 +321,7 @@ async def test_a_channel_first_seen_in_an_overflow_is_read_back_from_before_its_
 
 async def test_a_channel_a_shard_catch_up_cannot_read_keeps_its_start_before_the_gap():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=CHANNELS[0])
     intake.put(seen, 7)
     gap = message(content="said while no session was open", channel_id=CHANNELS[0])
@@ -322,7 +343,7 @@ async def test_a_channel_a_shard_catch_up_cannot_read_keeps_its_start_before_the
 
 async def test_a_marked_channels_next_message_makes_the_writer_retry_its_read_back():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=5)
     gap = message(content="said while the channel could not be read", channel_id=5)
     live = message(content="the next message", channel_id=5)
@@ -354,7 +375,7 @@ async def test_a_marked_channels_next_message_makes_the_writer_retry_its_read_ba
 
 async def test_a_channel_that_cannot_be_read_back_is_heard_again_after_the_last_attempt():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=5)
     live = message(content="said in a channel whose history cannot be read", channel_id=5)
     intake.put(seen, 7)
