@@ -144,11 +144,13 @@ class ConfigChanged(LiveUpdate):
 
 @dataclass(frozen=True)
 class WorkerPulse(LiveUpdate):
-    """A worker recorded its heartbeat (``shard_ids`` empty: it stopped)."""
+    """A worker recorded its heartbeat: ``shard_ids`` the shards it has connected,
+    ``standby_for`` those it waits for as a standby (both empty: it stopped)."""
 
     type: ClassVar[LiveUpdateType] = LiveUpdateType.WORKER_PULSE
     holder: str
     shard_ids: list[int]
+    standby_for: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
