@@ -19,8 +19,9 @@ Each message is stamped, on the one monotonic clock all three processes read:
 - ``taken``: the worker converted it and handed it to `Intake.put`;
 - ``queued``: the intake's `event_queue.event_ingest_many` call holding it returned (its row
   committed to the event queue);
-- ``pooled``: the `event_queue.event_queue_consume` call that moved it into its channel's unread
-  pool returned (committed).
+- ``pooled``: it was committed to its channel's unread pool: by the same call (the worker moves
+  its own shards' messages with their queue rows), or by an `event_queue.event_queue_consume`
+  call (a row left ready).
 
 The stages are timed by wrapping those calls on the running worker, as `benchmarks.ingest` does.
 """
@@ -240,12 +241,14 @@ def _stages_timed(client, stamps: Stamps) -> Iterator[None]:
         stamps.taken.setdefault(message.id, time.monotonic())
         put(message, guild_id, **where)
 
-    def timed_ingest(batch):
-        stored = ingest(batch)
+    def timed_ingest(batch, **where):
+        moved = ingest(batch, **where)
         now = time.monotonic()
         for message, _ in batch:
             stamps.queued.setdefault(message.id, now)
-        return stored
+        for _, message in moved.unread:
+            stamps.pooled.setdefault(message.id, now)
+        return moved
 
     def timed_consume(**kwargs):
         consumed = consume(**kwargs)

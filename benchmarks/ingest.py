@@ -4,8 +4,8 @@ and on into the unread pools.
 Run: ``.venv/bin/python -m benchmarks.ingest`` (``make bench`` runs it).
 
 The worker's real path, minus the websocket: `Intake.put` for every message (what the gateway
-handler does), the intake's batched writer into the persisted event queue, and the scheduler's
-set-based consumer moving them into the unread pools, on a throwaway test database of the
+handler does), and the intake's batched writer, which stores each message's queue row and moves
+it into its channel's unread pool in one transaction, on a throwaway test database of the
 configured kind (``DATABASE_URL``: PostgreSQL in CI). Figures, for each of the two stages:
 messages per second from the first hand-off to the last message stored there, the 99th
 percentile of each message's time from hand-off to that stage, and how many never reached it.
@@ -98,8 +98,8 @@ def _queue_writes_timed(queued: dict[int, float]) -> Iterator[None]:
 
     write = event_queue.event_ingest_many
 
-    def timed(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int:
-        stored = write(batch)
+    def timed(batch: Sequence[tuple[HistoryMessage, int | None]], **where):
+        stored = write(batch, **where)
         now = time.perf_counter()
         for message, _ in batch:
             queued.setdefault(message.id, now)
@@ -118,7 +118,7 @@ async def _measure(*, pace: int | None) -> dict[str, float]:
 
     from chat.loop.intake import Intake
     from chat.models import EventQueue, UnreadEvent
-    from chat.services.event_queue import OwnIdentity, event_queue_consume
+    from chat.services.event_queue import Consumed, OwnIdentity
     from chat.tests.factories import message
 
     await sync_to_async(_clear)()
@@ -126,25 +126,20 @@ async def _measure(*, pace: int | None) -> dict[str, float]:
     handed: dict[int, float] = {}
     queued: dict[int, float] = {}
     pooled: dict[int, float] = {}
-    stored = asyncio.Event()
-    intake = Intake(stored=stored.set, read_after=_no_history)
+    everything = asyncio.Event()
+
+    def stored(moved: Consumed) -> None:
+        now = time.perf_counter()
+        for _, msg in moved.unread:
+            pooled[msg.id] = now
+        if len(pooled) >= BURST:
+            everything.set()
+
+    own = OwnIdentity(bot_user_id=1)
+    intake = Intake(stored=stored, read_after=_no_history, own=lambda: own)
     writer = asyncio.create_task(intake.run())
 
-    async def consume() -> None:
-        own = OwnIdentity(bot_user_id=1)
-        while len(pooled) < BURST:
-            await stored.wait()
-            stored.clear()
-            while True:
-                moved = await sync_to_async(event_queue_consume)(own=own)
-                now = time.perf_counter()
-                for _, msg in moved.unread:
-                    pooled[msg.id] = now
-                if not moved.full:
-                    break
-
     with _queue_writes_timed(queued):
-        consumer = asyncio.create_task(consume())
         started = time.perf_counter()
         for n, msg in enumerate(burst):
             if pace is not None:
@@ -153,7 +148,7 @@ async def _measure(*, pace: int | None) -> dict[str, float]:
                 await asyncio.sleep(0)  # the gateway hands messages over as they arrive
             handed[msg.id] = time.perf_counter()
             intake.put(msg, 7)
-        await asyncio.wait_for(consumer, 120)
+        await asyncio.wait_for(everything.wait(), 120)
         writer.cancel()
         await asyncio.gather(writer, return_exceptions=True)
 

@@ -25,6 +25,11 @@ def message_to_json(message: HistoryMessage) -> dict:
     return _adapter().dump_python(message, mode="json")
 
 
+def message_to_json_text(message: HistoryMessage) -> str:
+    """`message_to_json` already encoded as JSON text (one pass, no intermediate dict)."""
+    return _adapter().dump_json(message).decode()
+
+
 def message_from_json(data: dict) -> HistoryMessage:
     """The message stored by `message_to_json`; raises pydantic.ValidationError when corrupt."""
     return _adapter().validate_python(data)

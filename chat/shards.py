@@ -19,6 +19,13 @@ class ShardSet:
     ids: tuple[int, ...] | None = None
     count: int | None = None
 
+    @classmethod
+    def of(cls, ids: list[int] | tuple[int, ...] | None, count: int | None) -> ShardSet:
+        """The shards ``ids`` of ``count``; every guild when either is None."""
+        if ids is None or count is None:
+            return EVERY_SHARD
+        return cls(ids=tuple(ids), count=count)
+
     @property
     def everything(self) -> bool:
         return self.ids is None or self.count is None

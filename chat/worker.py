@@ -55,7 +55,7 @@ from chat.runtime import gateway_runtime, video_transcripts_from_settings
 from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
-from chat.shards import EVERY_SHARD, ShardSet
+from chat.shards import ShardSet
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +79,7 @@ class WorkerConfig:
 
     @property
     def shards(self) -> ShardSet:
-        if self.shard_ids is None or self.shard_count is None:
-            return EVERY_SHARD
-        return ShardSet(ids=tuple(self.shard_ids), count=self.shard_count)
+        return ShardSet.of(self.shard_ids, self.shard_count)
 
     def on_my_shards(self, guild_id: int | None) -> bool:
         """Whether the guild (None: a DM) is on this worker's shards (Discord's rule)."""

@@ -25,7 +25,8 @@ from chat.gateway.recent import RECENT_DELIVERIES
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.services.discord_names import NameRecord, names_record
-from chat.services.event_queue import OwnIdentity
+from chat.services.event_queue import Consumed, OwnIdentity
+from chat.shards import ShardSet
 from chat.windows import MAX_CHANNELS, WindowRegistry
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,10 @@ class PersonaBotClient(discord.AutoShardedClient):
         )
         self.scheduler: Scheduler | None = None
         self.intake = Intake(
-            stored=self._wake_scheduler, read_after=self.adapter.fetch_history_after
+            stored=self._took_in,
+            read_after=self.adapter.fetch_history_after,
+            own=self.own_identity,
+            shards=ShardSet.of(shard_ids, shard_count),
         )
         self._on_start = on_start
         self.limits = limits
@@ -224,9 +228,11 @@ class PersonaBotClient(discord.AutoShardedClient):
             converted, guild_id, shard_id=message.guild.shard_id if message.guild else 0
         )
 
-    def _wake_scheduler(self) -> None:
+    def _took_in(self, moved: Consumed) -> None:
+        """A batch is stored: the channels whose pools it grew run a pass (pools grown before
+        the scheduler started are found by its first look at every pool)."""
         if self.scheduler is not None:
-            self.scheduler.wake()
+            self.scheduler.pools_grew(moved)
 
     # -- names for the dashboard -------------------------------------------------------------
 

@@ -34,6 +34,8 @@ from botproject.failures import FailureStreak
 from chat.pipeline.types import HistoryMessage
 from chat.selectors.event_queue import LastIngested
 from chat.services import event_queue
+from chat.services.event_queue import Consumed, OwnIdentity
+from chat.shards import EVERY_SHARD, ShardSet
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +55,21 @@ class Intake:
     def __init__(
         self,
         *,
-        stored: Callable[[], None],
+        stored: Callable[[Consumed], None],
         read_after: ReadAfter,
+        own: Callable[[], OwnIdentity] | None = None,
+        shards: ShardSet = EVERY_SHARD,
         buffer_size: int = BUFFER_SIZE,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        """``stored`` is called after each batch reaches the queue (wake the scheduler);
-        ``read_after`` reads a channel's history over REST."""
+        """``stored`` is called with what each batch moved into unread pools once it is
+        committed (wake those channels); ``read_after`` reads a channel's history over REST.
+        With ``own`` (the worker's identity, asked at each batch), messages of guilds on
+        ``shards`` go straight into their unread pools with their queue rows
+        (`event_queue.event_ingest_many`); without, they are left ready in the queue."""
         self._stored = stored
+        self._own = own
+        self._shards = shards
         self._read_after = read_after
         self._buffer: deque[tuple[HistoryMessage, int | None]] = deque()
         self._buffer_size = buffer_size
@@ -171,8 +180,9 @@ class Intake:
             if not batch:
                 continue
             self._writing = True
+            own = self._own() if self._own is not None else None
             try:
-                await self._on_own_thread(_store)(batch)
+                moved = await self._on_own_thread(_store)(batch, own, self._shards)
             except DatabaseError as error:
                 self._writing = False
                 self._buffer.extendleft(reversed(batch))
@@ -182,7 +192,7 @@ class Intake:
                 await self._sleep(pause)
                 continue
             storing.succeeded()
-            self._stored()
+            self._stored(moved)
             self._writing = False
             if self.marked:
                 await self.catch_up(self.marked)
@@ -236,6 +246,8 @@ class Intake:
             self.put(*held[message_id])
 
 
-def _store(batch: list[tuple[HistoryMessage, int | None]]) -> None:
+def _store(
+    batch: list[tuple[HistoryMessage, int | None]], own: OwnIdentity | None, shards: ShardSet
+) -> Consumed:
     close_old_connections()  # a connection broken by an outage is replaced, not reused
-    event_queue.event_ingest_many(batch)
+    return event_queue.event_ingest_many(batch, own=own, shards=shards)

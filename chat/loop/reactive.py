@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 
-from botproject.live_updates import UnreadCount, channel_group, publish_live_update
+from botproject.live_updates import UnreadCount, channel_group, publish_newest_live_update
 from chat import selectors
 from chat.pipeline.triggers import Trigger, trigger_decision
 from chat.pipeline.types import HistoryMessage
@@ -82,7 +82,9 @@ class ReactiveLoop:
                 pending=pending,
                 bot_user_id=self._own().bot_user_id,
             )
-            await publish_live_update(channel_group(channel_id), UnreadCount(count=len(pending)))
+            await publish_newest_live_update(
+                channel_group(channel_id), UnreadCount(count=len(pending))
+            )
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
             unanswered: int | None = None  # the newest message nobody answers, still pooled
             for plan in plans:

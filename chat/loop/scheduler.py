@@ -1,9 +1,11 @@
 """The scheduler (seed 003, phases 2–5): consumes the event queue and runs each channel's loop.
 
-One consumer task moves ready events into unread pools and wakes the channels they touched.
-It works on its own thread with its own database connection, as the intake does, so new
-messages reach the pools while the channel loops' database work (turns, reads, takes) keeps the
-shared thread busy.
+The worker's own messages reach the unread pools with their queue rows (the intake writes
+both in one transaction) and wake their channels through `Scheduler.pools_grew`. One consumer
+task moves what is still ready in the queue (rows of this worker's shards that another process
+stored, or a crash left) into unread pools and wakes the channels they touched. It works on its
+own thread with its own database connection, as the intake does, so new messages reach the
+pools while the channel loops' database work (turns, reads, takes) keeps the shared thread busy.
 Each channel runs one loop at a time: a *busy stretch* lasts while the channel has unread
 messages. Turns share the channel's history window within a stretch and across the idle gaps
 between stretches (`chat.windows`). At most ``max_loops`` channel loops run at once; channels
@@ -33,6 +35,7 @@ from botproject.live_updates import (
     UnreadCount,
     channel_group,
     publish_live_update,
+    publish_newest_live_update,
 )
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
@@ -84,6 +87,7 @@ class Scheduler:
         self._dirty: set[int] = set()
         self._failures: dict[int, FailureStreak] = {}
         self._consumer: asyncio.Task[None] | None = None
+        self._publishing: set[asyncio.Task[None]] = set()
         self._queue_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="queue-db")
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -96,7 +100,9 @@ class Scheduler:
     async def stop(self) -> None:
         """Cancel the consumer and every channel loop, and wait for them to end."""
         self._stopping = True
-        tasks = [t for t in (self._consumer, *self._loops.values()) if t is not None]
+        tasks = [
+            t for t in (self._consumer, *self._loops.values(), *self._publishing) if t is not None
+        ]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -107,12 +113,29 @@ class Scheduler:
         """New events are in the queue."""
         self._wakeup.set()
 
+    def pools_grew(self, moved: event_queue.Consumed) -> None:
+        """The intake moved messages straight into unread pools (`Intake`, with the queue
+        rows): the dashboard hears the new pool sizes, then their channels run a pass, as
+        after a consume."""
+        if self._stopping or not moved.unread:
+            return
+        task = asyncio.create_task(self._announce_and_schedule(moved))
+        self._publishing.add(task)
+        task.add_done_callback(self._publishing.discard)
+
+    async def _announce_and_schedule(self, moved: event_queue.Consumed) -> None:
+        await self._publish_unread_counts(moved.pool_sizes)
+        for channel_id in moved.channel_ids:
+            self.schedule(channel_id)
+
     async def idle(self) -> None:
-        """Wait until the queue is consumed and no channel loop runs (used by tests)."""
+        """Wait until the queue is consumed, every pool that grew has its loop scheduled, and
+        no channel loop runs (used by tests)."""
         while True:
             await asyncio.sleep(0.05)
             ready = await sync_to_async(event_queue_has_ready)(shards=self._shards)
-            if not self._loops and not ready and not self._wakeup.is_set():
+            busy = self._loops or self._publishing
+            if not busy and not ready and not self._wakeup.is_set():
                 return
 
     # -- consumption -------------------------------------------------------------------------
@@ -156,7 +179,7 @@ class Scheduler:
         whose loop is busy with a turn would otherwise say so only after it), all at once."""
         await asyncio.gather(
             *(
-                publish_live_update(channel_group(channel_id), UnreadCount(count=count))
+                publish_newest_live_update(channel_group(channel_id), UnreadCount(count=count))
                 for channel_id, count in pool_sizes.items()
             )
         )

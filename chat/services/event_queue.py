@@ -20,11 +20,12 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 
 from chat import selectors
-from chat.codec import message_from_json, message_to_json
+from chat.codec import message_from_json, message_to_json_text
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DiscordPort
 from chat.selectors.event_queue import unread_pool_counts, unread_pool_messages
+from chat.services.event_queue_rows import IngestRow, ingest_rows_insert
 from chat.shards import EVERY_SHARD, ShardSet
 
 
@@ -48,37 +49,49 @@ class OwnIdentity:
         )
 
 
-def event_ingest_many(batch: Sequence[tuple[HistoryMessage, int | None]]) -> int:
-    """Persist incoming messages (each with its guild id, None for a DM) in one statement;
+def event_ingest_many(
+    batch: Sequence[tuple[HistoryMessage, int | None]],
+    *,
+    own: OwnIdentity | None = None,
+    shards: ShardSet = EVERY_SHARD,
+) -> Consumed:
+    """Persist incoming messages (each with its guild id, None for a DM) in one transaction;
     keys already taken (replays, duplicates, catch-up of messages already seen) are skipped.
+
+    Without ``own`` every new row is left ``ready`` for `event_queue_consume`. With ``own``
+    (the worker's identity: it owns the guilds on ``shards``), phases 1 and 2 happen together:
+    a new row of a guild on ``shards`` is stored already consumed, its message in the channel's
+    unread pool (or discarded, when the bot or one of its webhooks wrote it), in the same
+    transaction, so nothing is lost between the two and no consumer has to read the row back.
+    Rows of other guilds stay ``ready`` for the worker that owns them.
 
     A user who chose full privacy has the text and media of their messages withheld here, so
     their words are stored nowhere (one query for the whole batch, whatever guilds it spans).
-    Returns how many rows the batch offered.
+    Returns what moved into unread pools, with the sizes of the pools that grew.
     """
     if not batch:
-        return 0
+        return Consumed(unread=[], discarded=[])
     authors: dict[int | None, set[int]] = {}
     for message, guild_id in batch:
         authors.setdefault(guild_id, set()).add(message.accountable_user_id)
     private = selectors.full_privacy_by_guild(user_ids_by_guild=authors)
-    EventQueue.objects.bulk_create(
-        [_queue_row(message, guild_id, private[guild_id]) for message, guild_id in batch],
-        ignore_conflicts=True,
-    )
-    return len(batch)
-
-
-def _queue_row(
-    message: HistoryMessage, guild_id: int | None, private: frozenset[int]
-) -> EventQueue:
-    kept = withheld(message) if message.accountable_user_id in private else message
-    return EventQueue(
-        channel_id=message.channel_id,
-        message_id=message.id,
-        guild_id=guild_id,
-        event=message_to_json(kept),
-    )
+    rows: list[IngestRow] = []
+    for message, guild_id in dict(((m.channel_id, m.id), (m, g)) for m, g in batch).values():
+        kept = withheld(message) if message.accountable_user_id in private[guild_id] else message
+        status = EventQueue.Status.READY
+        if own is not None and shards.owns(guild_id):
+            wrote = own.wrote(message)
+            status = EventQueue.Status.DISCARDED if wrote else EventQueue.Status.CONSUMED
+        rows.append(IngestRow(kept, guild_id, status, message_to_json_text(kept)))
+    with transaction.atomic():
+        new_keys = ingest_rows_insert(rows)
+        unread = [(r.guild_id, r.message) for r in rows if r.pooled and r.key in new_keys]
+        grown = {message.channel_id for _, message in unread}
+        pool_sizes = unread_pool_counts(channel_ids=grown) if grown else {}
+    discarded = [
+        r.message for r in rows if r.status == EventQueue.Status.DISCARDED and r.key in new_keys
+    ]
+    return Consumed(unread=unread, discarded=discarded, pool_sizes=pool_sizes)
 
 
 def withheld(message: HistoryMessage) -> HistoryMessage:

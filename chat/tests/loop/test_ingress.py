@@ -17,6 +17,7 @@ from chat.services.event_queue import (
     unread_pool_mark_read,
     unread_pool_take,
 )
+from chat.shards import ShardSet
 from chat.tests.factories import ALICE, BOB, CHANNEL_ID, T0, message
 from chat.tests.privacy import user_privacy
 
@@ -200,3 +201,74 @@ def test_a_loop_takes_only_what_it_planned_from_the_pool():
 
     assert removed == 1 and [m.id for m in shown] == [caught_up.id]
     assert unread_pool_messages(channel_id=10) == []
+
+
+# -- the worker's path: queue rows and unread pools in one transaction -----------------------
+
+TWO_OF_FOUR = ShardSet(ids=(2,), count=4)
+ON_SHARD_TWO, ON_SHARD_ONE = 2 << 22, 1 << 22
+
+
+def test_the_workers_own_shards_messages_reach_the_pool_with_their_queue_rows():
+    mine = message(content="mine", channel_id=10)
+    others = message(content="not mine", channel_id=20)
+    by_the_bot = message(
+        content="our reply", channel_id=10, author=Author(id=BOT, display_name="T")
+    )
+
+    moved = event_ingest_many(
+        [(mine, ON_SHARD_TWO), (others, ON_SHARD_ONE), (by_the_bot, ON_SHARD_TWO)],
+        own=OWN,
+        shards=TWO_OF_FOUR,
+    )
+
+    assert [(guild, m.content) for guild, m in moved.unread] == [(ON_SHARD_TWO, "mine")]
+    assert [m.content for m in moved.discarded] == ["our reply"]
+    assert moved.pool_sizes == {10: 1}
+    assert [m.content for m in unread_pool_messages(channel_id=10)] == ["mine"]
+    rows = {row.message_id: (row.status, row.event) for row in EventQueue.objects.all()}
+    assert rows[mine.id] == ("consumed", {})  # the key alone stays, as after a consume
+    assert rows[by_the_bot.id] == ("discarded", {})
+    assert rows[others.id][0] == "ready"  # left for the worker that owns shard 1
+    assert message_from_json(rows[others.id][1]) == others
+    assert event_queue_consume(own=OWN).channel_ids == [20]
+
+
+def test_a_message_seen_again_is_never_pooled_twice():
+    msg = message(content="hi", channel_id=10)
+    first = event_ingest_many([(msg, 1), (msg, 1)], own=OWN)
+    unread_pool_mark_read(channel_id=10, up_to_message_id=msg.id)  # answered
+
+    again = event_ingest_many([(msg, 1)], own=OWN)  # replayed after a RESUME
+
+    assert [m.id for _, m in first.unread] == [msg.id]
+    assert again.unread == [] and again.pool_sizes == {}
+    assert unread_pool_messages(channel_id=10) == []
+    assert EventQueue.objects.count() == 1
+
+
+def test_a_pooled_message_reads_back_exactly_as_it_came():
+    original = message(
+        content="see file",
+        channel_id=10,
+        attachments=(Attachment(id=9, filename="notes.txt", url="https://cdn/notes.txt"),),
+    )
+    event_ingest_many([(original, 1)], own=OWN)
+    assert unread_pool_messages(channel_id=10) == [original]
+
+
+def test_the_pool_sizes_count_what_was_already_waiting():
+    event_ingest_many([(message(content=str(n), channel_id=10), 1) for n in range(3)], own=OWN)
+    moved = event_ingest_many([(message(content="more", channel_id=10), 1)], own=OWN)
+    assert moved.pool_sizes == {10: 4}
+
+
+def test_a_full_privacy_users_words_reach_no_pool_on_the_workers_path():
+    user_privacy(ALICE.id, guild_id=1, level="full")
+    secret = message(content="my secret plans", author=ALICE, channel_id=10)
+    event_ingest_many([(secret, 1)], own=OWN)
+
+    stored = [json.dumps(row.event) for row in UnreadEvent.objects.all()]
+    stored += [json.dumps(row.event) for row in EventQueue.objects.all()]
+    assert not any("secret" in text for text in stored)
+    assert [m.content for m in unread_pool_messages(channel_id=10)] == [""]

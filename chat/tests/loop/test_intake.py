@@ -44,7 +44,7 @@ async def drain(intake: Intake) -> None:
 async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
     burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(5000)]
     stored = []
-    intake = Intake(stored=lambda: stored.append(1), read_after=History().read_after)
+    intake = Intake(stored=lambda _: stored.append(1), read_after=History().read_after)
     for msg in burst + burst[:300]:  # the gateway replays some of them
         intake.put(msg, 7)
 
@@ -61,11 +61,32 @@ async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
     await sync_to_async(connections.close_all)()
 
 
+async def test_with_the_workers_identity_a_burst_reaches_the_pools_as_it_is_stored():
+    burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(2000)]
+    told: list[int] = []
+    intake = Intake(
+        stored=lambda moved: told.extend(m.id for _, m in moved.unread),
+        read_after=History().read_after,
+        own=lambda: OwnIdentity(bot_user_id=1),
+    )
+    for msg in burst + burst[:300]:  # the gateway replays some of them
+        intake.put(msg, 7)
+
+    await drain(intake)
+
+    assert sorted(told) == sorted(m.id for m in burst)  # each told once, nothing left over
+    assert not await EventQueue.objects.filter(status=EventQueue.Status.READY).aexists()
+    for channel_id in CHANNELS:
+        pooled = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+        assert [m.id for m in pooled] == [m.id for m in burst if m.channel_id == channel_id]
+    await sync_to_async(connections.close_all)()
+
+
 async def test_an_overflowing_buffer_marks_the_channel_and_catch_up_reads_it_back():
     history = History()
     kept, lost = message(content="kept", channel_id=5), message(content="lost", channel_id=5)
     history.messages[5] = [kept, lost]
-    intake = Intake(stored=lambda: None, read_after=history.read_after, buffer_size=1)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after, buffer_size=1)
 
     intake.put(kept, 7)
     intake.put(lost, 7)  # no room: dropped, and channel 5 marked
@@ -82,7 +103,7 @@ async def test_an_overflowing_buffer_marks_the_channel_and_catch_up_reads_it_bac
 
 async def test_catch_up_starts_where_the_session_began_not_after_live_arrivals():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=CHANNELS[0])
     intake.put(seen, 7)
     starts = intake.session_starts([CHANNELS[0]])  # the new session begins here
@@ -104,7 +125,7 @@ async def test_catch_up_starts_where_the_session_began_not_after_live_arrivals()
 
 async def test_a_channel_the_queue_never_saw_is_caught_up_from_the_shards_newest_message():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     known = message(content="the last one the previous worker took in", channel_id=CHANNELS[0])
     await sync_to_async(
         lambda: EventQueue.objects.create(
@@ -127,7 +148,7 @@ async def test_a_channel_the_queue_never_saw_is_caught_up_from_the_shards_newest
 
 async def test_a_shards_live_messages_wait_for_its_catch_up_and_are_lost_with_it_not_stored():
     history = History()
-    intake = Intake(stored=lambda: None, read_after=history.read_after)
+    intake = Intake(stored=lambda _: None, read_after=history.read_after)
     seen = message(content="before the gap", channel_id=CHANNELS[0])
     intake.put(seen, 7)
     await drain(intake)
@@ -155,7 +176,7 @@ async def test_a_shards_live_messages_wait_for_its_catch_up_and_are_lost_with_it
 
 
 def test_a_new_channel_starts_at_its_guilds_newest_message_else_its_shards():
-    intake = Intake(stored=lambda: None, read_after=History().read_after)
+    intake = Intake(stored=lambda _: None, read_after=History().read_after)
     intake.shards_newest = 900  # another shard's newest: beyond this shard's gap
     intake.guilds.update({CHANNELS[0]: 7, CHANNELS[1]: 8})
     starts = {CHANNELS[0]: 300, CHANNELS[1]: 500}

@@ -1,0 +1,166 @@
+"""The event queue's hot write: a batch of incoming messages into the queue and, where the
+worker owns them, straight into the unread pools, as few statements as the database allows.
+
+This is the one write every message makes, a thousand times a second on a busy worker, so it
+is built by hand instead of through the ORM: on PostgreSQL, one statement binds each column as
+one binary array (``unnest``) and inserts the queue rows and the pool rows together (a data-
+modifying ``WITH``), about a twentieth of the CPU `QuerySet.bulk_create` spends on the same rows
+(it quotes every JSON value in Python). Elsewhere (SQLite), two multi-row ``INSERT … RETURNING``
+statements in the caller's transaction. Both report which queue keys were new: only those
+messages reach a pool, so a replayed or duplicated message is never pooled twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from django.db import connection
+from django.utils import timezone
+
+from chat.models import EventQueue, UnreadEvent
+from chat.pipeline.types import HistoryMessage
+
+Key = tuple[int, int]
+"""(channel id, message id): the event queue's deduplication key."""
+
+_EMPTY_EVENT = "{}"
+"""What a consumed or discarded queue row keeps of its message: nothing but the key."""
+_SQLITE_ROWS_PER_STATEMENT = 500
+"""Well under SQLite's 32,766 bound variables per statement (seven per row at most)."""
+
+
+@dataclass(frozen=True)
+class IngestRow:
+    """One incoming message as it is written: its queue status decides where it goes
+    (``ready``: the queue keeps it for its owner; ``consumed``: into the unread pool;
+    ``discarded``: the bot wrote it, only the key is kept)."""
+
+    message: HistoryMessage
+    guild_id: int | None
+    status: str
+    event: str
+    """The message as JSON text (`chat.codec.message_to_json_text`)."""
+
+    @cached_property
+    def key(self) -> Key:
+        return (self.message.channel_id, self.message.id)
+
+    @property
+    def pooled(self) -> bool:
+        return self.status == EventQueue.Status.CONSUMED
+
+    @property
+    def queued_event(self) -> str:
+        """What the queue row holds: the message while it waits, else only its key."""
+        return self.event if self.status == EventQueue.Status.READY else _EMPTY_EVENT
+
+
+def ingest_rows_insert(rows: Sequence[IngestRow]) -> set[Key]:
+    """Insert ``rows`` into the event queue (a key already taken is skipped) and the new
+    ``consumed`` ones into the unread pools; returns the keys that were new. Call inside a
+    transaction: the queue rows and the pool rows commit together."""
+    if not rows:
+        return set()
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        return _insert_postgresql(rows, now)
+    return _insert_generic(rows, now)
+
+
+def _table(model) -> str:
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+def _insert_postgresql(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
+    import psycopg
+
+    queue, pool = _table(EventQueue), _table(UnreadEvent)
+    statement = f"""
+        WITH incoming AS (
+            SELECT * FROM unnest(
+                %b::int8[], %b::int8[], %b::int8[], %b::int8[], %b::text[], %b::text[], %b::text[]
+            ) WITH ORDINALITY AS t(channel_id, message_id, guild_id, author_id, status,
+                                   queued_event, event, n)
+        ), queued AS (
+            INSERT INTO {queue} (channel_id, message_id, guild_id, status, event, created_at)
+            SELECT channel_id, message_id, guild_id, status, queued_event::jsonb, %b
+            FROM incoming ORDER BY n
+            ON CONFLICT (channel_id, message_id) DO NOTHING
+            RETURNING channel_id, message_id
+        ), pooled AS (
+            INSERT INTO {pool} (channel_id, message_id, guild_id, author_id, event, created_at)
+            SELECT i.channel_id, i.message_id, i.guild_id, i.author_id, i.event::jsonb, %b
+            FROM incoming i JOIN queued q USING (channel_id, message_id)
+            WHERE i.status = %b
+            ON CONFLICT (channel_id, message_id) DO NOTHING
+        )
+        SELECT channel_id, message_id FROM queued
+    """
+    params = [
+        [r.message.channel_id for r in rows],
+        [r.message.id for r in rows],
+        [r.guild_id for r in rows],
+        [r.message.author.id for r in rows],
+        [str(r.status) for r in rows],
+        [r.queued_event for r in rows],
+        [r.event for r in rows],
+        now,
+        now,
+        str(EventQueue.Status.CONSUMED),
+    ]
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:  # server-side binding: binary arrays
+        cursor.execute(statement, params)
+        return {(channel_id, message_id) for channel_id, message_id in cursor.fetchall()}
+
+
+def _insert_generic(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
+    queue, pool = _table(EventQueue), _table(UnreadEvent)
+    created = connection.ops.adapt_datetimefield_value(now)
+    new: set[Key] = set()
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), _SQLITE_ROWS_PER_STATEMENT):
+            chunk = rows[start : start + _SQLITE_ROWS_PER_STATEMENT]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
+            cursor.execute(
+                f"INSERT INTO {queue} (channel_id, message_id, guild_id, status, event, "
+                f"created_at) VALUES {values} ON CONFLICT (channel_id, message_id) DO NOTHING "
+                "RETURNING channel_id, message_id",
+                [
+                    value
+                    for r in chunk
+                    for value in (
+                        r.message.channel_id,
+                        r.message.id,
+                        r.guild_id,
+                        str(r.status),
+                        r.queued_event,
+                        created,
+                    )
+                ],
+            )
+            new.update((channel_id, message_id) for channel_id, message_id in cursor.fetchall())
+        pooled = [r for r in rows if r.pooled and r.key in new]
+        for start in range(0, len(pooled), _SQLITE_ROWS_PER_STATEMENT):
+            chunk = pooled[start : start + _SQLITE_ROWS_PER_STATEMENT]
+            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
+            cursor.execute(
+                f"INSERT INTO {pool} (channel_id, message_id, guild_id, author_id, event, "
+                f"created_at) VALUES {values} ON CONFLICT (channel_id, message_id) DO NOTHING",
+                [
+                    value
+                    for r in chunk
+                    for value in (
+                        r.message.channel_id,
+                        r.message.id,
+                        r.guild_id,
+                        r.message.author.id,
+                        r.event,
+                        created,
+                    )
+                ],
+            )
+    return new
