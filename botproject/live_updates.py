@@ -223,32 +223,6 @@ async def publish_live_update(group: str, update: LiveUpdate) -> None:
         _publishing.succeeded()
 
 
-_newest: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, str], LiveUpdate | None]
-] = weakref.WeakKeyDictionary()
-"""Per event loop, per (group, update type) being sent: the newest update waiting (None: none)."""
-
-
-async def publish_newest_live_update(group: str, update: LiveUpdate) -> None:
-    """Send ``update`` to ``group`` as `publish_live_update` does, for an update that states
-    what is (an unread count): while one of its type is being sent to that group, the newest
-    waits and replaces any older one still waiting, so a channel busier than the layer can
-    follow costs one send in flight, not one per change, and the last state always arrives.
-    Returns at once when a send in flight will carry it."""
-    waiting = _newest.setdefault(asyncio.get_running_loop(), {})
-    key = (group, update.type)
-    if key in waiting:
-        waiting[key] = update  # the send in flight sends this one next
-        return
-    waiting[key] = update
-    try:
-        while (newest := waiting[key]) is not None:
-            waiting[key] = None
-            await publish_live_update(group, newest)
-    finally:
-        del waiting[key]
-
-
 def publish_live_update_on_commit(group: str, update: LiveUpdate) -> None:
     """From sync code inside (or outside) a transaction: publish once it commits."""
     transaction.on_commit(lambda: async_to_sync(publish_live_update)(group, update))
