@@ -144,11 +144,13 @@ class ConfigChanged(LiveUpdate):
 
 @dataclass(frozen=True)
 class WorkerPulse(LiveUpdate):
-    """A worker recorded its heartbeat (``shard_ids`` empty: it stopped)."""
+    """A worker recorded its heartbeat: ``shard_ids`` the shards it has connected,
+    ``standby_for`` those it waits for as a standby (both empty: it stopped)."""
 
     type: ClassVar[LiveUpdateType] = LiveUpdateType.WORKER_PULSE
     holder: str
     shard_ids: list[int]
+    standby_for: list[int] = dataclasses.field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -219,32 +221,6 @@ async def publish_live_update(group: str, update: LiveUpdate) -> None:
         _publishing.failed(error)
     else:
         _publishing.succeeded()
-
-
-_newest: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, str], LiveUpdate | None]
-] = weakref.WeakKeyDictionary()
-"""Per event loop, per (group, update type) being sent: the newest update waiting (None: none)."""
-
-
-async def publish_newest_live_update(group: str, update: LiveUpdate) -> None:
-    """Send ``update`` to ``group`` as `publish_live_update` does, for an update that states
-    what is (an unread count): while one of its type is being sent to that group, the newest
-    waits and replaces any older one still waiting, so a channel busier than the layer can
-    follow costs one send in flight, not one per change, and the last state always arrives.
-    Returns at once when a send in flight will carry it."""
-    waiting = _newest.setdefault(asyncio.get_running_loop(), {})
-    key = (group, update.type)
-    if key in waiting:
-        waiting[key] = update  # the send in flight sends this one next
-        return
-    waiting[key] = update
-    try:
-        while (newest := waiting[key]) is not None:
-            waiting[key] = None
-            await publish_live_update(group, newest)
-    finally:
-        del waiting[key]
 
 
 def publish_live_update_on_commit(group: str, update: LiveUpdate) -> None:

@@ -442,11 +442,14 @@ class ShardLease(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """A running bot worker's pulse, written every few seconds while it holds the gateway.
+    """A running bot worker's pulse, written every few seconds while it holds the gateway or
+    waits as a standby.
 
     ``shard_ids`` are the shards this worker has connected now, ``latencies`` the gateway
     heartbeat latency of each (shard id as a string → seconds), ``guild_ids`` the guilds those
-    shards serve (strings: JavaScript cannot hold snowflakes). A row not updated for
+    shards serve (strings: JavaScript cannot hold snowflakes). A standby (no gateway) has none
+    of those: ``standby_for`` are the shards whose lease it waits for (of ``shard_count``) and
+    ``waiting_for`` the workers holding them (empty: none yet). A row not updated for
     ``STALE_AFTER`` belongs to a worker that stopped.
     """
 
@@ -457,6 +460,8 @@ class WorkerHeartbeat(models.Model):
     shard_count = models.PositiveSmallIntegerField(null=True, blank=True)
     latencies = models.JSONField(default=dict, blank=True)
     guild_ids = models.JSONField(default=list, blank=True)
+    standby_for = models.JSONField(default=list, blank=True)
+    waiting_for = models.JSONField(default=list, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
 
@@ -464,6 +469,8 @@ class WorkerHeartbeat(models.Model):
         ordering = ["holder"]
 
     def __str__(self) -> str:
+        if self.standby_for:
+            return f"worker {self.holder} (standby for shards {self.standby_for})"
         return f"worker {self.holder} (shards {self.shard_ids})"
 
 

@@ -33,7 +33,11 @@ from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
-from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record
+from chat.heartbeats import (
+    worker_heartbeat_clear,
+    worker_heartbeat_record,
+    worker_standby_record,
+)
 from chat.leases import (
     FencedPort,
     shard_lease_fenced,
@@ -251,17 +255,21 @@ async def run_worker(
     stop: asyncio.Event,
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
+    neighbour: bool = False,
 ) -> None:
     """Run until ``stop`` is set, then close the gateway and cancel every loop.
 
     The worker first takes the lease of its shards (`chat.leases`), waiting as a standby while
     another worker holds one; it renews the lease while it runs. A worker that loses its lease
     (it could not renew in time) closes its gateway at once and becomes a standby again, so a
-    shard never has two workers answering it.
+    shard never has two workers answering it. With ``neighbour`` the shards are another
+    worker's own: this one first waits until that worker holds them (`LeaseKeeper.acquire`).
+    At the end the worker's leases are released and its heartbeat row removed.
     """
     keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
     try:
-        while await keeper.acquire(stop):
+        while await keeper.acquire(stop, after_holder=neighbour):
+            neighbour = False
             running = _run_client(
                 config, llm=llm, stop=stop, keeper=keeper, vision=vision, proxies=proxies
             )
@@ -270,6 +278,8 @@ async def run_worker(
             logger.warning("lost the lease of shards %s; waiting as a standby", config.shard_ids)
     finally:
         await sync_to_async(shard_leases_release)(shards=config.shards, holder=keeper.holder)
+        with contextlib.suppress(DatabaseError):  # a standby's row (a serving one is gone)
+            await sync_to_async(worker_heartbeat_clear)(holder=keeper.holder)
 
 
 async def _run_client(
@@ -328,22 +338,43 @@ class LeaseKeeper:
     def _remaining(self) -> float:
         return self.valid_until - asyncio.get_running_loop().time()
 
-    async def acquire(self, stop: asyncio.Event) -> bool:
-        """Wait until this worker holds every lease; False when ``stop`` was set first."""
-        announced = False
-        while not stop.is_set():
-            if await self._claim():
-                logger.info(
-                    "holding the lease of shards %s (fence %s)", self.shards.lease_keys, self.fence
-                )
-                return True
-            if not announced:
-                holders = await sync_to_async(shard_lease_holders)(shards=self.shards)
-                logger.info("standby: waiting for the lease of shards held by %s", holders)
-                announced = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self._interval)
-        return False
+    async def acquire(self, stop: asyncio.Event, *, after_holder: bool = False) -> bool:
+        """Wait until this worker holds every lease; False when ``stop`` was set first. With
+        ``after_holder`` (a standby for a neighbour's own shards: that worker may start after
+        this one) it first waits until another worker holds them, and claims them only then.
+
+        While it waits the worker records a standby heartbeat (`StandbyPulse`): the shards and
+        the workers holding them. The row stays when this returns; the client's heartbeat
+        replaces it once connected, `run_worker` removes it at the end."""
+        announced: bool | None = None
+        pulse = StandbyPulse(holder=self.holder, shards=self.shards)
+        try:
+            while not stop.is_set():
+                if not after_holder and await self._claim():
+                    logger.info(
+                        "holding the lease of shards %s (fence %s)",
+                        self.shards.lease_keys,
+                        self.fence,
+                    )
+                    return True
+                holders = await self._holders()
+                if holders is not None:
+                    pulse.waiting_for(holders.values())
+                    after_holder = after_holder and not holders
+                if announced != after_holder:  # once while no worker holds them, once after
+                    if after_holder:
+                        logger.info(
+                            "standby for shards %s: no worker holds them yet",
+                            self.shards.lease_keys,
+                        )
+                    else:
+                        logger.info("standby: waiting for the lease of shards held by %s", holders)
+                    announced = after_holder
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self._interval)
+            return False
+        finally:
+            await pulse.stop()
 
     async def keep(self) -> None:
         """Renew every third of the lease time; return when the lease is lost: another
@@ -383,6 +414,14 @@ class LeaseKeeper:
         if not fenced:
             raise LeaseLost(f"the lease of guild {guild_id} is no longer fence {self.fence}")
 
+    async def _holders(self) -> dict[tuple[int, int], str] | None:
+        """Who holds live leases overlapping this worker's shards; None: no database answer."""
+        try:
+            return await sync_to_async(shard_lease_holders)(shards=self.shards)
+        except DatabaseError:
+            logger.warning("could not reach the database to read the shard lease holders")
+            return None
+
     async def _claim(self) -> bool | None:
         """True: held; False: another worker holds one; None: the database did not answer."""
         started = asyncio.get_running_loop().time()
@@ -398,3 +437,42 @@ class LeaseKeeper:
         self.fence = fence
         self.valid_until = started + self.ttl.total_seconds() * 0.9
         return True
+
+
+class StandbyPulse:
+    """A standby worker's heartbeat (`worker_standby_record`): written at once when whom it
+    waits for changes (`waiting_for`), else renewed every `HEARTBEAT_SECONDS` until `stop`."""
+
+    def __init__(self, *, holder: str, shards: ShardSet) -> None:
+        self.holder = holder
+        self.shards = shards
+        self._holders: tuple[str, ...] | None = None
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def waiting_for(self, holders: Iterable[str]) -> None:
+        """The workers holding the shards now (empty: none); starts the pulse at the first."""
+        waiting = tuple(sorted(set(holders)))
+        if waiting != self._holders:
+            self._holders = waiting
+            self._changed.set()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="standby-heartbeat")
+
+    async def stop(self) -> None:
+        """Stop renewing (the row stays)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            self._changed.clear()
+            try:
+                await sync_to_async(worker_standby_record)(
+                    holder=self.holder, shards=self.shards, waiting_for=self._holders or ()
+                )
+            except DatabaseError:
+                logger.warning("could not record the standby heartbeat", exc_info=True)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), HEARTBEAT_SECONDS)

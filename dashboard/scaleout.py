@@ -4,7 +4,8 @@ reshard in progress.
 A worker is known by its heartbeat (`WorkerHeartbeat`, written every 5 s while its gateway runs)
 and by the leases it holds (`ShardLease`, the same ``holder`` name): a worker holding leases
 without a fresh heartbeat is still connecting (or hung), one with a heartbeat and no live lease
-has lost it. Leases are read live only (``expires_at`` after now).
+has lost it; a standby's heartbeat names the shards it waits for and their holders. Leases are
+read live only (``expires_at`` after now).
 
 The shard map is drawn under the *newest* shard count: the count of the live lease taken last
 (the highest fencing token), since a rolling reshard starts new workers under the new count
@@ -42,7 +43,9 @@ class LeaseRow:
 
 @dataclass(frozen=True)
 class WorkerRow:
-    """One worker: its heartbeat (None: no fresh one) and the live leases it holds."""
+    """One worker: its heartbeat (None: no fresh one) and the live leases it holds; a standby's
+    heartbeat has the shards it waits for (``standby_for``, of ``shard_count``) and the workers
+    holding them (``waiting_for``) instead of connected shards."""
 
     holder: str
     leases: tuple[LeaseRow, ...]
@@ -53,13 +56,19 @@ class WorkerRow:
     latency_ms: float | None = None
     guilds: int = 0
     started_at: dt.datetime | None = None
+    standby_for: tuple[int, ...] = ()
+    waiting_for: tuple[str, ...] = ()
 
     @property
     def state(self) -> str:
-        """``serving`` (heartbeat and lease), ``connecting`` (lease, no heartbeat yet),
-        ``no lease`` (heartbeat only: lost its lease, or runs without one)."""
+        """``serving`` (heartbeat and lease), ``connecting`` (lease, no heartbeat yet, or a
+        standby's heartbeat: it took the lease and has not connected yet), ``standby`` (a
+        standby's heartbeat, no lease: it waits for ``standby_for``), ``no lease`` (heartbeat
+        only: lost its lease, or runs without one)."""
         if self.heartbeat_age is None:
             return "connecting"
+        if self.standby_for:
+            return "connecting" if self.leases else "standby"
         return "serving" if self.leases else "no lease"
 
 
@@ -149,6 +158,8 @@ def scale_out(*, now: dt.datetime | None = None) -> ScaleOut:
                 latency_ms=round(sum(latencies) / len(latencies) * 1000, 1) if latencies else None,
                 guilds=len(beat.guild_ids),
                 started_at=beat.started_at,
+                standby_for=tuple(sorted(beat.standby_for)),
+                waiting_for=tuple(beat.waiting_for),
             )
         )
     newest = max(leases, key=lambda row: row.fence, default=None)

@@ -333,6 +333,7 @@ class PersonaBotClient(discord.AutoShardedClient):
                 for channel in guild.text_channels
             },
             starts,
+            shard_id=shard_id,
         )
         self.background(self.intake.catch_up(starts, starts=starts, shard_id=shard_id))
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from asgiref.sync import sync_to_async
 
-from botproject.live_updates import UnreadCount, channel_group, publish_newest_live_update
 from chat import selectors
+from chat.loop.unread_counts import UnreadCounts
 from chat.pipeline.triggers import Trigger, trigger_decision
 from chat.pipeline.types import HistoryMessage
 from chat.selectors import ChannelConfiguration, turn_already_answered
@@ -46,9 +46,12 @@ class TriggerPlan:
 class ReactiveLoop:
     """Answers a reactive channel's unread messages; one instance serves every channel."""
 
-    def __init__(self, *, runtime: TurnRuntime, own: Callable[[], OwnIdentity]) -> None:
+    def __init__(
+        self, *, runtime: TurnRuntime, own: Callable[[], OwnIdentity], counts: UnreadCounts
+    ) -> None:
         self._runtime = runtime
         self._own = own
+        self._counts = counts
 
     async def run(self, configuration: ChannelConfiguration) -> None:
         """Answer every unread message's triggers, oldest first, until the pool is empty
@@ -82,9 +85,7 @@ class ReactiveLoop:
                 pending=pending,
                 bot_user_id=self._own().bot_user_id,
             )
-            await publish_newest_live_update(
-                channel_group(channel_id), UnreadCount(count=len(pending))
-            )
+            await self._counts.announce({channel_id: len(pending)})
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
             unanswered: int | None = None  # the newest message nobody answers, still pooled
             for plan in plans:

@@ -32,14 +32,13 @@ from botproject.failures import FailureStreak
 from botproject.live_updates import (
     LoopState,
     LoopStateName,
-    UnreadCount,
     channel_group,
     publish_live_update,
-    publish_newest_live_update,
 )
 from chat import selectors
 from chat.loop.autonomous import AutonomousLoop
 from chat.loop.reactive import ReactiveLoop
+from chat.loop.unread_counts import UnreadCounts
 from chat.selectors.event_queue import event_queue_has_ready, unread_channel_ids
 from chat.services import event_queue
 from chat.services.event_queue import OwnIdentity
@@ -80,7 +79,8 @@ class Scheduler:
         self._before_loop_exit = before_loop_exit
         self._stopping = False
         self._own = own
-        self._reactive = ReactiveLoop(runtime=runtime, own=own)
+        self._counts = UnreadCounts()
+        self._reactive = ReactiveLoop(runtime=runtime, own=own, counts=self._counts)
         self._autonomous = AutonomousLoop(runtime=runtime, step_delay=step_delay, sleep=sleep)
         self._wakeup = asyncio.Event()
         self._loops: dict[int, asyncio.Task[None]] = {}
@@ -107,6 +107,7 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._loops.clear()
+        await self._counts.close()
         await self._on_queue_thread(connections.close_all)()
 
     def wake(self) -> None:
@@ -173,16 +174,11 @@ class Scheduler:
         close_old_connections()  # a connection broken by an outage is replaced, not reused
         return event_queue.event_queue_consume(own=own, shards=self._shards)
 
-    @staticmethod
-    async def _publish_unread_counts(pool_sizes: Mapping[int, int]) -> None:
+    async def _publish_unread_counts(self, pool_sizes: Mapping[int, int]) -> None:
         """Tell the dashboard which pools grew, as soon as new messages reach them (a channel
-        whose loop is busy with a turn would otherwise say so only after it), all at once."""
-        await asyncio.gather(
-            *(
-                publish_newest_live_update(channel_group(channel_id), UnreadCount(count=count))
-                for channel_id, count in pool_sizes.items()
-            )
-        )
+        whose loop is busy with a turn would otherwise say so only after it), all at once
+        (`UnreadCounts`: a channel's first change at once, then the newest per interval)."""
+        await self._counts.announce(pool_sizes)
 
     def schedule(self, channel_id: int) -> None:
         """Make sure the channel's loop runs another pass (start it if it is not running)."""

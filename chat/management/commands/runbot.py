@@ -1,18 +1,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import faulthandler
 import logging
 import signal
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chat.gateway.limits import SessionStartLimitReached
-from chat.leases import shard_lease_holders
 from chat.runtime import (
     llm_client_from_settings,
     vision_client_from_settings,
@@ -165,9 +162,4 @@ class Command(BaseCommand):
     async def _worker(config: WorkerConfig, *, stop: asyncio.Event, standby: bool, **parts):
         """One worker. Shards it stands by for are another worker's own: it waits until that
         worker holds them (however slowly it starts), then takes them over when they lapse."""
-        while standby and not stop.is_set():
-            if await sync_to_async(shard_lease_holders)(shards=config.shards):
-                break
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), config.lease_seconds / 3)
-        await run_worker(config, stop=stop, **parts)
+        await run_worker(config, stop=stop, neighbour=standby, **parts)

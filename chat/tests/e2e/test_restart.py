@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -13,13 +14,16 @@ from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import Group, User
 from django.db import connection
+from django.test import Client
 
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
-from chat.models import Turn
+from chat.models import ShardLease, Turn, WorkerHeartbeat
 from chat.tests.config_writes import rows_update
 from chat.tests.e2e.conftest import BOB, GENERAL, eventually
 from chat.tests.e2e.tcp_proxy import CuttableProxy
+from dashboard.access import MODERATORS_GROUP
 from personas.models import Persona
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -68,6 +72,17 @@ def start_runbot(
         stdout=subprocess.DEVNULL,
         stderr=log.open("w") if log is not None else subprocess.DEVNULL,
     )
+
+
+def _overview_row(holder: str) -> str:
+    """The text of ``holder``'s row on the dashboard's overview, as a moderator reads it."""
+    user, _ = User.objects.get_or_create(username="mo")
+    user.groups.add(Group.objects.get_or_create(name=MODERATORS_GROUP)[0])
+    client = Client()
+    client.force_login(user)
+    html = client.get("/").content.decode()
+    row = html.split(f'data-holder="{holder}">', 1)[1].split("</tr>", 1)[0]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip()
 
 
 def connected_sessions(world) -> list[str]:
@@ -169,6 +184,20 @@ async def test_two_workers_on_one_shard_answer_every_trigger_once_across_a_kill_
         standby = start_runbot(world, "--lease-seconds", "2", log=standby_log)
         await eventually(lambda: "standby: waiting" in standby_log.read_text(), within=30)
         assert connected_sessions(world) == first_session  # the standby holds no gateway
+        # Its heartbeat says it stands by for the shard, and for whom; so does the overview.
+        waiting = await eventually(
+            lambda: WorkerHeartbeat.objects.filter(standby_for=[0]).afirst(), within=30
+        )
+        lease = await ShardLease.objects.aget()
+        assert lease.holder != waiting.holder
+        assert (waiting.shard_ids, waiting.shard_count, waiting.waiting_for) == (
+            [],
+            1,
+            [lease.holder],
+        )
+        row = await sync_to_async(_overview_row)(waiting.holder)
+        assert row.startswith(f"{waiting.holder} up since") and " standby " in row
+        assert f"stands by for 0 of 1 waiting for {lease.holder}" in row
 
         early = [world.say(f"tomori, early {n}")["id"] for n in range(3)]
         await eventually(lambda: set(early) <= set(replies_by_trigger(world)), within=30)
@@ -179,6 +208,13 @@ async def test_two_workers_on_one_shard_answer_every_trigger_once_across_a_kill_
             lambda: [s for s in connected_sessions(world) if s not in first_session], within=30
         )
         assert len(taken_over) == 1
+        # The standby's row is now a serving worker's.
+        await eventually(
+            lambda: WorkerHeartbeat.objects.filter(
+                holder=waiting.holder, shard_ids=[0], standby_for=[]
+            ).aexists(),
+            within=30,
+        )
 
         late = [world.say(f"tomori, late {n}")["id"] for n in range(3)]
         await eventually(lambda: set(late) <= set(replies_by_trigger(world)), within=30)

@@ -9,8 +9,10 @@ import re
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.utils import timezone
 
+from chat.heartbeats import worker_heartbeat_clear, worker_heartbeat_record, worker_standby_record
 from chat.leases import shard_leases_claim, shard_leases_release
 from chat.models import ShardLease, WorkerHeartbeat
 from chat.shards import ShardSet
@@ -18,6 +20,7 @@ from dashboard.scaleout import scale_out
 from dashboard.tests.live.test_consumers import _receive_until, _section, _session_cookie, _socket
 
 OLD, NEW, STANDBY_GONE = "old-host:11:aaaa", "new-host:22:bbbb", "gone-host:33:cccc"
+STANDBY = "standby-host:44:dddd"
 
 
 def _lease(shard_id: int, shard_count: int, holder: str, fence: int, seconds: float) -> None:
@@ -96,6 +99,53 @@ def test_a_moderator_reads_the_reshard_on_the_overview_without_javascript(
     assert "waiting for shard 0 of 4" in text
 
 
+def _worker_row(html: str, holder: str) -> str:
+    """The text of the overview's row of ``holder``."""
+    row = html.split(f'data-holder="{holder}">', 1)[1].split("</tr>", 1)[0]
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip()
+
+
+def test_a_standby_worker_is_listed_with_the_shards_it_waits_for_and_whom_for(
+    moderator_client, resharding
+):
+    worker_standby_record(holder=STANDBY, shards=ShardSet(ids=(0, 1), count=4), waiting_for=[OLD])
+
+    scale = scale_out()
+    assert [(w.holder, w.state) for w in scale.workers] == [
+        (NEW, "serving"),
+        (OLD, "serving"),
+        (STANDBY, "standby"),
+    ]
+    assert (scale.workers[2].standby_for, scale.workers[2].waiting_for) == ((0, 1), (OLD,))
+
+    html = moderator_client.get("/").content.decode()
+    assert '<span class="lease-state standby">standby</span>' in html
+    row = _worker_row(html, STANDBY)
+    assert f"stands by for 0, 1 of 4 waiting for {OLD} no live lease" in row
+    assert _worker_row(html, OLD).startswith(f"{OLD} up since")
+    assert "serving" in _worker_row(html, OLD) and "stands by" not in _worker_row(html, OLD)
+
+
+def test_a_standby_no_worker_holds_the_shards_of_says_so(moderator_client):
+    worker_standby_record(holder=STANDBY, shards=ShardSet(ids=(3,), count=4), waiting_for=[])
+
+    row = _worker_row(moderator_client.get("/").content.decode(), STANDBY)
+
+    assert "standby" in row and "stands by for 3 of 4 no worker holds it yet" in row
+
+
+def test_a_standby_that_took_its_lease_is_connecting_until_its_gateway_heartbeat(db):
+    worker_standby_record(holder=STANDBY, shards=ShardSet(ids=(1,), count=2), waiting_for=[OLD])
+    _lease(1, 2, STANDBY, fence=2, seconds=10)
+
+    assert [(w.holder, w.state) for w in scale_out().workers] == [(STANDBY, "connecting")]
+
+    worker_heartbeat_record(
+        holder=STANDBY, shard_ids=[1], shard_count=2, latencies={}, guild_ids=[]
+    )
+    assert [(w.holder, w.state) for w in scale_out().workers] == [(STANDBY, "serving")]
+
+
 def test_a_worker_with_leases_and_no_heartbeat_is_connecting_and_one_count_is_no_reshard(db):
     _lease(0, 2, NEW, fence=1, seconds=10)
 
@@ -128,3 +178,32 @@ async def test_the_overview_socket_pushes_a_lease_taken_and_released(guild_async
     pushed = _section(await _receive_until(socket, "No worker is running."), "scale-out")
     assert NEW not in pushed
     await socket.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_overview_socket_pushes_a_standby_and_its_turn_to_serve(guild_async):
+    session = await sync_to_async(_session_cookie)("mo", moderator=True)
+    socket = _socket("/ws/overview/", session)
+    connected, _ = await socket.connect()
+    assert connected
+    await _receive_until(socket, "No worker is running.")
+    shards = ShardSet(ids=(1,), count=2)
+
+    await sync_to_async(worker_standby_record)(holder=STANDBY, shards=shards, waiting_for=[OLD])
+    pushed = _section(await _receive_until(socket, "stands by for"), "scale-out")
+    assert 'lease-state standby">standby<' in pushed and "stands by for 1 of 2" in pushed
+
+    await sync_to_async(shard_leases_claim)(
+        shards=shards, holder=STANDBY, ttl=dt.timedelta(seconds=15)
+    )
+    await sync_to_async(worker_heartbeat_record)(
+        holder=STANDBY, shard_ids=[1], shard_count=2, latencies={1: 0.02}, guild_ids=[]
+    )
+    pushed = _section(await _receive_until(socket, "latency 20.0 ms"), "scale-out")
+    assert 'lease-state serving">serving<' in pushed and "stands by" not in pushed
+
+    await sync_to_async(worker_heartbeat_clear)(holder=STANDBY)
+    await sync_to_async(shard_leases_release)(shards=shards, holder=STANDBY)
+    await _receive_until(socket, "No worker is running.")
+    await socket.disconnect()
+    await sync_to_async(connections.close_all)()  # sync_to_async's thread's, before the drop
