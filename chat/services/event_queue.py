@@ -62,7 +62,8 @@ def event_ingest_many(
     (the worker's identity: it owns the guilds on ``shards``), phases 1 and 2 happen together:
     a new row of a guild on ``shards`` is stored already consumed, its message in the channel's
     unread pool (or discarded, when the bot or one of its webhooks wrote it), in the same
-    transaction, so nothing is lost between the two and no consumer has to read the row back.
+    transaction (`ingest_rows_insert`), so nothing is lost between the two and no consumer has
+    to read the row back.
     Rows of other guilds stay ``ready`` for the worker that owns them.
 
     A user who chose full privacy has the text and media of their messages withheld here, so
@@ -83,15 +84,15 @@ def event_ingest_many(
             wrote = own.wrote(message)
             status = EventQueue.Status.DISCARDED if wrote else EventQueue.Status.CONSUMED
         rows.append(IngestRow(kept, guild_id, status, message_to_json_text(kept)))
-    with transaction.atomic():
-        new_keys = ingest_rows_insert(rows)
-        unread = [(r.guild_id, r.message) for r in rows if r.pooled and r.key in new_keys]
-        grown = {message.channel_id for _, message in unread}
-        pool_sizes = unread_pool_counts(channel_ids=grown) if grown else {}
-    discarded = [
-        r.message for r in rows if r.status == EventQueue.Status.DISCARDED and r.key in new_keys
-    ]
-    return Consumed(unread=unread, discarded=discarded, pool_sizes=pool_sizes)
+    inserted = ingest_rows_insert(rows)
+    new = inserted.new_keys
+    return Consumed(
+        unread=[(r.guild_id, r.message) for r in rows if r.pooled and r.key in new],
+        discarded=[
+            r.message for r in rows if r.status == EventQueue.Status.DISCARDED and r.key in new
+        ],
+        pool_sizes=inserted.pool_sizes,
+    )
 
 
 def withheld(message: HistoryMessage) -> HistoryMessage:

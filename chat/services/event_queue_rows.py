@@ -5,23 +5,28 @@ This is the one write every message makes, a thousand times a second on a busy w
 is built by hand instead of through the ORM: on PostgreSQL, one statement binds each column as
 one binary array (``unnest``) and inserts the queue rows and the pool rows together (a data-
 modifying ``WITH``), about a twentieth of the CPU `QuerySet.bulk_create` spends on the same rows
-(it quotes every JSON value in Python). Elsewhere (SQLite), two multi-row ``INSERT … RETURNING``
-statements in the caller's transaction. Both report which queue keys were new: only those
-messages reach a pool, so a replayed or duplicated message is never pooled twice.
+(it quotes every JSON value in Python), and the same statement reads how many messages the
+grown pools held before it: a single statement is its own transaction, so a batch costs one
+round trip and no BEGIN or COMMIT (each round trip is a wait for the interpreter lock again on
+a busy worker). Elsewhere (SQLite), two multi-row ``INSERT … RETURNING`` statements and a count,
+in one transaction. Both report which queue keys were new: only those messages reach a pool, so
+a replayed or duplicated message is never pooled twice.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage
+from chat.selectors.event_queue import unread_pool_counts
 
 Key = tuple[int, int]
 """(channel id, message id): the event queue's deduplication key."""
@@ -58,23 +63,36 @@ class IngestRow:
         return self.event if self.status == EventQueue.Status.READY else _EMPTY_EVENT
 
 
-def ingest_rows_insert(rows: Sequence[IngestRow]) -> set[Key]:
+@dataclass(frozen=True)
+class Inserted:
+    new_keys: set[Key]
+    """The queue keys that were new (their messages were stored; the pooled ones pooled)."""
+    pool_sizes: dict[int, int]
+    """For each channel whose pool grew: how many unread messages it holds now."""
+
+
+def ingest_rows_insert(rows: Sequence[IngestRow]) -> Inserted:
     """Insert ``rows`` into the event queue (a key already taken is skipped) and the new
-    ``consumed`` ones into the unread pools; returns the keys that were new. Call inside a
-    transaction: the queue rows and the pool rows commit together."""
+    ``consumed`` ones into the unread pools, together (one transaction)."""
     if not rows:
-        return set()
+        return Inserted(set(), {})
     now = timezone.now()
     if connection.vendor == "postgresql":
         return _insert_postgresql(rows, now)
-    return _insert_generic(rows, now)
+    with transaction.atomic():
+        return _insert_generic(rows, now)
+
+
+def _grown(rows: Sequence[IngestRow], new_keys: set[Key]) -> Counter[int]:
+    """How many messages each channel's pool gained."""
+    return Counter(r.message.channel_id for r in rows if r.pooled and r.key in new_keys)
 
 
 def _table(model) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
-def _insert_postgresql(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
+def _insert_postgresql(rows: Sequence[IngestRow], now: dt.datetime) -> Inserted:
     import psycopg
 
     queue, pool = _table(EventQueue), _table(UnreadEvent)
@@ -97,7 +115,11 @@ def _insert_postgresql(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
             WHERE i.status = %b
             ON CONFLICT (channel_id, message_id) DO NOTHING
         )
-        SELECT channel_id, message_id FROM queued
+        SELECT 'new', channel_id, message_id FROM queued
+        UNION ALL
+        SELECT 'waiting', channel_id, count(*) FROM {pool}
+        WHERE channel_id IN (SELECT channel_id FROM incoming WHERE status = %b)
+        GROUP BY channel_id
     """
     params = [
         [r.message.channel_id for r in rows],
@@ -110,14 +132,20 @@ def _insert_postgresql(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
         now,
         now,
         str(EventQueue.Status.CONSUMED),
+        str(EventQueue.Status.CONSUMED),
     ]
     connection.ensure_connection()
     with psycopg.Cursor(connection.connection) as cursor:  # server-side binding: binary arrays
         cursor.execute(statement, params)
-        return {(channel_id, message_id) for channel_id, message_id in cursor.fetchall()}
+        answer = cursor.fetchall()
+    new_keys = {(channel_id, value) for kind, channel_id, value in answer if kind == "new"}
+    # The statement's snapshot is from before its own inserts: it counted what was waiting.
+    waiting = {channel_id: value for kind, channel_id, value in answer if kind == "waiting"}
+    grown = _grown(rows, new_keys)
+    return Inserted(new_keys, {c: waiting.get(c, 0) + n for c, n in grown.items()})
 
 
-def _insert_generic(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
+def _insert_generic(rows: Sequence[IngestRow], now: dt.datetime) -> Inserted:
     queue, pool = _table(EventQueue), _table(UnreadEvent)
     created = connection.ops.adapt_datetimefield_value(now)
     new: set[Key] = set()
@@ -163,4 +191,5 @@ def _insert_generic(rows: Sequence[IngestRow], now: dt.datetime) -> set[Key]:
                     )
                 ],
             )
-    return new
+    grown = _grown(rows, new)
+    return Inserted(new, unread_pool_counts(channel_ids=grown) if grown else {})
