@@ -30,6 +30,11 @@ def message_to_json_text(message: HistoryMessage) -> str:
     return _adapter().dump_json(message).decode()
 
 
+def message_from_json_text(text: str | bytes) -> HistoryMessage:
+    """`message_from_json` from the JSON text itself (one pass, no intermediate dict)."""
+    return _adapter().validate_json(text)
+
+
 def message_from_json(data: dict) -> HistoryMessage:
     """The message stored by `message_to_json`; raises pydantic.ValidationError when corrupt."""
     return _adapter().validate_python(data)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db.models import Count, Max
+from django.db.models import Count, Max, TextField
+from django.db.models.functions import Cast
 
-from chat.codec import message_from_json
+from chat.codec import message_from_json_text
 from chat.models import (
     EventQueue,
     UnreadEvent,
@@ -55,9 +56,11 @@ def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
 
 
 def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
-    """The channel's unread messages, oldest first, without taking them."""
+    """The channel's unread messages, oldest first, without taking them. (Read as JSON text and
+    validated in one pass: a busy channel's loop reads its pool for every batch.)"""
     rows = UnreadEvent.objects.filter(channel_id=channel_id).order_by("message_id")
-    return [message_from_json(row.event) for row in rows]
+    texts = rows.annotate(text=Cast("event", TextField())).values_list("text", flat=True)
+    return [message_from_json_text(text) for text in texts]
 
 
 def unread_pool_count(*, channel_id: int) -> int:
