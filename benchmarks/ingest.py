@@ -42,6 +42,9 @@ def main() -> None:
     if connection.vendor != "sqlite":  # its own database, never a test run's
         connection.settings_dict["TEST"]["NAME"] = f"bench_ingest_{os.getpid()}"
     name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
+    from chat.worker import freeze_startup_heap
+
+    freeze_startup_heap()  # as ``runbot`` does before it builds its client
     try:
         burst = asyncio.run(_measure(pace=None))
         paced = asyncio.run(_measure(pace=PACE))
