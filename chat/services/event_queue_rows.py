@@ -148,48 +148,47 @@ def _insert_postgresql(rows: Sequence[IngestRow], now: dt.datetime) -> Inserted:
 def _insert_generic(rows: Sequence[IngestRow], now: dt.datetime) -> Inserted:
     queue, pool = _table(EventQueue), _table(UnreadEvent)
     created = connection.ops.adapt_datetimefield_value(now)
-    new: set[Key] = set()
-    with connection.cursor() as cursor:
-        for start in range(0, len(rows), _SQLITE_ROWS_PER_STATEMENT):
-            chunk = rows[start : start + _SQLITE_ROWS_PER_STATEMENT]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
-            cursor.execute(
-                f"INSERT INTO {queue} (channel_id, message_id, guild_id, status, event, "
-                f"created_at) VALUES {values} ON CONFLICT (channel_id, message_id) DO NOTHING "
-                "RETURNING channel_id, message_id",
-                [
-                    value
-                    for r in chunk
-                    for value in (
-                        r.message.channel_id,
-                        r.message.id,
-                        r.guild_id,
-                        str(r.status),
-                        r.queued_event,
-                        created,
-                    )
-                ],
-            )
-            new.update((channel_id, message_id) for channel_id, message_id in cursor.fetchall())
-        pooled = [r for r in rows if r.pooled and r.key in new]
-        for start in range(0, len(pooled), _SQLITE_ROWS_PER_STATEMENT):
-            chunk = pooled[start : start + _SQLITE_ROWS_PER_STATEMENT]
-            values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
-            cursor.execute(
-                f"INSERT INTO {pool} (channel_id, message_id, guild_id, author_id, event, "
-                f"created_at) VALUES {values} ON CONFLICT (channel_id, message_id) DO NOTHING",
-                [
-                    value
-                    for r in chunk
-                    for value in (
-                        r.message.channel_id,
-                        r.message.id,
-                        r.guild_id,
-                        r.message.author.id,
-                        r.event,
-                        created,
-                    )
-                ],
-            )
+    queued = _insert_chunked(
+        queue,
+        ("channel_id", "message_id", "guild_id", "status", "event", "created_at"),
+        [
+            (r.message.channel_id, r.message.id, r.guild_id, str(r.status), r.queued_event, created)
+            for r in rows
+        ],
+        returning=True,
+    )
+    new: set[Key] = {(channel_id, message_id) for channel_id, message_id in queued}
+    _insert_chunked(
+        pool,
+        ("channel_id", "message_id", "guild_id", "author_id", "event", "created_at"),
+        [
+            (r.message.channel_id, r.message.id, r.guild_id, r.message.author.id, r.event, created)
+            for r in rows
+            if r.pooled and r.key in new
+        ],
+    )
     grown = _grown(rows, new)
     return Inserted(new, unread_pool_counts(channel_ids=grown) if grown else {})
+
+
+def _insert_chunked(
+    table: str, columns: Sequence[str], values: Sequence[tuple], *, returning: bool = False
+) -> list[tuple]:
+    """Multi-row ``INSERT … ON CONFLICT (channel_id, message_id) DO NOTHING`` of ``values``
+    into ``table``, at most `_SQLITE_ROWS_PER_STATEMENT` rows a statement; with ``returning``,
+    the (channel id, message id) of each row inserted."""
+    inserted: list[tuple] = []
+    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+    with connection.cursor() as cursor:
+        for start in range(0, len(values), _SQLITE_ROWS_PER_STATEMENT):
+            chunk = values[start : start + _SQLITE_ROWS_PER_STATEMENT]
+            cursor.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                + ", ".join([row] * len(chunk))
+                + " ON CONFLICT (channel_id, message_id) DO NOTHING"
+                + (" RETURNING channel_id, message_id" if returning else ""),
+                [value for one in chunk for value in one],
+            )
+            if returning:
+                inserted += cursor.fetchall()
+    return inserted
