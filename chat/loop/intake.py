@@ -115,13 +115,10 @@ class Intake:
 
     def seed(self, last: LastIngested) -> None:
         """Start from what the event queue holds (call before the gateway connects)."""
-        guild_newest: dict[int | None, int] = {}
         for channel_id, message_id in last.ids.items():
             self._saw(channel_id, message_id)
-            guild = last.guild_of(channel_id)
-            self.guilds.setdefault(channel_id, guild)
-            guild_newest[guild] = max(guild_newest.get(guild, 0), message_id)
-        self.guilds_oldest = min(guild_newest.values(), default=None)
+            self.guilds.setdefault(channel_id, last.guild_of(channel_id))
+        self.guilds_oldest = min(self._newest_per_guild(last.ids).values(), default=None)
 
     def adopt(
         self, channels: Mapping[int, int | None], starts: dict[int, int], *, shard_id: int
@@ -146,10 +143,7 @@ class Intake:
         bound. Each channel still reads at most `CATCH_UP_LIMIT` messages."""
         if self.guilds_oldest is None:
             return
-        guild_newest: dict[int | None, int] = {}
-        for channel_id, message_id in starts.items():
-            guild = self.guilds.get(channel_id)
-            guild_newest[guild] = max(guild_newest.get(guild, 0), message_id)
+        guild_newest = self._newest_per_guild(starts)
         if shard_id in self._caught_up:
             unseen_guild = max(starts.values(), default=self.guilds_oldest)
         else:
@@ -160,6 +154,14 @@ class Intake:
                 starts[channel_id] = start
                 self.last_seen.setdefault(channel_id, start)
                 self.guilds.setdefault(channel_id, guild_id)
+
+    def _newest_per_guild(self, ids: Mapping[int, int]) -> dict[int | None, int]:
+        """Of ``ids`` (a message id per channel), the newest per guild of the channels."""
+        newest: dict[int | None, int] = {}
+        for channel_id, message_id in ids.items():
+            guild = self.guilds.get(channel_id)
+            newest[guild] = max(newest.get(guild, 0), message_id)
+        return newest
 
     def _saw(self, channel_id: int, message_id: int) -> None:
         if message_id > self.last_seen.get(channel_id, 0):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
@@ -116,7 +116,8 @@ class Scheduler:
 
     def pools_grew(self, moved: event_queue.Consumed) -> None:
         """The intake moved messages straight into unread pools (`Intake`, with the queue
-        rows): the dashboard hears the new pool sizes, then their channels run a pass, as
+        rows): the dashboard hears the new pool sizes at once (a channel whose loop is busy
+        with a turn would otherwise say so only after it), then their channels run a pass, as
         after a consume."""
         if self._stopping or not moved.unread:
             return
@@ -125,7 +126,7 @@ class Scheduler:
         task.add_done_callback(self._publishing.discard)
 
     async def _announce_and_schedule(self, moved: event_queue.Consumed) -> None:
-        await self._publish_unread_counts(moved.pool_sizes)
+        await self._counts.announce(moved.pool_sizes)
         for channel_id in moved.channel_ids:
             self.schedule(channel_id)
 
@@ -166,19 +167,13 @@ class Scheduler:
             consuming.succeeded()
             if consumed.full:  # drain: more rows are ready, no need to wait for a wake-up
                 self._wakeup.set()
-            await self._publish_unread_counts(consumed.pool_sizes)
+            await self._counts.announce(consumed.pool_sizes)
             for channel_id in dict.fromkeys(channel_ids):
                 self.schedule(channel_id)
 
     def _consume(self, own: OwnIdentity) -> event_queue.Consumed:
         close_old_connections()  # a connection broken by an outage is replaced, not reused
         return event_queue.event_queue_consume(own=own, shards=self._shards)
-
-    async def _publish_unread_counts(self, pool_sizes: Mapping[int, int]) -> None:
-        """Tell the dashboard which pools grew, as soon as new messages reach them (a channel
-        whose loop is busy with a turn would otherwise say so only after it), all at once
-        (`UnreadCounts`: a channel's first change at once, then the newest per interval)."""
-        await self._counts.announce(pool_sizes)
 
     def schedule(self, channel_id: int) -> None:
         """Make sure the channel's loop runs another pass (start it if it is not running)."""

@@ -19,7 +19,6 @@ import datetime as dt
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -49,7 +48,7 @@ class IngestRow:
     event: str
     """The message as JSON text (`chat.codec.message_to_json_text`)."""
 
-    @cached_property
+    @property
     def key(self) -> Key:
         return (self.message.channel_id, self.message.id)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -36,13 +38,31 @@ class History:
         return [m for m in self.messages.get(channel_id, []) if m.id > after_id][:limit]
 
 
-async def drain(intake: Intake) -> None:
+@contextlib.asynccontextmanager
+async def writing(intake: Intake) -> AsyncIterator[None]:
+    """The intake's writer runs while open."""
     writer = asyncio.create_task(intake.run())
     try:
-        await eventually(lambda: intake.idle)
+        yield
     finally:
         writer.cancel()
         await asyncio.gather(writer, return_exceptions=True)
+
+
+async def drain(intake: Intake) -> None:
+    async with writing(intake):
+        await eventually(lambda: intake.idle)
+
+
+async def queued_once_stored(*, channel_id: int, count: int) -> list[int]:
+    """The channel's message ids in queue order, once ``count`` of them are stored."""
+    rows = EventQueue.objects.filter(channel_id=channel_id).order_by("id")
+
+    async def all_stored() -> bool:
+        return await rows.acount() == count
+
+    await eventually(all_stored)
+    return await sync_to_async(list)(rows.values_list("message_id", flat=True))
 
 
 async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
@@ -279,22 +299,11 @@ async def test_an_overflowed_channels_live_messages_wait_for_its_read_back():
     intake.put(lost, 7)
     assert intake.marked == {5: kept.id}
 
-    rows = EventQueue.objects.filter(channel_id=5).order_by("id")
-    writer = asyncio.create_task(intake.run())
-    try:
+    async with writing(intake):
         await eventually(lambda: history.reads)
         intake.put(live, 7)
         history.gate.set()
-
-        async def all_three_stored() -> bool:
-            return await rows.acount() == 3
-
-        await eventually(all_three_stored)
-    finally:
-        writer.cancel()
-        await asyncio.gather(writer, return_exceptions=True)
-
-    order = await sync_to_async(list)(rows.values_list("message_id", flat=True))
+        order = await queued_once_stored(channel_id=5, count=3)
     assert order == [kept.id, lost.id, live.id]
     assert history.reads == [(5, kept.id, 100)]
     await sync_to_async(connections.close_all)()
@@ -355,20 +364,9 @@ async def test_a_marked_channels_next_message_makes_the_writer_retry_its_read_ba
     history.broken.clear()
     history.messages[5] = [seen, gap, live]
 
-    rows = EventQueue.objects.filter(channel_id=5).order_by("id")
-    writer = asyncio.create_task(intake.run())
-    try:
+    async with writing(intake):
         intake.put(live, 7)
-
-        async def all_three_stored() -> bool:
-            return await rows.acount() == 3
-
-        await eventually(all_three_stored)
-    finally:
-        writer.cancel()
-        await asyncio.gather(writer, return_exceptions=True)
-
-    order = await sync_to_async(list)(rows.values_list("message_id", flat=True))
+        order = await queued_once_stored(channel_id=5, count=3)
     assert order == [seen.id, gap.id, live.id]
     await sync_to_async(connections.close_all)()
 
