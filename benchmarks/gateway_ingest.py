@@ -35,6 +35,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -278,6 +279,8 @@ class Figures:
     load: tuple[float, float, float]
     cpu: float
     """CPU seconds the worker's process spent from the first dispatch to the last pooled."""
+    thread_cpu: dict[str, float]
+    """The same span's CPU seconds by thread role (`THREAD_ROLES`)."""
     bare_cpu: float
     """CPU seconds the bare client spent from its first message to its last."""
 
@@ -377,11 +380,14 @@ async def _run(sandbox: Connection, world: dict[str, Any]) -> Figures:
         await _until(lambda: client.scheduler is not None and client.is_ready())
         await asyncio.to_thread(bare.recv)  # the bare client is ready too
         with _stages_timed(client, stamps):
-            cpu = time.process_time()
+            cpu, threads = time.process_time(), _thread_cpu()
             sandbox.send("go")
             sent = await asyncio.to_thread(sandbox.recv)
             await _until(lambda: len(stamps.pooled) >= COUNT)
             cpu = time.process_time() - cpu
+            threads = {
+                name: spent - threads.get(name, 0.0) for name, spent in _thread_cpu().items()
+            }
         load = os.getloadavg()
         received, bare_cpu = await asyncio.to_thread(bare.recv)
         await client.handlers_settled()
@@ -399,8 +405,35 @@ async def _run(sandbox: Connection, world: dict[str, Any]) -> Figures:
         queue_rows=queue_rows,
         load=load,
         cpu=cpu,
+        thread_cpu=threads,
         bare_cpu=bare_cpu,
     )
+
+
+THREAD_ROLES = (
+    ("MainThread", "event loop"),
+    ("ThreadPoolExecutor", "channel loops' queries"),
+    ("intake-db", "intake writer"),
+    ("queue-db", "queue consumer"),
+)
+"""The worker's threads by name prefix: the event loop (gateway, discord.py, scheduling), the
+one thread `sync_to_async` runs the channel loops' database work on, the intake's writer and the
+queue consumer; any other thread counts as ``other``."""
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds each live thread of this process has spent, by role (`THREAD_ROLES`)."""
+    spent: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            seconds = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # it ended meanwhile
+            continue
+        role = next((r for prefix, r in THREAD_ROLES if thread.name.startswith(prefix)), "other")
+        spent[role] = spent.get(role, 0.0) + seconds
+    return spent
 
 
 def measure() -> Figures:
@@ -459,6 +492,14 @@ def main() -> None:
             "… CPU time per message (the process's own, the stream's length)",
             f"worker {figures.cpu / COUNT * 1e6:.0f} µs",
             f"bare client {figures.bare_cpu / COUNT * 1e6:.0f} µs",
+        ),
+        Row(
+            "… the worker's CPU time per message by thread",
+            ", ".join(
+                f"{role} {figures.thread_cpu.get(role, 0.0) / COUNT * 1e6:.0f} µs"
+                for role in (*(r for _, r in THREAD_ROLES), "other")
+            ),
+            "—",
         ),
     ]
     emit(rows)
