@@ -25,7 +25,7 @@ from chat.models import EventQueue, UnreadEvent
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DiscordPort
 from chat.selectors.event_queue import unread_pool_counts, unread_pool_messages
-from chat.services.event_queue_rows import IngestRow, ingest_rows_insert
+from chat.services.event_queue_rows import IngestRow, ingest_rows_insert, unread_pool_delete
 from chat.shards import EVERY_SHARD, ShardSet
 
 
@@ -208,19 +208,19 @@ def unread_pool_mark_read(
     """Remove the channel's unread messages up to and including ``up_to_message_id`` (with
     ``message_ids``, of those only) without reading them back (the caller has them: a turn's
     trigger and what came before it); returns how many were removed."""
-    rows = UnreadEvent.objects.filter(channel_id=channel_id, message_id__lte=up_to_message_id)
-    if message_ids is not None:
-        rows = rows.filter(message_id__in=set(message_ids))
-    deleted, _ = rows.delete()
-    return deleted
+    if message_ids is None:
+        rows = UnreadEvent.objects.filter(channel_id=channel_id, message_id__lte=up_to_message_id)
+        deleted, _ = rows.delete()
+        return deleted
+    return unread_pool_delete(
+        channel_id=channel_id, message_ids=message_ids, up_to_message_id=up_to_message_id
+    )
 
 
 def unread_pool_discard(*, channel_id: int, message_ids: Iterable[int]) -> int:
     """Drop these messages from the channel's unread pool (a proxy system replaced them: their
     proxied copies are answered instead); returns how many were there."""
-    rows = UnreadEvent.objects.filter(channel_id=channel_id, message_id__in=set(message_ids))
-    deleted, _ = rows.delete()
-    return deleted
+    return unread_pool_delete(channel_id=channel_id, message_ids=message_ids)
 
 
 async def unread_pool_without_superseded(
@@ -229,6 +229,14 @@ async def unread_pool_without_superseded(
     """The channel's unread messages, oldest first, once originals a proxy system replaced
     are discarded from the pool (`DiscordPort.superseded_originals`)."""
     pending = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
+    return await pool_without_superseded(pending, port=port, channel_id=channel_id)
+
+
+async def pool_without_superseded(
+    pending: list[HistoryMessage], *, port: DiscordPort, channel_id: int
+) -> list[HistoryMessage]:
+    """``pending`` (the channel's unread messages) once the originals a proxy system replaced
+    are discarded from the pool."""
     superseded = await port.superseded_originals(pending) if pending else frozenset()
     if not superseded:
         return pending

@@ -11,13 +11,16 @@ round trip and no BEGIN or COMMIT (each round trip is a wait for the interpreter
 a busy worker). Elsewhere (SQLite), two multi-row ``INSERT … RETURNING`` statements and a count,
 in one transaction. Both report which queue keys were new: only those messages reach a pool, so
 a replayed or duplicated message is never pooled twice.
+
+The other write of every batch, a channel loop marking what it read (`unread_pool_delete`), is
+hand-written for the same reasons.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -191,3 +194,34 @@ def _insert_chunked(
             if returning:
                 inserted += cursor.fetchall()
     return inserted
+
+
+def unread_pool_delete(
+    *, channel_id: int, message_ids: Iterable[int], up_to_message_id: int | None = None
+) -> int:
+    """Delete these messages (with ``up_to_message_id``, those up to it) from the channel's
+    unread pool; returns how many were there. The other write a busy channel makes with each
+    batch (its loop marks it read), so, like the ingest, it is hand-written: one statement
+    that is its own transaction on PostgreSQL (`QuerySet.delete` wraps its statement in BEGIN
+    and COMMIT, three round trips where one does); on SQLite, one per chunk of ids."""
+    ids = sorted(set(message_ids))
+    table = connection.ops.quote_name(UnreadEvent._meta.db_table)
+    bound = "" if up_to_message_id is None else " AND message_id <= %s"
+    limit = [] if up_to_message_id is None else [up_to_message_id]
+    deleted = 0
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"DELETE FROM {table} WHERE channel_id = %s{bound} AND message_id = ANY(%s)",
+                [channel_id, *limit, ids],
+            )
+            return cursor.rowcount
+        for start in range(0, len(ids), _SQLITE_ROWS_PER_STATEMENT):
+            chunk = ids[start : start + _SQLITE_ROWS_PER_STATEMENT]
+            marks = ", ".join(["%s"] * len(chunk))
+            cursor.execute(
+                f"DELETE FROM {table} WHERE channel_id = %s{bound} AND message_id IN ({marks})",
+                [channel_id, *limit, *chunk],
+            )
+            deleted += cursor.rowcount
+    return deleted

@@ -203,6 +203,22 @@ def test_a_loop_takes_only_what_it_planned_from_the_pool():
     assert unread_pool_messages(channel_id=10) == []
 
 
+def test_marking_a_large_planned_batch_read_removes_exactly_those_up_to_the_bound():
+    """More ids than SQLite binds in one statement: every planned message up to the bound
+    goes, the one past it and the unplanned one stay."""
+    msgs = [message(content=str(n), channel_id=30) for n in range(1_201)]
+    unplanned = msgs[600]
+    event_ingest_many([(msg, 1) for msg in msgs], own=OWN)
+    planned = [m.id for m in msgs if m is not unplanned]
+
+    removed = unread_pool_mark_read(
+        channel_id=30, up_to_message_id=msgs[-2].id, message_ids=planned
+    )
+
+    assert removed == 1_199
+    assert [m.content for m in unread_pool_messages(channel_id=30)] == ["600", "1200"]
+
+
 # -- the worker's path: queue rows and unread pools in one transaction -----------------------
 
 TWO_OF_FOUR = ShardSet(ids=(2,), count=4)
