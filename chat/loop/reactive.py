@@ -23,9 +23,10 @@ from asgiref.sync import sync_to_async
 
 from chat import selectors
 from chat.loop.unread_counts import UnreadCounts
-from chat.pipeline.triggers import Trigger, trigger_decision
+from chat.pipeline.triggers import Trigger, may_be_addressed, trigger_decision
 from chat.pipeline.types import HistoryMessage
-from chat.selectors import ChannelConfiguration, turn_already_answered
+from chat.selectors import ChannelConfiguration, trigger_persona, turn_already_answered
+from chat.selectors.event_queue import unread_pool_messages
 from chat.services import event_queue
 from chat.services.event_queue import OwnIdentity
 from chat.services.turn_request import TurnRequest, TurnRuntime
@@ -59,32 +60,26 @@ class ReactiveLoop:
         is read anew for each batch of messages, so a change applies from the next batch."""
         channel_id = configuration.channel_id
         last_delivered_id: int | None = None  # the newest reply to an earlier message
-        # A message a proxy system replaced (and deleted) is never answered: its proxied copy,
-        # the member's message, is.
         port = self._runtime.port
-        first_batch = True
-        while pending := await event_queue.unread_pool_without_superseded(
-            port=port, channel_id=channel_id
-        ):
-            if not first_batch:  # the pass read it for the first; a later batch reads it anew
-                reread = await sync_to_async(self._runtime.configurations)(
-                    channel_id=channel_id,
-                    guild_id=configuration.guild_id,
-                    now=self._runtime.clock(),
-                )
-                if reread is None or not reread.settings.enabled:
-                    taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
-                    logger.info(
-                        "channel %s is no longer served; %d dropped", channel_id, len(taken)
-                    )
-                    return
-                configuration = reread
-            first_batch = False
-            plans = await sync_to_async(trigger_plans)(
-                configuration=configuration,
-                pending=pending,
-                bot_user_id=self._own().bot_user_id,
+        reread = False  # the pass read the configuration for the first batch
+        read: _ReadRun | None = None  # the last batch's unanswered run, to mark read first
+        while True:
+            served, pending = await sync_to_async(self._next_batch)(
+                configuration, reread=reread, read=read
             )
+            if served is None:
+                taken = await sync_to_async(event_queue.unread_pool_take)(channel_id=channel_id)
+                logger.info("channel %s is no longer served; %d dropped", channel_id, len(taken))
+                return
+            # A message a proxy system replaced (and deleted) is never answered: its proxied
+            # copy, the member's message, is.
+            pending = await event_queue.pool_without_superseded(
+                pending, port=port, channel_id=channel_id
+            )
+            if not pending:
+                return
+            configuration, reread, read = served, True, None
+            plans = await self._plans(configuration, pending)
             await self._counts.announce({channel_id: len(pending)})
             trigger_ids = [plan.message.id for plan in plans if plan.answers]
             unanswered: int | None = None  # the newest message nobody answers, still pooled
@@ -124,8 +119,48 @@ class ReactiveLoop:
                 if delivered_ids:
                     last_delivered_id = max(delivered_ids)
                 await _take_through(channel_id, plan.message.id, pending)
-            if unanswered is not None:
-                await _take_through(channel_id, unanswered, pending)
+            if unanswered is not None:  # marked read with the next batch's read
+                read = _ReadRun(unanswered, tuple(m.id for m in pending))
+
+    def _next_batch(
+        self, configuration: ChannelConfiguration, *, reread: bool, read: _ReadRun | None
+    ) -> tuple[ChannelConfiguration | None, list[HistoryMessage]]:
+        """One trip to the database thread per batch: the last batch's unanswered run marked
+        read, the configuration (with ``reread``, read anew), and the unread pool. A busy
+        channel of chatter nobody answers costs this and nothing more per batch. None when
+        the channel is no longer served."""
+        channel_id = configuration.channel_id
+        if read is not None:
+            event_queue.unread_pool_mark_read(
+                channel_id=channel_id, up_to_message_id=read.through, message_ids=read.planned
+            )
+        if reread:
+            configuration = self._runtime.configurations(
+                channel_id=channel_id, guild_id=configuration.guild_id, now=self._runtime.clock()
+            )
+            if configuration is None or not configuration.settings.enabled:
+                return None, []
+        return configuration, unread_pool_messages(channel_id=channel_id)
+
+    async def _plans(
+        self, configuration: ChannelConfiguration, pending: list[HistoryMessage]
+    ) -> list[TriggerPlan]:
+        """The batch's trigger plans; the database thread is asked only when a rule could
+        address one of its messages (`trigger_plans` reads their facts)."""
+        bot_user_id = self._own().bot_user_id
+        if not addressable(configuration=configuration, pending=pending, bot_user_id=bot_user_id):
+            return [TriggerPlan(message=m, answers=()) for m in pending]
+        return await sync_to_async(trigger_plans)(
+            configuration=configuration, pending=pending, bot_user_id=bot_user_id
+        )
+
+
+@dataclass(frozen=True)
+class _ReadRun:
+    """Unread messages nobody answers, up to ``through``, of the ``planned`` batch."""
+
+    through: int
+    planned: tuple[int, ...]
 
 
 async def _take_through(
@@ -155,15 +190,34 @@ def trigger_plans(
     *, configuration: ChannelConfiguration, pending: list[HistoryMessage], bot_user_id: int
 ) -> list[TriggerPlan]:
     """Each pending message with the personas that answer it (none: nobody answers): the
-    facts gathered once for all of them (`selectors.trigger_inputs`), then the one trigger
-    decision the dashboard's preview and "why (not)?" page also make."""
+    facts of the `addressable` messages gathered once for all of them
+    (`selectors.trigger_inputs`), then the one trigger decision the dashboard's preview and
+    "why (not)?" page also make."""
     by_name = {p.name: p for p in configuration.personas}
-    inputs = selectors.trigger_inputs(
-        configuration=configuration, messages=pending, bot_user_id=bot_user_id
+    candidates = addressable(configuration=configuration, pending=pending, bot_user_id=bot_user_id)
+    inputs = (
+        selectors.trigger_inputs(
+            configuration=configuration, messages=candidates, bot_user_id=bot_user_id
+        )
+        if candidates
+        else []
     )
-    plans = []
+    answers_of: dict[int, tuple[tuple[Persona, Trigger], ...]] = {}
     for facts in inputs:
         decision = trigger_decision(facts)
-        answers = tuple((by_name[t.persona_name], t) for t in decision.answers)
-        plans.append(TriggerPlan(message=facts.message, answers=answers))
-    return plans
+        answers_of[facts.message.id] = tuple((by_name[t.persona_name], t) for t in decision.answers)
+    return [TriggerPlan(message=m, answers=answers_of.get(m.id, ())) for m in pending]
+
+
+def addressable(
+    *, configuration: ChannelConfiguration, pending: list[HistoryMessage], bot_user_id: int | None
+) -> list[HistoryMessage]:
+    """Those of ``pending`` some trigger rule could address (`may_be_addressed`): the rest,
+    chatter nobody answers whatever the database says, needs no facts and no query."""
+    personas = tuple(trigger_persona(p) for p in configuration.personas)
+    is_dm = configuration.guild_id is None
+    return [
+        m
+        for m in pending
+        if may_be_addressed(m, personas=personas, is_dm=is_dm, bot_user_id=bot_user_id)
+    ]

@@ -196,6 +196,25 @@ def trigger_decision(facts: TriggerInput) -> TriggerDecision:
     )
 
 
+def may_be_addressed(
+    message: HistoryMessage,
+    *,
+    personas: tuple[TriggerPersona, ...],
+    is_dm: bool,
+    bot_user_id: int | None,
+) -> bool:
+    """Whether some rule could address ``message`` whatever the facts read from the database
+    (whose message it replies to, the accountable user's standing, a proxy's replacement):
+    a DM to a guild with a main persona, a reply, a mention of the bot, a trigger word. False
+    means `trigger_decision` answers it with nobody, so the worker need not read its facts."""
+    if is_dm:
+        return any(p.is_main for p in personas)
+    if message.reference is not None:
+        return True
+    bare = TriggerInput(message=message, personas=personas, is_dm=False, bot_user_id=bot_user_id)
+    return bool(_addressed(bare))
+
+
 def _addressed(facts: TriggerInput) -> list[Trigger]:
     """Every persona the message addresses, in order of first appearance (a reply target
     first), whoever the author is and whatever their blocks say."""

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from chat.pipeline.triggers import (
     AuthorStanding,
@@ -9,6 +11,7 @@ from chat.pipeline.triggers import (
     TriggerInput,
     TriggerPersona,
     TurnReason,
+    may_be_addressed,
     trigger_decision,
 )
 from chat.pipeline.types import Author, BlockType, HistoryMessage, MessageReference, ProxyIdentity
@@ -174,3 +177,85 @@ def test_every_persona_gets_a_verdict_in_the_order_given():
         Silence.NOT_ADDRESSED,
         Silence.NOT_ADDRESSED,
     ]
+
+
+# -- may_be_addressed: the worker skips the facts of messages nobody could answer ------------
+
+
+@pytest.mark.parametrize(
+    ("content", "fields", "is_dm", "expected"),
+    [
+        ("the build is green again", {}, False, False),
+        ("tomorikun is not a trigger", {}, False, False),
+        ("hey anon-chan", {}, False, True),
+        (f"<@{BOT}> hi", {"mention_ids": (BOT,)}, False, True),
+        ("someone else <@5>", {"mention_ids": (5,)}, False, False),
+        (
+            "just replying",
+            {"reference": MessageReference(message_id=1, channel_id=CHANNEL_ID)},
+            False,
+            True,
+        ),
+        ("anything at all", {}, True, True),
+    ],
+)
+def test_may_be_addressed_by_words_mentions_replies_and_dms(content, fields, is_dm, expected):
+    msg = message(content=content, **fields)
+    assert may_be_addressed(msg, personas=ALL, is_dm=is_dm, bot_user_id=BOT) is expected
+
+
+def test_a_dm_may_be_addressed_only_where_a_main_persona_answers_it():
+    msg = message(content="hello")
+    assert may_be_addressed(msg, personas=(ANON, RANA), is_dm=True, bot_user_id=BOT) is False
+
+
+_words = st.sampled_from(
+    ["tomori", "Anon", "anon-chan", "rana", "soyo", "hello", "tomorikun", f"<@{BOT}>", "x"]
+)
+_standings = st.just(AuthorStanding()) | st.builds(
+    AuthorStanding,
+    blacklisted=st.booleans(),
+    full_privacy=st.booleans(),
+    blocks=st.lists(
+        st.tuples(st.sampled_from([p.name for p in ALL]), st.sampled_from(list(BlockType))),
+        max_size=3,
+    ).map(tuple),
+)
+
+
+@settings(max_examples=500)
+@given(
+    words=st.lists(_words, max_size=6),
+    mentions_bot=st.booleans(),
+    replies=st.booleans(),
+    is_dm=st.booleans(),
+    personas=st.lists(st.sampled_from(ALL), unique=True).map(tuple),
+    replied_persona=st.sampled_from([None, "Tomori", "Anon", "Nobody"]),
+    author=_standings,
+    superseded=st.booleans(),
+    bot_user_id=st.sampled_from([BOT, None]),
+)
+def test_a_message_that_may_not_be_addressed_is_answered_by_nobody_whatever_its_facts(
+    words, mentions_bot, replies, is_dm, personas, replied_persona, author, superseded, bot_user_id
+):
+    """The worker reads no facts for such a message; whatever they would have been (whose
+    message it replies to, the author's standing, a proxy's replacement), nobody answers it."""
+    msg = message(
+        content=" ".join(words),
+        mention_ids=(BOT,) if mentions_bot else (),
+        reference=MessageReference(message_id=1, channel_id=CHANNEL_ID) if replies else None,
+    )
+    facts = TriggerInput(
+        message=msg,
+        personas=personas,
+        is_dm=is_dm,
+        bot_user_id=bot_user_id,
+        replied_persona_name=replied_persona if replies else None,
+        author=author,
+        superseded=superseded,
+    )
+    possible = may_be_addressed(msg, personas=personas, is_dm=is_dm, bot_user_id=bot_user_id)
+    answers = trigger_decision(facts).answers
+    assert possible or answers == ()
+    if answers:
+        assert possible
