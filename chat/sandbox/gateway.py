@@ -159,8 +159,19 @@ class IdentifyRecord:
     reason: str = ""
 
 
-def _frame(op: Op, data: Any = None, *, seq: int | None = None, name: str | None = None) -> str:
-    return json.dumps({"op": int(op), "d": data, "s": seq, "t": name}, separators=(",", ":"))
+def _frame(
+    op: Op,
+    data: Any = None,
+    *,
+    seq: int | None = None,
+    name: str | None = None,
+    encoded: str | None = None,
+) -> str:
+    """The frame as JSON text; with ``encoded`` (``data`` as JSON already) only the envelope
+    is encoded."""
+    if encoded is None:
+        return json.dumps({"op": int(op), "d": data, "s": seq, "t": name}, separators=(",", ":"))
+    return f'{{"op":{int(op)},"d":{encoded},"s":{json.dumps(seq)},"t":{json.dumps(name)}}}'
 
 
 def visible_message_data(data: Mapping[str, Any], bot_user_id: int) -> Mapping[str, Any]:
@@ -209,10 +220,11 @@ class GatewaySession:
         needed = intents.get(event.name)
         return self.on_shard(event.guild_id) and (needed is None or needed in self.intents)
 
-    def dispatch(self, name: str, data: Mapping[str, Any]) -> None:
-        """Number the event, keep it for replay and send it if connected."""
+    def dispatch(self, name: str, data: Mapping[str, Any], *, encoded: str | None = None) -> None:
+        """Number the event, keep it for replay and send it if connected (``encoded``: ``data``
+        as JSON already, when several sessions get the same payload)."""
         self.seq += 1
-        frame = _frame(Op.DISPATCH, data, seq=self.seq, name=name)
+        frame = _frame(Op.DISPATCH, data, seq=self.seq, name=name, encoded=encoded)
         self._sent.append((self.seq, frame))
         if self.connection is not None:
             self.connection.send(frame)
@@ -520,15 +532,18 @@ class Gateway:
     def _fan_out(self, event: GatewayEvent) -> None:
         self._expire_sessions()
         bot_user_id = self._sandbox.bot_user_id
+        whole: str | None = None  # the payload as JSON, encoded once for every session
         for session in self._sessions.values():
             if not session.wants(event):
                 continue
-            data = event.data
             if event.name in ("MESSAGE_CREATE", "MESSAGE_UPDATE") and (
                 Intent.MESSAGE_CONTENT not in session.intents
             ):
-                data = visible_message_data(data, bot_user_id)
-            session.dispatch(event.name, data)
+                session.dispatch(event.name, visible_message_data(event.data, bot_user_id))
+                continue
+            if whole is None:
+                whole = json.dumps(event.data, separators=(",", ":"))
+            session.dispatch(event.name, event.data, encoded=whole)
 
     def _expire_sessions(self) -> None:
         cutoff = self._clock() - self._settings.resume_ttl
