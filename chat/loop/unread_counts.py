@@ -16,8 +16,9 @@ from collections.abc import Callable, Mapping
 
 from botproject.live_updates import UnreadCount, channel_group, publish_live_update
 
-INTERVAL = 0.1
-"""Seconds between two counts of one channel (ten a second, more than an eye follows)."""
+INTERVAL = 0.25
+"""Seconds between two counts of one channel: four a second, as fast as a moderator reads a
+changing number, at a fraction of the channel-layer sends ten would cost a busy worker."""
 FORGET_ABOVE = 4096
 """Channels remembered before those quiet for an interval are forgotten."""
 
