@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from django.utils import timezone
+
 from botproject.live_updates import OVERVIEW_GROUP, WorkerPulse, publish_live_update_on_commit
 from chat.models import WorkerHeartbeat
 from chat.shards import ShardSet
@@ -26,11 +28,14 @@ def worker_heartbeat_record(
     """Store the worker's pulse (one row per worker, ``holder`` its lease name) and announce it
     to the dashboard's overview after the commit. Latencies are seconds; a shard whose latency
     is not known yet (no heartbeat acknowledged) is left out of ``latencies``. A standby row
-    of the same worker becomes this serving one."""
+    of the same worker becomes this serving one, up since now: the overview says since when
+    it serves, not since when it waited."""
     shards = sorted(set(shard_ids))
+    took_over = WorkerHeartbeat.objects.filter(holder=holder).exclude(standby_for=[]).exists()
     beat, _ = WorkerHeartbeat.objects.update_or_create(
         holder=holder,
         defaults={
+            **({"started_at": timezone.now()} if took_over else {}),
             "shard_ids": shards,
             "shard_count": shard_count,
             "latencies": {str(k): round(v, 4) for k, v in latencies.items()},

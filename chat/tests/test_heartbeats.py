@@ -106,6 +106,7 @@ def test_the_serving_heartbeat_replaces_the_standby_row_of_the_same_worker():
     worker_standby_record(holder="w", shards=TWO_OF_FOUR, waiting_for=["a", "b", "a"])
     beat = WorkerHeartbeat.objects.get(holder="w")
     assert (beat.standby_for, beat.shard_count, beat.waiting_for) == ([0, 2], 4, ["a", "b"])
+    waited_since = beat.started_at
 
     worker_heartbeat_record(
         holder="w", shard_ids=[2, 0], shard_count=4, latencies={0: 0.01}, guild_ids=[7]
@@ -113,6 +114,13 @@ def test_the_serving_heartbeat_replaces_the_standby_row_of_the_same_worker():
 
     beat = WorkerHeartbeat.objects.get(holder="w")
     assert (beat.shard_ids, beat.standby_for, beat.waiting_for) == ([0, 2], [], [])
+    serving_since = beat.started_at
+    assert serving_since > waited_since  # up since it took over, not since it waited
+
+    worker_heartbeat_record(
+        holder="w", shard_ids=[2, 0], shard_count=4, latencies={0: 0.02}, guild_ids=[7]
+    )
+    assert WorkerHeartbeat.objects.get(holder="w").started_at == serving_since
 
 
 @pytest.mark.django_db
