@@ -7,7 +7,8 @@ keep channel configurations and trust them while the stamps they were read at ar
 guild's stamp here, by signals (cascades and the admin's bulk deletes included: Django sends
 the signals per row when a model has receivers), and every persona change moves
 `DM_VERSION_KEY` too. A queryset ``update``, a ``bulk_*`` write or raw SQL sends no signal:
-such a write must call `config_version_bump` itself, in its transaction.
+such a write must call `config_version_bump` itself, in its transaction; a data migration
+need not, since every stamp moves after ``migrate`` (`config_versions_bump_all`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,17 @@ def config_version_bump(guild_id: int) -> None:
     _, created = ConfigVersion.objects.get_or_create(guild_id=guild_id)
     if not created:
         ConfigVersion.objects.filter(guild_id=guild_id).update(stamp=uuid.uuid4())
+
+
+def config_versions_bump_all(**_: object) -> None:
+    """Move every guild's stamp (and `DM_VERSION_KEY`): a running worker reads every
+    configuration anew. Connected to ``post_migrate``, so a data migration that writes
+    configuration with ``update``, ``bulk_*`` or SQL (no signals) is read all the same."""
+    keys = {*GuildConfig.objects.values_list("guild_id", flat=True), DM_VERSION_KEY}
+    ConfigVersion.objects.bulk_create(
+        [ConfigVersion(guild_id=key) for key in keys], ignore_conflicts=True
+    )
+    ConfigVersion.objects.update(stamp=uuid.uuid4())
 
 
 def config_versions(keys: Iterable[int]) -> dict[int, str]:

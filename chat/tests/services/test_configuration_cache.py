@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.db.models.signals import post_delete, post_save
 from django.test.utils import CaptureQueriesContext
@@ -332,3 +333,24 @@ def test_the_workers_runtime_reads_configurations_through_a_kept_cache(guild):
     runtime.configurations(channel_id=POETRY, guild_id=GUILD, now=NOW)
     runtime.configurations(channel_id=POETRY, guild_id=GUILD, now=NOW)
     assert runtime.configurations.reads == 1
+
+
+def test_configuration_a_data_migration_wrote_without_signals_is_read_after_migrate(guild):
+    cache = ChannelConfigurations()
+    before = cache(channel_id=POETRY, guild_id=GUILD, now=NOW)
+    unconfigured = cache(channel_id=5, guild_id=OTHER_GUILD, now=NOW)
+    # What a data migration does: writes that send no signal and move no stamp.
+    Persona.objects.filter(guild=guild, name="Anon").update(enabled=False)
+    GuildConfig.objects.bulk_create([GuildConfig(guild_id=OTHER_GUILD, name="Other")])
+    stale = cache(channel_id=POETRY, guild_id=GUILD, now=NOW)
+    assert snapshot(stale) == snapshot(before)  # no stamp moved: what was kept is answered
+
+    call_command("migrate", verbosity=0)
+
+    assert read_both(cache, POETRY, GUILD)[0] == read_both(cache, POETRY, GUILD)[1]
+    assert [p.name for p in before.personas] == ["Tomori", "Anon"]
+    assert [p.name for p in cache(channel_id=POETRY, guild_id=GUILD, now=NOW).personas] == [
+        "Tomori"
+    ]
+    assert unconfigured is None
+    assert cache(channel_id=5, guild_id=OTHER_GUILD, now=NOW) is not None
