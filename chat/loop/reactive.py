@@ -3,8 +3,10 @@
 Each unread message, oldest first, goes through the trigger rules (`chat.pipeline.triggers`);
 every trigger gets its own turn in arrival order, and the message leaves the pool once its turns
 are done, so a worker killed mid-burst answers the rest after a restart, and a turn that already
-replied is not run again. Messages nobody answers leave together (one transaction for a run of
-them, not one each), before the next trigger's turn starts.
+replied is not run again. Messages nobody answers leave together (one statement for a run of
+them, not one each), before the next trigger's turn starts. A batch nobody answered is followed
+by the next one no sooner than `QUIET_BATCH_INTERVAL` after it: a busy channel's chatter is read
+a few times a second, with no query for the facts of messages no rule could address.
 
 A turn is *queued* (seed 000's queued-reply guidance; an alter persona's "Replying to…" notice)
 only when its trigger waited: it arrived before the previous message's reply was delivered, or
@@ -15,6 +17,7 @@ stretch; personas answering the same message are co-responders, never queued beh
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +37,11 @@ from chat.services.turns import turn_run
 from personas.models import Persona
 
 logger = logging.getLogger(__name__)
+
+QUIET_BATCH_INTERVAL = 0.2
+"""Seconds from one batch's read to the next when nobody answered the first: a channel of
+chatter is read a few times a second in batches, not once per message (each read costs the
+worker more than storing the messages did), and a trigger in it waits at most this long."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +71,12 @@ class ReactiveLoop:
         port = self._runtime.port
         reread = False  # the pass read the configuration for the first batch
         read: _ReadRun | None = None  # the last batch's unanswered run, to mark read first
+        loop = asyncio.get_running_loop()
+        batch_started = loop.time()
         while True:
+            if read is not None:  # nobody was answered: let the next batch gather
+                await asyncio.sleep(batch_started + QUIET_BATCH_INTERVAL - loop.time())
+            batch_started = loop.time()
             served, pending = await sync_to_async(self._next_batch)(
                 configuration, reread=reread, read=read
             )

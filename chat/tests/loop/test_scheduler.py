@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import time
 
 import pytest
 from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Fault, FaultKind
+from chat.loop import reactive
 from chat.loop.scheduler import Scheduler
 from chat.models import Turn
 from chat.ports import ChannelPlace
-from chat.selectors.event_queue import unread_pool_count
+from chat.selectors.event_queue import unread_pool_count, unread_pool_messages
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
 from chat.tests.conftest import BOT, CHANNEL, GUILD_ID, Bench
 from chat.tests.factories import ALICE, message
@@ -132,6 +135,40 @@ async def test_a_message_consumed_while_its_channels_loop_ends_is_answered(bench
     statuses = await sync_to_async(list)(Turn.objects.values_list("status", flat=True))
     assert statuses == ["replied", "replied"]
     assert await sync_to_async(unread_pool_count)(channel_id=CHANNEL) == 0
+    await scheduler.stop()
+
+
+async def test_a_channel_of_chatter_is_read_in_batches_and_its_trigger_still_answered(
+    bench: Bench, monkeypatch: pytest.MonkeyPatch
+):
+    """Messages nobody answers, arriving faster than `QUIET_BATCH_INTERVAL`, are read a few
+    times a second in batches, not once each; a trigger among them is answered."""
+    reads: list[int] = []
+
+    def counted(*, channel_id: int):
+        pool = unread_pool_messages(channel_id=channel_id)
+        reads.append(len(pool))
+        return pool
+
+    monkeypatch.setattr(reactive, "unread_pool_messages", counted)
+    scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
+    started = time.monotonic()
+    for n in range(40):
+        await sync_to_async(arrive)(f"lunch plans, take {n}")
+        scheduler.schedule(CHANNEL)  # what the intake does with each stored batch
+        await asyncio.sleep(0.02)
+    await sync_to_async(arrive)("anon, and you?")
+    scheduler.schedule(CHANNEL)
+    elapsed = time.monotonic() - started
+    await scheduler.idle()
+
+    [turn] = await sync_to_async(list)(Turn.objects.all())
+    assert (turn.persona_name, turn.status) == ("Anon", "replied")
+    assert await sync_to_async(unread_pool_count)(channel_id=CHANNEL) == 0
+    # The first read and one per interval since, the empty read that ends each stretch, and
+    # the trigger's: never one per message.
+    assert len(reads) <= elapsed / reactive.QUIET_BATCH_INTERVAL + 4, reads
+    assert sum(reads) >= 41
     await scheduler.stop()
 
 
