@@ -226,8 +226,10 @@ class Intake:
 
     async def run(self) -> None:
         """Store buffered messages until cancelled; retry forever while the database fails.
-        Its database connection is closed when it ends."""
+        Its database connection is opened at once (the first message does not wait for it)
+        and closed when it ends."""
         try:
+            await self._on_own_thread(_connect)()
             await self._write_forever()
         finally:
             await asyncio.shield(self._on_own_thread(connections.close_all)())
@@ -369,6 +371,15 @@ class Intake:
         unique = {message.id: (message, guild) for message, guild in messages}
         for message_id in sorted(unique):
             self.put(*unique[message_id], shard_id=shard_id)
+
+
+def _connect() -> None:
+    """Open this thread's database connection now; when the database is down, the first write
+    retries as any write does."""
+    try:
+        connections["default"].ensure_connection()
+    except DatabaseError as error:
+        logger.warning("the intake cannot reach the database yet: %s", error)
 
 
 def _store(

@@ -65,6 +65,17 @@ async def queued_once_stored(*, channel_id: int, count: int) -> list[int]:
     return await sync_to_async(list)(rows.values_list("message_id", flat=True))
 
 
+async def test_the_writer_connects_before_the_first_message_arrives():
+    intake = Intake(stored=lambda _: None, read_after=History().read_after)
+
+    def connected() -> bool:
+        return connections["default"].connection is not None
+
+    async with writing(intake):
+        await eventually(lambda: intake._on_own_thread(connected)())
+        assert intake.idle  # nothing was written: the connection waits for the first message
+
+
 async def test_a_burst_of_5000_messages_is_queued_and_pooled_once_in_order():
     burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(5000)]
     stored = []
