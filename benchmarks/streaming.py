@@ -96,8 +96,13 @@ async def _run() -> dict[str, ModeFigures]:
         world = World(sandbox=sandbox, llm=llm)
         await world.start_worker(stream=True)
         try:
+            tomori = await Persona.objects.aget(name="Tomori")
             for mode in MODES:
-                await Persona.objects.filter(name="Tomori").aupdate(delivery_mode=mode)
+                # Saved as the dashboard saves it: the worker keeps configurations until a
+                # save moves their stamp (a queryset update would not, and every mode would
+                # run as the first).
+                tomori.delivery_mode = mode
+                await tomori.asave(update_fields=["delivery_mode"])
                 for n in range(REPLIES):
                     before = len(sandbox.requests())
                     call = len(llm.chat_bodies)
