@@ -299,18 +299,21 @@ class Figures:
     def latencies(self, stage: str, since: str = "sent", *, warm: bool = False) -> list[float]:
         """Per measured message (with ``warm``, warm-up message) that reached ``stage``, ms
         from ``since`` (``sent`` or a stage)."""
-        ids = self.warm if warm else self.sent
+        ids = self._of(warm)
         start = ids if since == "sent" else getattr(self.stamps, since)
         reached = getattr(self.stamps, stage)
         return [(reached[i] - start[i]) * 1000 for i in ids if i in reached and i in start]
 
     def bare_latencies(self, *, warm: bool = False) -> list[float]:
-        ids = self.warm if warm else self.sent
+        ids = self._of(warm)
         return [(self.bare[i] - ids[i]) * 1000 for i in ids if i in self.bare]
 
     def lost(self, stage: str, *, warm: bool = False) -> int:
-        ids = self.warm if warm else self.sent
-        return len(ids.keys() - getattr(self.stamps, stage).keys())
+        return len(self._of(warm).keys() - getattr(self.stamps, stage).keys())
+
+    def _of(self, warm: bool) -> dict[int, float]:
+        """The warm-up messages' dispatch times, else the measured ones'."""
+        return self.warm if warm else self.sent
 
     @property
     def rate(self) -> float:
@@ -406,11 +409,10 @@ async def _run(sandbox: Connection, world: dict[str, Any]) -> Figures:
         load = os.getloadavg()
         received, bare_cpu = await asyncio.to_thread(bare.recv)
         await client.handlers_settled()
-        ids = list(everything)[WARMUP:]
-        warm, sent = (
-            {i: everything[i] for i in list(everything)[:WARMUP]},
-            {i: everything[i] for i in ids},
-        )
+        order = list(everything)
+        warm = {i: everything[i] for i in order[:WARMUP]}
+        sent = {i: everything[i] for i in order[WARMUP:]}
+        ids = list(sent)
         queue_rows = await sync_to_async(EventQueue.objects.filter(message_id__in=ids).count)()
     finally:
         await client.close()
