@@ -161,10 +161,16 @@ class ReactiveLoop:
         """The batch's trigger plans; the database thread is asked only when a rule could
         address one of its messages (`trigger_plans` reads their facts)."""
         bot_user_id = self._own().bot_user_id
-        if not addressable(configuration=configuration, pending=pending, bot_user_id=bot_user_id):
-            return [TriggerPlan(message=m, answers=()) for m in pending]
-        return await sync_to_async(trigger_plans)(
+        candidates = addressable(
             configuration=configuration, pending=pending, bot_user_id=bot_user_id
+        )
+        if not candidates:
+            return [TriggerPlan(message=m, answers=()) for m in pending]
+        return await sync_to_async(_plans_with_facts)(
+            configuration=configuration,
+            pending=pending,
+            candidates=candidates,
+            bot_user_id=bot_user_id,
         )
 
 
@@ -206,8 +212,24 @@ def trigger_plans(
     facts of the `addressable` messages gathered once for all of them
     (`selectors.trigger_inputs`), then the one trigger decision the dashboard's preview and
     "why (not)?" page also make."""
-    by_name = {p.name: p for p in configuration.personas}
     candidates = addressable(configuration=configuration, pending=pending, bot_user_id=bot_user_id)
+    return _plans_with_facts(
+        configuration=configuration,
+        pending=pending,
+        candidates=candidates,
+        bot_user_id=bot_user_id,
+    )
+
+
+def _plans_with_facts(
+    *,
+    configuration: ChannelConfiguration,
+    pending: list[HistoryMessage],
+    candidates: list[HistoryMessage],
+    bot_user_id: int,
+) -> list[TriggerPlan]:
+    """`trigger_plans` once the ``candidates`` among ``pending`` are known."""
+    by_name = {p.name: p for p in configuration.personas}
     inputs = (
         selectors.trigger_inputs(
             configuration=configuration, messages=candidates, bot_user_id=bot_user_id
