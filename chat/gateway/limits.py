@@ -3,8 +3,8 @@ start limit a worker checks before it connects.
 
 - IDENTIFY: one session start per ``max_concurrency`` bucket every 5 s, across all of a bot's
   processes (bucket = ``shard_id % max_concurrency``). `IdentifyPacer` takes a Redis lock per
-  bucket (``SET key NX PX 5000``) before each IDENTIFY; the lock is never released, it lapses
-  after 5 s, so the next IDENTIFY in that bucket, from any process, waits for it.
+  bucket (``SET key NX PX 5500``) before each IDENTIFY; the lock is never released, it lapses
+  after 5.5 s, so the next IDENTIFY in that bucket, from any process, waits for it.
 - REST: 50 requests per second per bot token, whichever process makes them. `RestRateLimiter`
   keeps a one-second sliding log of request times in a Redis sorted set, read and written by
   one Lua script (atomic, on Redis's own clock), and makes a request wait until the log has
@@ -38,6 +38,11 @@ logger = logging.getLogger(__name__)
 
 IDENTIFY_INTERVAL_MS = 5000
 """Discord's pause between two IDENTIFYs of one concurrency bucket."""
+IDENTIFY_SLOT_MS = IDENTIFY_INTERVAL_MS + 500
+"""How long a bucket's slot is held: half a second over Discord's pause, because an IDENTIFY
+reaches Discord some time after its slot was taken (the worker's event loop, the network) and the
+next one may reach it sooner. Held for exactly 5 s, two workers starting together in one loaded
+process had their IDENTIFYs arrive less than 5 s apart."""
 GLOBAL_REST_PER_SECOND = 50
 """Discord's global REST limit per bot token."""
 REST_WINDOW_MS = 1250
@@ -100,7 +105,7 @@ class IdentifyPacer:
         *,
         token: str,
         max_concurrency: int | None = None,
-        interval_ms: int = IDENTIFY_INTERVAL_MS,
+        interval_ms: int = IDENTIFY_SLOT_MS,
         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
     ) -> None:
         if max_concurrency is not None and max_concurrency < 1:
@@ -116,8 +121,9 @@ class IdentifyPacer:
         return shard_id % (self.max_concurrency or 1)
 
     async def wait_turn(self, shard_id: int, *, initial: bool = False) -> None:
-        """Return once this process holds the bucket's 5-second IDENTIFY slot (without Redis:
-        after 5 s, unless this is the process's first IDENTIFY, as discord.py paces alone)."""
+        """Return once this process holds the bucket's IDENTIFY slot (without Redis: after
+        the slot's length, unless this is the process's first IDENTIFY, as discord.py paces
+        alone)."""
         key = f"{self._prefix}:{self.bucket(shard_id)}"
         while True:
             try:
