@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from redis.asyncio import Redis
 
-from chat.gateway.limits import IdentifyPacer, RestRateLimiter
+from chat.gateway.limits import IDENTIFY_INTERVAL_MS, IdentifyPacer, RestRateLimiter
 
 
 @pytest.fixture
@@ -50,6 +50,17 @@ async def test_a_second_process_waits_for_the_bucket_and_another_bucket_does_not
 
     assert sleeps.count >= 1
     assert loop.time() - started >= 0.39
+
+
+async def test_a_bucket_is_held_longer_than_discords_pause(redis, token):
+    """An IDENTIFY reaches Discord a little after its slot is taken; the next one, from any
+    process, must not reach it less than Discord's 5 s later."""
+    pacer = IdentifyPacer(redis, token=token, max_concurrency=1)
+
+    await pacer.wait_turn(0, initial=True)
+
+    held_ms = await redis.pttl(f"{pacer._prefix}:0")
+    assert held_ms > IDENTIFY_INTERVAL_MS + 250
 
 
 async def test_the_rest_limit_is_shared_by_every_process_of_the_bot(redis, token):
