@@ -141,6 +141,10 @@ class UnreadEvent(models.Model):
         return f"unread {self.message_id} in {self.channel_id}"
 
 
+CLAIMING_STATUSES = ["delivering", "replied", "withheld"]
+"""The statuses of a turn that holds its trigger: at most one per (trigger, persona)."""
+
+
 class Turn(models.Model):
     """Everything one persona turn did, for moderators: why it ran, what the model saw and said.
 
@@ -154,9 +158,9 @@ class Turn(models.Model):
     ``request`` read and write it like fields, and are accepted by the constructor.
 
     A turn is ``delivering`` from just before its reply is sent until the delivery is recorded;
-    at most one turn per (trigger, persona) is ``delivering`` or ``replied`` (a database
-    constraint), and a worker that starts reconciles the ``delivering`` turns a crash left
-    against what Discord shows.
+    at most one turn per (trigger, persona) is ``delivering``, ``replied`` or ``withheld`` (a
+    database constraint), and a worker that starts reconciles the ``delivering`` turns a crash
+    left against what Discord shows. Only `chat.services.turn_lifecycle` changes a status.
     """
 
     class Status(models.TextChoices):
@@ -165,6 +169,8 @@ class Turn(models.Model):
         REPLIED = "replied", "Replied"
         FAILED = "failed", "Failed"
         ABORTED = "aborted", "Aborted"
+        WITHHELD = "withheld", "Withheld (stopped before Discord showed it)"
+        REFUSED = "refused", "Refused (a limit said no)"
 
     guild_id = models.PositiveBigIntegerField(null=True, blank=True)
     channel_id = models.PositiveBigIntegerField()
@@ -227,12 +233,22 @@ class Turn(models.Model):
         indexes = [models.Index(fields=["channel_id", "-created_at"])]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["running", "delivering", "replied", "failed", "aborted"]),
+                condition=Q(
+                    status__in=[
+                        "running",
+                        "delivering",
+                        "replied",
+                        "failed",
+                        "aborted",
+                        "withheld",
+                        "refused",
+                    ]
+                ),
                 name="turn_status_valid",
             ),
             models.UniqueConstraint(
                 fields=["trigger_message_id", "persona"],
-                condition=Q(status__in=["delivering", "replied"]),
+                condition=Q(status__in=CLAIMING_STATUSES),
                 name="turn_one_answer_per_trigger_and_persona",
             ),
         ]

@@ -291,6 +291,12 @@ def _answer_from_turns(name: str, turns: tuple[Turn, ...], rule: str) -> Persona
     if last.status == Turn.Status.ABORTED:
         why = f"The turn was aborted: {last.error or 'no reason recorded'}."
         return PersonaAnswer(name, False, why, why_ran, turns)
+    if last.status == Turn.Status.WITHHELD:
+        why = f"The reply was withheld before Discord showed it: {last.error}."
+        return PersonaAnswer(name, False, why, why_ran, turns)
+    if last.status == Turn.Status.REFUSED:
+        why = f"No model was asked: {last.error}."
+        return PersonaAnswer(name, False, why, why_ran, turns)
     failure = last.error or "no reply text"
     return PersonaAnswer(name, False, f"The turn failed: {failure}.", why_ran, turns)
 

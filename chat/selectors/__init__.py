@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from chat.models import (
+    CLAIMING_STATUSES,
     ChannelResetMarker,
     ChannelWindowAnchor,
     EventQueue,
@@ -475,12 +476,10 @@ def _full_privacy_rows(user_ids: list[int]) -> list[tuple[int, int]]:
 
 
 def turn_already_answered(*, trigger_id: int, persona_id: int) -> bool:
-    """True when a turn for this trigger and persona replied or is delivering its reply
-    (exactly-once replies across restarts and overlapping workers)."""
+    """True when a turn for this trigger and persona replied, is delivering its reply, or had
+    it withheld (exactly-once replies across restarts and overlapping workers)."""
     return Turn.objects.filter(
-        trigger_message_id=trigger_id,
-        persona_id=persona_id,
-        status__in=[Turn.Status.DELIVERING, Turn.Status.REPLIED],
+        trigger_message_id=trigger_id, persona_id=persona_id, status__in=CLAIMING_STATUSES
     ).exists()
 
 

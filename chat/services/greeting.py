@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import time
 
-from asgiref.sync import sync_to_async
-
-from botproject.live_updates import TurnFinished, channel_group, publish_live_update
 from chat.models import Turn
 from chat.pipeline.triggers import TurnReason
 from chat.ports import DeliveryError, DiscordPort
 from chat.services.turn_delivery import persona_speaker
-from chat.services.turn_record import ms_since, turn_delivered_record, turn_save
+from chat.services.turn_lifecycle import turn_failed, turn_replied, turn_start_unprompted
+from chat.services.turn_record import ms_since
 from personas.models import Persona
 
 GREETING_MAX = 4_000
@@ -31,8 +29,8 @@ async def persona_greet(
 
     Steps: record the turn (reason ``greeting``; ``by`` names who asked, for the record),
     deliver as the persona (the bot account for the main persona, else its webhook), record
-    the delivered messages as the persona's, publish ``turn.finished``. A delivery Discord
-    refuses ends the turn ``failed`` with the error; nothing raises for it.
+    the delivered messages as the persona's (``turn.started`` and ``turn.finished`` go out).
+    A delivery Discord refuses ends the turn ``failed`` with the error; nothing raises for it.
 
     Raises:
         ValueError: ``text`` is blank or longer than `GREETING_MAX`.
@@ -40,7 +38,13 @@ async def persona_greet(
     text = text.strip()
     if not text or len(text) > GREETING_MAX:
         raise ValueError(f"a greeting has 1 to {GREETING_MAX:,} characters")
-    turn = await sync_to_async(_greeting_turn)(persona, channel_id, text, by)
+    turn = await turn_start_unprompted(
+        persona=persona,
+        channel_id=channel_id,
+        reason=TurnReason.GREETING,
+        reason_detail={"by": by} if by else {},
+        reply_text=text,
+    )
     started = time.perf_counter()
     try:
         delivered = await port.deliver(
@@ -48,27 +52,9 @@ async def persona_greet(
         )
     except DeliveryError as error:
         turn.deliver_ms = ms_since(started)
-        turn.status, turn.error = Turn.Status.FAILED, f"delivery failed: {error}"
-        await sync_to_async(turn_save)(turn)
+        await turn_failed(turn, error=f"delivery failed: {error}")
     else:
         turn.deliver_ms = ms_since(started)
         turn.delivered_message_ids = [str(item.message_id) for item in delivered]
-        turn.status = Turn.Status.REPLIED
-        await sync_to_async(turn_delivered_record)(turn, delivered)
-    await publish_live_update(
-        channel_group(channel_id),
-        TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status),
-    )
+        await turn_replied(turn, delivered=delivered)
     return turn
-
-
-def _greeting_turn(persona: Persona, channel_id: int, text: str, by: str) -> Turn:
-    return Turn.objects.create(
-        guild_id=persona.guild.guild_id,
-        channel_id=channel_id,
-        persona=persona,
-        persona_name=persona.name,
-        reason=TurnReason.GREETING,
-        reason_detail={"by": by} if by else {},
-        reply_text=text,
-    )

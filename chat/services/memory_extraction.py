@@ -32,7 +32,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
-from chat.services.turn_record import turn_save
+from chat.services.turn_lifecycle import turn_failed, turn_replied
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_ask, turn_prepare
 
@@ -157,15 +157,12 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
         runtime, request, prepared, messages=messages, persona_name=persona.name
     )
     if completion.error is not None:
-        turn.status = Turn.Status.FAILED
-        await sync_to_async(turn_save)(turn)
+        await turn_failed(turn)
         return Extraction("failed", turn.error, turn_id=turn.id, retry=True)
     try:
         answer = parse_extraction(completion.reply_text)
     except ExtractionError as error:
-        turn.status = Turn.Status.FAILED
-        turn.error = str(error)
-        await sync_to_async(turn_save)(turn)
+        await turn_failed(turn, error=str(error))
         return Extraction("failed", turn.error, turn_id=turn.id)
     stored, refused = await sync_to_async(_store)(
         guild_id=guild_id,
@@ -175,8 +172,7 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
         embedder=runtime.embeddings,
     )
     turn.reason_detail = {**turn.reason_detail, "stored": stored, "refused": refused}
-    turn.status = Turn.Status.REPLIED
-    await sync_to_async(turn_save)(turn)
+    await turn_replied(turn)
     return Extraction("extracted", f"{len(stored)} stored, {len(refused)} refused", turn.id)
 
 

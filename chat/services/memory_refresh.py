@@ -28,7 +28,7 @@ from chat.services.short_term_memory import (
     short_term_memory_release,
     short_term_memory_write,
 )
-from chat.services.turn_record import turn_save
+from chat.services.turn_lifecycle import turn_failed, turn_failed_now, turn_replied_now
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_ask, turn_prepare
 
@@ -157,11 +157,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     )
     summary = clip_summary(completion.reply_text)
     if completion.error is not None or not summary:
-        turn.status = Turn.Status.FAILED
-        turn.error = turn.error or "the model gave an empty summary"
-        await sync_to_async(turn_save)(turn)
+        await turn_failed(turn, error=turn.error or "the model gave an empty summary")
         return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
-    turn.status, turn.reply_text = Turn.Status.REPLIED, summary
+    turn.reply_text = summary
     if not await sync_to_async(_memory_refreshed)(turn, memory, summary, now, run):
         return MemoryRefresh("skipped", "another refresh took the memory over", turn_id=turn.id)
     return MemoryRefresh("refreshed", turn_id=turn.id)
@@ -176,11 +174,11 @@ def _memory_refreshed(
     with transaction.atomic():
         current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
         if current is not None and current.refresh_run != run:
-            turn.status = Turn.Status.FAILED
-            turn.error = "another refresh took the memory over; this summary was not kept"
-            turn_save(turn)
+            turn_failed_now(
+                turn, error="another refresh took the memory over; this summary was not kept"
+            )
             return False
-        turn_save(turn)
+        turn_replied_now(turn)
         later = 0
         if current is not None:
             later = max(0, current.turns_since_refresh - memory.turns_since_refresh)

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from chat import selectors
 from chat.models import Turn
 from chat.ports import DeliveryError, DiscordPort, Speaker
-from chat.services.turn_record import turn_delivered_record, turn_save
+from chat.services.turn_lifecycle import turn_aborted, turn_replied, turns_abort_interrupted
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,6 @@ async def turns_reconcile_interrupted(
         recorded = [int(i) for i in turn.delivered_message_ids]
         sent = [i for i in found if i.message_id not in indexed or i.message_id in recorded]
         if sent or recorded:
-            turn.status = Turn.Status.REPLIED
             ids = sorted({*recorded, *(item.message_id for item in sent)})
             turn.delivered_message_ids = [str(i) for i in ids]
             if recorded:
@@ -84,12 +83,10 @@ async def turns_reconcile_interrupted(
                     f"the worker stopped while the reply was being delivered: {len(ids)} "
                     "messages were sent, the rest was not"
                 )
-            await sync_to_async(turn_delivered_record)(turn, sent)
+            await turn_replied(turn, delivered=sent)
             replied += 1
         else:
-            turn.status = Turn.Status.ABORTED
-            turn.error = "the worker stopped before the reply was sent"
-            await sync_to_async(turn_save)(turn)
+            await turn_aborted(turn, reason="the worker stopped before the reply was sent")
             unsent += 1
     return Reconciled(aborted=aborted, replied=replied, unsent=unsent)
 
@@ -102,6 +99,4 @@ def _turns_abort_running(
         running = running.filter(created_at__lt=started_before)
     running = running.values_list("id", "guild_id")
     stale = [turn_id for turn_id, guild_id in running if on_shard(guild_id)]
-    return Turn.objects.filter(id__in=stale).update(
-        status=Turn.Status.ABORTED, error="the worker stopped during the turn"
-    )
+    return turns_abort_interrupted(stale, reason="the worker stopped during the turn")

@@ -7,23 +7,21 @@ import asyncio
 import math
 import time
 
-from asgiref.sync import sync_to_async
-from django.db import IntegrityError
-
-from botproject.live_updates import TurnDelivered, channel_group, publish_live_update
 from chat.llm.streaming import Restart
 from chat.models import Turn
 from chat.pipeline.dialogue import humanize_stably
 from chat.pipeline.reply_pieces import MAX_REPLY_PIECES, ReplyPieces, edit_pieces, paragraph_pieces
 from chat.ports import Delivered, DeliveryError
 from chat.services.turn_delivery import failure_notice_send, persona_speaker, queued_notice
-from chat.services.turn_record import (
-    turn_completion_record,
-    turn_delivered_record,
-    turn_piece_record,
-    turn_save,
-    turn_save_status,
+from chat.services.turn_lifecycle import (
+    ANSWERED_ELSEWHERE,
+    turn_aborted,
+    turn_claim,
+    turn_failed,
+    turn_piece_delivered,
+    turn_replied,
 )
+from chat.services.turn_record import turn_completion_record
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from personas.models import DeliveryMode
 
@@ -90,24 +88,18 @@ async def reply_stream_deliver(
     turn_completion_record(turn, completion)
     turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
     if delivery.refusal:
-        turn.status, turn.error = Turn.Status.ABORTED, delivery.refusal
-        await sync_to_async(turn_save)(turn)
+        await turn_aborted(turn, reason=delivery.refusal)
         return
     if not delivery.sent:
-        turn.status = Turn.Status.FAILED
-        if delivery.failure is not None:
-            turn.error = f"delivery failed: {delivery.failure}"
-        await sync_to_async(turn_save)(turn)
+        failure = f"delivery failed: {delivery.failure}" if delivery.failure else None
+        await turn_failed(turn, error=failure)
         if delivery.failure is None:
             await failure_notice_send(runtime, request)
         return
     if completion.error is not None or delivery.failure is not None:
         cause = completion.error or f"delivery failed: {delivery.failure}"
         turn.error = f"the reply was cut after {pieces} of its messages: {cause}"
-    turn.status = Turn.Status.REPLIED
-    await sync_to_async(turn_delivered_record)(
-        turn, [], memory_user_id=request.memory_user_id, now=runtime.clock()
-    )
+    await turn_replied(turn, memory_user_id=request.memory_user_id, now=runtime.clock())
 
 
 class _StreamDelivery:
@@ -216,14 +208,7 @@ class _StreamDelivery:
         self.sent += delivered
         self.shown.append(piece)
         self.message_ids.append(delivered[-1].message_id)
-        turn = self.turn
-        turn.delivered_message_ids = [str(item.message_id) for item in self.sent]
-        turn.reply_text = "\n\n".join(self.shown)
-        await sync_to_async(turn_piece_record)(turn, delivered)
-        await publish_live_update(
-            channel_group(self.channel_id),
-            TurnDelivered(turn_id=turn.id, persona=self.persona.name, pieces=len(self.shown)),
-        )
+        await turn_piece_delivered(self.turn, delivered, shown=self.shown)
 
     async def _claim(self) -> bool:
         """Whether this turn may answer: the send safety check, then the ``delivering`` claim
@@ -232,14 +217,8 @@ class _StreamDelivery:
         if reason:
             self.refusal = self.stop_reason = reason
             return False
-        self.turn.status = Turn.Status.DELIVERING
-        try:
-            await sync_to_async(turn_save_status)(self.turn)
-        except IntegrityError:
-            self.turn.status = Turn.Status.RUNNING
-            self.refusal = self.stop_reason = (
-                "another turn already answered this message as this persona"
-            )
+        if not await turn_claim(self.turn):
+            self.refusal = self.stop_reason = ANSWERED_ELSEWHERE
             return False
         self.runtime.failure_notices.pop(self.channel_id, None)
         return True

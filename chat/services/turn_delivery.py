@@ -8,14 +8,18 @@ import datetime as dt
 import logging
 import time
 
-from asgiref.sync import sync_to_async
-from django.db import IntegrityError
-
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.dialogue import humanize_stably
 from chat.ports import DeliveryError, Speaker
-from chat.services.turn_record import ms_since, turn_delivered_record, turn_save, turn_save_status
+from chat.services.turn_lifecycle import (
+    ANSWERED_ELSEWHERE,
+    turn_aborted,
+    turn_claim,
+    turn_failed,
+    turn_replied,
+)
+from chat.services.turn_record import ms_since
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from personas.models import Persona
 
@@ -33,21 +37,15 @@ async def reply_deliver(
     refuses ends it ``failed``; else it is ``replied``, its messages indexed."""
     channel_id = request.channel.channel_id
     if completion.error is not None or not completion.reply_text.strip():
-        turn.status = Turn.Status.FAILED
-        await sync_to_async(turn_save)(turn)
+        await turn_failed(turn)
         await failure_notice_send(runtime, request)
         return
     runtime.failure_notices.pop(channel_id, None)
     persona = request.persona
     speaker = persona_speaker(persona)
     notice = queued_notice(request, speaker)
-    turn.status = Turn.Status.DELIVERING
-    try:
-        await sync_to_async(turn_save_status)(turn)
-    except IntegrityError:
-        turn.status = Turn.Status.ABORTED
-        turn.error = "another turn already answered this message as this persona"
-        await sync_to_async(turn_save)(turn)
+    if not await turn_claim(turn):
+        await turn_aborted(turn, reason=ANSWERED_ELSEWHERE)
         return
     started = time.perf_counter()
     try:
@@ -67,16 +65,14 @@ async def reply_deliver(
         )
     except DeliveryError as error:
         turn.deliver_ms = ms_since(started)
-        turn.status, turn.error = Turn.Status.FAILED, f"delivery failed: {error}"
-        await sync_to_async(turn_save)(turn)
+        await turn_failed(turn, error=f"delivery failed: {error}")
         return
     turn.deliver_ms = ms_since(started)
     for item in delivered:
         runtime.windows.record_delivery(channel_id, item.message, item.message_id)
     turn.delivered_message_ids = [str(item.message_id) for item in delivered]
-    turn.status = Turn.Status.REPLIED
-    await sync_to_async(turn_delivered_record)(
-        turn, delivered, memory_user_id=request.memory_user_id, now=runtime.clock()
+    await turn_replied(
+        turn, delivered=delivered, memory_user_id=request.memory_user_id, now=runtime.clock()
     )
 
 

@@ -1,29 +1,23 @@
-"""What a turn writes: its `Turn` row (created running, saved as it goes), the context it was
-built from, the model exchange, the delivered messages in the message index, and the channel's
-window anchor. `window_report` is the window as the dashboard shows it.
+"""What a turn's record holds: the context it was built from and the model exchange (put on the
+`Turn` object; `chat.services.turn_lifecycle` saves it), the channel's window anchor, and the
+scrubbing of a user's lines. `window_report` is the window as the dashboard shows it.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from chat.llm.turn_completion import TurnCompletion
-from chat.models import ChannelWindowAnchor, MessageIndex, Turn
+from chat.models import ChannelWindowAnchor, Turn
 from chat.pipeline.items import ContextItem
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
-from chat.pipeline.triggers import TurnReason
-from chat.ports import Delivered
 from chat.services.memory_recall import recalled_record
-from chat.services.short_term_memory import short_term_memory_count_turn
-from chat.services.turn_request import PreparedTurn, TurnRequest
+from chat.services.turn_request import PreparedTurn
 
 LEFT_OUT_AFTER_TRIGGER = "newer than the trigger: answered in its own turn"
 LEFT_OUT_TRUNCATED = "removed by truncation to fit the token budget"
@@ -140,84 +134,6 @@ def _jsonable(value: object) -> object:
     if isinstance(value, int) and value > 2**53:
         return str(value)
     return value
-
-
-def turn_create(request: TurnRequest) -> Turn:
-    """The turn's row, ``running``. A maintenance or extraction turn answers no message: it
-    names no trigger (so it never counts as the persona's answer to one); its
-    ``reason_detail`` says where the window it read ended."""
-    maintenance = TurnReason(request.reason).answers_no_message
-    detail = dict(request.reason_detail)
-    if maintenance:
-        detail["window_newest_message_id"] = str(request.trigger.id)
-    return Turn.objects.create(
-        guild_id=request.configuration.guild_id,
-        channel_id=request.channel.channel_id,
-        persona=request.persona,
-        persona_name=request.persona.name,
-        trigger_message_id=None if maintenance else request.trigger.id,
-        trigger_author_id=None
-        if maintenance or request.trigger.author.persona_name is not None
-        else request.trigger.accountable_user_id,
-        reason=str(request.reason),
-        reason_detail=detail,
-    )
-
-
-def turn_save(turn: Turn) -> None:
-    turn.finished_at = timezone.now()
-    turn.save()
-
-
-def turn_save_status(turn: Turn) -> None:
-    turn.save(update_fields=["status"])
-
-
-def turn_delivered_record(
-    turn: Turn,
-    delivered: list[Delivered],
-    *,
-    memory_user_id: int | None = None,
-    now: dt.datetime | None = None,
-) -> None:
-    """Save the replied turn and index its messages as the persona's, in one transaction;
-    with ``now``, also count it as one raw turn of the scope's short-term memory (the DM
-    with ``memory_user_id``, else the channel; the memory is created on the persona's first
-    reply)."""
-    with transaction.atomic():
-        turn_save(turn)
-        _index_delivered(turn, delivered)
-        if now is not None:
-            short_term_memory_count_turn(turn, user_id=memory_user_id, now=now)
-
-
-def turn_piece_record(turn: Turn, delivered: list[Delivered]) -> None:
-    """One more piece of a streamed reply is out: the turn's delivered messages and reply so
-    far, and the piece's index rows, in one transaction (a crash leaves them known)."""
-    with transaction.atomic():
-        turn.save(update_fields=["delivered_message_ids", "reply_text"])
-        _index_delivered(turn, delivered)
-
-
-def turn_extra_delivered_record(turn_id: int, delivered: list[Delivered]) -> None:
-    """Index messages a turn's tool sent (a sticker) as the persona's, like its reply's."""
-    turn = Turn.objects.filter(id=turn_id).first()
-    if turn is not None:
-        _index_delivered(turn, delivered)
-
-
-def _index_delivered(turn: Turn, delivered: list[Delivered]) -> None:
-    for item in delivered:
-        MessageIndex.objects.update_or_create(
-            message_id=item.message_id,
-            defaults={
-                "channel_id": turn.channel_id,
-                "guild_id": turn.guild_id,
-                "persona": turn.persona,
-                "author_id": item.author_id,
-                "webhook_id": item.webhook_id,
-            },
-        )
 
 
 def window_anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:

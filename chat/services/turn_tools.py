@@ -24,7 +24,7 @@ from chat.selectors import ChannelSettings
 from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add, user_is_private
 from chat.services.short_term_memory import short_term_memory_write
 from chat.services.turn_delivery import persona_speaker
-from chat.services.turn_record import turn_extra_delivered_record
+from chat.services.turn_lifecycle import turn_extra_delivered
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from personas.models import Persona
 
@@ -114,7 +114,7 @@ class _StickerSender:
             raise ToolError(f"the sticker could not be sent: {error}") from None
         self._runtime.windows.record_delivery(channel_id, delivered.message, delivered.message_id)
         if self._turn_id is not None:
-            await sync_to_async(turn_extra_delivered_record)(self._turn_id, [delivered])
+            await sync_to_async(turn_extra_delivered)(self._turn_id, [delivered])
 
 
 class _AttachmentReader:

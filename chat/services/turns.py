@@ -20,13 +20,6 @@ from dataclasses import replace
 
 from asgiref.sync import sync_to_async
 
-from botproject.live_updates import (
-    TurnFinished,
-    TurnStarted,
-    WindowChanged,
-    channel_group,
-    publish_live_update,
-)
 from chat import selectors
 from chat.llm.attempts import request_body
 from chat.llm.base import Message
@@ -46,13 +39,15 @@ from chat.services.turn_input import (
     turn_renderer,
     turn_window_read,
 )
-from chat.services.turn_record import (
-    ms_since,
-    turn_completion_record,
-    turn_context_record,
-    turn_create,
-    turn_save,
+from chat.services.turn_lifecycle import (
+    turn_aborted,
+    turn_context_recorded,
+    turn_delivery_unsettled,
+    turn_exchange_recorded,
+    turn_failed,
+    turn_start,
 )
+from chat.services.turn_record import ms_since, turn_context_record
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turn_tools import turn_toolbox
 from personas.models import DeliveryMode
@@ -142,25 +137,23 @@ async def turn_run(
 ) -> Turn:
     """Run one persona turn and return its saved `Turn`.
 
-    Steps:
-        1. Record the turn as running and publish ``turn.started``.
-        2. `turn_prepare` it; record its context (window, items, request) and publish
-           ``window.changed``.
+    Steps (each change of the turn's status is `chat.services.turn_lifecycle`'s, which
+    publishes the live updates):
+        1. Record the turn as running (``turn.started``).
+        2. `turn_prepare` it; record its context (window, items, request: ``window.changed``).
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
            A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
            model writes: ``abort_if`` is asked before the first piece goes out.
-        5. Publish ``turn.finished``; a delivered reply counts toward short-term memory
+        5. The turn ends (``turn.finished``); a delivered reply counts toward short-term memory
            maintenance.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
     they never raise out of here except for cancellation and `LeaseLost` (the turn ends
     ``aborted``, its trigger left unread for the worker that owns the channel now).
     """
     channel, persona = request.channel, request.persona
-    turn = await sync_to_async(turn_create)(request)
-    group = channel_group(channel.channel_id)
-    await publish_live_update(group, TurnStarted(turn_id=turn.id, persona=persona.name))
+    turn = await turn_start(request)
     try:
         if persona.delivery_mode != DeliveryMode.WHOLE:
             # A streamed reply types from the start of its turn (the history read and the
@@ -183,57 +176,57 @@ async def turn_run(
                     persona_name=persona.name,
                     toolbox=prepared.toolbox,
                 )
-            turn_completion_record(turn, completion)
-            await sync_to_async(turn.save)()  # the exchange is on record before anything is sent
+            await turn_exchange_recorded(turn, completion)
             abort_reason = await abort_if() if abort_if and completion.error is None else None
             if abort_reason:
-                turn.status, turn.error = Turn.Status.ABORTED, abort_reason
-                await sync_to_async(turn_save)(turn)
+                await turn_aborted(turn, reason=abort_reason)
             else:
                 await reply_deliver(runtime, request, turn, completion)
     except LeaseLost as lost:
         # Another worker owns the channel now and answers the trigger (still unread there).
         # The fence refused before anything went out: a turn that sent nothing is aborted; a
         # stream with pieces out stays delivering, for that worker to reconcile.
-        if turn.status == Turn.Status.RUNNING or not turn.delivered_message_ids:
-            turn.status, turn.error = Turn.Status.ABORTED, f"this worker lost the lease: {lost}"
-        await asyncio.shield(sync_to_async(turn_save)(turn))
+        reason = f"this worker lost the lease: {lost}"
+        await asyncio.shield(
+            _turn_settle_stopped(turn, reason, sent=bool(turn.delivered_message_ids))
+        )
         raise
     except asyncio.CancelledError:
         # Only a turn that sent nothing is aborted: a delivering one is reconciled at the next
         # start, and a replied one stays replied (its record may be saving as we stop).
-        if turn.status == Turn.Status.RUNNING:
-            turn.status, turn.error = Turn.Status.ABORTED, "the worker stopped during the turn"
-        await asyncio.shield(sync_to_async(turn_save)(turn))
+        reason = "the worker stopped during the turn"
+        await asyncio.shield(_turn_settle_stopped(turn, reason, sent=True))
         raise
     except Exception as error:
         logger.exception("turn %s failed", turn.id)
-        if turn.status in (Turn.Status.DELIVERING, Turn.Status.REPLIED):
-            # The reply is (or may be) out there: keep the turn delivering, so it still holds
-            # the trigger against a second answer and the next start records what was sent.
-            turn.status = Turn.Status.DELIVERING
-            turn.error = f"recording the delivery failed: {type(error).__name__}: {error}"
-        else:
-            turn.status, turn.error = Turn.Status.FAILED, f"{type(error).__name__}: {error}"
-        await sync_to_async(turn_save)(turn)
-    await publish_live_update(
-        group, TurnFinished(turn_id=turn.id, persona=persona.name, status=turn.status)
-    )
+        cause = f"{type(error).__name__}: {error}"
+        if turn.status == Turn.Status.DELIVERING:
+            # The reply is (or may be) out there: the turn stays delivering, so it still
+            # holds the trigger against a second answer and the next start records what
+            # was sent.
+            await turn_delivery_unsettled(turn, error=f"recording the delivery failed: {cause}")
+        elif turn.status == Turn.Status.RUNNING:
+            await turn_failed(turn, error=cause)
     return turn
+
+
+async def _turn_settle_stopped(turn: Turn, reason: str, *, sent: bool) -> None:
+    """The turn stops here (cancelled, or the lease lost): one that is running, or that is
+    delivering but has not ``sent`` anything, is aborted; one whose reply may be out stays
+    delivering, its record saved, for the next start to reconcile."""
+    if turn.status == Turn.Status.RUNNING or (turn.status == Turn.Status.DELIVERING and not sent):
+        await turn_aborted(turn, reason=reason)
+    elif turn.status == Turn.Status.DELIVERING:
+        await turn_delivery_unsettled(turn)
 
 
 async def _turn_prepare_recorded(
     runtime: TurnRuntime, request: TurnRequest, turn: Turn
 ) -> PreparedTurn:
-    """`turn_prepare` the turn, put its window and request on record (they stay there while
-    the model runs) and tell the channel's dashboard which messages the window holds."""
+    """`turn_prepare` the turn and put its window and request on record (they stay there while
+    the model runs); the channel's dashboard hears which messages the window holds."""
     prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
-    turn_context_record(turn, prepared)
-    await sync_to_async(turn.save)()
-    message_ids = [str(m.id) for m in prepared.turn_input.history]
-    await publish_live_update(
-        channel_group(request.channel.channel_id), WindowChanged(message_ids=message_ids)
-    )
+    await turn_context_recorded(turn, prepared)
     return prepared
 
 
@@ -246,15 +239,16 @@ async def turn_ask(
     persona_name: str,
 ) -> tuple[Turn, TurnCompletion]:
     """A background turn that asks the persona's models ``messages`` as written, with no tools
-    (a memory refresh, a memory extraction). Steps: create the `Turn` row (running), record the
-    context ``prepared`` read and the request, ask, record the exchange. Returns the unsaved
-    turn and the completion: the caller judges the reply, sets the status and saves."""
-    turn = await sync_to_async(turn_create)(request)
+    (a memory refresh, a memory extraction). Steps: start the `Turn` (running), record the
+    context ``prepared`` read and the request, ask, record the exchange. Returns the running
+    turn and the completion: the caller judges the reply and ends the turn
+    (`chat.services.turn_lifecycle`)."""
+    turn = await turn_start(request)
     turn_context_record(turn, prepared)
     turn.request = {"messages": messages}
     turn.tool_allowlist = []
     completion = await runtime.runner.complete_turn(
         models=prepared.models, render=lambda plan: messages, persona_name=persona_name
     )
-    turn_completion_record(turn, completion)
+    await turn_exchange_recorded(turn, completion)
     return turn, completion
