@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python -m benchmarks.memory`` (``make bench`` runs it).
 
 What a worker keeps per active channel is its history window (`chat.windows.WindowRegistry`, at
-most ``MAX_CHANNELS`` of them) and the last built context per persona (`TurnRuntime`, at most
+most ``MAX_CHANNELS`` of them) and the last built context per persona (`TurnCaches`, at most
 ``MAX_WARM_CONTEXTS``). This builds both for 1,000 channels of 80 messages with the real
 pipeline (o200k token counts included), from messages shaped as the gateway converts them,
 and reads the process's resident set size from ``/proc/self/status`` (then once more with the

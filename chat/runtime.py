@@ -48,7 +48,7 @@ from chat.ports import (
 )
 from chat.sandbox.control import ControlClient, ControlError
 from chat.services.configuration_cache import ChannelConfigurations
-from chat.services.turn_request import TurnRuntime
+from chat.services.turn_request import TurnCaches, TurnRuntime
 from chat.windows import WindowRegistry
 
 
@@ -118,7 +118,7 @@ def gateway_runtime(
         token_counter=default_token_counter(),
         vision=vision,
         videos=videos,
-        max_warm_contexts=settings.WORKER_WARM_CONTEXTS,
+        caches=TurnCaches(warm_contexts=settings.WORKER_WARM_CONTEXTS),
         configurations=ChannelConfigurations(),
     )
 

@@ -30,10 +30,10 @@ from __future__ import annotations
 import bisect
 import copy
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from chat.caches import BoundedCache
 from chat.pipeline.types import HistoryMessage
 from chat.pipeline.window_reuse import (
     ChangeSignals,
@@ -127,8 +127,7 @@ class WindowRegistry:
         self._fetch_history = fetch_history
         self._dm_reactions_subscribed = dm_reactions_subscribed
         self._cache_view = cache_view
-        self._max_channels = max_channels
-        self._windows: OrderedDict[int, _ChannelWindow] = OrderedDict()
+        self._windows: BoundedCache[int, _ChannelWindow] = BoundedCache(max_channels)
         self._connection = 0
         self._anchored_in: dict[int, int] = {}
         self._shard_of = shard_of
@@ -146,12 +145,9 @@ class WindowRegistry:
         all stay untouched (the dashboard's preview inspects without changing state).
         """
         if dry_run:
-            window = copy.deepcopy(self._windows.get(channel_id)) or _ChannelWindow()
+            window = copy.deepcopy(self._windows.peek(channel_id)) or _ChannelWindow()
         else:
-            window = self._windows.setdefault(channel_id, _ChannelWindow())
-            self._windows.move_to_end(channel_id)
-            while len(self._windows) > self._max_channels:
-                self._windows.popitem(last=False)
+            window = self._windows.get_or_put(channel_id, _ChannelWindow)
         read_in = self._anchored_in.get(channel_id)
         decision = decide_window_reuse(
             previous=window.previous,
@@ -212,7 +208,7 @@ class WindowRegistry:
             for the channel or ``message_id`` is not among the messages it may keep (the
             caller reads around the message itself).
         """
-        window = self._windows.get(channel_id)
+        window = self._windows.peek(channel_id)
         if window is None or window.previous is None or not window.previous.messages:
             return None
         if dry_run:
@@ -279,17 +275,17 @@ class WindowRegistry:
     ) -> None:
         """The bot delivered a message; without a full message object the window is dropped
         on the next read (`RestReason.DELIVERY_WITHOUT_MESSAGE`)."""
-        window = self._windows.get(channel_id)
+        window = self._windows.peek(channel_id)
         if window is not None and window.previous is not None:
             window.deliveries.append(ConfirmedDelivery(message_id=message_id, message=message))
 
     def reply_target(self, channel_id: int, message_id: int) -> HistoryMessage | None:
         """A reply target fetched earlier for the channel (None: not known)."""
-        window = self._windows.get(channel_id)
+        window = self._windows.peek(channel_id)
         return window.targets.get(message_id) if window is not None else None
 
     def remember_reply_target(self, channel_id: int, message: HistoryMessage) -> None:
-        window = self._windows.get(channel_id)
+        window = self._windows.peek(channel_id)
         if window is not None:
             window.targets[message.id] = message
 
@@ -324,7 +320,7 @@ class WindowRegistry:
         prove that a dry run changed nothing)."""
         return copy.deepcopy(
             (
-                self._windows,
+                self._windows.items(),
                 self._connection,
                 self._anchored_in,
                 self.disconnected_shards,
@@ -333,7 +329,7 @@ class WindowRegistry:
         )
 
     def _signal(self, channel_id: int, kind: str, message_ids: Sequence[int]) -> None:
-        window = self._windows.get(channel_id)
+        window = self._windows.peek(channel_id)
         if window is None:
             return
         for message_id in message_ids:

@@ -169,7 +169,7 @@ def build_client(
         async def config_changed(message: Mapping[str, Any]) -> None:
             await _load_main_personas(client)
             await _sync_commands(tree)  # a guild configured since gets the commands
-            runtime.previous_contexts.clear()
+            runtime.caches.forget_contexts()
             logger.info("configuration changed; reloaded")
 
         client.background(listen_for_control({LiveUpdateType.CONFIG_CHANGED: config_changed}))

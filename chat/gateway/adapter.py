@@ -21,10 +21,10 @@ import httpx
 from asgiref.sync import sync_to_async
 
 from chat import selectors
+from chat.caches import BoundedCache
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
 from chat.gateway.proxies import ProxyRecord, ProxyResolver
-from chat.gateway.recent import RECENT_DELIVERIES, Recent
 from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
 from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
@@ -39,6 +39,10 @@ MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
 REFRESH_URLS_PER_REQUEST = 50
 """Attachment URLs Discord signs anew per `POST /attachments/refresh-urls`."""
+RECENT_DELIVERIES = 5000
+"""How many of its own deliveries (and proxied messages) the adapter remembers for attributing
+gateway-cache copies (the size of the gateway's message cache: an older one is no longer
+cached); converting a cached message reads no database."""
 THREAD_STARTERS = 256
 """How many threads' starter messages the adapter keeps (read once per thread)."""
 
@@ -89,13 +93,13 @@ class DiscordAdapter:
         self._client = client
         self._webhooks: dict[int, discord.Webhook] = {}
         self.webhook_ids: set[int] = set()
-        self.recent: Recent[str] = Recent(capacity=recent_messages)
+        self.recent: BoundedCache[int, str] = BoundedCache(recent_messages)
         self.main_persona_name: dict[int | None, str] = {}
         self.proxies = proxies
         """The proxy system's API (``PLURALKIT_API_BASE``); None: proxies are not recognised."""
-        self.recent_proxies: Recent[ProxyIdentity] = Recent(capacity=recent_messages)
+        self.recent_proxies: BoundedCache[int, ProxyIdentity] = BoundedCache(recent_messages)
         self._lookups: set[asyncio.Future[ProxyIdentity | None]] = set()
-        self._starters: Recent[HistoryMessage] = Recent(capacity=THREAD_STARTERS)
+        self._starters: BoundedCache[int, HistoryMessage] = BoundedCache(THREAD_STARTERS)
 
     @property
     def client(self) -> discord.Client:
@@ -185,7 +189,7 @@ class DiscordAdapter:
         guild: discord.Guild | None,
         webhook_id: int | None,
     ) -> None:
-        self.recent_proxies.record(record.proxied_id, record.identity)
+        self.recent_proxies.put(record.proxied_id, record.identity)
         await sync_to_async(proxied_message_record)(
             message_id=record.proxied_id,
             channel_id=channel_id,
@@ -291,7 +295,7 @@ class DiscordAdapter:
         starter = await self.fetch_message(channel.parent_id, channel.id)
         starter = starter or await self.fetch_message(channel.id, channel.id)
         if starter is not None:
-            self._starters.record(channel.id, starter)
+            self._starters.put(channel.id, starter)
         return starter
 
     async def find_delivery(
@@ -317,7 +321,7 @@ class DiscordAdapter:
             found = [m for m in messages if m.webhook_id in own_webhooks and m.author.name == name]
         self.webhook_ids.update(own_webhooks)
         for message in found:
-            self.recent.record(message.id, speaker.name)
+            self.recent.put(message.id, speaker.name)
         return [
             Delivered(m.id, self.convert(m), author_id=m.author.id, webhook_id=m.webhook_id)
             for m in found
@@ -465,7 +469,7 @@ class DiscordAdapter:
         except discord.HTTPException as error:
             permanent = 400 <= error.status < 500 and error.status != 429
             raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
-        self.recent.record(sent.id, speaker.name)
+        self.recent.put(sent.id, speaker.name)
         return Delivered(sent.id, self.convert(sent), author_id=sent.author.id)
 
     async def _deliver_as_bot(
@@ -493,7 +497,7 @@ class DiscordAdapter:
                 nonce=message_nonce(nonce_seed, index) if nonce_seed else None,
                 silent=silent,
             )
-            self.recent.record(sent.id, speaker.name)
+            self.recent.put(sent.id, speaker.name)
             delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))
         return delivered
 
@@ -512,7 +516,7 @@ class DiscordAdapter:
         sends = [(notice, True) for notice in notices] + [(piece, False) for piece in pieces]
         for piece, silent in sends:
             sent = await self._webhook_send(hooked_id, speaker, piece, thread=thread, silent=silent)
-            self.recent.record(sent.id, speaker.name)
+            self.recent.put(sent.id, speaker.name)
             delivered.append(
                 Delivered(
                     sent.id,

@@ -17,11 +17,10 @@ import aiohttp
 import discord
 from asgiref.sync import sync_to_async
 
-from chat.gateway.adapter import DiscordAdapter
+from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
 from chat.gateway.limits import SharedLimits, session_starts_check
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
-from chat.gateway.recent import RECENT_DELIVERIES
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.services.discord_names import NameRecord, names_record
@@ -85,7 +84,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         limits: SharedLimits | None = None,
     ) -> None:
         """``window_channels`` bounds the history windows kept (`WindowRegistry`),
-        ``recent_messages`` the newest messages whose speaker is remembered (`Recent`);
+        ``recent_messages`` the newest messages whose speaker is remembered (`BoundedCache`);
         ``limits`` paces IDENTIFYs and REST requests with the bot's other processes (None:
         discord.py paces this process alone)."""
         super().__init__(

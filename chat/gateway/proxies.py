@@ -14,12 +14,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from chat.caches import BoundedCache
 from chat.pipeline.types import ProxyIdentity
 
 logger = logging.getLogger(__name__)
@@ -71,8 +71,8 @@ class ProxyResolver:
         self._http = httpx.AsyncClient(timeout=timeout)
         self._gate = asyncio.Lock()
         self._last_request = 0.0
-        self._found: OrderedDict[int, ProxyRecord] = OrderedDict()
-        self._not_found: OrderedDict[int, float] = OrderedDict()
+        self._found: BoundedCache[int, ProxyRecord] = BoundedCache(CACHE_SIZE)
+        self._not_found: BoundedCache[int, float] = BoundedCache(CACHE_SIZE)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -80,10 +80,9 @@ class ProxyResolver:
     async def lookup(self, message_id: int) -> ProxyRecord | None:
         """The proxy record of ``message_id`` (the proxied message or its original); None when
         it is not a proxied message or the API cannot be reached (then not cached)."""
-        if message_id in self._found:
-            self._found.move_to_end(message_id)
-            return self._found[message_id]
-        missed_at = self._not_found.get(message_id)
+        if (found := self._found.get(message_id)) is not None:
+            return found
+        missed_at = self._not_found.peek(message_id)
         if missed_at is not None and time.monotonic() - missed_at < NOT_PROXIED_TTL:
             return None
         record = await self._fetch(message_id)
@@ -93,14 +92,12 @@ class ProxyResolver:
             self._remember_miss(message_id)
             return None
         for key in {record.proxied_id, record.original_id, message_id} - {None}:
-            self._found[key] = record
-        while len(self._found) > CACHE_SIZE:
-            self._found.popitem(last=False)
+            self._found.put(key, record)
         return record
 
     def cached(self, message_id: int) -> ProxyRecord | None:
         """The record already known for ``message_id``, without asking."""
-        return self._found.get(message_id)
+        return self._found.peek(message_id)
 
     async def _fetch(self, message_id: int) -> ProxyRecord | None:
         async with self._gate:
@@ -136,9 +133,7 @@ class ProxyResolver:
         )
 
     def _remember_miss(self, message_id: int) -> None:
-        self._not_found[message_id] = time.monotonic()
-        while len(self._not_found) > CACHE_SIZE:
-            self._not_found.popitem(last=False)
+        self._not_found.put(message_id, time.monotonic())
 
 
 _NOBODY = ProxyIdentity(member_id="", member_name="", host_user_id=0)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -43,6 +43,7 @@ from asgiref.sync import sync_to_async
 
 from botproject.live_updates import LoopStep, channel_group, publish_live_update
 from chat import selectors
+from chat.caches import BoundedCache
 from chat.models import Turn
 from chat.pipeline.planner import (
     ActionRecord,
@@ -146,15 +147,11 @@ class AutonomousLoop:
         self._runtime = runtime
         self._step_delay = step_delay
         self._sleep = sleep
-        self._channels: OrderedDict[int, ChannelConversation] = OrderedDict()
+        self._channels: BoundedCache[int, ChannelConversation] = BoundedCache(MAX_CHANNELS)
 
     def conversation(self, channel_id: int) -> ChannelConversation:
         """The channel's remembered conversation (created empty, most recent kept)."""
-        state = self._channels.pop(channel_id, None) or ChannelConversation()
-        self._channels[channel_id] = state
-        while len(self._channels) > MAX_CHANNELS:
-            self._channels.popitem(last=False)
-        return state
+        return self._channels.get_or_put(channel_id, ChannelConversation)
 
     async def run(self, configuration: ChannelConfiguration) -> None:
         """Seed 003's loop (`_loop`); when it stopped at the step cap and messages are still

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from chat.caches import BoundedCache
 from chat.pipeline.lorebook import (
     CompiledLorebook,
     Lorebook,
@@ -15,7 +16,9 @@ from chat.pipeline.types import Role
 from personas.models import GuildConfig, Persona
 
 COMPILED_LOREBOOKS_MAX = 256
-_compiled_lorebooks: dict[tuple[str, int], tuple[object, CompiledLorebook]] = {}
+_compiled_lorebooks: BoundedCache[tuple[str, int], tuple[object, CompiledLorebook]] = BoundedCache(
+    COMPILED_LOREBOOKS_MAX
+)
 """Compiled books by (owner kind, row id), with the stored book they were compiled from:
 compiling indexes every key, so a book is compiled once per change, not once per turn
 (comparing the stored book costs far less than compiling it)."""
@@ -39,10 +42,7 @@ def lorebooks(*, persona: Persona, guild: GuildConfig | None) -> tuple[CompiledL
                 owner.updated_at,
                 compile_lorebook(lorebook_from_stored(stored, fallback_name)),
             )
-            _compiled_lorebooks.pop(key, None)
-            _compiled_lorebooks[key] = cached
-            while len(_compiled_lorebooks) > COMPILED_LOREBOOKS_MAX:
-                del _compiled_lorebooks[next(iter(_compiled_lorebooks))]
+            _compiled_lorebooks.put(key, cached)
         books.append(cached[1])
     return tuple(books)
 

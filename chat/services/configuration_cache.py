@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
 from chat import selectors
+from chat.caches import BoundedCache
 from chat.selectors import ChannelConfiguration, ConfiguredChannel
 from personas.config_version import DM_VERSION_KEY, config_versions
 
@@ -50,9 +50,8 @@ class ChannelConfigurations:
     ) -> None:
         if capacity < 1:
             raise ValueError(f"ChannelConfigurations capacity must be at least 1, not {capacity}")
-        self._capacity = capacity
         self._read_stamps = read_stamps
-        self._kept: OrderedDict[_ChannelKey, _Kept] = OrderedDict()
+        self._kept: BoundedCache[_ChannelKey, _Kept] = BoundedCache(capacity)
         self._lock = threading.Lock()
         self.reads = 0
         """Configurations read from the database (not answered from what was kept)."""
@@ -67,7 +66,7 @@ class ChannelConfigurations:
         returns it; None when the bot does not serve that guild."""
         key = (channel_id, guild_id)
         with self._lock:
-            kept = self._kept.get(key)
+            kept = self._kept.peek(key)
         wanted = {DM_VERSION_KEY if guild_id is None else guild_id}
         if kept is not None:
             wanted |= kept.stamps.keys()
@@ -75,8 +74,7 @@ class ChannelConfigurations:
             stamps = self._read_stamps(wanted)
             if kept is not None and all(stamps[k] == s for k, s in kept.stamps.items()):
                 with self._lock:
-                    if key in self._kept:
-                        self._kept.move_to_end(key)
+                    self._kept.get(key)  # the most recently used now
                 return kept.configured.at(now) if kept.configured is not None else None
             configured = selectors.configured_channel(channel_id=channel_id, guild_id=guild_id)
             self.reads += 1
@@ -92,7 +90,4 @@ class ChannelConfigurations:
 
     def _keep(self, key: _ChannelKey, kept: _Kept) -> None:
         with self._lock:
-            self._kept[key] = kept
-            self._kept.move_to_end(key)
-            while len(self._kept) > self._capacity:
-                self._kept.popitem(last=False)
+            self._kept.put(key, kept)

@@ -220,5 +220,5 @@ class _StreamDelivery:
         if not await turn_claim(self.turn):
             self.refusal = self.stop_reason = ANSWERED_ELSEWHERE
             return False
-        self.runtime.failure_notices.pop(self.channel_id, None)
+        self.runtime.caches.channel_replied(self.channel_id)
         return True

@@ -40,7 +40,7 @@ async def reply_deliver(
         await turn_failed(turn)
         await failure_notice_send(runtime, request)
         return
-    runtime.failure_notices.pop(channel_id, None)
+    runtime.caches.channel_replied(channel_id)
     persona = request.persona
     speaker = persona_speaker(persona)
     notice = queued_notice(request, speaker)
@@ -78,11 +78,9 @@ async def reply_deliver(
 
 async def failure_notice_send(runtime: TurnRuntime, request: TurnRequest) -> None:
     """One short notice per failure burst: none again until a reply succeeds or time passes."""
-    channel_id, now = request.channel.channel_id, runtime.clock()
-    last = runtime.failure_notices.get(channel_id)
-    if last is not None and now - last < FAILURE_NOTICE_QUIET:
+    channel_id = request.channel.channel_id
+    if not runtime.caches.failure_notice_due(channel_id, runtime.clock(), FAILURE_NOTICE_QUIET):
         return
-    runtime.failure_notices[channel_id] = now
     main = Speaker(persona_id=0, name=request.persona.name, is_main=True)
     text = f"({request.persona.name} could not answer just now; the model did not respond.)"
     try:

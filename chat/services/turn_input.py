@@ -48,8 +48,6 @@ from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn, memories_shown_before
 from chat.services.turn_record import window_anchor_store
 from chat.services.turn_request import (
-    MAX_IMAGE_HASHES,
-    MAX_REFRESHED_URLS,
     TurnRequest,
     TurnRuntime,
 )
@@ -244,7 +242,8 @@ async def turn_attachment_urls_refresh(
     }
     if not stale:
         return turn_input
-    fresh = {url: runtime.refreshed_urls[url] for url in stale if url in runtime.refreshed_urls}
+    urls = runtime.caches.refreshed_urls
+    fresh = {url: new for url in stale if (new := urls.get(url)) is not None}
     fresh = {
         url: new
         for url, new in fresh.items()
@@ -258,10 +257,7 @@ async def turn_attachment_urls_refresh(
             logger.warning("could not refresh %d attachment URLs", len(missing), exc_info=True)
             fetched = {}
         for url, new in fetched.items():
-            runtime.refreshed_urls[url] = new
-            runtime.refreshed_urls.move_to_end(url)
-        while len(runtime.refreshed_urls) > MAX_REFRESHED_URLS:
-            runtime.refreshed_urls.popitem(last=False)
+            urls.put(url, new)
         fresh |= fetched
     if not fresh:
         return turn_input
@@ -275,12 +271,13 @@ async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> Turn
 
     Discord gives attachments no hash and a new URL per upload, so the worker reads each image
     once (at most `IMAGE_READS_AT_ONCE` at a time) and remembers its hash by attachment id
-    (`TurnRuntime.image_hashes`). An image that cannot be read, or is larger than
+    (`TurnCaches.image_hashes`). An image that cannot be read, or is larger than
     `IMAGE_HASH_MAX_BYTES`, keeps no hash: its URL stays its identity."""
     images = {a.id: a.url for a in _attachments(turn_input) if a.is_image}
     if not images:
         return turn_input
-    unread = [i for i in images if i not in runtime.image_hashes]
+    known = runtime.caches.image_hashes
+    unread = [i for i in images if i not in known]
 
     async def digest(url: str) -> str | None:
         try:
@@ -294,12 +291,8 @@ async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> Turn
         IMAGE_READS_AT_ONCE, [functools.partial(digest, images[i]) for i in unread]
     )
     for attachment_id, digest_value in zip(unread, digests, strict=True):
-        runtime.image_hashes[attachment_id] = digest_value
-    for attachment_id in images:
-        runtime.image_hashes.move_to_end(attachment_id)
-    while len(runtime.image_hashes) > MAX_IMAGE_HASHES:
-        runtime.image_hashes.popitem(last=False)
-    hashes = {i: h for i in images if (h := runtime.image_hashes.get(i)) is not None}
+        known.put(attachment_id, digest_value)
+    hashes = {i: h for i in images if (h := known.get(i)) is not None}
     if not hashes:
         return turn_input
     return _each_message(turn_input, lambda m: with_attachment_hashes(m, hashes))
@@ -345,7 +338,7 @@ async def turn_input_gather(
             channel_id=channel.channel_id, persona_id=persona.id, message_id=reference.message_id
         )
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
-    previous = runtime.previous_contexts.get((channel.channel_id, persona.id))
+    previous = runtime.caches.warm_context(channel.channel_id, persona.id)
     return TurnInput(
         persona=selectors.persona_profile(persona),
         history=history,

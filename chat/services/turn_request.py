@@ -1,18 +1,18 @@
-"""What a persona turn is given and what its preparation yields: the worker's long-lived
-dependencies (`TurnRuntime`), one turn to run (`TurnRequest`) and the prepared turn up to the
-model request (`PreparedTurn`).
+"""What a persona turn is given and what its preparation yields: the process's long-lived
+dependencies (`TurnRuntime`) and what it keeps between turns (`TurnCaches`), one turn to run
+(`TurnRequest`) and the prepared turn up to the model request (`PreparedTurn`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.utils import timezone
 
+from chat.caches import BoundedCache
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
@@ -31,6 +31,7 @@ from personas.models import Persona
 MAX_WARM_CONTEXTS = 2000
 MAX_REFRESHED_URLS = 4096
 MAX_IMAGE_HASHES = 4096
+MAX_FAILURE_NOTICES = 10_000
 
 AbortCheck = Callable[[], Awaitable[str | None]]
 """Asked before a reply goes out: a reason not to send it (the turn ends ``aborted``), or None."""
@@ -45,9 +46,57 @@ class ConfigurationRead(Protocol):
     ) -> ChannelConfiguration | None: ...
 
 
-@dataclass
+class TurnCaches:
+    """What a process keeps between turns, each cache bounded (`BoundedCache`): a turn reads
+    and fills them through these methods and attributes, and a dry run leaves them as they
+    were."""
+
+    def __init__(self, *, warm_contexts: int = MAX_WARM_CONTEXTS) -> None:
+        self._contexts: BoundedCache[tuple[int, int], TurnContext] = BoundedCache(warm_contexts)
+        self._failure_notices: BoundedCache[int, dt.datetime] = BoundedCache(MAX_FAILURE_NOTICES)
+        self.refreshed_urls: BoundedCache[str, str] = BoundedCache(MAX_REFRESHED_URLS)
+        """Attachment URLs signed anew (original → refreshed): the window keeps a message's
+        original, so later turns reuse the refreshed one."""
+        self.image_hashes: BoundedCache[int, str | None] = BoundedCache(MAX_IMAGE_HASHES)
+        """Image attachment id → SHA-256 of its bytes (None: it could not be read): an
+        attachment's bytes never change, so each image is read once."""
+
+    def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
+        """Keep the last built context of (channel, persona): its token counts and simplified
+        history make the next build warm."""
+        self._contexts.put((channel_id, persona_id), context)
+
+    def warm_context(self, channel_id: int, persona_id: int) -> TurnContext | None:
+        """The last context built for (channel, persona), or None; reading it changes
+        nothing."""
+        return self._contexts.peek((channel_id, persona_id))
+
+    def warm_contexts(self) -> dict[tuple[int, int], TurnContext]:
+        """Every kept context by (channel, persona), least recently built first (a copy)."""
+        return dict(self._contexts.items())
+
+    def forget_contexts(self) -> None:
+        """Drop every kept context (the gateway reconnected: the next builds start cold)."""
+        self._contexts.clear()
+
+    def failure_notice_due(self, channel_id: int, now: dt.datetime, quiet: dt.timedelta) -> bool:
+        """Whether a failure notice may go out in the channel now: none went out in the
+        ``quiet`` before ``now`` since its last reply. True records ``now`` as sent."""
+        last = self._failure_notices.peek(channel_id)
+        if last is not None and now - last < quiet:
+            return False
+        self._failure_notices.put(channel_id, now)
+        return True
+
+    def channel_replied(self, channel_id: int) -> None:
+        """A reply went out in the channel: its next failure gets a notice again."""
+        self._failure_notices.pop(channel_id)
+
+
+@dataclass(frozen=True, kw_only=True)
 class TurnRuntime:
-    """The worker's long-lived dependencies, passed to every turn (built in `chat.runtime`).
+    """The dependencies every turn of a process is given (built in `chat.runtime`); the only
+    state is ``caches``, changed through its methods.
 
     ``llm`` is None for a dry-run runtime: it prepares turns and renders their requests, and
     never asks a model.
@@ -58,42 +107,22 @@ class TurnRuntime:
     llm: AttemptRunner | None
     token_counter: TokenCounter
     clock: Callable[[], dt.datetime] = timezone.now
-    previous_contexts: dict[tuple[int, int], TurnContext] = field(default_factory=dict)
-    """Per (channel, persona): the last built context, whose token counts and simplified
-    history make the next build warm."""
-    failure_notices: dict[int, dt.datetime] = field(default_factory=dict)
+    caches: TurnCaches = field(default_factory=TurnCaches)
     vision: VisionModel | None = None
     """The model behind ``analyze_image`` (``LLM_VISION_MODEL``); None: the tool is never
     offered."""
     videos: VideoTranscripts | None = None
     """The transcript service behind ``process_youtube_video`` (``YOUTUBE_TRANSCRIPT_URL``);
     None: the tool is never offered."""
-    max_warm_contexts: int = MAX_WARM_CONTEXTS
-    """How many contexts `remember_context` keeps (``WORKER_WARM_CONTEXTS``)."""
     embeddings: EmbeddingModel | None = None
     """The embedding model long-term memory recall uses; None: the process's own
     (`memory_store.default_embedding_model`)."""
     fence: LeaseFence = UNFENCED
     """Asked before a planner step is recorded and acted on: raises `chat.ports.LeaseLost` once
     this worker lost the channel's shard lease (a process without shards: never)."""
-    refreshed_urls: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    """Attachment URLs signed anew (original → refreshed), the newest `MAX_REFRESHED_URLS`:
-    the window keeps a message's original, so later turns reuse the refreshed one."""
-    image_hashes: OrderedDict[int, str | None] = field(default_factory=OrderedDict)
-    """Image attachment id → SHA-256 of its bytes (None: it could not be read), the newest
-    `MAX_IMAGE_HASHES`: an attachment's bytes never change, so each image is read once."""
     configurations: ConfigurationRead = channel_configuration
     """How the channel loops read a channel's configuration for each pass and batch: a fresh
     read, or the worker's `chat.services.configuration_cache.ChannelConfigurations`."""
-
-    def remember_context(self, channel_id: int, persona_id: int, context: TurnContext) -> None:
-        """Keep the last built context per (channel, persona) for a warm next build; the least
-        recently used beyond ``max_warm_contexts`` are dropped, so memory stays bounded."""
-        key = (channel_id, persona_id)
-        self.previous_contexts.pop(key, None)
-        self.previous_contexts[key] = context
-        while len(self.previous_contexts) > self.max_warm_contexts:
-            del self.previous_contexts[next(iter(self.previous_contexts))]
 
     @property
     def runner(self) -> AttemptRunner:

@@ -106,7 +106,7 @@ async def turn_prepare(
     context = build_turn_context(turn_input)
     build_ms = ms_since(started)
     if not dry_run:
-        runtime.remember_context(channel.channel_id, persona.id, context)
+        runtime.caches.remember_context(channel.channel_id, persona.id, context)
 
     models = selectors.persona_model_specs(persona)
     render = turn_renderer(

@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "chat.models_memory": 1,
     "chat.fields": 1,
     "chat.codec": 1,
+    "chat.caches": 1,
     "chat.migrations": 1,
     "chat.ports": 1,
     "chat.windows": 1,

@@ -19,7 +19,7 @@ from chat.runtime import (
     vision_client_from_settings,
     vision_model_from_settings,
 )
-from chat.services.turn_request import TurnRuntime
+from chat.services.turn_request import TurnCaches
 from chat.worker import WorkerConfig, known_latencies, proxy_resolver_from_settings
 
 
@@ -93,7 +93,7 @@ async def test_a_client_remembers_the_speakers_of_as_many_messages_as_it_is_size
     client = PersonaBotClient(window_channels=2, recent_messages=3)  # never connected
 
     for message_id in range(1, 5):
-        client.adapter.recent.record(message_id, "Tomori")
+        client.adapter.recent.put(message_id, "Tomori")
 
     assert len(client.adapter.recent) == 3
     assert client.adapter.recent.get(1) is None
@@ -101,15 +101,13 @@ async def test_a_client_remembers_the_speakers_of_as_many_messages_as_it_is_size
 
 
 def test_warm_contexts_beyond_the_configured_number_are_dropped_oldest_first() -> None:
-    runtime = TurnRuntime(
-        port=None, windows=None, llm=None, token_counter=None, max_warm_contexts=2
-    )
+    caches = TurnCaches(warm_contexts=2)
     contexts = [object(), object(), object()]
 
     for channel_id, context in enumerate(contexts):
-        runtime.remember_context(channel_id, 1, context)
+        caches.remember_context(channel_id, 1, context)
 
-    assert runtime.previous_contexts == {(1, 1): contexts[1], (2, 1): contexts[2]}
+    assert caches.warm_contexts() == {(1, 1): contexts[1], (2, 1): contexts[2]}
 
 
 def test_only_known_latencies_are_recorded() -> None:

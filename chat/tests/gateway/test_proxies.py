@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from chat.gateway.proxies import ProxyResolver
-from chat.gateway.recent import Recent
 from chat.pipeline.types import ProxyIdentity
 from chat.sandbox import SandboxServer
 from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
@@ -40,15 +39,3 @@ async def test_a_proxied_message_and_its_original_resolve_to_the_member_once_eac
     # One request each: the original came from the cache, and so did the second miss.
     assert server.pluralkit_lookups == [proxied["id"], plain["id"]]
     assert elapsed >= 1 / 20  # the second request waited for the rate (20 a second)
-
-
-def test_the_record_of_recent_messages_stays_bounded():
-    recent: Recent[str] = Recent(capacity=3)
-    for n in range(5):
-        recent.record(n, f"persona {n}")
-    recent.record(2, "persona 2")  # recorded again: the newest now
-
-    assert len(recent) == 3
-    assert [recent.get(n) for n in range(5)] == [None, None, "persona 2", "persona 3", "persona 4"]
-    recent.record(5, "persona 5")
-    assert recent.get(3) is None and recent.get(2) == "persona 2"

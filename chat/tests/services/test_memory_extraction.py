@@ -4,6 +4,7 @@ turn; privacy keeps people out of it; the facts reach a later turn's prompt."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -39,7 +40,7 @@ async def extract(bench: Bench):
 
 @pytest.fixture
 def hashing(bench: Bench) -> Bench:
-    bench.runtime.embeddings = HashingEmbeddings()
+    bench.runtime = dataclasses.replace(bench.runtime, embeddings=HashingEmbeddings())
     return bench
 
 

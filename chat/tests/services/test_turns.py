@@ -58,12 +58,12 @@ async def test_a_dry_run_renders_the_request_the_real_turn_sends(bench: Bench):
 
     tables = await sync_to_async(database_state)()
     registry = bench.runtime.windows.snapshot()
-    warm = dict(bench.runtime.previous_contexts)
+    warm = bench.runtime.caches.warm_contexts()
     prepared = await turn_prepare(runtime=bench.runtime, request=request, dry_run=True)
 
     assert await sync_to_async(database_state)() == tables
     assert bench.runtime.windows.snapshot() == registry
-    assert bench.runtime.previous_contexts == warm
+    assert bench.runtime.caches.warm_contexts() == warm
     assert len(bench.llm.chat_bodies) == 1  # the dry run called no model
 
     turn = await turn_run(runtime=bench.runtime, request=request)
