@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import runpy
 import secrets
 import subprocess
 import sys
@@ -181,20 +182,27 @@ def test_deploy_checks_are_clean_in_production_mode():
     assert "no issues" in result.stdout
 
 
-def _settings(*names: str, **overrides: str) -> dict[str, str]:
-    """The repr of each named setting as a process started with ``overrides`` sees it (Django's
-    lazy settings read the module; no app is loaded, which is all ``manage.py shell`` adds)."""
-    code = "from django.conf import settings\n" + "\n".join(
-        f"print(repr(getattr(settings, {name!r}, None)))" for name in names
-    )
+def _settings_module(**overrides: str) -> dict[str, object]:
+    """The settings module's names as a process started with ``overrides`` (and a debug
+    default, a secret key) would read them: the module runs in this process on that
+    environment, as Django's lazy settings import it at start. Raises what it raises."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env.update({"DJANGO_SETTINGS_MODULE": "botproject.settings", "DJANGO_DEBUG": "1"})
-    env.update(DJANGO_SECRET_KEY=secrets.token_urlsafe(64), **overrides)
-    result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
-    return dict(zip(names, result.stdout.splitlines(), strict=True))
+    env.update({"DJANGO_DEBUG": "1", "DJANGO_SECRET_KEY": secrets.token_urlsafe(64)})
+    env.update(overrides)
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return runpy.run_path(str(ROOT / "botproject" / "settings.py"))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _settings(*names: str, **overrides: str) -> dict[str, str]:
+    """The repr of each named setting as a process started with ``overrides`` sees it."""
+    module = _settings_module(**overrides)
+    return {name: repr(module.get(name)) for name in names}
 
 
 def test_production_settings_come_from_the_environment():
@@ -270,9 +278,16 @@ def test_cookies_are_secure_outside_debug_unless_overridden(overrides, expected)
     ],
 )
 def test_start_up_fails_naming_the_bad_variable(variable, value):
-    result = _start(**{variable: value})
+    with pytest.raises(ImproperlyConfigured) as refused:
+        _settings_module(**{variable: value})
+    assert str(refused.value).startswith(variable)
+
+
+def test_a_bad_variable_stops_a_real_start_with_its_name():
+    """The in-process readings above are what a real start does: one start proves it."""
+    result = _start(DJANGO_SECURE_HSTS_SECONDS="1y")
     assert result.returncode != 0
-    assert f"ImproperlyConfigured: {variable}" in result.stderr
+    assert "ImproperlyConfigured: DJANGO_SECURE_HSTS_SECONDS" in result.stderr
 
 
 def test_start_up_without_a_secret_key_outside_debug_says_what_to_set():
