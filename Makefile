@@ -33,18 +33,22 @@ migrate: $(VENV)/.installed services | var/staticfiles
 run: migrate
 	HOST=$(HOST) PORT=$(PORT) scripts/run-product
 
-# `make test` is the whole suite and names its slowest 25 tests; `make test-fast` leaves out
-# the slow tiers (the end-to-end worker, the browser, the real Celery worker: pytest markers)
-# and tries each Hypothesis property on 20 examples instead of 100, in FAST_WORKERS processes
-# (pytest-xdist; a module's tests stay in one process). Three on two cores: many tests wait on
-# sockets and subprocesses, and a third process fills those waits (about 41 s against 60 s).
+# `make test` is the whole suite in TEST_WORKERS processes (pytest-xdist; a module's tests stay
+# in one process), then the `serial` tests alone (timing-sensitive, or sharing the Redis limits
+# named by the sandbox's bot token); each run names its slowest tests. Four processes on two
+# cores: most end-to-end tests wait on sockets, subprocesses and the fake model.
+# `make test-fast` leaves out the slow tiers (the end-to-end worker, the browser, the real
+# Celery worker: pytest markers) and tries each Hypothesis property on 20 examples instead of
+# 100, in FAST_WORKERS processes.
 SLOW_TIERS := e2e or browser or celery
+TEST_WORKERS ?= 4
 FAST_WORKERS ?= 3
 
 test: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 -m "not serial" -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q --durations=5 -m serial
 
 test-fast: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .

@@ -298,6 +298,7 @@ async def test_prompt_sends_the_dry_run_request_as_a_file_and_changes_nothing(wo
     assert len(world.llm.chat_bodies) == calls_before
 
 
+@pytest.mark.serial  # Discord's 3 s: measured with no other test loading the machine
 async def test_a_slow_command_is_deferred_within_three_seconds_then_answered(world):
     await world.start_worker()
     world.say("what a lovely evening", author=BOB)

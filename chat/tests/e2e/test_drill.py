@@ -34,6 +34,7 @@ from personas.services import config_import
 
 pytestmark = [
     pytest.mark.e2e,
+    pytest.mark.serial,
     pytest.mark.django_db(transaction=True),
     pytest.mark.postgres_only(reason="several worker processes share one database"),
 ]

@@ -15,7 +15,7 @@ from chat.models import ShardLease
 from chat.tests.e2e.conftest import eventually
 from chat.worker import WorkerConfig, run_worker
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 
 async def test_each_identify_uses_a_session_start_and_a_resume_none(world):

@@ -14,7 +14,7 @@ from chat.tests.e2e.conftest import ALICE, GENERAL, eventually
 from chat.worker import WorkerConfig, build_client
 from personas.models import Persona
 
-pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.e2e, pytest.mark.serial, pytest.mark.django_db(transaction=True)]
 
 DEMO_SHARD = (DEMO_GUILD_ID >> 22) % 2
 

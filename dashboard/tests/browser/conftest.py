@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -123,16 +126,72 @@ async def _wait_until_serving(base_url: str, process: asyncio.subprocess.Process
             await asyncio.sleep(0.1)
 
 
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    # This machine's network is closed: Chromium's own background connections would each be
+    # refused (and retried) while the tests run.
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-port=0",
+)
+DEVTOOLS = re.compile(r"DevTools listening on (ws://\S+)")
+
+
+@pytest.fixture(scope="session")
+def chromium_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One headless Debian Chromium (``/usr/bin/chromium``, installed by ``.ci/run``) for the
+    whole test process, started on first use; yields its DevTools websocket URL. Each test
+    connects to it and gets contexts of its own (`browser`), so no test sees another's
+    cookies or pages, and Chromium starts once, not once per test."""
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    process = subprocess.Popen(
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        endpoint = _devtools_endpoint(process)
+        yield endpoint
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _devtools_endpoint(process: subprocess.Popen[str]) -> str:
+    """The DevTools URL Chromium prints once it listens (it says so on stderr first thing)."""
+    assert process.stderr is not None
+    deadline = time.monotonic() + START_TIMEOUT
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line and process.poll() is not None:
+            break
+        seen.append(line)
+        if found := DEVTOOLS.search(line):
+            return found.group(1)
+    raise AssertionError(f"Chromium did not start: {''.join(seen)[-2000:]}")
+
+
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    """Headless Debian Chromium (``/usr/bin/chromium``, installed by ``.ci/run``)."""
+async def browser(chromium_endpoint: str) -> AsyncIterator[Browser]:
+    """The process's Chromium (`chromium_endpoint`), connected for this test over DevTools;
+    the contexts and pages the test opens are closed when it ends."""
     async with async_playwright() as playwright:
-        chromium = await playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox"]
-        )
+        chromium = await playwright.chromium.connect_over_cdp(chromium_endpoint)
         try:
             yield chromium
         finally:
+            for context in chromium.contexts:
+                await context.close()
             await chromium.close()
 
 
