@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 import asyncio
 import itertools
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers
+from django.db import connections
 
 from botproject.live_updates import TurnFinished, channel_group, parse_live_update
 from chat.models import MessageIndex, Turn
@@ -83,6 +85,14 @@ async def _change(turn: Turn, target: str) -> bool:
 
 
 TARGETS = [s for s in ALL if s != S.RUNNING]
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_threads_connection() -> AsyncIterator[None]:
+    """The lifecycle's database work runs on sync_to_async's thread: close its connection
+    there after each test, so the test database can be dropped."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.mark.django_db(transaction=True)
