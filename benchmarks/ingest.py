@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import os
 import statistics
 import sys
@@ -25,7 +26,8 @@ import time
 from collections.abc import Iterator, Sequence
 
 from benchmarks.table import Row, emit
-from chat.pipeline.types import HistoryMessage
+from chat.pipeline.snowflakes import snowflake_at
+from chat.pipeline.types import Author, HistoryMessage
 
 BURST = 5000
 CHANNELS = 20
@@ -115,6 +117,18 @@ def _queue_writes_timed(queued: dict[int, float]) -> Iterator[None]:
         event_queue.event_ingest_many = write
 
 
+def _message(n: int) -> HistoryMessage:
+    """The ``n``-th message of the burst, in one of `CHANNELS` channels, by one author."""
+    now = dt.datetime.now(dt.UTC)
+    return HistoryMessage(
+        id=snowflake_at(now) + n,
+        channel_id=1000 + n % CHANNELS,
+        author=Author(id=4242, display_name="bench"),
+        content=f"m{n}",
+        created_at=now,
+    )
+
+
 async def _measure(*, pace: int | None) -> dict[str, float]:
     """One run; ``pace`` messages per second arrive evenly (None: all at once)."""
     from asgiref.sync import sync_to_async
@@ -122,10 +136,8 @@ async def _measure(*, pace: int | None) -> dict[str, float]:
     from chat.loop.intake import Intake
     from chat.models import EventQueue, UnreadEvent
     from chat.services.event_queue import Consumed, OwnIdentity
-    from chat.tests.factories import message
-
     await sync_to_async(_clear)()
-    burst = [message(content=f"m{n}", channel_id=1000 + n % CHANNELS) for n in range(BURST)]
+    burst = [_message(n) for n in range(BURST)]
     handed: dict[int, float] = {}
     queued: dict[int, float] = {}
     pooled: dict[int, float] = {}

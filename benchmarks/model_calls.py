@@ -325,7 +325,7 @@ async def _run() -> tuple[dict[str, Figures], dict[str, PrefixFigures]]:
     from chat.llm.fake_server import FakeLLMServer
     from chat.sandbox import GatewaySettings, SandboxServer
     from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
-    from chat.tests.e2e.conftest import World
+    from chat.sandbox.harness import World
     from personas.services import config_import
 
     general, poetry = DEMO_CHANNEL_IDS["general"], DEMO_CHANNEL_IDS["poetry"]

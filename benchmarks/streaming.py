@@ -79,7 +79,7 @@ async def _run() -> dict[str, ModeFigures]:
     from chat.models import Turn
     from chat.sandbox import GatewaySettings, SandboxServer
     from chat.sandbox.demo import DEMO_CHANNEL_IDS, demo_sandbox
-    from chat.tests.e2e.conftest import World
+    from chat.sandbox.harness import World
     from personas.models import Persona
     from personas.services import config_import
 

@@ -80,8 +80,9 @@ ONLY: list[tuple[str, tuple[str, ...], str]] = [
     ("discord", ("chat.gateway",), "only chat/gateway/ speaks discord.py"),
     (
         "chat.worker",
-        ("chat.worker", "chat.management.commands.runbot"),
-        "the worker's composition root is runbot's alone; shared parts live in chat.runtime",
+        ("chat.worker", "chat.management.commands.runbot", "chat.sandbox.harness"),
+        "the worker's composition root is runbot's alone (and the harness's, which builds it the "
+        "same way for the end-to-end tests and benchmarks); shared parts live in chat.runtime",
     ),
 ]
 
