@@ -6,12 +6,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from chat.llm.base import LLMError
 
 if TYPE_CHECKING:
-    from chat.llm.attempts import _Exchange
     from chat.llm.tools import ToolBox
     from chat.llm.turn_completion import TurnCompletion
 
@@ -24,6 +23,26 @@ class Restart:
     error: str
 
 
+class Conversation(Protocol):
+    """One turn's exchange with the model (`chat.llm.attempts`' attempt loop): what a stream
+    reads its pieces from and records its turn with."""
+
+    def converse(
+        self, toolbox: ToolBox | None, delivered: Callable[[], bool]
+    ) -> AsyncGenerator[str | Restart, None]:
+        """The reply's text pieces and ``Restart``s, in order; raises `LLMError` when every
+        model failed."""
+        ...
+
+    def warn(self, warning: str) -> None:
+        """Keep ``warning`` among the turn's warnings."""
+        ...
+
+    def result(self, *, reply_text: str, error: LLMError | None = None) -> TurnCompletion:
+        """The turn's record: every attempt, the usage, ``reply_text`` and ``error``."""
+        ...
+
+
 class ReplyStream:
     """One persona reply as the model writes it (`AttemptRunner.stream_turn`).
 
@@ -34,7 +53,7 @@ class ReplyStream:
     """
 
     def __init__(
-        self, exchange: _Exchange, toolbox: ToolBox | None, delivered: Callable[[], bool]
+        self, exchange: Conversation, toolbox: ToolBox | None, delivered: Callable[[], bool]
     ) -> None:
         self._exchange = exchange
         self._error: LLMError | None = None
