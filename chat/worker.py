@@ -1,9 +1,9 @@
 """The bot worker's composition root: client, adapter, runtime, scheduler, control listener,
 slash commands (synced at start).
 
-`run_worker` is what ``manage.py runbot`` runs (and nothing else imports this module but the
-command and the tests); the end-to-end tests run it too, against the sandbox, with the same code
-path. This module assembles the gateway parts; the model clients and the turn runtime come from
+`run_worker` is what ``manage.py runbot`` runs (nothing else imports this module but the
+command and `chat.sandbox.harness`, which builds the same client for the end-to-end tests and
+benchmarks, against the sandbox). This module assembles the gateway parts; the model clients and the turn runtime come from
 `chat.runtime`, and the database work it needs at start is done by services and selectors.
 """
 

@@ -50,7 +50,7 @@ class ExtractionError(ValueError):
 
 def build_extraction_messages(
     *, conversation: Sequence[str], people: Sequence[str], known: Sequence[str]
-) -> list[dict]:
+) -> list[dict[str, str]]:
     """The Chat Completions messages of one extraction.
 
     ``conversation`` is the stretch to read, one ``Name: text`` line per message, already

@@ -53,7 +53,7 @@ def render_markup(text: str, names: NameDirectory, hidden_user_ids: AbstractSet[
 
     def replace(match: re.Match[str]) -> str:
         kind = match.lastgroup
-        value = match[kind]
+        value = match[kind or 0]
         if kind == "user":
             user_id = int(value)
             if user_id in hidden_user_ids:

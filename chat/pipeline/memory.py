@@ -103,7 +103,7 @@ def build_summary_messages(
     channel_name: str,
     previous_summary: str | None,
     conversation: Sequence[str],
-) -> list[dict]:
+) -> list[dict[str, str]]:
     """The Chat Completions messages of one memory refresh.
 
     ``conversation`` is the channel's window as the persona's turn sees it, one rendered

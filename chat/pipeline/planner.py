@@ -165,7 +165,7 @@ def build_planner_messages(
     actions: Sequence[ActionRecord],
     iteration: int,
     max_iterations: int,
-) -> list[dict]:
+) -> list[dict[str, str]]:
     """The planner's Chat Completions messages (seed 003, phase 3).
 
     ``conversation`` and ``incoming`` are rendered lines (``ref_N Name: text``, never raw
@@ -270,7 +270,7 @@ class PlannerPromptInput:
 class PlannerPrompt:
     """A planner step's messages, and the ``ref_N`` keys they use (key → message id)."""
 
-    messages: list[dict]
+    messages: list[dict[str, str]]
     refs: Mapping[str, int]
 
 

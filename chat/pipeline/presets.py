@@ -116,7 +116,7 @@ def chat_preset_from_sillytavern(data: Mapping[str, object], *, name: str = "") 
         identifier = str(prompt["identifier"])
         in_chat = prompt.get("injection_position") == 1
         depth = prompt.get("injection_depth", 4)
-        role = prompt.get("role") if prompt.get("role") in ("user", "assistant") else "system"
+        role = str(prompt["role"]) if prompt.get("role") in ("user", "assistant") else "system"
         result.append(
             PresetPrompt(
                 identifier=identifier,
@@ -148,7 +148,8 @@ def _choice(match: re.Match[str], seed: str) -> str:
         options = match["double"].split("::")
     else:
         options = [option.strip() for option in match["single"].split(",")]
-    return random.Random(f"{seed}\x00{match.start()}").choice(options)
+    chosen: str = random.Random(f"{seed}\x00{match.start()}").choice(options)
+    return chosen
 
 
 def varies_per_turn(template: str) -> bool:

@@ -266,7 +266,8 @@ def keyword_scores(
             holding, frequencies = rows[at], frequencies[position[at]]
         damping = weights.k1 * (1.0 - weights.b + weights.b * index.lengths[holding] / average)
         scores[at] += idf * frequencies * (weights.k1 + 1.0) / (frequencies + damping)
-    return np.minimum(scores / best, 1.0)
+    normalised: np.ndarray = np.minimum(scores / best, 1.0)
+    return normalised
 
 
 def vector_scores(

@@ -426,7 +426,8 @@ class _MessageRenderer:
         self, embeds: Sequence[Embed], containers: Sequence[ComponentContainer]
     ) -> list[str]:
         annotations = []
-        for card in (*embeds, *containers):
+        cards: tuple[Embed | ComponentContainer, ...] = (*embeds, *containers)
+        for card in cards:
             if card.kind.is_notice:
                 annotations.append(f"[System: {self._card_text(card)}]")
             elif card.kind.is_shown and isinstance(card, Embed):
@@ -453,7 +454,12 @@ def _sticker_annotations(stickers: Sequence[Sticker]) -> list[str]:
 
 
 def _shown_cards(message: HistoryMessage) -> Iterator[Embed | ComponentContainer]:
-    return (card for card in (*message.embeds, *message.containers) if card.kind.is_shown)
+    return (card for card in _cards(message) if card.kind.is_shown)
+
+
+def _cards(message: HistoryMessage) -> tuple[Embed | ComponentContainer, ...]:
+    """The message's embeds, then its Components V2 containers."""
+    return (*message.embeds, *message.containers)
 
 
 def _carried_attachments(
@@ -474,14 +480,14 @@ def _is_pure_text(message: HistoryMessage) -> bool:
         or message.stickers
         or message.snapshots
         or message.reference
-        or any(card.kind.is_shown for card in (*message.embeds, *message.containers))
+        or any(card.kind.is_shown for card in _cards(message))
     )
 
 
 def _only_excluded_cards(message: HistoryMessage) -> bool:
     """A message whose only content is cards no prompt shows (seed 002: diagnostic embeds and
     unshared dice rolls stay excluded)."""
-    cards = (*message.embeds, *message.containers)
+    cards = _cards(message)
     return bool(cards) and not any(card.kind.is_shown for card in cards) and _cards_alone(message)
 
 

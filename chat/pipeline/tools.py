@@ -163,7 +163,7 @@ def admit_tools(
             wanted.setdefault(name, "a follow-up to a reply that offered it")
     else:
         wanted = dict.fromkeys(available, "Deliberate Tool Mode is off")
-    reasons = {name: wanted[name] for name in available if name in wanted}
+    reasons: dict[str, str] = {name: wanted[name] for name in available if name in wanted}
     return ToolAdmission(tools=tuple(reasons), reasons=MappingProxyType(reasons))
 
 

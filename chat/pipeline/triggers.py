@@ -180,7 +180,7 @@ def trigger_decision(facts: TriggerInput) -> TriggerDecision:
             silence = Silence.BLOCKED if block is BlockType.BLOCK else Silence.MUTED
         if silence is None and trigger is None:
             silence = Silence.NOT_ADDRESSED
-        if silence is None:
+        if silence is None and trigger is not None:
             answering.append(trigger)
         verdicts.append(PersonaVerdict(persona.name, trigger, silence, block))
     answering.sort(key=lambda t: order.index(t.persona_name))

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.models import Model
 from django.utils import timezone
 
 from chat.models import EventQueue, UnreadEvent
@@ -90,7 +91,7 @@ def _grown(rows: Sequence[IngestRow], new_keys: set[Key]) -> Counter[int]:
     return Counter(r.message.channel_id for r in rows if r.pooled and r.key in new_keys)
 
 
-def _table(model) -> str:
+def _table(model: type[Model]) -> str:
     return connection.ops.quote_name(model._meta.db_table)
 
 
@@ -174,12 +175,16 @@ def _insert_generic(rows: Sequence[IngestRow], now: dt.datetime) -> Inserted:
 
 
 def _insert_chunked(
-    table: str, columns: Sequence[str], values: Sequence[tuple], *, returning: bool = False
-) -> list[tuple]:
+    table: str,
+    columns: Sequence[str],
+    values: Sequence[tuple[object, ...]],
+    *,
+    returning: bool = False,
+) -> list[tuple[int, int]]:
     """Multi-row ``INSERT … ON CONFLICT (channel_id, message_id) DO NOTHING`` of ``values``
     into ``table``, at most `_SQLITE_ROWS_PER_STATEMENT` rows a statement; with ``returning``,
     the (channel id, message id) of each row inserted."""
-    inserted: list[tuple] = []
+    inserted: list[tuple[int, int]] = []
     row = "(" + ", ".join(["%s"] * len(columns)) + ")"
     with connection.cursor() as cursor:
         for start in range(0, len(values), _SQLITE_ROWS_PER_STATEMENT):
@@ -189,7 +194,7 @@ def _insert_chunked(
                 + ", ".join([row] * len(chunk))
                 + " ON CONFLICT (channel_id, message_id) DO NOTHING"
                 + (" RETURNING channel_id, message_id" if returning else ""),
-                [value for one in chunk for value in one],
+                [value for one in chunk for value in one],  # type: ignore[misc]
             )
             if returning:
                 inserted += cursor.fetchall()
@@ -215,7 +220,7 @@ def unread_pool_delete(
                 f"DELETE FROM {table} WHERE channel_id = %s{bound} AND message_id = ANY(%s)",
                 [channel_id, *limit, ids],
             )
-            return cursor.rowcount
+            return int(cursor.rowcount)
         for start in range(0, len(ids), _SQLITE_ROWS_PER_STATEMENT):
             chunk = ids[start : start + _SQLITE_ROWS_PER_STATEMENT]
             marks = ", ".join(["%s"] * len(chunk))

@@ -134,7 +134,10 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     replied = {m.id: m.reference.message_id for m in known if m.reference is not None}
 
     def about_partial(message_id: int) -> bool:
-        return authors.get(message_id) in partial or authors.get(replied.get(message_id)) in partial
+        target = replied.get(message_id)
+        return authors.get(message_id) in partial or (
+            target is not None and authors.get(target) in partial
+        )
 
     lines = [
         item.text

@@ -14,7 +14,7 @@ def planner_step_record(
     guild_id: int | None,
     loop_id: str,
     iteration: int,
-    prompt: list[dict],
+    prompt: list[dict[str, str]],
     decision: str,
     action: Mapping[str, object],
     llm_ms: float | None,

@@ -63,6 +63,8 @@ async def turns_reconcile_interrupted(
             is_main=bool(persona and persona.is_main),
             avatar_url=persona.avatar_url if persona else "",
         )
+        if turn.trigger_message_id is None:
+            continue  # only a turn answering a message is claimed: nothing here to look for
         try:
             found = await port.find_delivery(
                 channel_id=turn.channel_id, speaker=speaker, reply_to=turn.trigger_message_id
@@ -97,6 +99,7 @@ def _turns_abort_running(
     running = Turn.objects.filter(status=Turn.Status.RUNNING)
     if started_before is not None:
         running = running.filter(created_at__lt=started_before)
-    running = running.values_list("id", "guild_id")
-    stale = [turn_id for turn_id, guild_id in running if on_shard(guild_id)]
+    stale = [
+        turn_id for turn_id, guild_id in running.values_list("id", "guild_id") if on_shard(guild_id)
+    ]
     return turns_abort_interrupted(stale, reason="the worker stopped during the turn")

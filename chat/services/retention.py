@@ -44,7 +44,7 @@ def records_prune(
             ids = list(rows.order_by("pk").values_list("pk", flat=True)[:batch_size])
             if not ids:
                 break
-            rows.model.objects.filter(pk__in=ids).delete()
+            rows.model._default_manager.filter(pk__in=ids).delete()
             deleted[kind] += len(ids)
             if len(ids) < batch_size:
                 break

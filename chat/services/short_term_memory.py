@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -62,7 +63,7 @@ def short_term_memory_write(
     replace the old memory, the raw-turn count resets, and the writing turn and time are
     kept."""
     # A DM memory belongs to the user, whichever DM channel wrote it (one per persona and user).
-    scope = {"channel_id": channel_id} if user_id is None else {}
+    scope: dict[str, Any] = {"channel_id": channel_id} if user_id is None else {}
     memory, _ = ShortTermMemory.objects.update_or_create(
         persona=persona,
         user_id=user_id,

@@ -338,7 +338,7 @@ def _finish(turn: Turn, target: str) -> bool:
         )
     if not moved:
         logger.warning("turn %s was settled elsewhere; it stays as it is", turn.id)
-        turn.status = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
+        turn.status = _stored_status(turn)
         return False
     turn.status, turn.finished_at = target, finished_at
     return True
@@ -373,9 +373,15 @@ def _check(turn: Turn, target: str) -> None:
 
 
 def _stale(turn: Turn) -> None:
-    status = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
+    status = _stored_status(turn)
     seen, turn.status = turn.status, status
     raise StaleTurn(f"turn {turn.id} is {status}, not {seen} as this process saw it")
+
+
+def _stored_status(turn: Turn) -> str:
+    """The status the turn's row has now (``aborted`` if the row is gone)."""
+    stored = Turn.objects.filter(pk=turn.pk).values_list("status", flat=True).first()
+    return stored or Status.ABORTED
 
 
 def _columns(turn: Turn, *, exclude: set[str]) -> dict[str, Any]:

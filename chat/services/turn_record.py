@@ -44,7 +44,7 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
     removed = set(context.truncation.removed_message_ids)
     hidden = hidden_user_ids(turn_input.privacy, turn_input.blacklisted_user_ids)
     counts: dict[str, int] = {}
-    if after_trigger := int(prepared.window.get("after_trigger") or 0):
+    if after_trigger := int(str(prepared.window.get("after_trigger") or 0)):
         counts[LEFT_OUT_AFTER_TRIGGER] = after_trigger
     for message in history:
         if message.id in shown and message.id not in removed:
