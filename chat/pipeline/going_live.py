@@ -295,7 +295,7 @@ def commands_check(
     fix = f"start the worker (manage.py runbot): it registers them {where} at start"
     if registered is None:
         return Check(name, False, f"Discord would not list them: {fix}", guild_id=guild_id)
-    missing = sorted(set(expected) - set(registered))
+    missing = sorted(set(expected) - set(registered), key=str.casefold)
     if missing:
         listed = ", ".join(f"/{n}" if n[:1].islower() else n for n in missing)
         return Check(name, False, f"not registered: {listed}: {fix}", guild_id=guild_id)
@@ -325,18 +325,29 @@ class BotStanding:
     guild_name: str
 
 
-def channel_check(
-    *, channel: ChannelAccess, bot: BotStanding, duties: ChannelDuties, guild_id: int
-) -> Check:
-    """The bot's effective permissions in ``channel`` against what its ``duties`` need, each
-    missing one named with why it is missing and where to fix it."""
+def channel_lacks(*, channel: ChannelAccess, bot: BotStanding, duties: ChannelDuties) -> list[Lack]:
+    """What the bot lacks in ``channel`` of what its ``duties`` need there (empty: nothing),
+    computed as Discord does (`chat.pipeline.permissions`)."""
     wanted = needed_permissions(duties)
-    lacks = missing_permissions(bot.guild, bot.member, channel.overwrites, wanted)
+    return missing_permissions(bot.guild, bot.member, channel.overwrites, wanted)
+
+
+def channel_check(
+    *,
+    channel: ChannelAccess,
+    bot: BotStanding,
+    duties: ChannelDuties,
+    lacks: Sequence[Lack],
+    guild_id: int,
+) -> Check:
+    """The bot's effective permissions in ``channel`` against what its ``duties`` need
+    (``lacks``: `channel_lacks`), each missing one named with why it is missing and where to
+    fix it. Without View Channel only that one is named: nothing else counts before it."""
     name = f"#{channel.name} ({bot.guild_name})"
     if not lacks:
         return Check(name, True, "every permission its personas need", guild_id, channel.channel_id)
     view = next((lack for lack in lacks if lack.permission == Permission.VIEW_CHANNEL), None)
-    if view is not None:  # nothing else counts until the bot sees the channel
+    if view is not None:
         lacks = [view]
     parts = [_lack_sentence(lack, channel, bot, duties) for lack in lacks]
     return Check(name, False, "; ".join(parts), guild_id, channel.channel_id)
