@@ -35,9 +35,8 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from chat.models import ShortTermMemory
+from chat.models import DoctorReport, ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
-from chat.models import DoctorReport
 from chat.runtime import discord_deployment, memory_runtime
 from chat.selectors.short_term_memory import short_term_memories_due
 from chat.services.doctor import doctor_run
