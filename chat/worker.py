@@ -34,6 +34,7 @@ from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
+from chat.gateway.stops import gateway_stop
 from chat.heartbeats import (
     worker_heartbeat_clear,
     worker_heartbeat_record,
@@ -307,7 +308,9 @@ async def _run_client(
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
 ) -> bool:
-    """Run one gateway client while the lease holds; True when the lease was lost."""
+    """Run one gateway client while the lease holds; True when the lease was lost. Raises
+    `chat.gateway.stops.GatewayStop` when Discord refuses the bot for good (a bad token,
+    disallowed intents)."""
     client = build_client(
         config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies, fence=keeper
     )
@@ -321,7 +324,13 @@ async def _run_client(
         for task in (stopper, renewer):
             task.cancel()
         if runner in done:
-            runner.result()  # a login failure surfaces here
+            try:
+                runner.result()  # a login failure surfaces here
+            except Exception as error:
+                stop = gateway_stop(error, client=client)
+                if stop is None:
+                    raise
+                raise stop from None
             return False
         await client.close()
         # discord.py keeps retrying a shard whose first connection was under way at the close

@@ -274,6 +274,9 @@ class _Close:
 
     code: int | None
     reason: str = ""
+    handshake: bool = True
+    """Wait for the client's close frame before the TCP connection goes (False: shutting
+    down, close at once)."""
 
 
 _STOP = _Close(None)
@@ -283,7 +286,10 @@ class GatewayConnection:
     """One websocket: reads ops and hands them to the `Gateway`; writes frames in order.
 
     Everything sent goes through one outbox drained by a writer task, so replies, replays and
-    live dispatches keep the order in which they were produced.
+    live dispatches keep the order in which they were produced. A close is a handshake, as on
+    Discord: the writer stops the reader, sends the close frame and waits (up to the socket's
+    timeout) for the client's own before the TCP connection goes, so the client reads the
+    close code (4004, 4014…) rather than a dropped connection (1006).
     """
 
     def __init__(self, ws: web.WebSocketResponse, request: web.Request, gateway: Gateway) -> None:
@@ -292,13 +298,15 @@ class GatewayConnection:
         self._transport = request.transport
         self._gateway = gateway
         self._outbox: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
 
     def send(self, frame: str) -> None:
         self._outbox.put_nowait(frame)
 
-    def close(self, code: int, reason: str = "") -> None:
-        """Close after everything already queued has been sent."""
-        self._outbox.put_nowait(_Close(code, reason))
+    def close(self, code: int, reason: str = "", *, handshake: bool = True) -> None:
+        """Close after everything already queued has been sent; with ``handshake``, once the
+        client answered the close frame (or the socket's timeout passed)."""
+        self._outbox.put_nowait(_Close(code, reason, handshake))
 
     def abort(self) -> None:
         """Drop the TCP connection with no closing handshake, like a network failure."""
@@ -308,18 +316,23 @@ class GatewayConnection:
     async def run(self) -> None:
         """Serve the socket until either side closes it; the writer never outlives this."""
         writer = asyncio.create_task(self._write_frames())
+        self._reader = asyncio.create_task(self._read_frames())
         try:
             self.send(_frame(Op.HELLO, {"heartbeat_interval": self._gateway.heartbeat_interval}))
-            async for message in self._ws:
-                if message.type is WSMsgType.TEXT:
-                    self._gateway.receive(self, message.data)
-                elif message.type is WSMsgType.BINARY:
-                    self.close(CloseCode.DECODE_ERROR, "Binary frames are not supported")
-                else:
-                    break
+            await asyncio.wait({self._reader})
         finally:
+            self._reader.cancel()
             self._outbox.put_nowait(_STOP)
             await writer
+
+    async def _read_frames(self) -> None:
+        async for message in self._ws:
+            if message.type is WSMsgType.TEXT:
+                self._gateway.receive(self, message.data)
+            elif message.type is WSMsgType.BINARY:
+                self.close(CloseCode.DECODE_ERROR, "Binary frames are not supported")
+            else:
+                break
 
     async def _write_frames(self) -> None:
         while True:
@@ -329,6 +342,9 @@ class GatewayConnection:
                     await self._ws.send_str(item)
                     continue
                 if item.code is not None:
+                    if self._reader is not None and item.handshake:  # none may run meanwhile
+                        self._reader.cancel()
+                        await asyncio.wait({self._reader})
                     await self._ws.close(code=item.code, message=item.reason.encode())
             except (ConnectionError, RuntimeError):
                 pass  # the socket is gone; the session's buffer still has every dispatch
@@ -535,7 +551,7 @@ class Gateway:
         the connections to finish."""
         self._unsubscribe()
         for connection in self._connections:
-            connection.close(CloseCode.GOING_AWAY, "Sandbox shutting down")
+            connection.close(CloseCode.GOING_AWAY, "Sandbox shutting down", handshake=False)
         try:
             await asyncio.wait_for(self._no_connections.wait(), timeout=5.0)
         except TimeoutError:
