@@ -490,6 +490,14 @@ class Sandbox:
         )
         return role_id
 
+    def transfer_ownership(self, guild_id: int, user_id: int) -> None:
+        """Make the member ``user_id`` the guild's owner (who holds every permission);
+        dispatches GUILD_UPDATE."""
+        guild = self._guild(guild_id)
+        self._member(guild, user_id)
+        guild.owner_id = user_id
+        self._publish("GUILD_UPDATE", {**guild_payload(guild), "guild_id": str(guild_id)}, guild_id)
+
     def set_role_permissions(self, guild_id: int, role_id: int, permissions: int) -> None:
         """Change a role's permissions (the guild's id: @everyone); dispatches
         GUILD_ROLE_UPDATE."""

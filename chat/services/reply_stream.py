@@ -97,6 +97,8 @@ async def reply_stream_deliver(
         turn.status = Turn.Status.FAILED
         if delivery.failure is not None:
             turn.error = f"delivery failed: {delivery.failure}"
+            if delivery.failure.refusal is not None:
+                turn.discord_refusal = delivery.failure.refusal.as_record()
         await sync_to_async(turn_save)(turn)
         if delivery.failure is None:
             await failure_notice_send(runtime, request)
@@ -104,6 +106,8 @@ async def reply_stream_deliver(
     if completion.error is not None or delivery.failure is not None:
         cause = completion.error or f"delivery failed: {delivery.failure}"
         turn.error = f"the reply was cut after {pieces} of its messages: {cause}"
+        if delivery.failure is not None and delivery.failure.refusal is not None:
+            turn.discord_refusal = delivery.failure.refusal.as_record()
     turn.status = Turn.Status.REPLIED
     await sync_to_async(turn_delivered_record)(
         turn, [], memory_user_id=request.memory_user_id, now=runtime.clock()

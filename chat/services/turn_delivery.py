@@ -68,6 +68,8 @@ async def reply_deliver(
     except DeliveryError as error:
         turn.deliver_ms = ms_since(started)
         turn.status, turn.error = Turn.Status.FAILED, f"delivery failed: {error}"
+        if error.refusal is not None:
+            turn.discord_refusal = error.refusal.as_record()
         await sync_to_async(turn_save)(turn)
         return
     turn.deliver_ms = ms_since(started)
