@@ -269,7 +269,7 @@ async def test_a_turn_refused_with_50013_shows_the_channel_and_permission_on_its
 
 
 def _page_as_admin(path: str) -> str:
-    admin = User.objects.create_user("root", is_staff=True)
+    admin, _ = User.objects.get_or_create(username="root", defaults={"is_staff": True})
     client = Client()
     client.force_login(admin)
     response = client.get(path)
