@@ -327,7 +327,11 @@ async def _run_client(
             try:
                 runner.result()  # a login failure surfaces here
             except Exception as error:
-                stop = gateway_stop(error, client=client)
+                stop = gateway_stop(
+                    error,
+                    application_flags=client.application_flags.value,
+                    intents=client.intents.value,
+                )
                 if stop is None:
                     raise
                 raise stop from None

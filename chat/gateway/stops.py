@@ -32,15 +32,18 @@ class GatewayStop(Exception):
     """Discord refused the bot for good; the message names the cause and the fix."""
 
 
-def gateway_stop(error: BaseException, *, client: discord.Client) -> GatewayStop | None:
+def gateway_stop(
+    error: BaseException, *, application_flags: int, intents: int
+) -> GatewayStop | None:
     """The `GatewayStop` for ``error`` (what ``client.start`` raised), or None when it is not
-    one of Discord's final refusals."""
+    one of Discord's final refusals. ``application_flags`` are what Discord said of the
+    application at login, ``intents`` what the client asked for."""
     if isinstance(error, discord.LoginFailure):
         return GatewayStop(f"Discord refused DISCORD_TOKEN (401 Unauthorized): {TOKEN_FIX}")
     if isinstance(error, discord.PrivilegedIntentsRequired) or (
         isinstance(error, discord.ConnectionClosed) and error.code == DISALLOWED_INTENTS
     ):
-        return _intents_stop(client)
+        return _intents_stop(application_flags, intents)
     if isinstance(error, discord.ConnectionClosed) and error.code == AUTHENTICATION_FAILED:
         return GatewayStop(
             "Discord closed the gateway with 4004 (authentication failed): the token was reset "
@@ -50,14 +53,12 @@ def gateway_stop(error: BaseException, *, client: discord.Client) -> GatewayStop
     return None
 
 
-def _intents_stop(client: discord.Client) -> GatewayStop:
+def _intents_stop(application_flags: int, intents: int) -> GatewayStop:
     """4014: name the privileged intents the application does not allow (from the flags
     Discord gave at login), each with its switch."""
-    missing = intents_not_enabled(
-        application_flags=client.application_flags.value, intents=client.intents.value
-    )
+    missing = intents_not_enabled(application_flags=application_flags, intents=intents)
     if not missing:  # the flags said yes, Discord said no: name every one the bot asks for
-        missing = [p for p in PRIVILEGED_INTENTS if client.intents.value & p.intent]
+        missing = [p for p in PRIVILEGED_INTENTS if intents & p.intent]
     names = " and ".join(p.name for p in missing)
     switches = " and ".join(p.switch for p in missing)
     plural = "s" if len(missing) > 1 else ""
