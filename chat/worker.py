@@ -34,7 +34,7 @@ from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
-from chat.gateway.stops import gateway_stop
+from chat.gateway.stops import client_stop
 from chat.heartbeats import (
     worker_heartbeat_clear,
     worker_heartbeat_record,
@@ -327,11 +327,7 @@ async def _run_client(
             try:
                 runner.result()  # a login failure surfaces here
             except Exception as error:
-                stop = gateway_stop(
-                    error,
-                    application_flags=client.application_flags.value,
-                    intents=client.intents.value,
-                )
+                stop = client_stop(error, client=client)
                 if stop is None:
                     raise
                 raise stop from None

@@ -53,6 +53,17 @@ def gateway_stop(
     return None
 
 
+def client_stop(error: BaseException, *, client: discord.Client) -> GatewayStop | None:
+    """`gateway_stop` for what ``client.start`` raised, with the application flags Discord gave
+    at login (none when the login itself failed)."""
+    flags = client.application_flags
+    return gateway_stop(
+        error,
+        application_flags=flags.value if isinstance(flags, discord.ApplicationFlags) else 0,
+        intents=client.intents.value,
+    )
+
+
 def _intents_stop(application_flags: int, intents: int) -> GatewayStop:
     """4014: name the privileged intents the application does not allow (from the flags
     Discord gave at login), each with its switch."""

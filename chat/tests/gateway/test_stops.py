@@ -9,7 +9,7 @@ import discord
 import pytest
 
 from chat.gateway.client import bot_intents
-from chat.gateway.stops import gateway_stop
+from chat.gateway.stops import client_stop, gateway_stop
 
 INTENTS = bot_intents().value
 ALL_FLAGS = (1 << 12) | (1 << 14) | (1 << 18)
@@ -62,3 +62,11 @@ def test_a_4004_close_says_the_token_was_reset():
 )
 def test_anything_else_is_not_a_stop(error):
     assert gateway_stop(error, application_flags=ALL_FLAGS, intents=INTENTS) is None
+
+
+async def test_a_client_that_never_logged_in_still_gets_its_stop():
+    client = discord.Client(intents=bot_intents())  # no application flags yet
+
+    stop = client_stop(discord.LoginFailure("Improper token"), client=client)
+
+    assert str(stop).startswith("Discord refused DISCORD_TOKEN")
