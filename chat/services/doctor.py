@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
+import httpx
 import redis.asyncio as redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -101,7 +102,8 @@ async def deployment_examine(*, discord: DeploymentOpener, now: dt.datetime) -> 
        joined and every joined guild configured; the slash commands registered; each
        configured channel's permissions against what its personas do there, and its webhooks
        where other personas speak;
-    2. the model endpoints (``GET /models``) and each model the configuration uses;
+    2. the model endpoints (``GET /models``) and each model the configuration uses; the
+       moderation endpoint (``POST /moderations``) when one is set;
     3. the database (reachable, every migration applied) and Redis (``PING``);
     4. the turns Discord refused for want of a permission in the last day.
 
@@ -113,6 +115,7 @@ async def deployment_examine(*, discord: DeploymentOpener, now: dt.datetime) -> 
     checks = list(found.checks)
     if plans is not None:
         checks += await _model_checks()
+    checks += await _moderation_checks()
     checks += [database, await _redis_check()]
     if plans is not None:
         refusals = await sync_to_async(turn_refusals)(since=now - REFUSAL_WINDOW)
@@ -339,6 +342,33 @@ async def _list_models(base_url: str, setting: str) -> ModelEndpoint:
         except LLMError as error:
             return ModelEndpoint(base_url, setting, error=str(error))
     return ModelEndpoint(base_url, setting, listed=listed)
+
+
+async def _moderation_checks() -> list[Check]:
+    """When ``MODERATION_BASE_URL`` is set: one ``POST {base}/moderations`` of a harmless word
+    with ``MODERATION_MODEL`` (default ``omni-moderation-latest``) answers OpenAI's shape."""
+    base_url = getattr(settings, "MODERATION_BASE_URL", "")
+    if not base_url:
+        return []
+    key = getattr(settings, "MODERATION_API_KEY", "")
+    model = getattr(settings, "MODERATION_MODEL", "") or "omni-moderation-latest"
+    name = f"moderation endpoint {base_url}"
+    fix = "check MODERATION_BASE_URL, MODERATION_API_KEY and MODERATION_MODEL"
+    try:
+        async with httpx.AsyncClient(timeout=ENDPOINT_SECONDS) as http:
+            answer = await http.post(
+                base_url.rstrip("/") + "/moderations",
+                json={"model": model, "input": "hello"},
+                headers={"Authorization": f"Bearer {key}"} if key else {},
+            )
+        results = answer.json().get("results") if answer.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError) as error:
+        return [Check(name, False, f"POST /moderations failed ({type(error).__name__}): {fix}")]
+    if answer.status_code != 200:
+        return [Check(name, False, f"POST /moderations answered {answer.status_code}: {fix}")]
+    if not isinstance(results, list) or not results:
+        return [Check(name, False, f"POST /moderations answered no results: {fix}")]
+    return [Check(name, True, f"answers with {model}")]
 
 
 def _database_check() -> Check:
