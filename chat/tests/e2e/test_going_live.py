@@ -275,3 +275,23 @@ def _page_as_admin(path: str) -> str:
     response = client.get(path)
     assert response.status_code == 200
     return re.sub(r"\s+", " ", response.content.decode())
+
+
+async def test_an_alter_persona_refused_its_webhook_names_manage_webhooks(deployment):
+    sandbox = deployment.sandbox.sandbox
+    bot_role = sandbox.bot_role_id(DEMO_GUILD_ID)
+    sandbox.set_overwrite(POETRY, bot_role, deny=Permission.MANAGE_WEBHOOKS)
+    await deployment.start_worker()
+
+    deployment.say("anon, sing for us", channel_id=POETRY)
+    turn = await eventually(
+        lambda: Turn.objects.filter(status=Turn.Status.FAILED).afirst(), within=30
+    )
+
+    assert turn.persona_name == "Anon"
+    assert turn.discord_refusal["permission"] == "Manage Webhooks"
+    assert turn.discord_refusal["channel_name"] == "poetry"
+    assert turn.error == (
+        "delivery failed: Discord refused (50013 Missing Permissions): the bot lacks Manage "
+        "Webhooks in #poetry"
+    )
