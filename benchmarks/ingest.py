@@ -136,6 +136,7 @@ async def _measure(*, pace: int | None) -> dict[str, float]:
     from chat.loop.intake import Intake
     from chat.models import EventQueue, UnreadEvent
     from chat.services.event_queue import Consumed, OwnIdentity
+
     await sync_to_async(_clear)()
     burst = [_message(n) for n in range(BURST)]
     handed: dict[int, float] = {}

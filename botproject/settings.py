@@ -205,8 +205,11 @@ MEMORY_EXTRACTION_MIN_MESSAGES = env_int("MEMORY_EXTRACTION_MIN_MESSAGES", 4, mi
 MEMORY_DUPLICATE_SIMILARITY_PERCENT = env_int(
     "MEMORY_DUPLICATE_SIMILARITY_PERCENT", 90, minimum=50, maximum=100
 )
+# How often Celery beat checks the deployment (the checks of manage.py doctor), for the overview.
+DOCTOR_SECONDS = env_positive_float("DOCTOR_SECONDS", 600.0)
 CELERY_BEAT_SCHEDULE = {
     "records-prune": {"task": "chat.tasks.records_prune_task", "schedule": 3600.0},
+    "deployment-check": {"task": "chat.tasks.doctor_task", "schedule": DOCTOR_SECONDS},
     "short-term-memory-maintenance": {
         "task": "chat.tasks.short_term_memory_maintenance_task",
         "schedule": SHORT_TERM_MEMORY_MAINTENANCE_SECONDS,

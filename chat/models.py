@@ -220,6 +220,13 @@ class Turn(models.Model):
         "(over budget, failed roll): `LoreActivation.as_record`",
     )
     error = models.TextField(blank=True)
+    discord_refusal = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Set when Discord refused the turn's delivery for want of a permission "
+        "(50001 Missing Access, 50013 Missing Permissions): code, reason, permission, "
+        "channel_id, channel_name (`chat.ports.DiscordRefusal.as_record`)",
+    )
     history_ms = models.FloatField(null=True, blank=True)
     participant_ms = models.FloatField(null=True, blank=True)
     build_ms = models.FloatField(null=True, blank=True)
@@ -519,3 +526,36 @@ class DiscordName(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.discord_id}: {self.name}"
+
+
+class DoctorReport(models.Model):
+    """One run of the deployment check (`chat.services.doctor`): ``manage.py doctor``, Celery
+    beat's every ``DOCTOR_SECONDS``, or one an admin asked for on the dashboard.
+
+    ``checks`` are its lines (`chat.pipeline.going_live.Check.as_json`), ``ok`` whether all
+    passed (None while it runs); ``application_id`` and ``invite_url`` what Discord said of the
+    application (empty when it could not be read), ``bot_guilds`` the guilds the bot was in
+    (id as a string → name). Reports older than a week are deleted as new ones are saved.
+    """
+
+    class Origin(models.TextChoices):
+        COMMAND = "command", "manage.py doctor"
+        SCHEDULE = "schedule", "Celery beat"
+        DASHBOARD = "dashboard", "Asked for on the dashboard"
+
+    origin = models.CharField(max_length=10, choices=Origin.choices)
+    requested_by = models.CharField(max_length=150, blank=True)
+    ok = models.BooleanField(null=True, blank=True)
+    checks = models.JSONField(default=list, blank=True)
+    application_id = models.PositiveBigIntegerField(null=True, blank=True)
+    invite_url = models.URLField(max_length=300, blank=True)
+    bot_guilds = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        state = "running" if self.ok is None else ("ok" if self.ok else "FAIL")
+        return f"doctor {self.created_at:%Y-%m-%d %H:%M} ({state})"

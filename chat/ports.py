@@ -8,12 +8,14 @@ limit, webhook names) belong to the implementation: a service hands over the who
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from chat.pipeline.permissions import GuildRoles, Overwrite
 from chat.pipeline.types import HistoryMessage, NameDirectory
 from chat.pipeline.window_reuse import GatewayCacheView
 
@@ -55,12 +57,59 @@ class ChannelPlace:
         return self.guild_id is None
 
 
-class DeliveryError(Exception):
-    """Discord refused or failed a delivery; ``permanent`` errors are not worth retrying."""
+MISSING_ACCESS = 50001
+MISSING_PERMISSIONS = 50013
 
-    def __init__(self, message: str, *, permanent: bool) -> None:
+
+@dataclass(frozen=True)
+class DiscordRefusal:
+    """Discord refused an act of the bot in a channel for want of a permission: ``code`` is
+    Discord's (50001 Missing Access: it cannot see the channel; 50013 Missing Permissions),
+    ``permission`` the one it lacks by name (``Send Messages``), and the channel by id and
+    name (``channel_name`` empty when unknown). For a thread, the channel is the thread and
+    the permissions are its parent's."""
+
+    code: int
+    permission: str
+    channel_id: int
+    channel_name: str = ""
+
+    @property
+    def reason(self) -> str:
+        return "Missing Access" if self.code == MISSING_ACCESS else "Missing Permissions"
+
+    @property
+    def channel_label(self) -> str:
+        return f"#{self.channel_name}" if self.channel_name else f"channel {self.channel_id}"
+
+    def __str__(self) -> str:
+        return (
+            f"Discord refused ({self.code} {self.reason}): the bot lacks {self.permission} "
+            f"in {self.channel_label}"
+        )
+
+    def as_record(self) -> dict[str, Any]:
+        """As a turn keeps it (`chat.models.Turn.discord_refusal`)."""
+        return {
+            "code": self.code,
+            "reason": self.reason,
+            "permission": self.permission,
+            "channel_id": str(self.channel_id),
+            "channel_name": self.channel_name,
+        }
+
+
+class DeliveryError(Exception):
+    """Discord refused or failed a delivery; ``permanent`` errors are not worth retrying.
+    ``refusal`` says which permission the bot lacked, in which channel, when Discord refused
+    with 50001 or 50013 (None for any other failure)."""
+
+    def __init__(
+        self, message: str, *, permanent: bool, refusal: DiscordRefusal | None = None
+    ) -> None:
         super().__init__(message)
         self.permanent = permanent
+        self.refusal = refusal
 
 
 class DiscordPort(Protocol):
@@ -214,6 +263,94 @@ UNFENCED = Unfenced()
 
 class DiscordUnavailable(Exception):
     """No Discord to read: no token is configured, or logging in failed."""
+
+
+class TokenRefused(DiscordUnavailable):
+    """Discord answered 401 Unauthorized: the token is wrong or was reset."""
+
+
+class DiscordReadRefused(Exception):
+    """Discord answered a read with an error: ``status`` and Discord's ``code`` (0 unknown)."""
+
+    def __init__(self, message: str, *, status: int, code: int) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class BotApplication:
+    """The bot's application (``GET /applications/@me``): its id (the invite's
+    ``client_id``), name and ``flags`` (which privileged intents are switched on), and the bot
+    user's name."""
+
+    id: int
+    name: str
+    flags: int
+    bot_name: str
+
+
+@dataclass(frozen=True)
+class ChannelLayout:
+    """A guild channel as ``GET /guilds/{id}/channels`` describes it: ``kind`` is ``text``,
+    ``forum``, ``category``, ``thread`` or ``other``; ``parent_id`` its category (a thread's:
+    its channel); ``overwrites`` its own permission overwrites; ``synced`` whether they are its
+    category's (then they are edited there)."""
+
+    id: int
+    name: str
+    kind: str
+    parent_id: int | None
+    overwrites: tuple[Overwrite, ...]
+    synced: bool = False
+
+
+@dataclass(frozen=True)
+class GuildLayout:
+    """What decides the bot's permissions in a guild: its owner and roles, the bot's roles
+    and timeout, every channel."""
+
+    guild_id: int
+    name: str
+    roles: GuildRoles
+    bot_role_ids: tuple[int, ...]
+    bot_role_name: str
+    """The role Discord made for the bot when it joined (else its highest role's name)."""
+    bot_timed_out_until: dt.datetime | None
+    channels: tuple[ChannelLayout, ...]
+
+
+@dataclass(frozen=True)
+class WebhookCount:
+    """The webhooks of a channel: how many, and how many of them the bot made."""
+
+    total: int
+    own: int
+
+
+class DiscordDeployment(Protocol):
+    """What `manage.py doctor` reads from Discord about the deployment (over REST, logged in
+    with the bot's token). Reads raise `DiscordReadRefused` when Discord answers an error."""
+
+    intents: int
+    """The gateway intents the worker asks for."""
+    bot_user_id: int
+    command_names: frozenset[str]
+    """The names of the slash and context-menu commands the worker registers."""
+
+    async def application(self) -> BotApplication: ...
+
+    async def bot_guilds(self) -> dict[int, str]:
+        """The guilds the bot is in, by id, with their names."""
+        ...
+
+    async def guild_layout(self, guild_id: int) -> GuildLayout: ...
+
+    async def webhook_count(self, channel_id: int) -> WebhookCount: ...
+
+    async def registered_commands(self, guild_id: int | None) -> frozenset[str]:
+        """The names of the commands registered in the guild (None: globally)."""
+        ...
 
 
 class RestDiscordPort(DiscordPort, Protocol):

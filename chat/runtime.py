@@ -16,6 +16,7 @@ one way. The dashboard reaches Discord and the sandbox only through this module'
 - `dry_run_runtime`: a runtime with no model client at all; it prepares turns and renders their
   requests (`chat.services.turns.turn_prepare` with ``dry_run``).
 - `sandbox_control`: the local sandbox's control API behind `SandboxControl`.
+- `discord_deployment`: what the deployment check reads of Discord (`DiscordDeployment`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from chat import selectors
+from chat.gateway.deployment import deployment_reader
 from chat.gateway.rest import rest_port
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient, ModelSpec
@@ -40,6 +42,7 @@ from chat.pipeline.tokens import default_token_counter
 from chat.pipeline.types import HistoryMessage
 from chat.ports import (
     UNFENCED,
+    DiscordDeployment,
     DiscordPort,
     LeaseFence,
     RestDiscordPort,
@@ -225,3 +228,16 @@ async def sandbox_control(base_url: str) -> AsyncIterator[SandboxControl]:
     an error, and ``OSError`` / ``aiohttp.ClientError`` when nothing answers."""
     async with ControlClient(base_url) as client:
         yield _SandboxControl(client)
+
+
+@contextlib.asynccontextmanager
+async def discord_deployment() -> AsyncIterator[DiscordDeployment]:
+    """What the deployment check (`chat.services.doctor`) reads of Discord, logged in with
+    ``DISCORD_TOKEN`` at ``DISCORD_API_BASE``; the HTTP session closes on exit. Raises
+    `chat.ports.TokenRefused` (401) or `chat.ports.DiscordUnavailable`."""
+    async with deployment_reader(
+        token=settings.DISCORD_TOKEN,
+        api_base=settings.DISCORD_API_BASE,
+        gateway_url=settings.DISCORD_GATEWAY_URL,
+    ) as reader:
+        yield reader

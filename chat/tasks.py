@@ -16,7 +16,11 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   document passages that have no vector of the configured embedding model (written while its
   endpoint failed, or the model changed).
 
-Queued by the dashboard: ``document_embed_task`` once per uploaded document.
+- ``doctor_task`` every ``DOCTOR_SECONDS`` (600 s): the deployment check (``manage.py
+  doctor``), its report saved for the dashboard's overview.
+
+Queued by the dashboard: ``document_embed_task`` once per uploaded document; ``doctor_task``
+when an admin asks for a check.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from chat.models import ShortTermMemory
+from chat.models import DoctorReport, ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
-from chat.runtime import memory_runtime
+from chat.runtime import discord_deployment, memory_runtime
 from chat.selectors.short_term_memory import short_term_memories_due
+from chat.services.doctor import doctor_run
 from chat.services.memory_documents import document_embed, documents_embed_stale
 from chat.services.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.services.memory_refresh import MemoryRefresh, short_term_memory_refresh
@@ -177,3 +182,25 @@ def memory_embed_task() -> dict[str, int]:
     documents = documents_embed_stale()
     logger.info("embedded %d memories and %d documents", memories, len(documents))
     return {"memories": memories, "documents": len(documents)}
+
+
+@shared_task(ignore_result=True)
+def doctor_task(report_id: int | None = None) -> bool:
+    """Periodic (Celery beat), or queued by an admin on the dashboard with the id of the report
+    row it made: check the deployment (`doctor_run`) and save the report on that row (a new
+    one when it is gone). Returns whether every check passed. Not retried: the next run checks
+    again."""
+    return asyncio.run(_doctor(report_id))
+
+
+async def _doctor(report_id: int | None) -> bool:
+    try:
+        _, examination = await doctor_run(
+            discord=discord_deployment,
+            origin=DoctorReport.Origin.SCHEDULE,
+            now=timezone.now,
+            report_id=report_id,
+        )
+    finally:
+        await sync_to_async(connections.close_all)()
+    return examination.ok

@@ -3,8 +3,9 @@ slash commands (synced at start).
 
 `run_worker` is what ``manage.py runbot`` runs (nothing else imports this module but the
 command and `chat.sandbox.harness`, which builds the same client for the end-to-end tests and
-benchmarks, against the sandbox). This module assembles the gateway parts; the model clients and the turn runtime come from
-`chat.runtime`, and the database work it needs at start is done by services and selectors.
+benchmarks, against the sandbox). This module assembles the gateway parts; the model clients
+and the turn runtime come from `chat.runtime`, and the database work it needs at start is done
+by services and selectors.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
+from chat.gateway.stops import client_stop
 from chat.heartbeats import (
     worker_heartbeat_clear,
     worker_heartbeat_record,
@@ -307,7 +309,9 @@ async def _run_client(
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
 ) -> bool:
-    """Run one gateway client while the lease holds; True when the lease was lost."""
+    """Run one gateway client while the lease holds; True when the lease was lost. Raises
+    `chat.gateway.stops.GatewayStop` when Discord refuses the bot for good (a bad token,
+    disallowed intents)."""
     client = build_client(
         config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies, fence=keeper
     )
@@ -321,7 +325,13 @@ async def _run_client(
         for task in (stopper, renewer):
             task.cancel()
         if runner in done:
-            runner.result()  # a login failure surfaces here
+            try:
+                runner.result()  # a login failure surfaces here
+            except Exception as error:
+                stop = client_stop(error, client=client)
+                if stop is None:
+                    raise
+                raise stop from None
             return False
         await client.close()
         # discord.py keeps retrying a shard whose first connection was under way at the close

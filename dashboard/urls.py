@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import live_views, memory_views, row_views, views
+from dashboard import going_live_views, live_views, memory_views, row_views, views
 
 app_name = "dashboard"
 
@@ -78,4 +78,6 @@ urlpatterns = [
     path("turns/<int:turn_id>/replay/", live_views.turn_replay_view, name="turn_replay"),
     path("why/", live_views.why_view, name="why"),
     path("playground/", live_views.playground, name="playground"),
+    path("deployment/", going_live_views.deployment_card, name="deployment"),
+    path("deployment/check/", going_live_views.deployment_check, name="deployment_check"),
 ]

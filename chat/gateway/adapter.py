@@ -6,6 +6,11 @@ The webhook is created once and cached; it is recreated when Discord says it is 
 and when the channel is full of webhooks (30007) this bot's own old ones are cleared first. A
 webhook's id joins the bot's own identity before its first message is sent, so the gateway echo
 is recognised as ours even if it arrives before the send returns.
+
+When Discord refuses an act for want of a permission (50001 Missing Access, 50013 Missing
+Permissions), the `DeliveryError` carries a `DiscordRefusal`: the permission by name (the first
+of those the act needs that the gateway cache says the bot lacks there, else the act's own) and
+the channel whose permissions count (a thread's parent).
 """
 
 from __future__ import annotations
@@ -25,9 +30,18 @@ from chat.caches import BoundedCache
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
 from chat.gateway.proxies import ProxyRecord, ProxyResolver
+from chat.pipeline.permissions import Permission, permission_name
 from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
-from chat.ports import ChannelPlace, Delivered, DeliveryError, Speaker
+from chat.ports import (
+    MISSING_ACCESS,
+    MISSING_PERMISSIONS,
+    ChannelPlace,
+    Delivered,
+    DeliveryError,
+    DiscordRefusal,
+    Speaker,
+)
 from chat.selectors import Attribution
 from chat.services.message_index import proxied_message_record
 
@@ -37,6 +51,9 @@ WEBHOOK_NAME = "Persona bot"
 UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
+READING = (Permission.READ_MESSAGE_HISTORY,)
+WEBHOOKS = (Permission.MANAGE_WEBHOOKS,)
+REACTING = (Permission.ADD_REACTIONS, Permission.READ_MESSAGE_HISTORY)
 REFRESH_URLS_PER_REQUEST = 50
 """Attachment URLs Discord signs anew per `POST /attachments/refresh-urls`."""
 RECENT_DELIVERIES = 5000
@@ -261,7 +278,7 @@ class DiscordAdapter:
                 )
             ]
         except discord.HTTPException as error:
-            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+            raise self._refused(error, channel_id, READING, permanent=False) from None
         return sorted(messages, key=lambda m: m.id)
 
     def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
@@ -313,7 +330,7 @@ class DiscordAdapter:
                     if w.user and w.user.id == self.bot_user_id
                 }
         except discord.HTTPException as error:
-            raise DeliveryError(f"{error.status} {error.text}", permanent=False) from None
+            raise self._refused(error, channel_id, WEBHOOKS, permanent=False) from None
         if speaker.is_main:
             found = _native_reply_run(messages, self.bot_user_id, reply_to)
         else:
@@ -427,8 +444,11 @@ class DiscordAdapter:
                 notices, pieces = notices + list(pieces), []
             return await self._deliver_by_webhook(channel_id, speaker, pieces, notices)
         except discord.HTTPException as error:
-            permanent = 400 <= error.status < 500 and error.status != 429
-            raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
+            if speaker.is_main:
+                needed = self._sending(channel_id, reply=reply_to is not None)
+            else:
+                needed = WEBHOOKS
+            raise self._refused(error, channel_id, needed) from None
 
     async def edit_message(
         self, *, channel_id: int, speaker: Speaker, message_id: int, text: str
@@ -449,8 +469,7 @@ class DiscordAdapter:
                 thread=thread or discord.utils.MISSING,
             )
         except discord.HTTPException as error:
-            permanent = 400 <= error.status < 500 and error.status != 429
-            raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
+            raise self._refused(error, channel_id, () if speaker.is_main else WEBHOOKS) from None
 
     def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
         guild = self._client.get_guild(guild_id)
@@ -467,8 +486,7 @@ class DiscordAdapter:
             channel = await self._channel(channel_id)
             sent = await channel.send(stickers=[discord.Object(id=sticker_id)])
         except discord.HTTPException as error:
-            permanent = 400 <= error.status < 500 and error.status != 429
-            raise DeliveryError(f"{error.status} {error.text}", permanent=permanent) from None
+            raise self._refused(error, channel_id, self._sending(channel_id)) from None
         self.recent.put(sent.id, speaker.name)
         return Delivered(sent.id, self.convert(sent), author_id=sent.author.id)
 
@@ -587,7 +605,7 @@ class DiscordAdapter:
             channel = await self._channel(channel_id)
             await channel.get_partial_message(message_id).add_reaction(emoji)
         except discord.HTTPException as error:
-            raise DeliveryError(f"{error.status} {error.text}", permanent=True) from None
+            raise self._refused(error, channel_id, REACTING, permanent=True) from None
 
     async def _channel(self, channel_id: int) -> discord.abc.Messageable:
         channel = self._client.get_channel(channel_id)
@@ -595,5 +613,55 @@ class DiscordAdapter:
             try:
                 channel = await self._client.fetch_channel(channel_id)
             except discord.HTTPException as error:
-                raise DeliveryError(f"channel {channel_id}: {error.text}", permanent=True) from None
+                refusal = self._refusal(error, channel_id, ())
+                text = str(refusal) if refusal else f"channel {channel_id}: {error.text}"
+                raise DeliveryError(text, permanent=True, refusal=refusal) from None
         return channel
+
+    # -- refusals ----------------------------------------------------------------------------
+
+    def _sending(self, channel_id: int, *, reply: bool = False) -> tuple[Permission, ...]:
+        """What sending a message in the channel needs (a reply reads history too)."""
+        in_thread = isinstance(self._client.get_channel(channel_id), discord.Thread)
+        send = Permission.SEND_MESSAGES_IN_THREADS if in_thread else Permission.SEND_MESSAGES
+        return (send, Permission.READ_MESSAGE_HISTORY) if reply else (send,)
+
+    def _refused(
+        self,
+        error: discord.HTTPException,
+        channel_id: int,
+        needed: Sequence[Permission],
+        *,
+        permanent: bool | None = None,
+    ) -> DeliveryError:
+        """The `DeliveryError` for ``error``, an act in ``channel_id`` that needs ``needed``
+        (besides View Channel): with a `DiscordRefusal` when Discord said 50001 or 50013.
+        ``permanent`` by default: a 4xx other than 429."""
+        refusal = self._refusal(error, channel_id, needed)
+        if permanent is None:
+            permanent = 400 <= error.status < 500 and error.status != 429
+        text = str(refusal) if refusal is not None else f"{error.status} {error.text}"
+        return DeliveryError(text, permanent=permanent, refusal=refusal)
+
+    def _refusal(
+        self, error: discord.HTTPException, channel_id: int, needed: Sequence[Permission]
+    ) -> DiscordRefusal | None:
+        if error.code not in (MISSING_ACCESS, MISSING_PERMISSIONS):
+            return None
+        channel = self._client.get_channel(channel_id)
+        if isinstance(channel, discord.Thread) and channel.parent is not None:
+            channel = channel.parent  # a thread has its parent's permissions
+        lacking = Permission.VIEW_CHANNEL
+        if error.code == MISSING_PERMISSIONS:
+            held = 0
+            guild = getattr(channel, "guild", None)
+            if isinstance(channel, discord.abc.GuildChannel) and guild is not None and guild.me:
+                held = channel.permissions_for(guild.me).value
+            unheld = [p for p in needed if not held & p]
+            lacking = unheld[0] if unheld else (needed[0] if needed else Permission.SEND_MESSAGES)
+        return DiscordRefusal(
+            code=error.code,
+            permission=permission_name(lacking),
+            channel_id=channel.id if channel is not None else channel_id,
+            channel_name=getattr(channel, "name", "") or "",
+        )

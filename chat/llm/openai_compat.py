@@ -90,6 +90,16 @@ class OpenAICompatibleClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
+    async def list_models(self) -> frozenset[str]:
+        """The ids ``GET {base_url}/models`` lists (OpenAI's ``{"data": [{"id": …}]}``).
+        Raises ``LLMError`` when the endpoint fails or answers something else."""
+        with _as_llm_errors():
+            async with asyncio.timeout(self._timeouts.total):
+                response = await self._http.get("models")
+        if response.status_code >= 400:
+            raise status_error(response.status_code, response.text, response.headers)
+        return _validate(_ModelList, response.content).ids
+
     async def complete(self, request: ModelRequest) -> Completion:
         """Send ``request`` once and return the assembled completion (``stream``'s last item).
 
@@ -510,6 +520,18 @@ class _TextChunk(BaseModel):
     choices: list[_TextChoice] = Field(default_factory=list)
     usage: _Usage | None = None
     error: Any = None
+
+
+class _ListedModel(BaseModel):
+    id: str
+
+
+class _ModelList(BaseModel):
+    data: list[_ListedModel]
+
+    @property
+    def ids(self) -> frozenset[str]:
+        return frozenset(model.id for model in self.data)
 
 
 class _ErrorDetail(BaseModel):

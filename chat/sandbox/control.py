@@ -30,6 +30,13 @@ Discord's error body. Ids are strings in responses and strings or numbers in req
     POST   /gateway/replay                      {count} -> {"count": events replayed}
     GET    /gateway/session-start-limit         the bot's session_start_limit
     POST   /gateway/session-start-limit         {remaining, reset_after? (s)} -> the limit
+    POST   /application                         {flags} -> the application (which privileged
+                                                 intents the bot may ask for)
+    PUT    /channels/{cid}/overwrites/{target}  {member?, allow, deny} -> the channel (a
+                                                 role's or member's overwrite; 0 and 0 removes)
+    POST   /guilds/{gid}/roles                  {name, permissions} -> {"id": role id}
+    PATCH  /guilds/{gid}/roles/{rid}            {permissions}
+    PUT    /guilds/{gid}/members/{uid}/roles    {role_ids}
 
 `ControlClient` speaks this API; `find_channel_id` and `find_user_id` resolve the names a
 person types (`general`, `#general`, `alice`) against `GET /world`.
@@ -138,6 +145,29 @@ class SessionStartLimitSpec(_Body):
 
 class MessagesQuery(_Body):
     after: Snowflake | None = None
+
+
+class ApplicationSpec(_Body):
+    flags: Annotated[int, Field(ge=0)]
+
+
+class OverwriteSpec(_Body):
+    member: bool = False
+    allow: Annotated[int, Field(ge=0)] = 0
+    deny: Annotated[int, Field(ge=0)] = 0
+
+
+class RoleSpec(_Body):
+    name: Annotated[str, Field(min_length=1, max_length=100)]
+    permissions: Annotated[int, Field(ge=0)] = 0
+
+
+class RolePermissionsSpec(_Body):
+    permissions: Annotated[int, Field(ge=0)]
+
+
+class MemberRolesSpec(_Body):
+    role_ids: list[Snowflake]
 
 
 def control_app(server: SandboxServer) -> web.Application:
@@ -299,6 +329,47 @@ def control_app(server: SandboxServer) -> web.Application:
         except ValueError as error:
             raise invalid_form_body({("remaining",): ("NUMBER_TYPE_MAX", str(error))}) from None
         return json_response(server.session_start_limit())
+
+    @routes.post("/application")
+    async def application_flags(request: web.Request) -> web.Response:
+        body = schemas.parse(ApplicationSpec, await json_body(request))
+        sandbox.set_application_flags(body.flags)
+        return json_response(sandbox.application())
+
+    @routes.put("/channels/{channel_id}/overwrites/{target_id}")
+    async def overwrite(request: web.Request) -> web.Response:
+        body = schemas.parse(OverwriteSpec, await json_body(request))
+        channel_id = snowflake_param(request, "channel_id")
+        sandbox.set_overwrite(
+            channel_id,
+            snowflake_param(request, "target_id"),
+            member=body.member,
+            allow=body.allow,
+            deny=body.deny,
+        )
+        return json_response(sandbox.channel(channel_id))
+
+    @routes.post("/guilds/{guild_id}/roles")
+    async def add_role(request: web.Request) -> web.Response:
+        body = schemas.parse(RoleSpec, await json_body(request))
+        guild_id = snowflake_param(request, "guild_id")
+        role_id = sandbox.add_role(guild_id, body.name, permissions=body.permissions)
+        return json_response({"id": str(role_id)})
+
+    @routes.patch("/guilds/{guild_id}/roles/{role_id}")
+    async def role_permissions(request: web.Request) -> web.Response:
+        body = schemas.parse(RolePermissionsSpec, await json_body(request))
+        role_id = snowflake_param(request, "role_id")
+        guild_id = snowflake_param(request, "guild_id")
+        sandbox.set_role_permissions(guild_id, role_id, body.permissions)
+        return no_content()
+
+    @routes.put("/guilds/{guild_id}/members/{user_id}/roles")
+    async def member_roles(request: web.Request) -> web.Response:
+        body = schemas.parse(MemberRolesSpec, await json_body(request))
+        guild_id = snowflake_param(request, "guild_id")
+        sandbox.set_member_roles(guild_id, snowflake_param(request, "user_id"), body.role_ids)
+        return no_content()
 
     app = web.Application(middlewares=[discord_errors])
     app.add_routes(routes)

@@ -7,8 +7,10 @@ Protocol, as a bot sees it:
 2. IDENTIFY (op 2) opens a session: READY (guilds unavailable, `session_id`,
    `resume_gateway_url`, `shard`, `application`), then one GUILD_CREATE per guild of the
    session's shard (`(guild_id >> 22) % shard_count == shard_id`). A wrong token closes with
-   4004, an impossible shard with 4010, missing intents with 4013. Each IDENTIFY accepted uses
-   one of the bot's session starts (`SessionStarts`); one with none left closes with 4004.
+   4004, an impossible shard with 4010, missing intents with 4013, a privileged intent the
+   application's flags do not allow (`Sandbox.application_flags`) with 4014. Each IDENTIFY
+   accepted uses one of the bot's session starts (`SessionStarts`); one with none left closes
+   with 4004.
 3. World changes (messages, reactions, typing; guilds, channels, threads and members added
    or renamed later) arrive as dispatches (op 0) with a per-session sequence number, filtered
    by shard and intents. Without MESSAGE_CONTENT, message content, embeds and attachments are
@@ -41,7 +43,7 @@ from pydantic import BaseModel, ValidationError
 
 from chat.sandbox import schemas
 from chat.sandbox.session_starts import SessionStarts
-from chat.sandbox.state import APPLICATION_FLAGS, GatewayEvent, Sandbox
+from chat.sandbox.state import GatewayEvent, Sandbox
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
@@ -73,6 +75,7 @@ class CloseCode(IntEnum):
     INVALID_SHARD = 4010
     INVALID_API_VERSION = 4012
     INVALID_INTENTS = 4013
+    DISALLOWED_INTENTS = 4014
 
 
 class Intent(IntFlag):
@@ -89,6 +92,15 @@ class Intent(IntFlag):
     MESSAGE_CONTENT = 1 << 15
 
 
+PRIVILEGED_INTENT_FLAGS: Mapping[Intent, int] = {
+    Intent.GUILD_MEMBERS: (1 << 14) | (1 << 15),
+    Intent.GUILD_PRESENCES: (1 << 12) | (1 << 13),
+    Intent.MESSAGE_CONTENT: (1 << 18) | (1 << 19),
+}
+"""Each privileged intent and the application flags that allow it (GATEWAY_GUILD_MEMBERS or
+its _LIMITED form, and so on): Discord refuses an IDENTIFY asking for one without either."""
+
+
 EVENT_INTENTS: Mapping[str, Intent] = {
     "GUILD_CREATE": Intent.GUILDS,
     "GUILD_UPDATE": Intent.GUILDS,
@@ -97,6 +109,8 @@ EVENT_INTENTS: Mapping[str, Intent] = {
     "THREAD_CREATE": Intent.GUILDS,
     "THREAD_UPDATE": Intent.GUILDS,
     "GUILD_STICKERS_UPDATE": Intent.GUILD_EXPRESSIONS,
+    "GUILD_ROLE_CREATE": Intent.GUILDS,
+    "GUILD_ROLE_UPDATE": Intent.GUILDS,
     "GUILD_MEMBER_ADD": Intent.GUILD_MEMBERS,
     "GUILD_MEMBER_UPDATE": Intent.GUILD_MEMBERS,
     "MESSAGE_CREATE": Intent.GUILD_MESSAGES,
@@ -150,7 +164,8 @@ class GatewaySettings:
 class IdentifyRecord:
     """One IDENTIFY the gateway received: when (the gateway's clock), for which shard and
     bucket, and whether it was refused: for coming too soon after the bucket's last one
-    (``too_soon``) or with no session start left (``session_start_limit``)."""
+    (``too_soon``), with no session start left (``session_start_limit``) or asking for a
+    privileged intent the application may not have (``disallowed_intents``)."""
 
     at: float
     shard: tuple[int, int]
@@ -259,6 +274,9 @@ class _Close:
 
     code: int | None
     reason: str = ""
+    handshake: bool = True
+    """Wait for the client's close frame before the TCP connection goes (False: shutting
+    down, close at once)."""
 
 
 _STOP = _Close(None)
@@ -268,7 +286,10 @@ class GatewayConnection:
     """One websocket: reads ops and hands them to the `Gateway`; writes frames in order.
 
     Everything sent goes through one outbox drained by a writer task, so replies, replays and
-    live dispatches keep the order in which they were produced.
+    live dispatches keep the order in which they were produced. A close is a handshake, as on
+    Discord: the writer stops the reader, sends the close frame and waits (up to the socket's
+    timeout) for the client's own before the TCP connection goes, so the client reads the
+    close code (4004, 4014…) rather than a dropped connection (1006).
     """
 
     def __init__(self, ws: web.WebSocketResponse, request: web.Request, gateway: Gateway) -> None:
@@ -277,13 +298,15 @@ class GatewayConnection:
         self._transport = request.transport
         self._gateway = gateway
         self._outbox: asyncio.Queue[str | _Close] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
 
     def send(self, frame: str) -> None:
         self._outbox.put_nowait(frame)
 
-    def close(self, code: int, reason: str = "") -> None:
-        """Close after everything already queued has been sent."""
-        self._outbox.put_nowait(_Close(code, reason))
+    def close(self, code: int, reason: str = "", *, handshake: bool = True) -> None:
+        """Close after everything already queued has been sent; with ``handshake``, once the
+        client answered the close frame (or the socket's timeout passed)."""
+        self._outbox.put_nowait(_Close(code, reason, handshake))
 
     def abort(self) -> None:
         """Drop the TCP connection with no closing handshake, like a network failure."""
@@ -293,18 +316,23 @@ class GatewayConnection:
     async def run(self) -> None:
         """Serve the socket until either side closes it; the writer never outlives this."""
         writer = asyncio.create_task(self._write_frames())
+        self._reader = asyncio.create_task(self._read_frames())
         try:
             self.send(_frame(Op.HELLO, {"heartbeat_interval": self._gateway.heartbeat_interval}))
-            async for message in self._ws:
-                if message.type is WSMsgType.TEXT:
-                    self._gateway.receive(self, message.data)
-                elif message.type is WSMsgType.BINARY:
-                    self.close(CloseCode.DECODE_ERROR, "Binary frames are not supported")
-                else:
-                    break
+            await asyncio.wait({self._reader})
         finally:
+            self._reader.cancel()
             self._outbox.put_nowait(_STOP)
             await writer
+
+    async def _read_frames(self) -> None:
+        async for message in self._ws:
+            if message.type is WSMsgType.TEXT:
+                self._gateway.receive(self, message.data)
+            elif message.type is WSMsgType.BINARY:
+                self.close(CloseCode.DECODE_ERROR, "Binary frames are not supported")
+            else:
+                break
 
     async def _write_frames(self) -> None:
         while True:
@@ -314,6 +342,9 @@ class GatewayConnection:
                     await self._ws.send_str(item)
                     continue
                 if item.code is not None:
+                    if self._reader is not None and item.handshake:  # none may run meanwhile
+                        self._reader.cancel()
+                        await asyncio.wait({self._reader})
                     await self._ws.close(code=item.code, message=item.reason.encode())
             except (ConnectionError, RuntimeError):
                 pass  # the socket is gone; the session's buffer still has every dispatch
@@ -520,7 +551,7 @@ class Gateway:
         the connections to finish."""
         self._unsubscribe()
         for connection in self._connections:
-            connection.close(CloseCode.GOING_AWAY, "Sandbox shutting down")
+            connection.close(CloseCode.GOING_AWAY, "Sandbox shutting down", handshake=False)
         try:
             await asyncio.wait_for(self._no_connections.wait(), timeout=5.0)
         except TimeoutError:
@@ -531,6 +562,8 @@ class Gateway:
 
     def _fan_out(self, event: GatewayEvent) -> None:
         self._expire_sessions()
+        if event.guild_id is not None and not self._sandbox.bot_in_guild(event.guild_id):
+            return
         bot_user_id = self._sandbox.bot_user_id
         whole: str | None = None  # the payload as JSON, encoded once for every session
         for session in self._sessions.values():
@@ -564,6 +597,15 @@ class Gateway:
             return
         if identify.intents is None or identify.intents < 0:
             connection.close(CloseCode.INVALID_INTENTS, "Invalid intent(s)")
+            return
+        flags = self._sandbox.application_flags
+        if any(
+            identify.intents & intent and not flags & allowed
+            for intent, allowed in PRIVILEGED_INTENT_FLAGS.items()
+        ):
+            shard_id, shard_count = identify.shard or (0, 1)
+            self._record_identify(shard_id, shard_count, refused="disallowed_intents")
+            connection.close(CloseCode.DISALLOWED_INTENTS, "Disallowed intent(s)")
             return
         shard_id, shard_count = identify.shard or (0, 1)
         if not 0 <= shard_id < shard_count:
@@ -638,7 +680,10 @@ class Gateway:
             "session_type": "normal",
             "resume_gateway_url": self._url(),
             "shard": [session.shard_id, session.shard_count],
-            "application": {"id": str(self._sandbox.bot_user_id), "flags": APPLICATION_FLAGS},
+            "application": {
+                "id": str(self._sandbox.bot_user_id),
+                "flags": self._sandbox.application_flags,
+            },
             "private_channels": [],
             "relationships": [],
             "presences": [],

@@ -17,6 +17,7 @@ from chat.sandbox.records import (
     GuildRole,
     GuildSticker,
     Member,
+    PermissionOverwrite,
     User,
     Webhook,
 )
@@ -24,9 +25,10 @@ from chat.sandbox.snowflake import iso_timestamp
 
 GUILD_TEXT = 0
 DM = 1
+GUILD_CATEGORY = 4
 GUILD_FORUM = 15
 PUBLIC_THREAD = 11
-"""Discord's channel type for a text channel (the only kind the sandbox has)."""
+"""Discord's channel types: text, DM, category, forum, public thread."""
 
 
 def user_payload(user: User) -> dict[str, Any]:
@@ -54,7 +56,11 @@ def member_payload(member: Member, *, user: User | None) -> dict[str, Any]:
         "mute": False,
         "pending": False,
         "flags": 0,
-        "communication_disabled_until": None,
+        "communication_disabled_until": (
+            iso_timestamp(member.communication_disabled_until)
+            if member.communication_disabled_until is not None
+            else None
+        ),
     }
     if user is not None:
         payload["user"] = user_payload(user)
@@ -95,18 +101,41 @@ def dm_channel_payload(channel: Channel, recipient: User) -> dict[str, Any]:
 def channel_payload(channel: Channel) -> dict[str, Any]:
     if channel.parent_id is not None:
         return thread_payload(channel)
+    overwrites = [overwrite_payload(o) for o in channel.overwrites.values()]
+    if channel.is_category:
+        return {
+            "id": str(channel.id),
+            "type": GUILD_CATEGORY,
+            "guild_id": str(channel.guild_id),
+            "name": channel.name,
+            "position": channel.position,
+            "parent_id": None,
+            "nsfw": False,
+            "permission_overwrites": overwrites,
+            "flags": 0,
+        }
     return {
         "id": str(channel.id),
         "type": GUILD_FORUM if channel.is_forum else GUILD_TEXT,
         "guild_id": str(channel.guild_id),
         "name": channel.name,
         "position": channel.position,
-        "parent_id": None,
+        "parent_id": str(channel.category_id) if channel.category_id is not None else None,
         "topic": channel.topic,
         "nsfw": False,
         "rate_limit_per_user": 0,
         "last_message_id": str(channel.last_message_id) if channel.last_message_id else None,
-        "permission_overwrites": [],
+        "permission_overwrites": overwrites,
+    }
+
+
+def overwrite_payload(overwrite: PermissionOverwrite) -> dict[str, Any]:
+    """A permission overwrite: ``type`` 0 for a role, 1 for a member; bits as strings."""
+    return {
+        "id": str(overwrite.id),
+        "type": overwrite.type,
+        "allow": str(overwrite.allow),
+        "deny": str(overwrite.deny),
     }
 
 

@@ -36,6 +36,23 @@ class Member:
     joined_at: datetime
     nick: str | None = None
     role_ids: list[int] = field(default_factory=list)
+    communication_disabled_until: datetime | None = None
+    """Set while the member is timed out (Discord's member field of that name)."""
+
+
+ROLE_OVERWRITE_TYPE = 0
+MEMBER_OVERWRITE_TYPE = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionOverwrite:
+    """One entry of a channel's ``permission_overwrites``: for a role (``type`` 0; the
+    ``@everyone`` role has the guild's id) or a member (``type`` 1), what it allows and denies."""
+
+    id: int
+    type: int
+    allow: int = 0
+    deny: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +133,16 @@ class Channel:
     """A forum channel (type 15): it holds no messages of its own, only posts (threads)."""
     recipient_id: int | None = None
     """Set for a DM channel: the user the bot talks with."""
+    category_id: int | None = None
+    """The category (type 4 channel) a text or forum channel sits in (its ``parent_id``)."""
+    is_category: bool = False
+    """A category (type 4): it holds channels, not messages."""
+    overwrites: dict[int, PermissionOverwrite] = field(default_factory=dict)
+    """The channel's own permission overwrites, by role or member id (a thread has none: its
+    parent's apply)."""
+    synced: bool = False
+    """Whether the channel's overwrites follow its category's (Discord's "synced"): a change
+    to the category's is copied to it, a change of its own ends the sync."""
 
 
 @dataclass(slots=True)

@@ -5,6 +5,14 @@ HTTP to `Sandbox` calls: path ids and bodies are parsed here (bodies through
 `chat.sandbox.schemas`), the rules live in the world. Middlewares, outermost first:
 `Traffic` (counts, faults, rate limits), Discord-shaped error bodies, bot-token authentication
 (webhook-token routes and `/gateway` are public, as on Discord).
+
+What the bot may do in a channel is checked here, on the routes the bot calls, as Discord
+checks it (`Sandbox.require_bot_permissions`: 403 50001 Missing Access without View Channel,
+403 50013 Missing Permissions otherwise): reading history needs Read Message History (without
+it the list is empty), sending needs Send Messages (Send Messages in Threads in a thread),
+Attach Files for files, Embed Links for embeds and Read Message History for a reply; a
+reaction nobody has added yet needs Add Reactions; listing or creating webhooks needs Manage
+Webhooks. Executing a webhook needs nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +30,17 @@ from chat.sandbox import schemas
 from chat.sandbox.errors import DiscordAPIError, invalid_form_body, invalid_json
 from chat.sandbox.records import Upload
 from chat.sandbox.responses import json_response, no_content
-from chat.sandbox.state import Sandbox
+from chat.sandbox.state import (
+    ADD_REACTIONS,
+    ATTACH_FILES,
+    EMBED_LINKS,
+    MANAGE_MESSAGES,
+    MANAGE_WEBHOOKS,
+    READ_MESSAGE_HISTORY,
+    SEND_MESSAGES,
+    SEND_MESSAGES_IN_THREADS,
+    Sandbox,
+)
 from chat.sandbox.traffic import Traffic
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -194,6 +212,10 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     async def get_user(request: web.Request) -> web.Response:
         return json_response(sandbox.user(snowflake_param(request, "user_id")))
 
+    @routes.get("/users/@me/guilds")
+    async def current_user_guilds(request: web.Request) -> web.Response:
+        return json_response(sandbox.bot_guilds())
+
     @routes.get("/oauth2/applications/@me")
     @routes.get("/applications/@me")
     async def application(request: web.Request) -> web.Response:
@@ -214,34 +236,61 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         )
 
     # --- guilds
+    def _guild_of_bot(request: web.Request) -> int:
+        guild_id = snowflake_param(request, "guild_id")
+        sandbox.require_bot_in_guild(guild_id)
+        return guild_id
+
     @routes.get("/guilds/{guild_id}")
     async def get_guild(request: web.Request) -> web.Response:
-        return json_response(sandbox.guild(snowflake_param(request, "guild_id")))
+        return json_response(sandbox.guild(_guild_of_bot(request)))
 
     @routes.get("/guilds/{guild_id}/channels")
     async def get_guild_channels(request: web.Request) -> web.Response:
-        return json_response(sandbox.guild_channels(snowflake_param(request, "guild_id")))
+        return json_response(sandbox.guild_channels(_guild_of_bot(request)))
+
+    @routes.get("/guilds/{guild_id}/roles")
+    async def get_guild_roles(request: web.Request) -> web.Response:
+        return json_response(sandbox.guild_roles(_guild_of_bot(request)))
 
     @routes.get("/guilds/{guild_id}/members/{user_id}")
     async def get_member(request: web.Request) -> web.Response:
-        guild_id = snowflake_param(request, "guild_id")
+        guild_id = _guild_of_bot(request)
         return json_response(sandbox.member(guild_id, snowflake_param(request, "user_id")))
 
     # --- channels and messages
+    def _channel_for_bot(request: web.Request, *needed: int) -> int:
+        """The path's channel, once the bot may see it and do ``needed`` there."""
+        channel_id = snowflake_param(request, "channel_id")
+        sandbox.require_bot_permissions(channel_id, *needed)
+        return channel_id
+
     @routes.get("/channels/{channel_id}")
     async def get_channel(request: web.Request) -> web.Response:
-        return json_response(sandbox.channel(snowflake_param(request, "channel_id")))
+        return json_response(sandbox.channel(_channel_for_bot(request)))
 
     @routes.get("/channels/{channel_id}/messages")
     async def get_messages(request: web.Request) -> web.Response:
         query = schemas.parse(schemas.HistoryQuery, request.query)
-        return json_response(sandbox.history(snowflake_param(request, "channel_id"), query))
+        channel_id = _channel_for_bot(request)
+        if not sandbox.channel_permissions(channel_id, bot_id) & READ_MESSAGE_HISTORY:
+            return json_response([])  # Discord returns no messages rather than an error
+        return json_response(sandbox.history(channel_id, query))
 
     @routes.post("/channels/{channel_id}/messages")
     async def create_message(request: web.Request) -> web.Response:
         channel_id = snowflake_param(request, "channel_id")
         payload, uploads = await message_body(request)
         body = schemas.parse(schemas.MessageCreate, payload)
+        in_thread = sandbox.is_thread(channel_id)
+        needed = [SEND_MESSAGES_IN_THREADS if in_thread else SEND_MESSAGES]
+        if uploads:
+            needed.append(ATTACH_FILES)
+        if body.embeds:
+            needed.append(EMBED_LINKS)
+        if body.message_reference is not None:
+            needed.append(READ_MESSAGE_HISTORY)
+        sandbox.require_bot_permissions(channel_id, *needed)
         message = sandbox.create_message(
             channel_id,
             author_id=bot_id,
@@ -261,17 +310,17 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     @routes.post("/channels/{channel_id}/messages/bulk-delete")
     async def bulk_delete(request: web.Request) -> web.Response:
         body = schemas.parse(schemas.BulkDelete, await json_body(request))
-        sandbox.bulk_delete_messages(snowflake_param(request, "channel_id"), body.messages)
+        sandbox.bulk_delete_messages(_channel_for_bot(request, MANAGE_MESSAGES), body.messages)
         return no_content()
 
     @routes.get("/channels/{channel_id}/messages/{message_id}")
     async def get_message(request: web.Request) -> web.Response:
-        channel_id = snowflake_param(request, "channel_id")
+        channel_id = _channel_for_bot(request, READ_MESSAGE_HISTORY)
         return json_response(sandbox.message(channel_id, snowflake_param(request, "message_id")))
 
     @routes.patch("/channels/{channel_id}/messages/{message_id}")
     async def edit_message(request: web.Request) -> web.Response:
-        channel_id = snowflake_param(request, "channel_id")
+        channel_id = _channel_for_bot(request)
         message_id = snowflake_param(request, "message_id")
         return json_response(await _edit(request, channel_id, message_id, editor_id=bot_id))
 
@@ -283,7 +332,10 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
 
     @routes.post("/channels/{channel_id}/typing")
     async def typing(request: web.Request) -> web.Response:
-        sandbox.trigger_typing(snowflake_param(request, "channel_id"), user_id=bot_id)
+        channel_id = snowflake_param(request, "channel_id")
+        sending = SEND_MESSAGES_IN_THREADS if sandbox.is_thread(channel_id) else SEND_MESSAGES
+        sandbox.require_bot_permissions(channel_id, sending)
+        sandbox.trigger_typing(channel_id, user_id=bot_id)
         return no_content()
 
     # --- reactions
@@ -295,6 +347,10 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     @routes.put("/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me")
     async def add_own_reaction(request: web.Request) -> web.Response:
         channel_id, message_id, emoji = _reaction_target(request)
+        needed = [READ_MESSAGE_HISTORY]
+        if not sandbox.reaction_users(channel_id, message_id, emoji):
+            needed.append(ADD_REACTIONS)  # adding to an existing reaction needs no more
+        sandbox.require_bot_permissions(channel_id, *needed)
         sandbox.add_reaction(channel_id, message_id, emoji, user_id=bot_id)
         return no_content()
 
@@ -379,12 +435,12 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     @routes.post("/channels/{channel_id}/webhooks")
     async def create_webhook(request: web.Request) -> web.Response:
         body = schemas.parse(schemas.WebhookCreate, await json_body(request))
-        channel_id = snowflake_param(request, "channel_id")
+        channel_id = _channel_for_bot(request, MANAGE_WEBHOOKS)
         return json_response(sandbox.create_webhook(channel_id, body.name, avatar=body.avatar))
 
     @routes.get("/channels/{channel_id}/webhooks")
     async def channel_webhooks(request: web.Request) -> web.Response:
-        return json_response(sandbox.channel_webhooks(snowflake_param(request, "channel_id")))
+        return json_response(sandbox.channel_webhooks(_channel_for_bot(request, MANAGE_WEBHOOKS)))
 
     @routes.get("/webhooks/{webhook_id}")
     async def get_webhook(request: web.Request) -> web.Response:

@@ -34,12 +34,15 @@ from chat.sandbox.payloads import (
     guild_create_payload,
     guild_payload,
     member_payload,
+    role_payload,
     sticker_payload,
     thread_payload,
     user_payload,
     webhook_payload,
 )
 from chat.sandbox.records import (
+    MEMBER_OVERWRITE_TYPE,
+    ROLE_OVERWRITE_TYPE,
     Attachment,
     Channel,
     Guild,
@@ -47,6 +50,7 @@ from chat.sandbox.records import (
     GuildSticker,
     Member,
     Message,
+    PermissionOverwrite,
     Upload,
     User,
     Webhook,
@@ -71,7 +75,18 @@ EVERYONE_PERMISSIONS = (
 )
 APPLICATION_FLAGS = (1 << 12) | (1 << 14) | (1 << 18)
 """GATEWAY_PRESENCE, GATEWAY_GUILD_MEMBERS, GATEWAY_MESSAGE_CONTENT: every privileged intent
-granted, so a bot may ask for any intent."""
+granted, so a bot may ask for any intent (the default; `Sandbox.set_application_flags`)."""
+VIEW_CHANNEL = 1 << 10
+SEND_MESSAGES = 1 << 11
+SEND_TTS_MESSAGES = 1 << 12
+MANAGE_MESSAGES = 1 << 13
+EMBED_LINKS = 1 << 14
+ATTACH_FILES = 1 << 15
+READ_MESSAGE_HISTORY = 1 << 16
+MENTION_EVERYONE = 1 << 17
+ADD_REACTIONS = 1 << 6
+MANAGE_WEBHOOKS = 1 << 29
+SEND_MESSAGES_IN_THREADS = 1 << 38
 MAX_CONTENT_LENGTH = 2000
 NONCE_WINDOW_SECONDS = 300.0
 """How long Discord dedupes an `enforce_nonce` send by the same author (a few minutes)."""
@@ -164,6 +179,9 @@ class Sandbox:
         self._proxy_webhooks: dict[int, Webhook] = {}
         self._proxy_records: dict[int, dict[str, Any]] = {}
         self.proxy_bot_id: int | None = None
+        self.application_flags = APPLICATION_FLAGS
+        """The application's ``flags``: which privileged intents it may ask for; an IDENTIFY
+        asking for one it may not is closed with 4014 (`set_application_flags`)."""
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
         self.interactions = Interactions(self)
         """Application commands and the interactions users start (`Interactions`)."""
@@ -212,21 +230,45 @@ class Sandbox:
         self._users[user_id] = User(user_id, username, bot, global_name, discriminator)
         return user_id
 
-    def add_guild(self, name: str, *, guild_id: int | None = None) -> int:
-        """Create a guild owned by the bot, with its @everyone role and the bot as a member
-        (holding an administrator role); dispatches GUILD_CREATE, as when a bot joins."""
+    def add_guild(
+        self,
+        name: str,
+        *,
+        guild_id: int | None = None,
+        owner_id: int | None = None,
+        bot_permissions: int = ADMINISTRATOR,
+        bot_joined: bool = True,
+    ) -> int:
+        """Create a guild with its @everyone role and the bot as a member, holding the role
+        Discord makes for a bot it adds (``bot_permissions``: what the invite asked for);
+        dispatches GUILD_CREATE, as when a bot joins. The owner is the bot unless ``owner_id``
+        (a user, made a member) says otherwise. Without ``bot_joined`` the bot is not in it
+        (nothing is dispatched; its REST reads answer 403 50001)."""
         guild_id = guild_id or self._snowflakes.next_id()
-        guild = Guild(guild_id, name, owner_id=self.bot_user_id)
+        if owner_id is None and not bot_joined:
+            raise ValueError("a guild the bot is not in needs another owner")
+        guild = Guild(guild_id, name, owner_id=owner_id or self.bot_user_id)
         guild.roles[guild_id] = GuildRole(guild_id, "@everyone", EVERYONE_PERMISSIONS, position=0)
-        bot_role_id = self._snowflakes.next_id()
-        bot_name = self._users[self.bot_user_id].username
-        guild.roles[bot_role_id] = GuildRole(
-            bot_role_id, bot_name, ADMINISTRATOR, 1, self.bot_user_id
-        )
-        guild.members[self.bot_user_id] = Member(self.bot_user_id, self._now(), None, [bot_role_id])
+        if owner_id is not None and owner_id != self.bot_user_id:
+            self._user(owner_id)
+            guild.members[owner_id] = Member(owner_id, self._now())
         self._guilds[guild_id] = guild
-        self._publish("GUILD_CREATE", self.guild_create(guild_id, joined=True), guild_id)
+        if bot_joined:
+            bot_role_id = self._snowflakes.next_id()
+            bot_name = self._users[self.bot_user_id].username
+            guild.roles[bot_role_id] = GuildRole(
+                bot_role_id, bot_name, bot_permissions, 1, self.bot_user_id
+            )
+            guild.members[self.bot_user_id] = Member(
+                self.bot_user_id, self._now(), None, [bot_role_id]
+            )
+            self._publish("GUILD_CREATE", self.guild_create(guild_id, joined=True), guild_id)
         return guild_id
+
+    def bot_role_id(self, guild_id: int) -> int:
+        """The role Discord made for the bot when it joined the guild (its "managed" role)."""
+        guild = self._guild(guild_id)
+        return next(r.id for r in guild.roles.values() if r.bot_id == self.bot_user_id)
 
     def add_guild_sticker(self, guild_id: int, name: str, *, tags: str = "🙂") -> int:
         """Give the guild a sticker; dispatches GUILD_STICKERS_UPDATE with all its stickers."""
@@ -240,15 +282,72 @@ class Sandbox:
         return sticker_id
 
     def add_text_channel(
-        self, guild_id: int, name: str, *, channel_id: int | None = None, topic: str | None = None
+        self,
+        guild_id: int,
+        name: str,
+        *,
+        channel_id: int | None = None,
+        topic: str | None = None,
+        category_id: int | None = None,
     ) -> int:
-        """Create a text channel at the end of the guild's list; dispatches CHANNEL_CREATE."""
+        """Create a text channel at the end of the guild's list (in ``category_id``, synced
+        with its overwrites, as Discord creates it there); dispatches CHANNEL_CREATE."""
         guild = self._guild(guild_id)
         channel_id = channel_id or self._snowflakes.next_id()
         channel = Channel(channel_id, guild_id, name, position=len(guild.channels), topic=topic)
+        if category_id is not None:
+            category = self._channel(category_id)
+            if not category.is_category or category.guild_id != guild_id:
+                raise unknown(ErrorCode.UNKNOWN_CHANNEL)
+            channel.category_id, channel.synced = category_id, True
+            channel.overwrites = dict(category.overwrites)
         guild.channels[channel_id] = self._channels[channel_id] = channel
         self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
+
+    def add_category(self, guild_id: int, name: str) -> int:
+        """Create a category (type 4) for channels to sit in; dispatches CHANNEL_CREATE."""
+        guild = self._guild(guild_id)
+        category_id = self._snowflakes.next_id()
+        category = Channel(
+            category_id, guild_id, name, position=len(guild.channels), is_category=True
+        )
+        guild.channels[category_id] = self._channels[category_id] = category
+        self._publish("CHANNEL_CREATE", channel_payload(category), guild_id)
+        return category_id
+
+    def set_overwrite(
+        self,
+        channel_id: int,
+        target_id: int,
+        *,
+        member: bool = False,
+        allow: int = 0,
+        deny: int = 0,
+    ) -> None:
+        """Set the channel's (or category's) overwrite for a role (the guild's id: @everyone)
+        or, with ``member``, a member; allow and deny both 0 removes it. On a channel this
+        ends its sync with the category; on a category it reaches every channel synced with
+        it. Dispatches CHANNEL_UPDATE for each channel changed."""
+        channel = self._channel(channel_id)
+        if channel.guild_id is None or channel.parent_id is not None:
+            raise DiscordAPIError(400, ErrorCode.INVALID_FORM_BODY, "Invalid Form Body")
+        changed = [channel]
+        if channel.is_category:
+            changed += [
+                c
+                for c in self._guild(channel.guild_id).channels.values()
+                if c.category_id == channel.id and c.synced
+            ]
+        else:
+            channel.synced = False
+        for target in changed:
+            if allow or deny:
+                kind = MEMBER_OVERWRITE_TYPE if member else ROLE_OVERWRITE_TYPE
+                target.overwrites[target_id] = PermissionOverwrite(target_id, kind, allow, deny)
+            else:
+                target.overwrites.pop(target_id, None)
+            self._publish("CHANNEL_UPDATE", channel_payload(target), target.guild_id)
 
     def open_dm(self, user_id: int) -> int:
         """The DM channel between the bot and ``user_id`` (`POST /users/@me/channels`): the
@@ -380,15 +479,125 @@ class Sandbox:
     def add_role(
         self, guild_id: int, name: str, *, permissions: int, role_id: int | None = None
     ) -> int:
-        """Create a role with the ``permissions`` bitfield; give it with ``add_member``."""
+        """Create a role with the ``permissions`` bitfield; give it with ``add_member`` or
+        `set_member_roles`. Dispatches GUILD_ROLE_CREATE."""
         guild = self._guild(guild_id)
         role_id = role_id or self._snowflakes.next_id()
-        guild.roles[role_id] = GuildRole(role_id, name, permissions, position=len(guild.roles))
+        role = GuildRole(role_id, name, permissions, position=len(guild.roles))
+        guild.roles[role_id] = role
+        self._publish(
+            "GUILD_ROLE_CREATE", {"guild_id": str(guild_id), "role": role_payload(role)}, guild_id
+        )
         return role_id
 
+    def transfer_ownership(self, guild_id: int, user_id: int) -> None:
+        """Make the member ``user_id`` the guild's owner (who holds every permission);
+        dispatches GUILD_UPDATE."""
+        guild = self._guild(guild_id)
+        self._member(guild, user_id)
+        guild.owner_id = user_id
+        self._publish("GUILD_UPDATE", {**guild_payload(guild), "guild_id": str(guild_id)}, guild_id)
+
+    def set_role_permissions(self, guild_id: int, role_id: int, permissions: int) -> None:
+        """Change a role's permissions (the guild's id: @everyone); dispatches
+        GUILD_ROLE_UPDATE."""
+        guild = self._guild(guild_id)
+        role = guild.roles.get(role_id)
+        if role is None:
+            raise unknown(ErrorCode.UNKNOWN_ROLE)
+        role.permissions = permissions
+        self._publish(
+            "GUILD_ROLE_UPDATE", {"guild_id": str(guild_id), "role": role_payload(role)}, guild_id
+        )
+
+    def set_member_roles(self, guild_id: int, user_id: int, role_ids: Sequence[int]) -> None:
+        """The member's roles become ``role_ids``; dispatches GUILD_MEMBER_UPDATE."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        if any(role_id not in guild.roles for role_id in role_ids):
+            raise unknown(ErrorCode.UNKNOWN_ROLE)
+        member.role_ids = list(role_ids)
+        self._member_updated(guild_id, member)
+
+    def time_out(self, guild_id: int, user_id: int, until: datetime | None) -> None:
+        """Time the member out until ``until`` (None lifts it); dispatches
+        GUILD_MEMBER_UPDATE."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        member.communication_disabled_until = until
+        self._member_updated(guild_id, member)
+
+    def _member_updated(self, guild_id: int, member: Member) -> None:
+        user = self._user(member.user_id)
+        data = {**member_payload(member, user=user), "guild_id": str(guild_id)}
+        self._publish("GUILD_MEMBER_UPDATE", data, guild_id)
+
+    def channel_permissions(self, channel_id: int, user_id: int) -> int:
+        """What ``user_id`` may do in the channel (a thread: its parent), as Discord decides:
+        the guild permissions (`member_permissions`; the owner and administrators have all),
+        then the channel's overwrites (@everyone's, the member's roles' together, the
+        member's own), then a timeout (only View Channel and Read Message History stay), no
+        View Channel (nothing at all) and no Send Messages (no files, embeds or mentions of
+        everyone). The sandbox keeps this reckoning of its own, apart from the product's."""
+        channel = self._channel(channel_id)
+        if channel.parent_id is not None:
+            channel = self._channel(channel.parent_id)
+        if channel.guild_id is None:
+            return ALL_PERMISSIONS
+        guild = self._guild(channel.guild_id)
+        permissions = self.member_permissions(guild.id, user_id)
+        if permissions == ALL_PERMISSIONS:
+            return permissions
+        member = self._member(guild, user_id)
+        everyone = channel.overwrites.get(guild.id)
+        if everyone is not None:
+            permissions = (permissions & ~everyone.deny) | everyone.allow
+        allowed = denied = 0
+        for role_id in member.role_ids:
+            overwrite = channel.overwrites.get(role_id)
+            if overwrite is not None and overwrite.type == ROLE_OVERWRITE_TYPE:
+                allowed, denied = allowed | overwrite.allow, denied | overwrite.deny
+        permissions = (permissions & ~denied) | allowed
+        own = channel.overwrites.get(user_id)
+        if own is not None and own.type == MEMBER_OVERWRITE_TYPE:
+            permissions = (permissions & ~own.deny) | own.allow
+        until = member.communication_disabled_until
+        if until is not None and until > self._now():
+            permissions &= VIEW_CHANNEL | READ_MESSAGE_HISTORY
+        if not permissions & VIEW_CHANNEL:
+            return 0
+        if not permissions & SEND_MESSAGES:
+            permissions &= ~(ATTACH_FILES | EMBED_LINKS | MENTION_EVERYONE | SEND_TTS_MESSAGES)
+        return permissions
+
+    def require_bot_permissions(self, channel_id: int, *needed: int) -> None:
+        """Refuse what the bot may not do in the channel, as Discord answers: 403 50001
+        Missing Access without View Channel, 403 50013 Missing Permissions without any other
+        of ``needed``."""
+        permissions = self.channel_permissions(channel_id, self.bot_user_id)
+        if not permissions & VIEW_CHANNEL:
+            raise DiscordAPIError(403, ErrorCode.MISSING_ACCESS, "Missing Access")
+        for permission in needed:
+            if not permissions & permission:
+                raise DiscordAPIError(403, ErrorCode.MISSING_PERMISSIONS, "Missing Permissions")
+
+    def is_thread(self, channel_id: int) -> bool:
+        """Whether the channel is a thread (404 10003 for an unknown channel)."""
+        return self._channel(channel_id).parent_id is not None
+
+    def require_bot_in_guild(self, guild_id: int) -> None:
+        """403 50001 Missing Access for a guild of the world the bot is not a member of."""
+        if self.bot_user_id not in self._guild(guild_id).members:
+            raise DiscordAPIError(403, ErrorCode.MISSING_ACCESS, "Missing Access")
+
+    def set_application_flags(self, flags: int) -> None:
+        """The application's flags from now on (which privileged intents it may ask for)."""
+        self.application_flags = flags
+
     def member_permissions(self, guild_id: int, user_id: int) -> int:
-        """The member's permissions: @everyone's and their roles' together; every permission
-        for the owner or an administrator (the sandbox has no channel overwrites)."""
+        """The member's permissions in the guild: @everyone's and their roles' together; every
+        permission for the owner or an administrator (channel overwrites: see
+        `channel_permissions`)."""
         guild = self._guild(guild_id)
         member = self._member(guild, user_id)
         permissions = guild.roles[guild.id].permissions
@@ -469,9 +678,15 @@ class Sandbox:
 
     # ------------------------------------------------------------------------------ reads
 
+    def bot_in_guild(self, guild_id: int) -> bool:
+        """Whether the bot is a member of the guild (events of other guilds never reach it)."""
+        guild = self._guilds.get(guild_id)
+        return guild is not None and self.bot_user_id in guild.members
+
     @property
     def guild_ids(self) -> list[int]:
-        return list(self._guilds)
+        """The guilds the bot is in (the gateway sends these)."""
+        return [g.id for g in self._guilds.values() if self.bot_user_id in g.members]
 
     def describe(self) -> dict[str, Any]:
         """The world at a glance: the bot and each guild's channels and members (ids as strings)."""
@@ -494,7 +709,8 @@ class Sandbox:
         return payload
 
     def application(self) -> dict[str, Any]:
-        """The bot's application, with the three privileged intents granted."""
+        """The bot's application, its ``flags`` saying which privileged intents it may ask
+        for (all three by default)."""
         bot = self._users[self.bot_user_id]
         return {
             "id": str(self.bot_user_id),
@@ -505,7 +721,7 @@ class Sandbox:
             "bot_require_code_grant": False,
             "owner": user_payload(bot),
             "verify_key": "0" * 64,
-            "flags": APPLICATION_FLAGS,
+            "flags": self.application_flags,
             "bot": user_payload(bot),
         }
 
@@ -514,6 +730,26 @@ class Sandbox:
 
     def guild(self, guild_id: int) -> dict[str, Any]:
         return guild_payload(self._guild(guild_id))
+
+    def bot_guilds(self) -> list[dict[str, Any]]:
+        """``GET /users/@me/guilds``: the partial guilds the bot is a member of."""
+        return [
+            {
+                "id": str(guild.id),
+                "name": guild.name,
+                "icon": None,
+                "banner": None,
+                "owner": guild.owner_id == self.bot_user_id,
+                "permissions": str(self.member_permissions(guild.id, self.bot_user_id)),
+                "features": [],
+            }
+            for guild in self._guilds.values()
+            if self.bot_user_id in guild.members
+        ]
+
+    def guild_roles(self, guild_id: int) -> list[dict[str, Any]]:
+        """``GET /guilds/{id}/roles``."""
+        return [role_payload(role) for role in self._guild(guild_id).roles.values()]
 
     def guild_channels(self, guild_id: int) -> list[dict[str, Any]]:
         return [channel_payload(c) for c in self._guild(guild_id).channels.values()]

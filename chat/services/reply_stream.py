@@ -21,7 +21,7 @@ from chat.services.turn_lifecycle import (
     turn_piece_delivered,
     turn_replied,
 )
-from chat.services.turn_record import turn_completion_record
+from chat.services.turn_record import turn_completion_record, turn_refusal_record
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from personas.models import DeliveryMode
 
@@ -91,6 +91,7 @@ async def reply_stream_deliver(
         await turn_aborted(turn, reason=delivery.refusal)
         return
     if not delivery.sent:
+        turn_refusal_record(turn, delivery.failure)
         failure = f"delivery failed: {delivery.failure}" if delivery.failure else None
         await turn_failed(turn, error=failure)
         if delivery.failure is None:
@@ -99,6 +100,7 @@ async def reply_stream_deliver(
     if completion.error is not None or delivery.failure is not None:
         cause = completion.error or f"delivery failed: {delivery.failure}"
         turn.error = f"the reply was cut after {pieces} of its messages: {cause}"
+        turn_refusal_record(turn, delivery.failure)
     await turn_replied(turn, memory_user_id=request.memory_user_id, now=runtime.clock())
 
 

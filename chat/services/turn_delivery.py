@@ -19,7 +19,7 @@ from chat.services.turn_lifecycle import (
     turn_failed,
     turn_replied,
 )
-from chat.services.turn_record import ms_since
+from chat.services.turn_record import ms_since, turn_refusal_record
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from personas.models import Persona
 
@@ -65,6 +65,7 @@ async def reply_deliver(
         )
     except DeliveryError as error:
         turn.deliver_ms = ms_since(started)
+        turn_refusal_record(turn, error)
         await turn_failed(turn, error=f"delivery failed: {error}")
         return
     turn.deliver_ms = ms_since(started)

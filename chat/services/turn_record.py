@@ -16,6 +16,7 @@ from chat.llm.turn_completion import TurnCompletion
 from chat.models import ChannelWindowAnchor, Turn
 from chat.pipeline.items import ContextItem
 from chat.pipeline.simplify import EntryKind, hidden_user_ids
+from chat.ports import DeliveryError
 from chat.services.memory_recall import recalled_record
 from chat.services.turn_request import PreparedTurn
 
@@ -124,6 +125,13 @@ def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
     turn.reply_text = completion.reply_text
     turn.error = str(completion.error) if completion.error is not None else ""
     turn.warnings = [*turn.warnings, *completion.warnings]
+
+
+def turn_refusal_record(turn: Turn, failure: DeliveryError | None) -> None:
+    """Keep on the turn what Discord refused it (the code, the channel, the permission by
+    name), when ``failure`` says (a 403 Missing Permissions or Missing Access)."""
+    if failure is not None and failure.refusal is not None:
+        turn.discord_refusal = failure.refusal.as_record()
 
 
 def _jsonable(value: object) -> object:

@@ -33,6 +33,7 @@ GET_ONLY = {
     "turn",
     "why",
     "document_rows",
+    "deployment",
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
@@ -54,6 +55,7 @@ POST_ONLY = {
     "persona_greet",
     "chat_preset_upload",
     "turn_replay",
+    "deployment_check",
 }
 
 

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from chat.gateway.limits import SessionStartLimitReached
+from chat.gateway.stops import GatewayStop
 from chat.runtime import (
     llm_client_from_settings,
     vision_client_from_settings,
@@ -154,7 +155,7 @@ class Command(BaseCommand):
                     for n, config in enumerate(configs)
                 )
             )
-        except SessionStartLimitReached as error:
+        except (SessionStartLimitReached, GatewayStop) as error:
             raise CommandError(str(error)) from None
         finally:
             await llm.aclose()
