@@ -24,15 +24,25 @@ from chat.llm.fake_server import FakeLLMServer
 MINILM = MiniLMEmbeddings()
 
 
-def test_minilm_gives_sentence_transformers_vectors():
+def test_minilm_unquantized_gives_sentence_transformers_vectors():
     # The first values of sentence-transformers' own all-MiniLM-L6-v2 vector for "hello world".
     expected = [-0.034478, 0.03102, 0.00673, 0.02611, -0.039362]
 
-    [vector] = MINILM.embed(["hello world"])
+    [vector] = MiniLMEmbeddings(quantized=False).embed(["hello world"])
 
     assert vector.shape == (384,) and vector.dtype == np.float32
-    assert np.allclose(vector[:5], expected, atol=1e-3)
+    assert np.allclose(vector[:5], expected, atol=1e-5)
     assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_minilm_int8_vectors_point_where_the_exact_ones_do():
+    texts = ["hello world", "I have a border collie named Pixel", "what's my dog called?"]
+    exact = MiniLMEmbeddings(quantized=False).embed(texts)
+    kept = MINILM.embed(texts)
+
+    assert kept.shape == (3, 384) and np.allclose(np.linalg.norm(kept, axis=1), 1.0, atol=1e-5)
+    assert ((exact * kept).sum(axis=1) > 0.998).all()
+    assert np.abs(exact @ exact.T - kept @ kept.T).max() < 0.02
 
 
 def test_minilm_finds_a_paraphrase_that_shares_no_word():
