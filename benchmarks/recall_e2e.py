@@ -8,10 +8,12 @@ configured kind (as `benchmarks.model_calls`). The people, what they tell and wh
 `benchmarks.recall_people`, written by hand:
 
 1. Twelve people each tell the personas their ten facts with ``/memory add`` in their own
-   channel, through the worker, at a person's pace (their own commands at least 2.1 s apart,
+   channel, through the worker, at a person's pace (their own commands at least 2.2 s apart,
    within the commands' rate limit; the people take turns).
 2. For each way of recalling below, every person asks their questions in a channel of their
-   own, one at a time as in a conversation: the lines said before it, the question to Tomori
+   own (where they and Carol, who has no memories, had 30 exchanges of small talk first, so
+   that the window holds a channel's worth of history), one at a time as in a conversation:
+   the lines said before it, the question to Tomori
    (a Discord reply when the question replies to one of those lines), Tomori's answer, the
    next. A trigger that asks about nothing anyone told ("tomori, good morning!") comes after
    each person's second question.
@@ -51,11 +53,26 @@ from benchmarks.table import Row, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = ROOT / "chat" / "sandbox" / "demo_config.json"
-PACE_SECONDS = 2.1
+PACE_SECONDS = 2.2
 """A person's ``/memory add`` commands at least this far apart: 5 in any 10 s at most."""
 WAIT = 30.0
 PEOPLE_SERIAL = 200
 """Sandbox ids of the evaluation's people and channels follow the demo world's."""
+SMALL_TALK = (
+    ("morning!", "morning :)"),
+    ("did it rain where you are?", "all night, the garden is a lake"),
+    ("anyone up for a film on friday?", "maybe, depends on work"),
+    ("I finally cleaned my desk", "pics or it didn't happen"),
+    ("the new album is out", "listening right now"),
+    ("lunch was terrible today", "same, soggy sandwiches"),
+    ("my phone died twice today", "time for a new battery"),
+    ("who's watching the final?", "me, with snacks"),
+    ("it's so quiet in here today", "everyone's on holiday"),
+    ("I need a nap", "don't we all"),
+)
+"""What the person and Carol said in the channel before anything is asked (30 exchanges, these
+ten in turn): the window then holds a conversation's worth of history, as a channel does."""
+EXCHANGES = 30
 
 
 @dataclass(frozen=True)
@@ -197,21 +214,23 @@ async def _until(check: Callable[[], bool], *, within: float = WAIT) -> None:
 
 async def _tell(world: Any, people: dict[str, int], home: dict[str, int]) -> None:
     """Every person's facts through ``/memory add``, the people taking turns, each person's
-    commands `PACE_SECONDS` apart."""
+    commands at least `PACE_SECONDS` apart."""
+    last: dict[str, float] = {}
     rounds = max(len(facts) for facts in FACTS.values())
     for n in range(rounds):
-        started = time.perf_counter()
         for person, facts in FACTS.items():
             texts = list(facts.values())
             if n >= len(texts):
                 continue
+            wait = last.get(person, -PACE_SECONDS) + PACE_SECONDS - time.monotonic()
+            await asyncio.sleep(max(0.0, wait))
+            last[person] = time.monotonic()
             record = world.sandbox.sandbox.interactions.run(
                 home[person], people[person], "memory add", {"text": texts[n]}
             )
             await _until(lambda r=record: r.answered)
             if not record.content.startswith("Remembered:"):
                 raise RuntimeError(f"/memory add refused for {person}: {record.content}")
-        await asyncio.sleep(max(0.0, PACE_SECONDS - (time.perf_counter() - started)))
 
 
 async def _ask(world: Any, channel_id: int, author: int, question: Question | str) -> dict:
@@ -291,7 +310,7 @@ async def _run() -> list[Figures]:
 
     from chat.llm.fake_server import FakeLLMServer, Reply
     from chat.sandbox import GatewaySettings, SandboxServer
-    from chat.sandbox.demo import DEMO_GUILD_ID, demo_sandbox
+    from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
     from chat.services.commands import CommandRateLimit
     from chat.services.memory_store import memories_embed_missing
     from chat.tests.e2e.conftest import World
@@ -306,6 +325,12 @@ async def _run() -> list[Figures]:
     for (way, person), channel_id in channels.items():
         sandbox_state.add_text_channel(DEMO_GUILD_ID, f"{person}-{way}", channel_id=channel_id)
     gateway = GatewaySettings(heartbeat_interval_ms=500)
+    carol = DEMO_USER_IDS["carol"]
+    for (_, person), channel_id in channels.items():
+        for n in range(EXCHANGES):
+            said, answered = SMALL_TALK[n % len(SMALL_TALK)]
+            sandbox_state.user_says(channel_id, people[person], said)
+            sandbox_state.user_says(channel_id, carol, answered)
     results = []
     async with (
         SandboxServer(sandbox_state, gateway=gateway) as sandbox,
