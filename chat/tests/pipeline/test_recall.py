@@ -270,6 +270,20 @@ def test_recalled_memories_come_before_the_first_note_placed_at_a_depth():
     assert context.cacheable_prefix_end == memory
 
 
+def test_memories_follow_the_last_entry_while_the_conversation_is_shorter_than_a_notes_depth():
+    history = [message(1, "hi"), message(2, "tell me about cats", author=factories.BOB, minutes=1)]
+    note = ContextNote(text="Be brief.", depth=4)
+    context = build_turn_context(
+        turn_input(history, channel_note=note, memories=("About Alice: has two cats",))
+    )
+
+    tags = [item.tag for item in context.items]
+    entries = [n for n, tag in enumerate(tags) if tag is ItemTag.DIALOGUE_HISTORY]
+    assert tags.index(ItemTag.CONTEXT_NOTE_INJECTION) < entries[0]
+    assert tags.index(ItemTag.MEMORY) == entries[-1] + 1
+    assert context.memories_after == sf(2)  # the next turns keep them there
+
+
 @pytest.mark.parametrize(
     ("fact", "author", "expected"),
     [
