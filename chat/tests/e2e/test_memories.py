@@ -105,6 +105,43 @@ async def test_a_later_turn_keeps_the_memories_an_earlier_one_showed_where_they_
     assert turns[0].recalled[0]["line"] == f"About Alice: {FACT}" and turns[1].recalled == []
 
 
+def _remember_alices_cat_and_cello() -> None:
+    _remember_alices_cat()
+    memory_add(
+        scope=MemoryScope.personal(DEMO_GUILD_ID, ALICE, name="alice"),
+        text="I play the cello in a youth orchestra",
+        source="command",
+    )
+
+
+async def test_a_later_question_recalls_a_new_memory_after_the_ones_the_window_keeps(world):
+    await sync_to_async(_remember_alices_cat_and_cello)()
+    for n in range(3):
+        world.say(f"has anyone seen the new poster {n}?", author=BOB)
+        world.say(f"not yet {n}", author=CAROL)
+    await world.start_worker()
+
+    world.say("tomori, what is my cat called again?", author=ALICE)
+    [first] = await _answered(world, 1)
+    world.say("tomori, which instrument do I practise?", author=ALICE)
+    second = (await _answered(world, 2))[1]
+
+    [cat] = _memory_items(first)
+    assert "Miso" in cat and "cello" not in cat
+    kept, new = _memory_items(second)
+    assert kept == cat and "- About Alice: I play the cello in a youth orchestra" in new
+    # The new set comes after the kept one, which stays where the first request had it: the
+    # second request repeats the first up to and past it.
+    messages = second["messages"]
+    at = messages.index({"role": "user", "content": cat}) + 1
+    assert messages[:at] == first["messages"][:at]
+    assert messages.index({"role": "user", "content": new}) > at
+    turns = await sync_to_async(_turns)()
+    assert [m["line"] for m in turns[1].recalled] == [
+        "About Alice: I play the cello in a youth orchestra"
+    ]
+
+
 async def test_a_personal_memory_never_reaches_a_window_without_its_person(world):
     await sync_to_async(_remember_alices_cat)()
     await world.start_worker()
