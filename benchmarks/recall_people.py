@@ -312,7 +312,7 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 def content_words(text: str) -> set[str]:
     """The content words of ``text``: lowercase words less `FUNCTION_WORDS` and the persona's
-    name, each cut to its first five letters, so that inflections of one word meet ("swim" and
+    name, each cut to its first four letters, so that inflections of one word meet ("swim" and
     "swimming", "marry" and "married")."""
     words = {word for word in _WORD.findall(text.lower()) if word not in FUNCTION_WORDS}
-    return {word[:5] for word in words - {"tomori"}}
+    return {word[:4] for word in words - {"tomori"}}

@@ -297,3 +297,17 @@ def test_memories_follow_the_last_entry_while_the_conversation_is_shorter_than_a
 def test_a_personal_fact_naming_someone_else_is_found(fact, author, expected):
     others = ["Alice", "Bob", "Mary Jane", "Tomori"]
     assert names_someone_else(fact, author=author, others=others) == expected
+
+
+def test_the_people_evaluation_asks_in_words_its_facts_do_not_use():
+    from benchmarks.recall_people import CHATTER, FACTS, QUESTIONS, content_words
+
+    assert len(FACTS) >= 10 and sum(len(facts) for facts in FACTS.values()) >= 100
+    assert len(QUESTIONS) == 50 and len(set(QUESTIONS)) == 50
+    assert {person for person, _ in CHATTER} == set(FACTS)
+    for question in QUESTIONS:
+        said = [question.ask, *question.lead]
+        assert question.reply_to is None or 0 <= question.reply_to < len(question.lead)
+        shared = set().union(*map(content_words, said)) & content_words(question.fact_text)
+        assert not shared, (question, shared)
+    assert content_words("Tomori, she was swimming; I swim") == {"swim"}
