@@ -311,7 +311,6 @@ async def _run() -> list[Figures]:
     from chat.llm.fake_server import FakeLLMServer, Reply
     from chat.sandbox import GatewaySettings, SandboxServer
     from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_USER_IDS, demo_sandbox
-    from chat.services.commands import CommandRateLimit
     from chat.services.memory_store import memories_embed_missing
     from chat.tests.e2e.conftest import World
     from personas.services import config_import
@@ -339,7 +338,6 @@ async def _run() -> list[Figures]:
         world = World(sandbox=sandbox, llm=llm)
         await world.start_worker()
         try:
-            assert isinstance(world.client.tree.rate_limit, CommandRateLimit)
             home = {person: channels[(0, person)] for person in FACTS}
             await _tell(world, people, home)
             for n, way in enumerate(WAYS):
