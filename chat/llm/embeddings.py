@@ -146,7 +146,7 @@ def _load_wordllama() -> tuple[Any, np.ndarray]:
 class _Dense:
     """A dense layer kept as int8: ``x @ w + bias`` with ``w``'s column ``j`` stored as
     ``rows[:, j] × scales[j]`` (a quarter of float32's memory; similarities move by about
-    0.01, no question of the evaluation sets ranks its facts differently)."""
+    0.01, and every question of `benchmarks.recall_people` ranks the same fact first)."""
 
     rows: np.ndarray  # int8 (inputs, outputs)
     scales: np.ndarray  # float32 (outputs,)
@@ -196,8 +196,9 @@ class MiniLMEmbeddings:
     package, run in NumPy.
 
     A BERT encoder of 6 layers (384 wide, 12 attention heads), mean-pooled over the text's
-    tokens and scaled to unit length, as sentence-transformers runs it (its vectors are within
-    0.001 of sentence-transformers' own, `chat/tests/llm/test_embeddings.py`). The weights
+    tokens and scaled to unit length, as sentence-transformers runs it (unquantized, its
+    vectors are sentence-transformers' own to 1e-5; the int8 ones point within 0.998 cosine of
+    them: `chat/tests/llm/test_embeddings.py`). The weights
     (``model/model.safetensors``) and tokenizer (``model/tokenizer.json``) are read from the
     package's folder with ``safetensors`` and ``tokenizers``, without importing the package (it
     would import sentence-transformers and PyTorch, which this never needs). The weights are
