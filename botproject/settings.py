@@ -194,8 +194,14 @@ MEMORY_GUILD_MAX_CHARS = env_int("MEMORY_GUILD_MAX_CHARS", 512, minimum=1, maxim
 MEMORY_PERSONA_LIMIT = env_int("MEMORY_PERSONA_LIMIT", 50, minimum=0)
 MEMORY_RECALL_K = env_int("MEMORY_RECALL_K", 6, minimum=0, maximum=50)
 MEMORY_RECALL_MIN_SCORE_PERCENT = env_int(
-    "MEMORY_RECALL_MIN_SCORE_PERCENT", 30, minimum=0, maximum=100
+    "MEMORY_RECALL_MIN_SCORE_PERCENT", 10, minimum=0, maximum=100
 )
+MEMORY_RECALL_RELATIVE_PERCENT = env_int(
+    "MEMORY_RECALL_RELATIVE_PERCENT", 70, minimum=0, maximum=100
+)
+"""A memory is shown only when it scores at least this share of the turn's best."""
+MEMORY_RECALL_VECTOR_PERCENT = env_int("MEMORY_RECALL_VECTOR_PERCENT", 60, minimum=0, maximum=100)
+"""The vector similarity's share of the hybrid score (the keyword one has the rest)."""
 MEMORY_RECALL_BUDGET_PERCENT = env_int("MEMORY_RECALL_BUDGET_PERCENT", 10, minimum=0, maximum=50)
 DOCUMENT_MAX_BYTES = env_int("DOCUMENT_MAX_BYTES", 2 * 1024 * 1024, minimum=1)
 MEMORY_EMBED_SECONDS = env_positive_float("MEMORY_EMBED_SECONDS", 300.0)
@@ -263,6 +269,13 @@ if LLM_EMBEDDING_MODEL and not (LLM_EMBEDDING_BASE_URL or LLM_BASE_URL):
     raise ImproperlyConfigured(
         "LLM_EMBEDDING_MODEL is set but neither LLM_EMBEDDING_BASE_URL nor LLM_BASE_URL is: "
         "set LLM_EMBEDDING_BASE_URL to the endpoint serving /embeddings"
+    )
+OFFLINE_EMBEDDING_MODEL = env_str("OFFLINE_EMBEDDING_MODEL", "minilm")
+"""The offline embedding model when ``LLM_EMBEDDING_MODEL`` names none: ``minilm``
+(all-MiniLM-L6-v2, the default) or ``wordllama`` (lighter on CPU, weaker on paraphrases)."""
+if OFFLINE_EMBEDDING_MODEL not in ("minilm", "wordllama"):
+    raise ImproperlyConfigured(
+        f"OFFLINE_EMBEDDING_MODEL must be minilm or wordllama, got {OFFLINE_EMBEDDING_MODEL!r}"
     )
 PLURALKIT_API_BASE = env_str("PLURALKIT_API_BASE")
 if PLURALKIT_API_BASE:

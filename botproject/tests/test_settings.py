@@ -273,6 +273,9 @@ def test_cookies_are_secure_outside_debug_unless_overridden(overrides, expected)
         ("LLM_EMBEDDING_BASE_URL", "models.example/v1"),
         ("LLM_EMBEDDING_BASE_URL", "https://models.example/v1"),  # without a model
         ("MEMORY_RECALL_K", "many"),
+        ("MEMORY_RECALL_RELATIVE_PERCENT", "150"),
+        ("MEMORY_RECALL_VECTOR_PERCENT", "most"),
+        ("OFFLINE_EMBEDDING_MODEL", "bert"),
         ("MEMORY_PERSONAL_MAX_CHARS", "5000"),
         ("DOCUMENT_MAX_BYTES", "0"),
     ],

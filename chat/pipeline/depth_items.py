@@ -67,7 +67,10 @@ def with_recalled_memories(
     """``dialogue`` (notes placed) with the recalled memories as late as the cacheable prefix
     allows: right before its first item placed at a depth (a note, the short-term memory or a
     lorebook entry: they move with every message, so the provider's cache of the previous
-    request ends there), or after the last entry. Returns the items and the message the entry
+    request ends there), or after the last entry when there is none, or when no entry
+    precedes it (a conversation shorter than the note's depth: the note stays first until
+    the conversation outgrows it, and memories before every entry would end the repeated
+    prefix there, at the start of the dialogue). Returns the items and the message the entry
     before the memories ends with (None when nothing was recalled or no entry precedes them):
     the next turns keep this set after that message (`memories_shown_earlier`), inside the
     repeated prefix, so a memory is new to the provider's cache only in the turn that recalls
@@ -76,6 +79,8 @@ def with_recalled_memories(
     if not recalled:
         return tuple(dialogue), None
     at = next((n for n, item in enumerate(dialogue) if is_placed_at_depth(item)), len(dialogue))
+    if not any(item.tag is ItemTag.DIALOGUE_HISTORY for item in dialogue[:at]):
+        at = len(dialogue)
     before = [item for item in dialogue[:at] if item.tag is ItemTag.DIALOGUE_HISTORY]
     after = before[-1].source_ids[-1] if before and before[-1].source_ids else None
     return (*dialogue[:at], *recalled, *dialogue[at:]), after

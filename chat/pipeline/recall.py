@@ -9,12 +9,17 @@ the provider's prompt cache keeps what it keeps without them.
 Ranking is a hybrid of two similarities, each in [0, 1]:
 
 - **keyword**: BM25-style term weights (rare words count more, repeated words saturate),
-  divided by what a text holding every query word once would score, so a text
-  matching all the query's known words scores about 1;
+  divided by what a text holding every word of the query once would score, so a text
+  matching all of them scores about 1 and one matching a single word of five about a fifth.
+  Stop words and the words every question is made of ("called", "name", "again", "remind")
+  are not terms at all: "what's my dog called again?" must not find "a gym called Crux";
 - **vector**: the cosine of the embedding vectors (unit rows: a dot product), below 0 as 0.
 
-``score = weights.vector × vector + weights.keyword × keyword``; texts under ``min_score`` are
-never shown, the rest go best first until ``k`` or the token budget is reached.
+``score = weights.vector × vector + weights.keyword × keyword``. What is shown must reach an
+absolute floor (``min_score``) and a share of the turn's best score (``relative``): a
+paraphrase and its fact share no word and only a modest cosine, so no fixed score tells a true
+match from noise across questions, but within one question the right memory stands out from
+the person's others. Those go best first until ``k`` or the token budget is reached.
 
 Who may be recalled is decided here too (`RecallScope`): a personal memory only when its person
 speaks in the window, the persona's own only for that persona.
@@ -137,9 +142,18 @@ _STOPWORDS_TEXT = """
     more most my myself no nor not now of off on once only or other our ours ourselves out over
     own same she should so some such than that the their theirs them themselves then there these
     they this those through to too under until up very was we were what when where which while
-    who whom why will with would you your yours yourself yourselves s t don ever tell know
-    remember"""
-STOPWORDS = frozenset(_STOPWORDS_TEXT.split())
+    who whom why will with would you your yours yourself yourselves s t d ll m re ve don ever
+    tell know remember"""
+_COMMON_WORDS_TEXT = """
+    again also anyone anything around back call called calls can cant could did didnt does
+    doesnt dont even ever get gets getting go goes going got guess hey hi hello isnt kind let
+    lets like lol maybe much name named names need ok okay one please really remind said say
+    says see something still stuff sure thank thanks thing things think though want way well
+    whats wheres whos yeah yes yet"""
+STOPWORDS = frozenset(_STOPWORDS_TEXT.split()) | frozenset(_COMMON_WORDS_TEXT.split())
+"""Words keyword ranking ignores: English stop words, and the words questions and chat are made
+of whatever they ask about ("called", "name", "again", "remind", "thanks"), which otherwise match
+any memory that happens to use them."""
 
 
 def terms(text: str) -> list[str]:
@@ -184,6 +198,8 @@ class MemoryIndex:
     """persona id → rows of its own memories."""
     person_rows: dict[tuple[int, str], np.ndarray] = field(repr=False)
     """(user id, member id) → rows of that person's memories."""
+    rows_by_key: dict[str, int] = field(repr=False)
+    """`MemoryRecord.key` → its row."""
 
     def __len__(self) -> int:
         return len(self.records)
@@ -237,7 +253,18 @@ def build_memory_index(
         document_rows=np.array(documents, dtype=np.int64),
         persona_rows={key: np.array(rows, dtype=np.int64) for key, rows in by_persona.items()},
         person_rows={key: np.array(rows, dtype=np.int64) for key, rows in by_person.items()},
+        rows_by_key={record.key: row for row, record in enumerate(records)},
     )
+
+
+def still_remembered(index: MemoryIndex, key: str, line: str) -> bool:
+    """Whether the memory ``key`` that an earlier turn showed as ``line`` is still kept with
+    that text. Forgotten, deleted on the dashboard, withdrawn by a privacy choice or edited
+    since, it is not, and no later request may show that line again."""
+    row = index.rows_by_key.get(key)
+    if row is None:
+        return False
+    return line.endswith(f": {' '.join(index.records[row].text.split())}")
 
 
 def keyword_scores(
@@ -250,11 +277,14 @@ def keyword_scores(
     each), so a turn's cost follows the memories it may see, not the guild's."""
     count = len(index) if rows is None else len(rows)
     scores = np.zeros(count, dtype=np.float32)
-    known = [term for term in set(terms(query)) if term in index.postings]
+    asked = set(terms(query))
+    known = [term for term in asked if term in index.postings]
     if not known or count == 0:
         return scores
     total, average = len(index), max(index.average_length, 1.0)
-    best = 0.0
+    # A word no memory holds counts as the rarest: a text holding every word of the query
+    # would score the idf of each.
+    best = (len(asked) - len(known)) * math.log(1.0 + (total + 0.5) / 0.5)
     for term in known:
         holding, frequencies = index.postings[term]
         idf = math.log(1.0 + (total - len(holding) + 0.5) / (len(holding) + 0.5))
@@ -314,6 +344,7 @@ def recall(
     scope: RecallScope | None,
     k: int,
     min_score: float,
+    relative: float = 0.0,
     weights: RecallWeights = RecallWeights(),
     token_budget: int | None = None,
     count_tokens: Callable[[str], int] | None = None,
@@ -323,7 +354,8 @@ def recall(
     Steps:
         1. Keep the memories ``scope`` allows (`eligible_rows`).
         2. Score them: keyword and vector similarity, mixed by ``weights``; keep those that
-           reach ``min_score``.
+           reach ``min_score`` and ``relative`` times the best score among them (0: no
+           relative cut).
         3. Take them best first (ties: the newer id first) until ``k`` are taken or the next one's
            prompt line (`memory_line`, counted by ``count_tokens``) would pass ``token_budget``;
            a line too long for what is left is skipped, a shorter one after it may still fit.
@@ -344,7 +376,8 @@ def recall(
         else np.zeros(len(rows), dtype=np.float32)
     )
     score = weights.vector * vector + weights.keyword * keyword
-    passing = np.flatnonzero(score >= min_score)
+    best = float(score.max()) if len(score) else 0.0
+    passing = np.flatnonzero(score >= max(min_score, relative * best))
     if len(passing) == 0:
         return ()
     shortlist = k * 8 + 64  # enough for k even when the token budget skips long lines
@@ -434,19 +467,31 @@ def fact_names(fact: str, name: str) -> bool:
 
 
 def recall_query(
-    history: Sequence[HistoryMessage], *, trigger_id: int, hidden: frozenset[int], last: int = 2
+    trigger: HistoryMessage,
+    replied: HistoryMessage | None,
+    *,
+    hidden: frozenset[int],
+    addressing: Iterable[str] = (),
 ) -> str:
-    """What a turn searches its memories with: the texts of the newest ``last`` messages up to
-    the trigger (the trigger and the one before it), newest last; hidden users' words never
-    (full privacy, blacklisted)."""
+    """What a turn searches its memories with: what the person asks. That is the trigger's
+    text, after the text of the message it replies to (``replied``, None when it replies to
+    none), not whatever else was said last (the persona's own previous reply, someone else's
+    chatter). The words in ``addressing`` (the personas' names and trigger words) are taken
+    out, whole words in any case: "tomori, …" says who is asked, not what. Hidden users'
+    words never count (full privacy, blacklisted): a hidden author's trigger or reply target
+    adds nothing."""
     texts = [
         message.content
-        for message in history
-        if message.id <= trigger_id
-        and message.accountable_user_id not in hidden
-        and message.content.strip()
+        for message in (replied, trigger)
+        if message is not None and message.accountable_user_id not in hidden
     ]
-    return "\n".join(texts[-last:])
+    text = "\n".join(t for t in texts if t.strip())
+    words = sorted({w.strip().lower() for w in addressing if w.strip()}, key=len, reverse=True)
+    if words and text:
+        pattern = r"(?<!\w)(?:" + "|".join(re.escape(w) for w in words) + r")(?!\w)"
+        text = re.sub(pattern, " ", text, flags=re.IGNORECASE)
+    lines = (re.sub(r"^[\s,.:;!?-]+", "", " ".join(line.split())) for line in text.splitlines())
+    return "\n".join(line for line in lines if line)
 
 
 def normalized_text(text: str) -> str:

@@ -6,9 +6,11 @@ inverted index) and rebuilds it when the guild's memories change: the guild's
 as at first, cost 20 ms a turn at 10,000 memories and 200 ms at 100,000). Ranking is the
 pure `chat.pipeline.recall`.
 
-`memories_recall_for_turn` is what every turn calls: the trigger and the message before it are
-the query; the speaking persona's own memories, the guild's, and the personal memories of the
-people speaking in the window (never anyone else's) are eligible.
+`memories_recall_for_turn` is what every turn calls: what the person asks (the trigger and the
+message it replies to, `recall.recall_query`) is the query; the speaking persona's own
+memories, the guild's, and the personal memories of the people speaking in the window (never
+anyone else's) are eligible. `memories_shown_before` gives what the window's earlier turns
+showed, less what has been forgotten since.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from chat.pipeline.recall import (
     build_memory_index,
     memory_line,
     recall,
+    still_remembered,
 )
 from chat.pipeline.triggers import TurnReason
 from chat.services.memory_store import default_embedding_model, memories_embed_missing
@@ -116,7 +119,10 @@ def guild_memory_index(*, guild_id: int, embedder: EmbeddingModel) -> MemoryInde
 
 
 def recall_weights() -> RecallWeights:
-    return RecallWeights()
+    """The hybrid score's mix: ``MEMORY_RECALL_VECTOR_PERCENT`` of the vector similarity, the
+    rest of the keyword one."""
+    vector = settings.MEMORY_RECALL_VECTOR_PERCENT / 100
+    return RecallWeights(vector=vector, keyword=1.0 - vector)
 
 
 def memory_search(
@@ -160,8 +166,9 @@ def memories_recall_for_turn(
     ``people`` maps each ``(user_id, member_id)`` speaking in the window (privacy already
     applied: nobody with partial or full privacy) to the name the window shows; their personal
     memories are eligible and shown under that name. ``token_budget`` caps the recalled lines
-    (``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget); ``MEMORY_RECALL_K`` and
-    ``MEMORY_RECALL_MIN_SCORE_PERCENT`` bound the rest. A DM (no guild) recalls nothing.
+    (``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget); ``MEMORY_RECALL_K``,
+    ``MEMORY_RECALL_MIN_SCORE_PERCENT`` and ``MEMORY_RECALL_RELATIVE_PERCENT`` (of the best
+    score) bound the rest. A DM (no guild) recalls nothing.
     """
     if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
         return ()
@@ -176,6 +183,7 @@ def memories_recall_for_turn(
         scope=RecallScope(persona_id=persona_id, people=frozenset(people)),
         k=settings.MEMORY_RECALL_K,
         min_score=settings.MEMORY_RECALL_MIN_SCORE_PERCENT / 100,
+        relative=settings.MEMORY_RECALL_RELATIVE_PERCENT / 100,
         weights=recall_weights(),
         token_budget=token_budget,
         count_tokens=count_tokens,
@@ -185,18 +193,25 @@ def memories_recall_for_turn(
 
 def memories_shown_before(
     *,
+    guild_id: int,
     persona_id: int,
     channel_id: int,
     anchor_id: int | None,
     message_ids: Iterable[int],
     trigger_id: int,
+    embedder: EmbeddingModel | None = None,
 ) -> dict[int, tuple[tuple[str, ...], ...]]:
     """What the persona's earlier turns in the channel showed of its memories since its window
-    last moved: for each earlier turn (its trigger one of ``message_ids``, the window's, older
-    than ``trigger_id``) whose window started at ``anchor_id``, the message it showed them
-    after (`TurnContext.memories_after`) → the sets of lines shown there, oldest first, as
-    the turn records keep them. No anchor: nothing. Maintenance and extraction turns send
-    no prompt and count for nothing.
+    last moved, and is still remembered: for each earlier turn (its trigger one of
+    ``message_ids``, the window's, older than ``trigger_id``) whose window started at
+    ``anchor_id``, the message it showed them after (`TurnContext.memories_after`) → the sets
+    of lines shown there, oldest first, as the turn records keep them. No anchor: nothing.
+    Maintenance and extraction turns send no prompt and count for nothing.
+
+    A line whose memory has been forgotten (``/memory forget``), deleted on the dashboard,
+    withdrawn by a privacy choice or edited since is left out, checked against the guild's
+    index as it is now (`recall.still_remembered`): the next request no longer shows it, at
+    the cost of the provider's cache past that point for one turn. A set left empty goes.
 
     Only turns of the same anchor count: when the window moves, the provider's cached prefix
     ends at the configuration anyway, and the memories kept until then go with it, so the
@@ -215,11 +230,20 @@ def memories_shown_before(
         .order_by("trigger_message_id")
         .values_list("recalled", flat=True)
     )
+    rows = [recalled for recalled in rows if recalled and recalled[0].get("after")]
+    if not rows:
+        return {}
+    index = guild_memory_index(guild_id=guild_id, embedder=embedder or default_embedding_model())
     shown: dict[int, tuple[tuple[str, ...], ...]] = {}
     for recalled in rows:
-        if recalled and recalled[0].get("after"):
+        lines = tuple(
+            memory["line"]
+            for memory in recalled
+            if still_remembered(index, memory["key"], memory["line"])
+        )
+        if lines:
             after = int(recalled[0]["after"])
-            shown[after] = (*shown.get(after, ()), tuple(memory["line"] for memory in recalled))
+            shown[after] = (*shown.get(after, ()), lines)
     return shown
 
 

@@ -12,8 +12,8 @@ Nothing is kept about a user with ``partial`` or ``full`` privacy: `memory_add` 
 switching to either deletes what exists (`chat.models.forget_memories_on_private`).
 
 The embedding model is passed in (`EmbeddingModel`); `default_embedding_model` gives the
-process's own, built once from the settings (offline WordLlama unless ``LLM_EMBEDDING_MODEL``
-names an OpenAI-compatible one).
+process's own, built once from the settings (offline all-MiniLM-L6-v2 unless
+``OFFLINE_EMBEDDING_MODEL`` or ``LLM_EMBEDDING_MODEL`` names another).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from django.db import transaction
 from chat.llm.embeddings import (
     EmbeddingError,
     EmbeddingModel,
+    MiniLMEmbeddings,
     OpenAIEmbeddings,
     WordLlamaEmbeddings,
     vector_bytes,
@@ -53,14 +54,17 @@ class MemoryRefused(Exception):
 def default_embedding_model() -> EmbeddingModel:
     """The process's embedding model, built once: an OpenAI-compatible endpoint when
     ``LLM_EMBEDDING_MODEL`` is set (on ``LLM_EMBEDDING_BASE_URL``, else ``LLM_BASE_URL``), else
-    the offline WordLlama model (loaded on its first use)."""
+    the offline model ``OFFLINE_EMBEDDING_MODEL`` names (all-MiniLM-L6-v2 or WordLlama, loaded
+    on its first use)."""
     if settings.LLM_EMBEDDING_MODEL:
         return OpenAIEmbeddings(
             base_url=settings.LLM_EMBEDDING_BASE_URL or settings.LLM_BASE_URL,
             model=settings.LLM_EMBEDDING_MODEL,
             api_key=settings.LLM_API_KEY,
         )
-    return WordLlamaEmbeddings()
+    if settings.OFFLINE_EMBEDDING_MODEL == "wordllama":
+        return WordLlamaEmbeddings()
+    return MiniLMEmbeddings()
 
 
 @dataclass(frozen=True)

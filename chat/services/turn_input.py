@@ -546,12 +546,13 @@ def turn_memories_recall(
     runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput, *, anchor_id: int | None
 ) -> tuple[tuple[RecalledMemory, ...], dict[int, tuple[tuple[str, ...], ...]]]:
     """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`), and
-    what the persona's earlier turns of this window (``anchor_id``) showed
-    (`memories_shown_before`: the prompt keeps those where they were). The query is the
-    trigger and the message before it; the personal memories of the people speaking in the
-    window are eligible, except of those with partial or full privacy or on the blacklist;
-    at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget. A memory the window
-    already shows is not shown again."""
+    what the persona's earlier turns of this window (``anchor_id``) showed and is still
+    remembered (`memories_shown_before`: the prompt keeps those where they were). The query
+    is what the person asks: the trigger and the message it replies to, without the
+    personas' names and trigger words (`recall.recall_query`); the personal memories of the
+    people speaking in the window are eligible, except of those with partial or full privacy
+    or on the blacklist; at most ``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget. A
+    memory the window already shows is not shown again."""
     unremembered = frozenset(
         user_id
         for user_id, level in turn_input.privacy.items()
@@ -566,7 +567,7 @@ def turn_memories_recall(
         people=window_people(
             turn_input.history, trigger_id=turn_input.trigger_id, unremembered=unremembered
         ),
-        query=recall_query(turn_input.history, trigger_id=turn_input.trigger_id, hidden=hidden),
+        query=_recall_query(request, turn_input, hidden),
         token_budget=budget * settings.MEMORY_RECALL_BUDGET_PERCENT // 100,
         count_tokens=runtime.token_counter.count,
         embedder=runtime.embeddings,
@@ -574,6 +575,8 @@ def turn_memories_recall(
     if request.configuration.guild_id is None:
         return recalled, {}
     shown = memories_shown_before(
+        guild_id=request.configuration.guild_id,
+        embedder=runtime.embeddings,
         persona_id=request.persona.id,
         channel_id=request.channel.channel_id,
         anchor_id=anchor_id,
@@ -582,3 +585,23 @@ def turn_memories_recall(
     )
     already = {line for sets in shown.values() for lines in sets for line in lines}
     return tuple(m for m in recalled if memory_line(m.record) not in already), shown
+
+
+def _recall_query(request: TurnRequest, turn_input: TurnInput, hidden: frozenset[int]) -> str:
+    """`recall.recall_query` for this turn: its trigger and the message the trigger replies to
+    (in the window, or fetched as a reply target), without the names and trigger words of the
+    guild's personas."""
+    messages = {message.id: message for message in turn_input.history}
+    trigger = messages.get(turn_input.trigger_id, request.trigger)
+    replied = None
+    reference = trigger.reference
+    if reference is not None and reference.kind is ReferenceKind.REPLY:
+        replied = messages.get(reference.message_id) or turn_input.reply_targets.get(
+            reference.message_id
+        )
+    addressing = [
+        word
+        for persona in request.configuration.personas
+        for word in (persona.name, *persona.triggers)
+    ]
+    return recall_query(trigger, replied, hidden=hidden, addressing=addressing)

@@ -9,17 +9,21 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
 from django.db import connections
+from django.test import Client
+from django.urls import reverse
 
 from chat.llm.fake_server import Reply
 from chat.models import Memory, Turn
 from chat.pipeline.recall import MEMORY_HEADER
 from chat.pipeline.triggers import TurnReason
-from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID
+from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS
 from chat.services.memory_documents import document_embed, document_upload
 from chat.services.memory_store import MemoryScope, memory_add
 from chat.tests.celery_worker import WORKER_TIMEOUT, start_celery, stop
 from chat.tests.e2e.conftest import ALICE, BOB, GENERAL, eventually
+from chat.tests.e2e.test_commands import run
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig
 from personas.services import user_privacy_save
@@ -27,6 +31,7 @@ from personas.services import user_privacy_save
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 POETRY = DEMO_CHANNEL_IDS["poetry"]
+CAROL = DEMO_USER_IDS["carol"]
 FACT = "Alice's cat is called Miso and loves tuna"
 
 
@@ -100,6 +105,43 @@ async def test_a_later_turn_keeps_the_memories_an_earlier_one_showed_where_they_
     assert turns[0].recalled[0]["line"] == f"About Alice: {FACT}" and turns[1].recalled == []
 
 
+def _remember_alices_cat_and_cello() -> None:
+    _remember_alices_cat()
+    memory_add(
+        scope=MemoryScope.personal(DEMO_GUILD_ID, ALICE, name="alice"),
+        text="I play the cello in a youth orchestra",
+        source="command",
+    )
+
+
+async def test_a_later_question_recalls_a_new_memory_after_the_ones_the_window_keeps(world):
+    await sync_to_async(_remember_alices_cat_and_cello)()
+    for n in range(3):
+        world.say(f"has anyone seen the new poster {n}?", author=BOB)
+        world.say(f"not yet {n}", author=CAROL)
+    await world.start_worker()
+
+    world.say("tomori, what is my cat called again?", author=ALICE)
+    [first] = await _answered(world, 1)
+    world.say("tomori, which instrument do I practise?", author=ALICE)
+    second = (await _answered(world, 2))[1]
+
+    [cat] = _memory_items(first)
+    assert "Miso" in cat and "cello" not in cat
+    kept, new = _memory_items(second)
+    assert kept == cat and "- About Alice: I play the cello in a youth orchestra" in new
+    # The new set comes after the kept one, which stays where the first request had it: the
+    # second request repeats the first up to and past it.
+    messages = second["messages"]
+    at = messages.index({"role": "user", "content": cat}) + 1
+    assert messages[:at] == first["messages"][:at]
+    assert messages.index({"role": "user", "content": new}) > at
+    turns = await sync_to_async(_turns)()
+    assert [m["line"] for m in turns[1].recalled] == [
+        "About Alice: I play the cello in a youth orchestra"
+    ]
+
+
 async def test_a_personal_memory_never_reaches_a_window_without_its_person(world):
     await sync_to_async(_remember_alices_cat)()
     await world.start_worker()
@@ -111,6 +153,65 @@ async def test_a_personal_memory_never_reaches_a_window_without_its_person(world
     assert "Miso" not in str(body)
     [turn] = await sync_to_async(_turns)()
     assert turn.recalled == []
+
+
+async def _forget_by_command(world) -> None:
+    record = await run(world, "memory forget", {"id": "all"})
+    assert record.content == "Forgotten: 1 memory(ies)."
+
+
+def _delete_on_the_dashboard() -> None:
+    admin = User.objects.create_user("ada", is_staff=True)
+    client = Client()
+    client.force_login(admin)
+    [memory] = Memory.objects.all()
+    path = reverse(
+        "dashboard:memory_delete", kwargs={"guild_id": DEMO_GUILD_ID, "memory_id": memory.id}
+    )
+    assert client.post(path).status_code == 302
+
+
+async def _delete_by_an_admin(world) -> None:
+    await sync_to_async(_delete_on_the_dashboard)()
+
+
+async def _withdraw_by_privacy(world) -> None:
+    record = await run(world, "privacy", {"level": "full"})
+    assert "Deleted: 1 memory(ies) about you" in record.content
+
+
+@pytest.mark.parametrize(
+    "forget",
+    [_forget_by_command, _delete_by_an_admin, _withdraw_by_privacy],
+    ids=["memory forget", "dashboard delete", "privacy full"],
+)
+async def test_a_forgotten_memory_is_gone_from_the_very_next_request_of_the_window(world, forget):
+    await sync_to_async(_remember_alices_cat)()
+    for n in range(3):  # others talk first: the memories then follow one of their messages
+        world.say(f"has anyone seen the new poster {n}?", author=BOB)
+        world.say(f"not yet {n}", author=CAROL)
+    await world.start_worker()
+    world.say("tomori, what is my cat called again?", author=ALICE)
+    [first] = await _answered(world, 1)
+    world.say("tomori, what should we do this weekend?", author=BOB)
+    second = (await _answered(world, 2))[1]
+    [shown] = _memory_items(first)
+    assert f"- About Alice: {FACT}" in shown
+    assert _memory_items(second) == [shown]  # kept where the first request showed it
+    [first_turn, second_turn] = await sync_to_async(_turns)()
+    assert second_turn.recalled == []
+    kept_after = int(first_turn.recalled[0]["after"])
+    assert world.sandbox.sandbox.message(GENERAL, kept_after)["author"]["id"] == str(BOB)
+
+    await forget(world)
+    world.say("tomori, any plans for tonight?", author=BOB)
+    third = (await _answered(world, 3))[2]
+
+    assert "Miso" not in json.dumps(third)
+    assert _memory_items(third) == []
+    # The same window: the request repeats the previous one up to where the memory was.
+    kept = second["messages"].index({"role": "user", "content": shown})
+    assert third["messages"][:kept] == second["messages"][:kept]
 
 
 @pytest.mark.parametrize("level", ["partial", "full"])

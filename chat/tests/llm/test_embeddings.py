@@ -1,5 +1,5 @@
-"""Embedding models: the offline WordLlama default, the OpenAI-compatible endpoint (against the
-fake model server over HTTP) and the deterministic hashing model."""
+"""Embedding models: the offline all-MiniLM-L6-v2 default and WordLlama, the OpenAI-compatible
+endpoint (against the fake model server over HTTP) and the deterministic hashing model."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from chat.llm.embeddings import (
     EmbeddingError,
     HashingEmbeddings,
+    MiniLMEmbeddings,
     OpenAIEmbeddings,
     WordLlamaEmbeddings,
     hashed_vector,
@@ -19,6 +20,57 @@ from chat.llm.embeddings import (
     vector_from_bytes,
 )
 from chat.llm.fake_server import FakeLLMServer
+
+MINILM = MiniLMEmbeddings()
+
+
+def test_minilm_unquantized_gives_sentence_transformers_vectors():
+    # The first values of sentence-transformers' own all-MiniLM-L6-v2 vector for "hello world".
+    expected = [-0.034478, 0.03102, 0.00673, 0.02611, -0.039362]
+
+    [vector] = MiniLMEmbeddings(quantized=False).embed(["hello world"])
+
+    assert vector.shape == (384,) and vector.dtype == np.float32
+    assert np.allclose(vector[:5], expected, atol=1e-5)
+    assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_minilm_int8_vectors_point_where_the_exact_ones_do():
+    texts = ["hello world", "I have a border collie named Pixel", "what's my dog called?"]
+    exact = MiniLMEmbeddings(quantized=False).embed(texts)
+    kept = MINILM.embed(texts)
+
+    assert kept.shape == (3, 384) and np.allclose(np.linalg.norm(kept, axis=1), 1.0, atol=1e-5)
+    assert ((exact * kept).sum(axis=1) > 0.998).all()
+    assert np.abs(exact @ exact.T - kept @ kept.T).max() < 0.02
+
+
+def test_minilm_finds_a_paraphrase_that_shares_no_word():
+    facts = [
+        "I have a border collie named Pixel",
+        "I teach chemistry at a secondary school",
+        "I started bouldering at a gym called Crux",
+    ]
+    vectors = MINILM.embed([*facts, "what's my dog called again?", "what do I do for a living?"])
+
+    assert int(np.argmax(vectors[:3] @ vectors[3])) == 0
+    assert int(np.argmax(vectors[:3] @ vectors[4])) == 1
+
+
+def test_minilm_vectors_do_not_depend_on_the_batch():
+    short, long = "hi", "a much longer text that pads the short one with many tokens " * 3
+    alone = MINILM.embed([short, long])
+    together = MINILM.embed([long, *["filler"] * 40, short])  # two batches, other padding
+
+    assert np.allclose(alone[0], together[-1], atol=1e-5)
+    assert np.allclose(alone[1], together[0], atol=1e-5)
+
+
+def test_minilm_cuts_a_long_text_at_its_token_limit():
+    words = " ".join(f"word{n}" for n in range(2000))
+    [vector] = MINILM.embed([words])
+    [again] = MINILM.embed([words + " and more words after the limit"])
+    assert np.allclose(vector, again, atol=1e-6)
 
 
 def test_wordllama_loads_from_its_package_and_ranks_a_paraphrase_first():

@@ -20,11 +20,13 @@ from chat.pipeline.recall import (
     names_someone_else,
     near_duplicate,
     recall,
+    recall_query,
+    still_remembered,
     terms,
 )
 from chat.pipeline.types import ContextNote
 from chat.tests import factories
-from chat.tests.factories import message, sf, turn_input
+from chat.tests.factories import message, reply_to, sf, turn_input
 
 ALICE, BOB, CAROL = 1, 2, 3
 
@@ -133,6 +135,76 @@ def test_keyword_scores_stay_between_zero_and_one_and_ignore_stop_words():
     assert terms("Cats playing") == ["cat", "play"]
 
 
+def test_words_every_question_uses_match_nothing():
+    # "called" and "again" are in the question and the gym fact alike; the dog is the question.
+    index = build_memory_index(
+        [personal(1, ALICE, "I started bouldering at a gym called Crux")], None, dimensions=2
+    )
+    assert keyword_scores(index, "what's my dog called again?", RecallWeights()).max() == 0
+    assert terms("Remind me, what's it called again? Thanks!") == []
+
+
+def test_a_text_matching_one_word_of_several_asked_scores_a_share_of_it():
+    index = build_memory_index(
+        [personal(1, ALICE, "Alice keeps two cats"), personal(2, ALICE, "Alice sings jazz")],
+        None,
+        dimensions=2,
+    )
+    [whole, _] = keyword_scores(index, "cats", RecallWeights())
+    [partly, _] = keyword_scores(index, "cats, dinosaurs and volcanoes", RecallWeights())
+    assert whole == pytest.approx(1.0, abs=0.01)
+    assert 0.05 < partly < 0.35
+
+
+def test_only_memories_near_the_best_score_are_shown():
+    records = [personal(n, ALICE, f"fact {n}") for n in (1, 2, 3)]
+    index = build_memory_index(records, np.stack([unit(1, 0), unit(0.9, 0.44), unit(0.5, 0.87)]))
+    scope = RecallScope(persona_id=None, people=frozenset({(ALICE, "")}))
+    weights = RecallWeights(vector=1, keyword=0)
+    shown = recall(
+        index, query="", query_vector=unit(1, 0), scope=scope, k=5, min_score=0.1, weights=weights
+    )
+    near = recall(
+        index,
+        query="",
+        query_vector=unit(1, 0),
+        scope=scope,
+        k=5,
+        min_score=0.1,
+        relative=0.8,
+        weights=weights,
+    )
+    assert [m.record.id for m in shown] == [1, 2, 3]
+    assert [m.record.id for m in near] == [1, 2]  # 0.9 and 0.5 of the best 1.0
+
+
+def test_the_query_is_the_trigger_and_the_message_it_replies_to_without_the_persona_name():
+    asked = message(1, "we're getting thai tonight", author=factories.ALICE)
+    chatter = message(2, "lol", author=factories.BOB, minutes=1)
+    trigger = message(3, "Tomori, anything I should avoid?", minutes=2, reference=reply_to(1))
+    hidden = frozenset({factories.BOB.id})
+
+    assert recall_query(trigger, asked, hidden=frozenset(), addressing=["tomori"]) == (
+        "we're getting thai tonight\nanything I should avoid?"
+    )
+    assert recall_query(trigger, None, hidden=frozenset(), addressing=["Tomori", "tomo"]) == (
+        "anything I should avoid?"
+    )
+    assert recall_query(trigger, chatter, hidden=hidden) == "Tomori, anything I should avoid?"
+
+
+def test_a_line_an_earlier_turn_showed_is_kept_only_while_its_memory_is_unchanged():
+    cats = personal(1, ALICE, "Alice keeps two cats")
+    line = memory_line(cats)
+    kept = build_memory_index([cats], None, dimensions=2)
+    edited = build_memory_index([personal(1, ALICE, "Alice keeps three cats")], None, dimensions=2)
+    forgotten = build_memory_index([], None, dimensions=2)
+
+    assert still_remembered(kept, cats.key, line)
+    assert not still_remembered(edited, cats.key, line)
+    assert not still_remembered(forgotten, cats.key, line)
+
+
 def test_near_duplicates_are_found_by_words_or_by_vector():
     existing = [(10, "Likes green tea.", unit(1, 0.1)), (11, "likes coffee", unit(0, 1))]
     assert near_duplicate("likes GREEN tea", None, existing, min_similarity=0.9) == 10
@@ -198,6 +270,20 @@ def test_recalled_memories_come_before_the_first_note_placed_at_a_depth():
     assert context.cacheable_prefix_end == memory
 
 
+def test_memories_follow_the_last_entry_while_the_conversation_is_shorter_than_a_notes_depth():
+    history = [message(1, "hi"), message(2, "tell me about cats", author=factories.BOB, minutes=1)]
+    note = ContextNote(text="Be brief.", depth=4)
+    context = build_turn_context(
+        turn_input(history, channel_note=note, memories=("About Alice: has two cats",))
+    )
+
+    tags = [item.tag for item in context.items]
+    entries = [n for n, tag in enumerate(tags) if tag is ItemTag.DIALOGUE_HISTORY]
+    assert tags.index(ItemTag.CONTEXT_NOTE_INJECTION) < entries[0]
+    assert tags.index(ItemTag.MEMORY) == entries[-1] + 1
+    assert context.memories_after == sf(2)  # the next turns keep them there
+
+
 @pytest.mark.parametrize(
     ("fact", "author", "expected"),
     [
@@ -211,3 +297,17 @@ def test_recalled_memories_come_before_the_first_note_placed_at_a_depth():
 def test_a_personal_fact_naming_someone_else_is_found(fact, author, expected):
     others = ["Alice", "Bob", "Mary Jane", "Tomori"]
     assert names_someone_else(fact, author=author, others=others) == expected
+
+
+def test_the_people_evaluation_asks_in_words_its_facts_do_not_use():
+    from benchmarks.recall_people import CHATTER, FACTS, QUESTIONS, content_words
+
+    assert len(FACTS) >= 10 and sum(len(facts) for facts in FACTS.values()) >= 100
+    assert len(QUESTIONS) == 50 and len(set(QUESTIONS)) == 50
+    assert {person for person, _ in CHATTER} == set(FACTS)
+    for question in QUESTIONS:
+        said = [question.ask, *question.lead]
+        assert question.reply_to is None or 0 <= question.reply_to < len(question.lead)
+        shared = set().union(*map(content_words, said)) & content_words(question.fact_text)
+        assert not shared, (question, shared)
+    assert content_words("Tomori, she was swimming; I swim") == {"swim"}

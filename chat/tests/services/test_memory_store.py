@@ -138,6 +138,7 @@ def test_search_ranks_the_guilds_memories_with_scores():
     assert found[0].score > found[-1].score
 
 
+@override_settings(MEMORY_RECALL_RELATIVE_PERCENT=0)  # who may be shown, not how many
 def test_a_turn_recalls_only_the_personal_memories_of_people_in_its_window():
     persona = Persona.objects.create(
         guild=GuildConfig.objects.create(guild_id=GUILD, name="g"), name="Tomori"

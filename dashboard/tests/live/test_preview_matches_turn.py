@@ -133,6 +133,12 @@ async def test_the_preview_and_the_turn_show_the_same_recalled_memories_with_sco
         sync_to_async(lambda: Turn.objects.filter(status=Turn.Status.REPLIED).first())
     )
     assert world.llm.chat_bodies[-1]["messages"] == preview["request"]["messages"]
-    assert turn.recalled == preview["recalled"]
+    # The same memories with the same scores, each set following its own trigger: the
+    # preview's hypothetical message, the turn's real one (a one-message conversation).
+    assert [{**m, "after": None} for m in turn.recalled] == [
+        {**m, "after": None} for m in preview["recalled"]
+    ]
+    assert turn.recalled[0]["after"] == str(turn.trigger_message_id)
+    assert preview["recalled"][0]["after"] == preview["decision"]["message_id"]
     page = await sync_to_async(client.get)(f"/turns/{turn.id}/")
     assert "About Alice: Alice&#x27;s cat is called Miso" in page.content.decode()
