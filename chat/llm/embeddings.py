@@ -460,6 +460,6 @@ def vector_bytes(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype="<f4").tobytes()
 
 
-def vector_from_bytes(data: bytes) -> np.ndarray:
+def vector_from_bytes(data: bytes | memoryview) -> np.ndarray:
     """The inverse of `vector_bytes`."""
     return np.frombuffer(data, dtype="<f4")

@@ -193,7 +193,7 @@ def _store(
     facts: list[Any],
     people: dict[str, tuple[int, str]],
     embedder: EmbeddingModel | None,
-) -> tuple[list[dict], list[dict]]:
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Store each proposed fact; returns (stored, refused) as the turn record keeps them."""
     stored, refused = [], []
     for proposed in facts:

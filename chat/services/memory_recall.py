@@ -219,7 +219,7 @@ def memories_shown_before(
     earlier = [message_id for message_id in message_ids if message_id < trigger_id]
     if anchor_id is None or not earlier:
         return {}
-    rows = (
+    recorded = (
         Turn.objects.filter(
             persona_id=persona_id,
             channel_id=channel_id,
@@ -230,7 +230,7 @@ def memories_shown_before(
         .order_by("trigger_message_id")
         .values_list("recalled", flat=True)
     )
-    rows = [recalled for recalled in rows if recalled and recalled[0].get("after")]
+    rows = [recalled for recalled in recorded if recalled and recalled[0].get("after")]
     if not rows:
         return {}
     index = guild_memory_index(guild_id=guild_id, embedder=embedder or default_embedding_model())
@@ -261,14 +261,15 @@ def _named(memory: RecalledMemory, people: Mapping[tuple[int, str], str]) -> Rec
 def _query_vector(embedder: EmbeddingModel, query: str) -> np.ndarray | None:
     """The query's vector; None when the model fails (ranking then uses keywords alone)."""
     try:
-        return embedder.embed([query])[0]
+        vector: np.ndarray = embedder.embed([query])[0]
     except EmbeddingError:
         return None
+    return vector
 
 
 def recalled_record(
     memories: tuple[RecalledMemory, ...], *, after: int | None = None
-) -> list[dict]:
+) -> list[dict[str, object]]:
     """What the turn record keeps of each recalled memory (JSON-ready); ``after`` is the
     message the prompt showed them after (`TurnContext.memories_after`), which later turns
     of the window keep them after (`memories_shown_before`)."""

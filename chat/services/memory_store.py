@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q, QuerySet
 
 from chat.llm.embeddings import (
     EmbeddingError,
@@ -93,13 +94,13 @@ class MemoryScope:
     def persona(cls, guild_id: int, persona_id: int) -> MemoryScope:
         return cls(guild_id, MemoryKind.PERSONA, persona_id=persona_id)
 
-    def rows(self):
+    def rows(self) -> QuerySet[Memory]:
         """The scope's stored memories (a queryset)."""
         rows = Memory.objects.filter(guild_id=self.guild_id, kind=self.kind)
         if self.kind is MemoryKind.PERSONAL:
             return rows.filter(user_id=self.user_id, member_id=self.member_id)
         if self.kind is MemoryKind.PERSONA:
-            return rows.filter(persona_id=self.persona_id)
+            return rows.filter(Q(persona_id=self.persona_id))
         return rows
 
     @property
@@ -168,7 +169,11 @@ def memory_add(
         raise MemoryRefused(
             f"a memory here holds at most {scope.max_chars} characters; this one has {len(text)}"
         )
-    if scope.kind is MemoryKind.PERSONAL and user_is_private(scope.user_id, scope.guild_id):
+    if (
+        scope.kind is MemoryKind.PERSONAL
+        and scope.user_id is not None
+        and user_is_private(scope.user_id, scope.guild_id)
+    ):
         raise MemoryRefused(
             f"nothing is remembered about {scope.describe()}: they chose not to be remembered"
         )
@@ -262,7 +267,7 @@ def memory_forget(*, scope: MemoryScope, memory_id: int | None = None) -> int:
     if memory_id is not None:
         rows = rows.filter(id=memory_id)
     deleted, _ = rows.delete()
-    return deleted
+    return int(deleted)
 
 
 def memories_forget_user(*, guild_id: int | None, user_id: int) -> int:
@@ -307,7 +312,8 @@ def memories_embed_missing(
 
 def _embed_one(embedder: EmbeddingModel, text: str) -> np.ndarray | None:
     try:
-        return embedder.embed([text])[0]
+        vector: np.ndarray = embedder.embed([text])[0]
+        return vector
     except EmbeddingError as error:
         logger.warning("a memory is kept without a vector for now: %s", error)
         return None

@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -332,7 +333,7 @@ async def turn_input_gather(
     )
     people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
     reference = request.trigger.reference
-    follow_up_tools = frozenset()
+    follow_up_tools: frozenset[str] = frozenset()
     if reference is not None and reference.kind is ReferenceKind.REPLY:
         follow_up_tools = await sync_to_async(selectors.replied_turn_tools)(
             channel_id=channel.channel_id, persona_id=persona.id, message_id=reference.message_id
@@ -375,13 +376,19 @@ async def turn_input_gather(
     )
 
 
-@functools.cache
+_TOOL_SCHEMA_TOKENS: dict[str, Mapping[str, int]] = {}
+
+
 def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
-    """What each tool's definition costs in a request's ``tools`` list, by tool name."""
-    return {
-        name.value: counter.count(json.dumps(spec.definition(), ensure_ascii=False))
-        for name, spec in TOOL_DEFINITIONS.items()
-    }
+    """What each tool's definition costs in a request's ``tools`` list, by tool name (counted
+    once per tokenizer)."""
+    known = _TOOL_SCHEMA_TOKENS.get(counter.name)
+    if known is None:
+        known = _TOOL_SCHEMA_TOKENS[counter.name] = {
+            name.value: counter.count(json.dumps(spec.definition(), ensure_ascii=False))
+            for name, spec in TOOL_DEFINITIONS.items()
+        }
+    return known
 
 
 def _configured_tools(runtime: TurnRuntime, request: TurnRequest) -> frozenset[str]:
@@ -508,7 +515,7 @@ def turn_renderer(context: TurnContext, *, limit: int, budget: int | None = None
     stride = history_window_stride(limit)
     reserved = 0 if budget is None else max(0, budget - context.truncation.budget)
 
-    def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
+    def render(plan: AttemptPlan) -> list[dict[str, Any]] | InstructPrompt:
         shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
         if plan.model.context_window is not None:
             own = context_budget(plan.model.context_window, plan.model.max_output_tokens)
