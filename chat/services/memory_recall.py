@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from django.conf import settings
 
+from chat import metrics
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
 from chat.models import Document, DocumentChunk, Memory, Turn
 from chat.models_memory import memory_version
@@ -145,6 +146,7 @@ def memory_search(
     )
 
 
+@metrics.MEMORY_RECALL_SECONDS.time()
 def memories_recall_for_turn(
     *,
     guild_id: int | None,
@@ -162,6 +164,7 @@ def memories_recall_for_turn(
     memories are eligible and shown under that name. ``token_budget`` caps the recalled lines
     (``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget); ``MEMORY_RECALL_K`` and
     ``MEMORY_RECALL_MIN_SCORE_PERCENT`` bound the rest. A DM (no guild) recalls nothing.
+    Each call is timed (`chat.metrics.MEMORY_RECALL_SECONDS`).
     """
     if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
         return ()
