@@ -147,6 +147,29 @@ BUDGET_USED_RATIO = Gauge(
     multiprocess_mode="mostrecent",
 )
 
+# --- Celery (counted by botproject.celery_metrics) ---------------------------------------------
+
+CELERY_TASKS = Counter(
+    "celery_tasks",
+    "Celery tasks that ran, by task and outcome (succeeded, failed, retried).",
+    ["task", "outcome"],
+    namespace=NAMESPACE,
+)
+CELERY_TASK_SECONDS = Histogram(
+    "celery_task_seconds",
+    "How long a Celery task ran.",
+    ["task"],
+    namespace=NAMESPACE,
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0),
+)
+CELERY_BEAT_LAG_SECONDS = Histogram(
+    "celery_beat_lag_seconds",
+    "From beat sending a scheduled task to a worker starting it.",
+    ["task"],
+    namespace=NAMESPACE,
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0),
+)
+
 
 def _zeroed(metric: Counter, label: str, values: Iterable[str]) -> None:
     for value in values:

@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "personas.management": 5,
     "dashboard": 5,
     "botproject.celery": 5,
+    "botproject.celery_metrics": 5,
     "botproject.urls": 5,
     "botproject.asgi": 5,
     "botproject.wsgi": 5,
