@@ -49,6 +49,11 @@ _RECALL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 # --- Turns (counted by chat.services.turn_lifecycle) -----------------------------------------
 
+TURNS_STARTED = Counter(
+    "turns_started",
+    "Turns begun (a trigger, a planner's decision, a greeting).",
+    namespace=NAMESPACE,
+)
 TURNS = Counter("turns", "Turns that ended, by terminal status.", ["status"], namespace=NAMESPACE)
 FIRST_MESSAGE_SECONDS = Histogram(
     "first_message_seconds",

@@ -105,6 +105,7 @@ async def turn_start(request: TurnRequest) -> Turn:
     never counts as the persona's answer to one; its ``reason_detail`` says where the window
     it read ended."""
     turn = await sync_to_async(_turn_create)(request)
+    metrics.TURNS_STARTED.inc()
     await _publish(turn, TurnStarted(turn_id=turn.id, persona=turn.persona_name))
     return turn
 
@@ -146,6 +147,7 @@ async def turn_start_unprompted(
         )
 
     turn = await sync_to_async(create)()
+    metrics.TURNS_STARTED.inc()
     await _publish(turn, TurnStarted(turn_id=turn.id, persona=turn.persona_name))
     return turn
 

@@ -81,6 +81,7 @@ async def test_a_scrape_before_and_after_three_turns_sees_what_they_did(world, t
         worker.terminate()
         worker.wait(timeout=30)
 
+    assert _moved(before, after, "personabot_turns_started_total") == 3
     assert _moved(before, after, "personabot_turns_total", status="replied") == 3
     for status in ("failed", "aborted", "withheld", "refused"):
         assert _moved(before, after, "personabot_turns_total", status=status) == 0
