@@ -13,8 +13,8 @@ set; every worker of the process reports through one `WorkerHealth`.
   session up (READY with its guilds, or RESUMED); 503 with the reason otherwise (starting,
   waiting as a standby for the shard lease, a shard's socket down or its RESUME unanswered).
 
-The scrape runs on a thread of its own (its own database connection), so neither the counts it
-reads nor the text it writes hold up the gateway's event loop.
+The endpoint runs on threads of its own (`WorkerMonitor`), so a scrape neither waits for the
+gateway's event loop nor holds it up.
 """
 
 from __future__ import annotations
@@ -23,13 +23,16 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from aiohttp import web
 from django.db import DatabaseError, close_old_connections, connections
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -75,14 +78,11 @@ class WorkerHealth:
             self._serving.pop(client, None)
 
     def snapshot(self) -> HealthSnapshot:
-        """The clients' state now (call on the event loop that runs them)."""
-        clients = list(self._serving)
-        latencies = [
-            latency
-            for client in clients
-            for _, latency in client.latencies
-            if math.isfinite(latency)
-        ]
+        """The clients' state now. Read from the endpoint's threads while the event loop
+        changes it: each set and dict is copied whole (one step under the GIL)."""
+        serving = dict(self._serving)
+        clients = list(serving)
+        latencies = [latency for client in clients for latency in _latencies(client)]
         counts = [client.shard_count for client in clients if client.shard_count]
         if not clients:
             unready = "no gateway client: waiting for the shard lease"
@@ -90,7 +90,7 @@ class WorkerHealth:
             reasons = [reason for client in clients if (reason := client.unready_reason())]
             unready = "; ".join(reasons) or None
         return HealthSnapshot(
-            shards=tuple(self._serving.values()),
+            shards=tuple(serving.values()),
             shards_ready=sum(len(client.shards_ready) for client in clients),
             shard_count=self._shard_count or max(counts, default=1),
             latency=max(latencies, default=None),
@@ -98,13 +98,29 @@ class WorkerHealth:
         )
 
 
+def _latencies(client: PersonaBotClient) -> list[float]:
+    """The client's known gateway latencies (none while a shard's session is being replaced
+    under the reader: the reading thread does not wait for it)."""
+    try:
+        return [latency for _, latency in client.latencies if math.isfinite(latency)]
+    except (RuntimeError, AttributeError):
+        return []
+
+
 class WorkerCollector(Collector):
     """The gauges read when ``/metrics`` is scraped, from the last `HealthSnapshot` and the
     database (the counts of the serving workers' shards; left out when the database does not
     answer, so the rest of the scrape still comes)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        counts: Callable[[tuple[ShardSet, ...]], tuple[int, int] | None] | None = None,
+    ) -> None:
+        """``counts`` reads the queue's and the pools' counts (default: on the calling
+        thread)."""
         self.snapshot: HealthSnapshot | None = None
+        self._counts = counts or _database_counts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         snapshot = self.snapshot
@@ -120,7 +136,7 @@ class WorkerCollector(Collector):
             shard_count.add_metric([], snapshot.shard_count)
             if snapshot.latency is not None:
                 latency.add_metric([], snapshot.latency)
-            counts = _database_counts(snapshot.shards) if snapshot.shards else None
+            counts = self._counts(snapshot.shards) if snapshot.shards else None
             if counts is not None:
                 ready.add_metric([], counts[0])
                 unread.add_metric([], counts[1])
@@ -145,8 +161,29 @@ def _gauge(name: str, documentation: str) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{NAMESPACE}_{name}", documentation)
 
 
+class _QuietHandler(WSGIRequestHandler):
+    """Serves requests without a log line each (a scrape every few seconds)."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a request's thread never holds the process up at exit
+
+
+LOOP_ANSWER_SECONDS = 5.0
+"""How long ``/healthz`` waits for the event loop to run a callback before answering 503."""
+
+
 class WorkerMonitor:
-    """The HTTP endpoint (`start`, `stop`); ``registry`` defaults to the process's own."""
+    """The HTTP endpoint (`start`, `stop`); ``registry`` defaults to the process's own.
+
+    It runs on threads of its own (one per request, as ``prometheus_client``'s own server
+    does), so a scrape never waits for the gateway's event loop: the clients' state is read
+    from there as it is (sets and counts, copied whole), and the database counts on one
+    thread of their own, with one connection that `stop` closes. Only ``/healthz`` asks the
+    event loop, since whether it answers is the question."""
 
     def __init__(
         self,
@@ -155,51 +192,73 @@ class WorkerMonitor:
         host: str,
         port: int,
         registry: CollectorRegistry = REGISTRY,
+        loop_answer_seconds: float = LOOP_ANSWER_SECONDS,
     ) -> None:
         self.health = health
+        self._loop_answer_seconds = loop_answer_seconds
         self.host = host
         self.port = port
         self._registry = registry
-        self._collector = WorkerCollector()
-        self._scrape = asyncio.Lock()
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics")
-        self._runner: web.AppRunner | None = None
+        self._collector = WorkerCollector(counts=self._database_counts)
+        self._exposition = make_wsgi_app(registry)
+        self._scrape = threading.Lock()
+        self._database = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-db")
+        self._server: _Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> int:
-        """Listen; returns the port (the one the OS picked when ``port`` is 0)."""
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
+        """Listen; returns the port (the one the OS picked when ``port`` is 0). Raises
+        OSError when the address cannot be bound."""
+        self._loop = asyncio.get_running_loop()
+        self._server = make_server(
+            self.host, self.port, self._app, server_class=_Server, handler_class=_QuietHandler
+        )
         self._registry.register(self._collector)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self.port = self._server.server_port
+        threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        ).start()
         return self.port
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            await asyncio.to_thread(self._server.shutdown)
+            self._server.server_close()
+            self._server = None
             self._registry.unregister(self._collector)
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, connections.close_all)
-        self._executor.shutdown(wait=False)
+        await asyncio.get_running_loop().run_in_executor(self._database, connections.close_all)
+        self._database.shutdown(wait=False)
 
-    async def _metrics(self, request: web.Request) -> web.Response:
-        async with self._scrape:
-            self._collector.snapshot = self.health.snapshot()
-            loop = asyncio.get_running_loop()
-            body = await loop.run_in_executor(self._executor, generate_latest, self._registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def _database_counts(self, shards: tuple[ShardSet, ...]) -> tuple[int, int] | None:
+        return self._database.submit(_database_counts, shards).result()
 
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.Response(text="ok\n")
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/metrics":
+            with self._scrape:
+                self._collector.snapshot = self.health.snapshot()
+                return list(self._exposition(environ, start_response))
+        if path == "/healthz":
+            return _text(start_response, *self._loop_answers())
+        if path == "/readyz":
+            reason = self.health.snapshot().unready
+            if reason is None:
+                return _text(start_response, "200 OK", "ready")
+            return _text(start_response, "503 Service Unavailable", f"not ready: {reason}")
+        return _text(start_response, "404 Not Found", "/metrics, /healthz or /readyz")
 
-    async def _readyz(self, request: web.Request) -> web.Response:
-        reason = self.health.snapshot().unready
-        if reason is None:
-            return web.Response(text="ready\n")
-        return web.Response(status=503, text=f"not ready: {reason}\n")
+    def _loop_answers(self) -> tuple[str, str]:
+        assert self._loop is not None
+        try:
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), self._loop).result(
+                self._loop_answer_seconds
+            )
+        except (TimeoutError, RuntimeError):
+            return "503 Service Unavailable", "the event loop does not answer"
+        return "200 OK", "ok"
+
+
+def _text(start_response: Callable[..., Any], status: str, text: str) -> list[bytes]:
+    body = f"{text}\n".encode()
+    start_response(status, [("Content-Type", "text/plain; charset=utf-8")])
+    return [body]
