@@ -71,9 +71,15 @@ def _metrics_serve(**_: Any) -> None:
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry)
-    server, _thread = start_http_server(
-        settings.CELERY_METRICS_PORT, addr=settings.CELERY_METRICS_HOST, registry=registry
-    )
+    try:
+        server, _thread = start_http_server(
+            settings.CELERY_METRICS_PORT, addr=settings.CELERY_METRICS_HOST, registry=registry
+        )
+    except OSError as error:
+        raise ImproperlyConfigured(
+            f"CELERY_METRICS_PORT: cannot listen on "
+            f"{settings.CELERY_METRICS_HOST}:{settings.CELERY_METRICS_PORT}: {error}"
+        ) from None
     logger.info(
         "Celery metrics on http://%s:%s/metrics",
         settings.CELERY_METRICS_HOST,
