@@ -9,12 +9,15 @@ as in `benchmarks.capacity`. The world sends, for ``PHASE_SECONDS`` at a time, `
 messages a second over 32 reactive channels and ``TURNS`` triggers a second among them (the
 model streams a short reply, 0.2 s to its first word).
 
-1. **CPU of counting**: the same load in alternating phases with counting on and off
-   (``ROUNDS`` each, same run, same worker). Off, every update of a series is a no-op
-   (``inc``, ``observe``, ``set`` and ``labels`` of ``prometheus_client``'s metric classes
-   replaced): what remains is the worker's own work. The figure is the worker process's CPU
-   seconds per second of load (every thread: the event loop, the intake's writer, the database
-   threads), on beside off, and their difference as a share of the CPU off.
+1. **CPU of counting**: one stretch of load in which counting is on and off in turn every
+   ``SLICE_SECONDS`` (``PAIRS`` pairs, same run, same worker). Off, every update of a series is
+   a no-op (``inc``, ``observe``, ``set`` and ``labels`` of ``prometheus_client``'s metric
+   classes replaced): what remains is the worker's own work. The figure is the worker
+   process's CPU seconds per second (every thread: the event loop, the intake's writer, the
+   database threads), on beside off, and their difference as a share of the CPU off. On a
+   shared machine that difference is within the noise of the machine's load, so a second row
+   computes counting's share directly: the series updates the load made (read from the series
+   themselves) times what one update costs, timed in the same process.
 2. **Scrape latency**: a last phase with counting on, ``/metrics`` scraped ``SCRAPES_PER_S``
    times a second over HTTP from another thread; its p50 and p95, beside the same scrape with
    the worker idle.
@@ -50,8 +53,9 @@ GUILDS = 8
 CHANNELS_PER_GUILD = 4
 RATE = 1000
 TURNS = 10
-PHASE_SECONDS = 8.0
-ROUNDS = 3
+SLICE_SECONDS = 2.0
+PAIRS = 8
+SCRAPE_SECONDS = 8.0
 SCRAPES_PER_S = 5
 WAIT = 300.0
 
@@ -197,44 +201,97 @@ async def _run(pipe: Connection, world: dict[str, Any]) -> dict[str, Any]:
     url = f"http://127.0.0.1:{await monitor.start()}/metrics"
     runner = asyncio.create_task(client.start(TOKEN))
     replied = Turn.objects.filter(status=Turn.Status.REPLIED).acount
-    phases: list[dict[str, Any]] = []
     try:
         async with health.serving(client, shards=EVERY_SHARD):
             await _until(lambda: client.scheduler is not None and client.is_ready(), WAIT)
             with Scraper(url) as idle:
                 await asyncio.sleep(3)
-            await _phase(pipe, client, replied, "warm-up", 2.0)
-            for _ in range(ROUNDS):
-                with counting_off():
-                    phases.append(await _phase(pipe, client, replied, "off", PHASE_SECONDS))
-                phases.append(await _phase(pipe, client, replied, "on", PHASE_SECONDS))
+            await _phase(pipe, client, replied, 2.0)  # warm-up
+            updates_before = _updates()
+            slices = await _phase(pipe, client, replied, 2 * PAIRS * SLICE_SECONDS, sliced=True)
+            updates = {k: v - updates_before.get(k, 0.0) for k, v in _updates().items()}
             with Scraper(url) as loaded:
-                phases.append(await _phase(pipe, client, replied, "scraped", PHASE_SECONDS))
+                scraped = await _phase(pipe, client, replied, SCRAPE_SECONDS)
     finally:
         await client.close()
         await asyncio.gather(runner, return_exceptions=True)
         await monitor.stop()
         await llm.aclose()
         await sync_to_async(connections.close_all)()
-    return {"phases": phases, "idle": idle.seconds, "loaded": loaded.seconds}
+    return {
+        "slices": slices,
+        "updates": updates,
+        "scraped": scraped,
+        "idle": idle.seconds,
+        "loaded": loaded.seconds,
+    }
 
 
-async def _phase(pipe, client, replied, name: str, seconds: float) -> dict[str, Any]:
-    """One phase of load: the worker's CPU seconds a second while the world sends, the turns
-    that replied meanwhile, and how far the intake and the loops were behind at its end."""
+async def _phase(pipe, client, replied, seconds: float, *, sliced: bool = False) -> dict[str, Any]:
+    """``seconds`` of load: the worker's CPU seconds a second while the world sends, the
+    rates reached; with ``sliced``, counting is off and on in turn every `SLICE_SECONDS`
+    (off-on, on-off, … so a drift of the machine's load weighs on both alike) and the CPU of
+    each slice is kept by whether counting was on."""
     turns_before = await replied()
-    cpu, wall = time.process_time(), time.monotonic()
+    wall = time.monotonic()
     pipe.send(str(seconds))
-    sent, triggers = await asyncio.to_thread(pipe.recv)
-    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    answer = asyncio.ensure_future(asyncio.to_thread(pipe.recv))
+    cpu: dict[str, list[float]] = {"on": [], "off": []}
+    started = time.process_time()
+    if sliced:
+        for n in range(2 * PAIRS):
+            on = (n % 2 == 0) == (n // 2 % 2 == 1)
+            slice_started, slice_cpu = time.monotonic(), time.process_time()
+            with contextlib.nullcontext() if on else counting_off():
+                await asyncio.sleep(SLICE_SECONDS)
+            cpu["on" if on else "off"].append(
+                (time.process_time() - slice_cpu) / (time.monotonic() - slice_started)
+            )
+    sent, triggers = await answer
+    seconds_taken = time.monotonic() - wall
+    cpu_all = (time.process_time() - started) / seconds_taken
     await _until(lambda: client.intake.idle, WAIT)
     return {
-        "name": name,
-        "cpu_per_s": cpu / wall,
-        "messages_per_s": sent / wall,
-        "triggers_per_s": triggers / wall,
-        "turns_per_s": (await replied() - turns_before) / wall,
+        "cpu": cpu,
+        "cpu_per_s": cpu_all,
+        "messages_per_s": sent / seconds_taken,
+        "triggers_per_s": triggers / seconds_taken,
+        "turns_per_s": (await replied() - turns_before) / seconds_taken,
     }
+
+
+def _updates() -> dict[str, float]:
+    """How many times each kind of series update ran so far in this process, read from the
+    series themselves: histogram observations and counter increments by family (a model
+    call's token counters, which grow by many at once, as three updates a call)."""
+    from prometheus_client import REGISTRY
+
+    counts: dict[str, float] = {}
+    for family in REGISTRY.collect():
+        if not family.name.startswith("personabot_") or family.name == "personabot_model_tokens":
+            continue
+        suffix = {"histogram": "_count", "counter": "_total"}.get(family.type)
+        for sample in family.samples:
+            if suffix is not None and sample.name.endswith(suffix):
+                counts[family.name] = counts.get(family.name, 0.0) + sample.value
+    counts["personabot_model_tokens"] = 3 * counts.get("personabot_model_requests", 0.0)
+    return counts
+
+
+def _update_cost() -> float:
+    """Seconds one series update costs here: a labelled histogram observation and a labelled
+    counter increment, the kinds every counting place does, timed alike."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    registry = CollectorRegistry()
+    histogram = Histogram("bench_seconds", "", ["model"], registry=registry)
+    counter = Counter("bench_total", "", ["model", "outcome"], registry=registry)
+    rounds = 50_000
+    started = time.process_time()
+    for n in range(rounds):
+        histogram.labels(model="m").observe(n * 1e-4)
+        counter.labels(model="m", outcome="ok").inc()
+    return (time.process_time() - started) / (2 * rounds)
 
 
 def measure() -> dict[str, Any]:
@@ -259,28 +316,40 @@ def measure() -> dict[str, Any]:
 
 def main() -> None:
     figures = measure()
-    phases = figures["phases"]
-    on = [p for p in phases if p["name"] == "on"]
-    off = [p for p in phases if p["name"] == "off"]
-    cpu_on = statistics.mean(p["cpu_per_s"] for p in on)
-    cpu_off = statistics.mean(p["cpu_per_s"] for p in off)
-    rates = " ".join(
-        f"{p['name']} {p['messages_per_s']:,.0f} msg/s {p['turns_per_s']:.1f} turns/s "
-        f"{p['cpu_per_s'] * 100:.0f} % CPU;"
-        for p in phases
+    slices, scraped = figures["slices"], figures["scraped"]
+    cpu_on = statistics.mean(slices["cpu"]["on"])
+    cpu_off = statistics.mean(slices["cpu"]["off"])
+    updates_per_s = sum(figures["updates"].values()) / (2 * PAIRS * SLICE_SECONDS)
+    cost = _update_cost()
+    counted_share = updates_per_s * cost / slices["cpu_per_s"]
+    print(
+        f"load: {slices['messages_per_s']:,.0f} msg/s, {slices['triggers_per_s']:.1f} "
+        f"triggers/s, {slices['turns_per_s']:.1f} turns/s replied; scraped phase "
+        f"{scraped['messages_per_s']:,.0f} msg/s, {scraped['turns_per_s']:.1f} turns/s; "
+        f"updates: {figures['updates']}",
+        file=sys.stderr,
     )
-    print(f"phases ({PHASE_SECONDS:.0f} s each): {rates}", file=sys.stderr)
     loaded, idle = figures["loaded"], figures["idle"]
     load = f"load average {figures['load']:.1f}"
+    where = (
+        f"{slices['messages_per_s']:,.0f} msg/s of ingest, {slices['turns_per_s']:.1f} "
+        f"turns/s over {GUILDS * CHANNELS_PER_GUILD} channels"
+    )
     emit(
         [
             Row(
-                f"worker CPU with metrics counted, {RATE:,} msg/s of ingest and {TURNS} "
-                f"triggers/s over {GUILDS * CHANNELS_PER_GUILD} channels ({ROUNDS} phases of "
-                f"{PHASE_SECONDS:.0f} s each, alternating)",
+                f"worker CPU with metrics counted, {where} ({PAIRS} pairs of "
+                f"{SLICE_SECONDS:.0f} s slices, counting on and off in turn)",
                 f"{cpu_on * 100:.1f} % of a core; counting costs "
                 f"{(cpu_on - cpu_off) / cpu_off * 100:+.1f} % of the worker's CPU ({load})",
                 f"counting off: {cpu_off * 100:.1f} % of a core",
+                "≤ 2 % of the worker's CPU",
+            ),
+            Row(
+                f"counting's own CPU at that load: {updates_per_s:,.0f} series updates a "
+                f"second × {cost * 1e6:.1f} µs each (timed in the same process)",
+                f"{counted_share * 100:.2f} % of the worker's CPU",
+                f"the worker: {slices['cpu_per_s'] * 100:.1f} % of a core",
                 "≤ 2 % of the worker's CPU",
             ),
             Row(

@@ -6,9 +6,11 @@ set; every worker of the process reports through one `WorkerHealth`.
 - ``/metrics``: the process's Prometheus registry in the text format (``prometheus_client``'s
   own exposition): the series of `chat.metrics` this process counted, the process collector's
   CPU and memory, and the gauges read when scraped (`WorkerCollector`): the event queue's
-  ready rows and the unread pools' messages of this worker's shards, its shards ready, the
-  deployment's shard count and the highest gateway latency of its shards.
-- ``/healthz``: 200 while the process's event loop answers (a hung loop answers nothing).
+  ready rows and the unread pools' messages of this worker's shards (counted every
+  `COUNT_SECONDS` by `QueueCounter`), its shards ready, the deployment's shard count and the
+  highest gateway latency of its shards.
+- ``/healthz``: 200 while the process's event loop answers; 503 when it does not within
+  `LOOP_ANSWER_SECONDS` (a hung loop).
 - ``/readyz``: 200 when this process runs a gateway client and every shard it runs has its
   session up (READY with its guilds, or RESUMED); 503 with the reason otherwise (starting,
   waiting as a standby for the shard lease, a shard's socket down or its RESUME unanswered).
@@ -25,7 +27,6 @@ import logging
 import math
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -109,18 +110,13 @@ def _latencies(client: PersonaBotClient) -> list[float]:
 
 class WorkerCollector(Collector):
     """The gauges read when ``/metrics`` is scraped, from the last `HealthSnapshot` and the
-    database (the counts of the serving workers' shards; left out when the database does not
-    answer, so the rest of the scrape still comes)."""
+    last `QueueCounter` counts (left out while there are none)."""
 
-    def __init__(
-        self,
-        *,
-        counts: Callable[[tuple[ShardSet, ...]], tuple[int, int] | None] | None = None,
-    ) -> None:
-        """``counts`` reads the queue's and the pools' counts (default: on the calling
-        thread)."""
+    def __init__(self, *, counts: Callable[[], tuple[int, int] | None] | None = None) -> None:
+        """``counts`` gives the last counts of the queue's ready rows and the unread messages
+        (None: not counted yet, or the database did not answer)."""
         self.snapshot: HealthSnapshot | None = None
-        self._counts = counts or _database_counts
+        self._counts = counts or (lambda: None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         snapshot = self.snapshot
@@ -136,11 +132,46 @@ class WorkerCollector(Collector):
             shard_count.add_metric([], snapshot.shard_count)
             if snapshot.latency is not None:
                 latency.add_metric([], snapshot.latency)
-            counts = self._counts(snapshot.shards) if snapshot.shards else None
+            counts = self._counts() if snapshot.shards else None
             if counts is not None:
                 ready.add_metric([], counts[0])
                 unread.add_metric([], counts[1])
         yield from (ready, unread, shards_ready, shard_count, latency)
+
+
+COUNT_SECONDS = 5.0
+"""How often the queue's ready rows and the unread messages are counted for ``/metrics``."""
+
+
+class QueueCounter:
+    """Counts the event queue's ready rows and the unread pools' messages of the serving
+    workers' shards every `COUNT_SECONDS` (sooner while it has none yet), on a thread of its own
+    with one database connection, so a scrape reads the last counts and waits for no query."""
+
+    def __init__(self, health: WorkerHealth, *, every: float = COUNT_SECONDS) -> None:
+        self._health = health
+        self._every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metrics-db", daemon=True)
+        self.latest: tuple[int, int] | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                shards = self._health.snapshot().shards
+                self.latest = _database_counts(shards) if shards else None
+                if self._stop.wait(self._every if self.latest is not None else 0.2):
+                    return
+        finally:
+            connections.close_all()
 
 
 def _database_counts(shards: tuple[ShardSet, ...]) -> tuple[int, int] | None:
@@ -181,9 +212,9 @@ class WorkerMonitor:
 
     It runs on threads of its own (one per request, as ``prometheus_client``'s own server
     does), so a scrape never waits for the gateway's event loop: the clients' state is read
-    from there as it is (sets and counts, copied whole), and the database counts on one
-    thread of their own, with one connection that `stop` closes. Only ``/healthz`` asks the
-    event loop, since whether it answers is the question."""
+    from there as it is (sets and counts, copied whole), and the database's counts are the
+    `QueueCounter`'s last. Only ``/healthz`` asks the event loop, since whether it answers is
+    the question."""
 
     def __init__(
         self,
@@ -199,10 +230,10 @@ class WorkerMonitor:
         self.host = host
         self.port = port
         self._registry = registry
-        self._collector = WorkerCollector(counts=self._database_counts)
+        self._counter = QueueCounter(health)
+        self._collector = WorkerCollector(counts=lambda: self._counter.latest)
         self._exposition = make_wsgi_app(registry)
         self._scrape = threading.Lock()
-        self._database = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-db")
         self._server: _Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -214,6 +245,7 @@ class WorkerMonitor:
             self.host, self.port, self._app, server_class=_Server, handler_class=_QuietHandler
         )
         self._registry.register(self._collector)
+        self._counter.start()
         self.port = self._server.server_port
         threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True
@@ -226,11 +258,7 @@ class WorkerMonitor:
             self._server.server_close()
             self._server = None
             self._registry.unregister(self._collector)
-        await asyncio.get_running_loop().run_in_executor(self._database, connections.close_all)
-        self._database.shutdown(wait=False)
-
-    def _database_counts(self, shards: tuple[ShardSet, ...]) -> tuple[int, int] | None:
-        return self._database.submit(_database_counts, shards).result()
+        await self._counter.stop()
 
     def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         path = environ.get("PATH_INFO", "")
