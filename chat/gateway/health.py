@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class HealthSnapshot:
-    """What the gateway clients report at one moment, read on the event loop."""
+    """What the gateway clients report at one moment (read from the endpoint's threads)."""
 
     shards: tuple[ShardSet, ...]
     """The shards of each worker serving now (their queue and pools are this process's)."""
