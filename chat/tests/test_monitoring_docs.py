@@ -1,6 +1,7 @@
 """docs/monitoring/: the alert rules load in Prometheus's own checker (``promtool check rules``,
-from Debian's ``prometheus`` package), the Grafana board's queries are valid PromQL, and every
-series a rule or a panel reads, with every label it selects on, is one the project exports."""
+from Debian's ``prometheus`` package) and fire on their trouble (``promtool test rules``), the
+Grafana board's queries are valid PromQL, and every series a rule or a panel reads, with every
+label it selects on, is one the project exports."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from chat.tests.test_metrics import exported_families
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "monitoring" / "alerts.yml"
 BOARD = ROOT / "docs" / "monitoring" / "grafana-dashboard.json"
+ALERT_CASES = ROOT / "chat" / "tests" / "fixtures" / "alerts_test.yml"
+"""``promtool test rules`` cases: each alert fires on its trouble and not on a healthy bot."""
 
 PROMETHEUS_OWN = {"up"}
 """Series Prometheus makes itself for every target."""
@@ -86,6 +89,14 @@ def test_the_alert_rules_pass_promtool():
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {len(rule_expressions())} rules found" in checked.stdout
+
+
+def test_the_alerts_fire_on_their_trouble_and_not_on_a_healthy_bot():
+    tested = subprocess.run(
+        [promtool(), "test", "rules", str(ALERT_CASES)], capture_output=True, text=True, check=False
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
 
 
 def test_the_boards_queries_are_valid_promql(tmp_path):
