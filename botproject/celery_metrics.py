@@ -12,7 +12,7 @@ With ``CELERY_METRICS_PORT`` set, ``celery -A botproject worker`` serves ``/metr
 
 Tasks run in the pool's child processes, so the worker uses ``prometheus_client``'s
 multiprocess mode: each process writes its series to files in a directory of the worker's own
-(made at start, removed at shutdown) and the main process's server adds them up. The mode is
+(made at start, removed when it exits) and the main process's server adds them up. The mode is
 chosen when ``prometheus_client`` is first imported, so the directory is set when the worker
 is about to import the task modules (``import_modules``); nothing here imports the library at
 module level, and ``botproject.celery`` imports this module before it makes the app.
@@ -20,6 +20,7 @@ module level, and ``botproject.celery`` imports this module before it makes the 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -57,6 +58,8 @@ def _metrics_directory(**_: Any) -> None:
     directory = tempfile.mkdtemp(prefix="personabot-celery-metrics-")
     os.environ[MULTIPROCESS_DIRECTORY] = directory
     _state["directory"] = directory
+    # Removed when this process exits (the pool's and beat's processes end with os._exit).
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
 
 
 @signals.worker_ready.connect
@@ -93,13 +96,6 @@ def _metrics_process_gone(pid: int | None = None, **_: Any) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid or os.getpid())
-
-
-@signals.worker_shutdown.connect
-def _metrics_directory_removed(**_: Any) -> None:
-    directory = _state["directory"]
-    if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @signals.beat_init.connect
