@@ -23,6 +23,7 @@ MODULES = (
     "benchmarks.recall_e2e",
     "benchmarks.lorebook",
     "benchmarks.streaming",
+    "benchmarks.metrics",
 )
 
 

@@ -9,6 +9,8 @@ import os
 
 from celery import Celery
 
+from botproject import celery_metrics  # noqa: F401  (its signal handlers count the tasks)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "botproject.settings")
 
 app = Celery("botproject")

@@ -146,6 +146,14 @@ def env_int(
     return number
 
 
+def env_port(name: str, *, environ: Mapping[str, str] | None = None) -> int | None:
+    """A TCP port to listen on, 0..65535 (0: the system picks a free one); None when unset or
+    blank (nothing listens). Raises ImproperlyConfigured naming the variable otherwise."""
+    if not env_str(name, "", environ=environ):
+        return None
+    return env_int(name, 0, minimum=0, maximum=65535, environ=environ)
+
+
 def env_origin_list(
     name: str, default: list[str], *, environ: Mapping[str, str] | None = None
 ) -> list[str]:

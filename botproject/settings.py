@@ -17,6 +17,7 @@ from botproject.env import (
     env_int,
     env_list,
     env_origin_list,
+    env_port,
     env_positive_float,
     env_refuse_renamed,
     env_str,
@@ -285,6 +286,17 @@ if PLURALKIT_API_BASE:
 YOUTUBE_TRANSCRIPT_URL = env_str("YOUTUBE_TRANSCRIPT_URL")
 if YOUTUBE_TRANSCRIPT_URL:
     YOUTUBE_TRANSCRIPT_URL = env_url("YOUTUBE_TRANSCRIPT_URL", "", schemes=("http", "https"))
+
+# --- Metrics and health (docs/operations.md, "Monitoring") ------------------------------------
+# runbot serves /metrics, /healthz and /readyz on WORKER_METRICS_PORT and the Celery worker its
+# /metrics on CELERY_METRICS_PORT (unset: off; 0: a free port, logged); both listen on their
+# host variable, the loopback interface unless told otherwise. The web process's /metrics
+# answers operators (staff) and `Authorization: Bearer <METRICS_TOKEN>` (empty: operators only).
+WORKER_METRICS_PORT = env_port("WORKER_METRICS_PORT")
+WORKER_METRICS_HOST = env_str("WORKER_METRICS_HOST", "127.0.0.1")
+CELERY_METRICS_PORT = env_port("CELERY_METRICS_PORT")
+CELERY_METRICS_HOST = env_str("CELERY_METRICS_HOST", "127.0.0.1")
+METRICS_TOKEN = env_str("METRICS_TOKEN")
 
 # --- Auth, i18n, static -----------------------------------------------------------------------
 

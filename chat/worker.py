@@ -33,6 +33,7 @@ from chat import selectors
 from chat.gateway.client import PersonaBotClient
 from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.gateway.health import WorkerHealth
 from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
 from chat.gateway.stops import client_stop
@@ -274,8 +275,10 @@ async def run_worker(
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
     neighbour: bool = False,
+    health: WorkerHealth | None = None,
 ) -> None:
-    """Run until ``stop`` is set, then close the gateway and cancel every loop.
+    """Run until ``stop`` is set, then close the gateway and cancel every loop; while a
+    gateway client runs, ``health`` (the process's monitoring endpoint) reports it.
 
     The worker first takes the lease of its shards (`chat.leases`), waiting as a standby while
     another worker holds one; it renews the lease while it runs. A worker that loses its lease
@@ -289,7 +292,13 @@ async def run_worker(
         while await keeper.acquire(stop, after_holder=neighbour):
             neighbour = False
             running = _run_client(
-                config, llm=llm, stop=stop, keeper=keeper, vision=vision, proxies=proxies
+                config,
+                llm=llm,
+                stop=stop,
+                keeper=keeper,
+                vision=vision,
+                proxies=proxies,
+                health=health or WorkerHealth(),
             )
             if not await running:
                 return
@@ -308,6 +317,7 @@ async def _run_client(
     keeper: LeaseKeeper,
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
+    health: WorkerHealth,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost. Raises
     `chat.gateway.stops.GatewayStop` when Discord refuses the bot for good (a bad token,
@@ -315,7 +325,7 @@ async def _run_client(
     client = build_client(
         config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies, fence=keeper
     )
-    async with client:
+    async with client, health.serving(client, shards=config.shards):
         runner = asyncio.create_task(client.start(config.token), name="discord-client")
         stopper = asyncio.create_task(stop.wait(), name="stop-signal")
         renewer = asyncio.create_task(keeper.keep(), name="lease-renewal")

@@ -18,6 +18,7 @@ from botproject.env import (
     env_int,
     env_list,
     env_origin_list,
+    env_port,
     env_positive_float,
     env_refuse_renamed,
     env_url,
@@ -93,6 +94,18 @@ def test_env_database_names_the_variable_on_an_unknown_scheme():
 def test_env_int_reads_whole_numbers(raw, expected):
     environ = {} if raw is None else {"DJANGO_SECURE_HSTS_SECONDS": raw}
     assert env_int("DJANGO_SECURE_HSTS_SECONDS", 0, minimum=0, environ=environ) == expected
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, None), ("", None), ("0", 0), ("9101", 9101)])
+def test_env_port_is_off_when_unset_and_zero_picks_a_free_port(raw, expected):
+    environ = {} if raw is None else {"WORKER_METRICS_PORT": raw}
+    assert env_port("WORKER_METRICS_PORT", environ=environ) == expected
+
+
+@pytest.mark.parametrize(("raw", "message"), [("http", "whole number"), ("70000", "0..65535")])
+def test_env_port_names_the_variable_on_a_bad_value(raw, message):
+    with pytest.raises(ImproperlyConfigured, match=f"WORKER_METRICS_PORT must be .*{message}"):
+        env_port("WORKER_METRICS_PORT", environ={"WORKER_METRICS_PORT": raw})
 
 
 @pytest.mark.parametrize(

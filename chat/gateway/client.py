@@ -17,6 +17,7 @@ import aiohttp
 import discord
 from asgiref.sync import sync_to_async
 
+from chat import metrics
 from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
 from chat.gateway.limits import SharedLimits, session_starts_check
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
@@ -48,25 +49,53 @@ def bot_intents() -> discord.Intents:
     return intents
 
 
-def _rest_paced(limits: SharedLimits) -> aiohttp.TraceConfig:
-    """An HTTP trace that starts each request of discord.py's session (REST and webhooks, not
-    the gateway's websocket) only when the bot's global REST limit has room (counted with its
-    other processes). It runs right before each attempt goes out: after discord.py's own
-    per-route waits, and again for each retry, so neither can bunch requests counted earlier
-    into one second."""
+def _rest_trace(limits: SharedLimits | None) -> aiohttp.TraceConfig:
+    """An HTTP trace on discord.py's session (REST and webhooks, not the gateway's websocket)
+    that counts every request by method and status class, and each 429 by its scope
+    (`chat.metrics`). With ``limits`` it also starts each request only when the bot's global
+    REST limit has room (counted with its other processes). That runs right before each
+    attempt goes out: after discord.py's own per-route waits, and again for each retry, so
+    neither can bunch requests counted earlier into one second."""
 
     async def paced(
         session: aiohttp.ClientSession,
         context: Any,
         params: aiohttp.TraceRequestStartParams,
     ) -> None:
-        if params.headers.get("Upgrade", "").lower() == "websocket":
-            return
-        await limits.rest.acquire()
+        if limits is not None and not _is_gateway(params.headers):
+            await limits.rest.acquire()
+
+    async def answered(
+        session: aiohttp.ClientSession,
+        context: Any,
+        params: aiohttp.TraceRequestEndParams,
+    ) -> None:
+        if not _is_gateway(params.headers):
+            response = params.response
+            metrics.discord_answered(
+                method=params.method,
+                status=response.status,
+                scope=response.headers.get("X-RateLimit-Scope"),
+            )
+
+    async def unanswered(
+        session: aiohttp.ClientSession,
+        context: Any,
+        params: aiohttp.TraceRequestExceptionParams,
+    ) -> None:
+        if not _is_gateway(params.headers):
+            metrics.discord_answered(method=params.method, status=None)
 
     trace = aiohttp.TraceConfig()
     trace.on_request_start.append(paced)
+    trace.on_request_end.append(answered)
+    trace.on_request_exception.append(unanswered)
     return trace
+
+
+def _is_gateway(headers: Any) -> bool:
+    """Whether a request is the gateway's websocket upgrade (not a REST request)."""
+    return headers.get("Upgrade", "").lower() == "websocket"
 
 
 class PersonaBotClient(discord.AutoShardedClient):
@@ -93,7 +122,7 @@ class PersonaBotClient(discord.AutoShardedClient):
             shard_count=shard_count,
             max_messages=GATEWAY_CACHE_MESSAGES,
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False),
-            http_trace=_rest_paced(limits) if limits is not None else None,
+            http_trace=_rest_trace(limits),
         )
         _guard_parsers(self._connection.parsers)
         self.adapter = DiscordAdapter(self, proxies=proxies, recent_messages=recent_messages)
@@ -117,6 +146,9 @@ class PersonaBotClient(discord.AutoShardedClient):
         self._closing = False
         self._catch_up_starts: dict[int, dict[int, int]] = {}
         self._handlers: set[asyncio.Task[Any]] = set()
+        self.shards_ready: set[int] = set()
+        """Shards whose gateway session is up and whose guilds are loaded (READY and its
+        guilds, or RESUMED), until their socket drops or a new session begins."""
 
     def _shard_of_channel(self, channel_id: int) -> int | None:
         """The shard whose session carries the channel's events: its guild's (Discord sends
@@ -180,6 +212,25 @@ class PersonaBotClient(discord.AutoShardedClient):
         tests and shutdown: after it, every message received is in the event queue)."""
         while pending := [t for t in self._handlers if t is not asyncio.current_task()]:
             await asyncio.wait(pending)
+
+    def shards_expected(self) -> list[int]:
+        """The shards this client runs (empty until it knows their count)."""
+        if self.shard_ids is not None:
+            return list(self.shard_ids)
+        return list(range(self.shard_count or 0))
+
+    def unready_reason(self) -> str | None:
+        """Why this client does not serve every one of its shards now, or None when it does
+        (started, every shard's session up): what ``/readyz`` answers."""
+        if self._closing:
+            return "the gateway client is closing"
+        if self.scheduler is None:
+            return "the worker is starting"
+        expected = self.shards_expected()
+        missing = [shard for shard in expected if shard not in self.shards_ready]
+        if not expected or missing:
+            return f"shard(s) {', '.join(map(str, missing or ['?']))} not connected"
+        return None
 
     @property
     def closing(self) -> bool:
@@ -289,6 +340,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         self.windows.record_change(payload.channel_id, payload.message_id)
 
     async def on_shard_disconnect(self, shard_id: int) -> None:
+        self.shards_ready.discard(shard_id)
         logger.warning("shard %s disconnected; history windows dropped", shard_id)
         self.windows.shard_disconnected(shard_id)
 
@@ -298,6 +350,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         their edits, deletes and reactions while no session was open, and window reuse prefers
         a cached copy to the one a REST read returned: kept, a stale copy would come back into
         the prompts once the windows are reused again."""
+        self.shards_ready.discard(shard_id)  # ready once its guilds are loaded
         cached = self._connection._messages  # discord.py's message cache (``max_messages``)
         if cached is not None:
             cached.clear()
@@ -314,6 +367,7 @@ class PersonaBotClient(discord.AutoShardedClient):
         return (guild_id >> 22) % (self.shard_count or 1) == shard_id
 
     async def on_shard_resumed(self, shard_id: int) -> None:
+        self.shards_ready.add(shard_id)
         self.windows.shard_connected(shard_id)
         if self.scheduler is not None:
             self.scheduler.wake()

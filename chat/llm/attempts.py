@@ -53,6 +53,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chat import metrics
 from chat.llm.base import (
     ChatRequest,
     Completion,
@@ -526,6 +527,19 @@ class _Exchange:
                 usage=completion.usage if completion is not None else Usage(),
             )
         )
+        _count(self._records[-1])
+
+
+def _count(record: AttemptRecord) -> None:
+    """Count one HTTP call in the product's metrics (`chat.metrics`)."""
+    metrics.model_call_counted(
+        model=record.model,
+        outcome=record.outcome,
+        seconds=record.latency_ms / 1000,
+        prompt_tokens=record.usage.prompt_tokens,
+        cached_prompt_tokens=record.usage.cached_prompt_tokens,
+        completion_tokens=record.usage.completion_tokens,
+    )
 
 
 def _with_transcript(messages: list[Message], transcript: list[Message]) -> list[Message]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -40,6 +41,7 @@ from asgiref.sync import sync_to_async
 from django.db import DatabaseError, close_old_connections, connections
 
 from botproject.failures import FailureStreak
+from chat import metrics
 from chat.pipeline.types import HistoryMessage
 from chat.selectors.event_queue import LastIngested
 from chat.services import event_queue
@@ -85,6 +87,10 @@ class Intake:
         self._shards = shards
         self._read_after = read_after
         self._buffer: deque[tuple[HistoryMessage, int | None]] = deque()
+        self._buffered_at: deque[float] = deque()
+        """When each buffered message entered the buffer (`time.perf_counter`), in step with
+        ``_buffer``: ingest latency (`chat.metrics.INGEST_SECONDS`) runs from there to the
+        commit of its batch."""
         self._buffer_size = buffer_size
         self._pending = asyncio.Event()
         self._sleep = sleep
@@ -205,6 +211,7 @@ class Intake:
             )
             return
         self._buffer.append((message, guild_id))
+        self._buffered_at.append(time.perf_counter())
         self._saw(channel_id, message.id)
         self._pending.set()
 
@@ -238,7 +245,9 @@ class Intake:
         storing = FailureStreak(logger, "storing incoming messages")
         while True:
             await self._pending.wait()
-            batch = [self._buffer.popleft() for _ in range(min(BATCH_SIZE, len(self._buffer)))]
+            size = min(BATCH_SIZE, len(self._buffer))
+            batch = [self._buffer.popleft() for _ in range(size)]
+            buffered_at = [self._buffered_at.popleft() for _ in range(size)]
             if not self._buffer:
                 self._pending.clear()
             if not batch:
@@ -252,12 +261,14 @@ class Intake:
             except DatabaseError as error:
                 self._writing = False
                 self._buffer.extendleft(reversed(batch))
+                self._buffered_at.extendleft(reversed(buffered_at))
                 self._pending.set()
                 storing.failed(error)
                 pause = RETRY_SECONDS[min(storing.count, len(RETRY_SECONDS)) - 1]
                 await self._sleep(pause)
                 continue
             storing.succeeded()
+            _ingested(buffered_at)
             self._stored(moved)
             self._writing = False
             if self.marked:
@@ -371,6 +382,13 @@ class Intake:
         unique = {message.id: (message, guild) for message, guild in messages}
         for message_id in sorted(unique):
             self.put(*unique[message_id], shard_id=shard_id)
+
+
+def _ingested(buffered_at: list[float]) -> None:
+    """A batch is committed: how long each of its messages took from the buffer to here."""
+    now = time.perf_counter()
+    for moment in buffered_at:
+        metrics.INGEST_SECONDS.observe(now - moment)
 
 
 def _connect() -> None:

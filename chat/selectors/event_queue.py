@@ -55,6 +55,16 @@ def event_queue_has_ready(*, shards: ShardSet = EVERY_SHARD) -> bool:
     return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).exists()
 
 
+def event_queue_ready_count(*, shards: ShardSet = EVERY_SHARD) -> int:
+    """How many queued messages of guilds on ``shards`` wait to be moved to an unread pool."""
+    return shards.filter(EventQueue.objects.filter(status=EventQueue.Status.READY)).count()
+
+
+def unread_messages_count(*, shards: ShardSet = EVERY_SHARD) -> int:
+    """How many messages the unread pools of guilds on ``shards`` hold, all channels together."""
+    return shards.filter(UnreadEvent.objects.all()).count()
+
+
 def unread_pool_messages(*, channel_id: int) -> list[HistoryMessage]:
     """The channel's unread messages, oldest first, without taking them. A busy channel's
     loop reads its pool for every batch, so this is one hand-written statement (the ORM's

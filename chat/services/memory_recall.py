@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from django.conf import settings
 
+from chat import metrics
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
 from chat.models import Document, DocumentChunk, Memory, Turn
 from chat.models_memory import memory_version
@@ -151,6 +152,7 @@ def memory_search(
     )
 
 
+@metrics.MEMORY_RECALL_SECONDS.time()
 def memories_recall_for_turn(
     *,
     guild_id: int | None,
@@ -168,7 +170,8 @@ def memories_recall_for_turn(
     memories are eligible and shown under that name. ``token_budget`` caps the recalled lines
     (``MEMORY_RECALL_BUDGET_PERCENT`` of the prompt budget); ``MEMORY_RECALL_K``,
     ``MEMORY_RECALL_MIN_SCORE_PERCENT`` and ``MEMORY_RECALL_RELATIVE_PERCENT`` (of the best
-    score) bound the rest. A DM (no guild) recalls nothing.
+    score) bound the rest. A DM (no guild) recalls nothing. Each call is timed
+    (`chat.metrics.MEMORY_RECALL_SECONDS`).
     """
     if guild_id is None or settings.MEMORY_RECALL_K == 0 or not query.strip():
         return ()

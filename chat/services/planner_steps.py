@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from chat import metrics
 from chat.models import PlannerStep, Turn
 from chat.services.event_queue import unread_pool_take
 
@@ -20,7 +21,10 @@ def planner_step_record(
     llm_ms: float | None,
 ) -> int:
     """Record what one planner step was shown and decided, before it is acted on; returns the
-    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``)."""
+    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``); the
+    step is counted by its action (`chat.metrics.PLANNER_STEPS`; none when ``action`` is empty:
+    the model failed or answered no valid action)."""
+    metrics.planner_step_counted(action=str(action.get("action", "none")))
     return PlannerStep.objects.create(
         channel_id=channel_id,
         guild_id=guild_id,

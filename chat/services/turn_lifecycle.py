@@ -22,12 +22,17 @@ to keep it so).
 Every change is a conditional update (``… WHERE status = <the status it leaves>``): a turn
 that something else settled meanwhile (a new shard owner's recovery aborting it) is not moved
 back; the change reports it did nothing (`StaleTurn` for the claim, False for the others).
+
+The turn series of `chat.metrics` are counted here, at these changes and nowhere else: every
+terminal change counts the turn by status and times it from its trigger, once committed; the
+first message of a turn this process claimed times the wait for it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,8 +50,10 @@ from botproject.live_updates import (
     publish_live_update,
     publish_live_update_on_commit,
 )
+from chat import metrics
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import MessageIndex, Turn
+from chat.pipeline.snowflakes import snowflake_time
 from chat.pipeline.triggers import TurnReason
 from chat.ports import Delivered
 from chat.services.short_term_memory import short_term_memory_count_turn
@@ -98,6 +105,7 @@ async def turn_start(request: TurnRequest) -> Turn:
     never counts as the persona's answer to one; its ``reason_detail`` says where the window
     it read ended."""
     turn = await sync_to_async(_turn_create)(request)
+    metrics.TURNS_STARTED.inc()
     await _publish(turn, TurnStarted(turn_id=turn.id, persona=turn.persona_name))
     return turn
 
@@ -139,6 +147,7 @@ async def turn_start_unprompted(
         )
 
     turn = await sync_to_async(create)()
+    metrics.TURNS_STARTED.inc()
     await _publish(turn, TurnStarted(turn_id=turn.id, persona=turn.persona_name))
     return turn
 
@@ -180,6 +189,7 @@ async def turn_claim(turn: Turn) -> bool:
     except IntegrityError:
         return False
     turn.status = Status.DELIVERING
+    _awaiting_first_message.add(turn.id)
     return True
 
 
@@ -196,6 +206,7 @@ async def turn_piece_delivered(turn: Turn, delivered: list[Delivered], *, shown:
     transaction (a crash leaves them known); then ``turn.delivered``."""
     if turn.status != Status.DELIVERING:
         raise TransitionRefused(f"turn {turn.id} delivers a piece while {turn.status}")
+    _first_message_out(turn)
     turn.delivered_message_ids = [
         *turn.delivered_message_ids,
         *(str(d.message_id) for d in delivered),
@@ -222,6 +233,7 @@ async def turn_delivery_unsettled(turn: Turn, *, error: str | None = None) -> No
     what Discord shows (`chat.services.recovery`)."""
     if error is not None:
         turn.error = error
+    _awaiting_first_message.discard(turn.id)
     await sync_to_async(_save_record)(turn)
 
 
@@ -241,6 +253,8 @@ async def turn_replied(
     that answers a message must be ``delivering`` (claimed) first; one that answers none (a
     greeting, a memory refresh or extraction) goes straight from ``running``. False when the
     turn was settled elsewhere meanwhile (nothing saved)."""
+    if delivered:
+        _first_message_out(turn)
     moved = await sync_to_async(_replied)(
         turn, delivered=delivered or [], memory_user_id=memory_user_id, now=now
     )
@@ -319,9 +333,12 @@ def turns_abort_interrupted(turn_ids: list[int], *, reason: str) -> int:
     """``running`` → ``aborted`` for turns a stopped worker left running (crash recovery;
     one statement, no live update: nobody watches a dead worker's turns). Returns how many
     moved; a turn no longer running is left as it is."""
-    return Turn.objects.filter(id__in=turn_ids, status=Status.RUNNING).update(
+    moved = Turn.objects.filter(id__in=turn_ids, status=Status.RUNNING).update(
         status=Status.ABORTED, error=reason, finished_at=timezone.now()
     )
+    if moved:
+        transaction.on_commit(lambda: metrics.TURNS.labels(status=Status.ABORTED).inc(moved))
+    return moved
 
 
 def _finish(turn: Turn, target: str) -> bool:
@@ -341,6 +358,9 @@ def _finish(turn: Turn, target: str) -> bool:
         turn.status = _stored_status(turn)
         return False
     turn.status, turn.finished_at = target, finished_at
+    _awaiting_first_message.discard(turn.id)
+    seconds = (finished_at - _asked_at(turn)).total_seconds()
+    transaction.on_commit(lambda: metrics.turn_ended(status=target, seconds=seconds))
     return True
 
 
@@ -362,6 +382,32 @@ def _publish_finished_on_commit(turn: Turn, moved: bool) -> None:
 
 def _finished(turn: Turn) -> TurnFinished:
     return TurnFinished(turn_id=turn.id, persona=turn.persona_name, status=turn.status)
+
+
+# --- Timing ----------------------------------------------------------------------------------
+
+_awaiting_first_message: set[int] = set()
+"""Turns this process claimed whose first message has not gone out yet (each leaves the set
+at its first message or when it ends)."""
+
+
+def _asked_at(turn: Turn) -> dt.datetime:
+    """When the turn was asked for: its trigger message's time on Discord (the snowflake's),
+    else (a turn that answers no message, or a trigger stamped ahead of this clock) when the
+    turn started."""
+    started = turn.created_at or timezone.now()
+    if turn.trigger_message_id is None:
+        return started
+    return min(snowflake_time(turn.trigger_message_id), started)
+
+
+def _first_message_out(turn: Turn) -> None:
+    """The turn's first message is on Discord (only the first, and only of a turn this process
+    claimed: a turn a restarted worker reconciles was not timed here)."""
+    if turn.id in _awaiting_first_message:
+        _awaiting_first_message.discard(turn.id)
+        seconds = time.time() - _asked_at(turn).timestamp()
+        metrics.FIRST_MESSAGE_SECONDS.observe(max(seconds, 0.0))
 
 
 # --- Helpers ---------------------------------------------------------------------------------

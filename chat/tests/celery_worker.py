@@ -36,11 +36,18 @@ def broker_url() -> str:
 
 
 def start_celery(
-    sandbox: SandboxServer, llm: FakeLLMServer, schedule: Path, **settings_env: str
+    sandbox: SandboxServer,
+    llm: FakeLLMServer,
+    schedule: Path,
+    *,
+    log: Path | None = None,
+    pool: str = "solo",
+    **settings_env: str,
 ) -> subprocess.Popen:
-    """A Celery worker with beat (``--pool solo``) on the test's database, a broker database of
-    its own, the sandbox's REST API and the fake model server; ``settings_env`` sets more
-    environment (``MEMORY_EXTRACTION_SECONDS="0.5"``). Stop it with `stop`."""
+    """A Celery worker with beat (``--pool solo``, or ``pool``) on the test's database, a broker
+    database of its own, the sandbox's REST API and the fake model server; ``settings_env`` sets
+    more environment (``MEMORY_EXTRACTION_SECONDS="0.5"``); its log goes to ``log`` when given.
+    Stop it with `stop`."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "botproject.settings",
@@ -55,11 +62,15 @@ def start_celery(
     }
     command = [
         *(sys.executable, "-m", "celery", "-A", "chat.tests.celery_app", "worker", "--beat"),
-        *("--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat"),
+        *("--pool", pool, "--without-gossip", "--without-mingle", "--without-heartbeat"),
         *("--schedule", str(schedule), "--loglevel", "INFO"),
     ]
     return subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w") if log is not None else subprocess.DEVNULL,
     )
 
 

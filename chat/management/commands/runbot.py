@@ -9,6 +9,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from chat.gateway.health import WorkerHealth, WorkerMonitor
 from chat.gateway.limits import SessionStartLimitReached
 from chat.gateway.stops import GatewayStop
 from chat.runtime import (
@@ -140,6 +141,8 @@ class Command(BaseCommand):
         vision_client = vision_client_from_settings()
         vision = vision_model_from_settings(vision_client or llm)
         proxies = proxy_resolver_from_settings()
+        health = WorkerHealth(shard_count=configs[0].shard_count)
+        monitor = await self._monitor(health)
         freeze_startup_heap()
         try:
             await asyncio.gather(
@@ -151,6 +154,7 @@ class Command(BaseCommand):
                         llm=llm,
                         vision=vision,
                         proxies=proxies,
+                        health=health,
                     )
                     for n, config in enumerate(configs)
                 )
@@ -158,12 +162,36 @@ class Command(BaseCommand):
         except (SessionStartLimitReached, GatewayStop) as error:
             raise CommandError(str(error)) from None
         finally:
+            if monitor is not None:
+                await monitor.stop()
             await llm.aclose()
             if proxies is not None:
                 await proxies.aclose()
             if vision_client is not None:
                 await vision_client.aclose()
         self.stdout.write("worker stopped")
+
+    @staticmethod
+    async def _monitor(health: WorkerHealth) -> WorkerMonitor | None:
+        """``/metrics``, ``/healthz`` and ``/readyz`` on ``WORKER_METRICS_PORT`` (None: off)."""
+        if settings.WORKER_METRICS_PORT is None:
+            return None
+        monitor = WorkerMonitor(
+            health, host=settings.WORKER_METRICS_HOST, port=settings.WORKER_METRICS_PORT
+        )
+        try:
+            port = await monitor.start()
+        except OSError as error:
+            raise CommandError(
+                f"WORKER_METRICS_PORT: cannot listen on "
+                f"{settings.WORKER_METRICS_HOST}:{settings.WORKER_METRICS_PORT}: {error}"
+            ) from None
+        logger.info(
+            "metrics and health checks on http://%s:%s/metrics (/healthz, /readyz)",
+            settings.WORKER_METRICS_HOST,
+            port,
+        )
+        return monitor
 
     @staticmethod
     async def _worker(config: WorkerConfig, *, stop: asyncio.Event, standby: bool, **parts):

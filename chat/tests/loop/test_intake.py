@@ -404,3 +404,22 @@ async def test_a_channel_that_cannot_be_read_back_is_heard_again_after_the_last_
     assert len(history.reads) == READ_BACK_ATTEMPTS
     assert intake.marked == {}
     assert [m.id for m, _ in intake._buffer] == [live.id]
+
+
+async def test_each_stored_message_is_timed_once_from_the_buffer_to_its_commit():
+    from prometheus_client import REGISTRY
+
+    def observed() -> float:
+        return REGISTRY.get_sample_value("personabot_ingest_seconds_count") or 0.0
+
+    burst = [message(content=f"m{n}", channel_id=CHANNELS[n % 10]) for n in range(1200)]
+    intake = Intake(stored=lambda _: None, read_after=History().read_after, buffer_size=1000)
+    before = observed()
+    for msg in burst:
+        intake.put(msg, 7)  # the last 200 overflow: read back later, not timed now
+
+    await drain(intake)
+
+    assert observed() - before == 1000
+    assert await EventQueue.objects.acount() == 1000
+    await sync_to_async(connections.close_all)()
