@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from chat.gateway.limits import SessionStartLimitReached
 from chat.runtime import (
     llm_client_from_settings,
+    moderation_from_settings,
     vision_client_from_settings,
     vision_model_from_settings,
 )
@@ -139,6 +140,7 @@ class Command(BaseCommand):
         vision_client = vision_client_from_settings()
         vision = vision_model_from_settings(vision_client or llm)
         proxies = proxy_resolver_from_settings()
+        moderation = moderation_from_settings()
         freeze_startup_heap()
         try:
             await asyncio.gather(
@@ -150,6 +152,7 @@ class Command(BaseCommand):
                         llm=llm,
                         vision=vision,
                         proxies=proxies,
+                        moderation=moderation,
                     )
                     for n, config in enumerate(configs)
                 )
@@ -162,6 +165,8 @@ class Command(BaseCommand):
                 await proxies.aclose()
             if vision_client is not None:
                 await vision_client.aclose()
+            if moderation is not None:
+                await moderation.aclose()
         self.stdout.write("worker stopped")
 
     @staticmethod
