@@ -116,6 +116,8 @@ class Channel:
     """A forum channel (type 15): it holds no messages of its own, only posts (threads)."""
     recipient_id: int | None = None
     """Set for a DM channel: the user the bot talks with."""
+    nsfw: bool = False
+    """Marked age-restricted (NSFW) in Discord; a thread is as its parent is."""
 
 
 @dataclass(slots=True)

@@ -163,6 +163,7 @@ class Sandbox:
         self._proxy_members: list[ProxyMember] = []
         self._proxy_webhooks: dict[int, Webhook] = {}
         self._proxy_records: dict[int, dict[str, Any]] = {}
+        self._shown_texts: dict[int, list[tuple[int, str]]] = {}
         self.proxy_bot_id: int | None = None
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
         self.interactions = Interactions(self)
@@ -240,12 +241,21 @@ class Sandbox:
         return sticker_id
 
     def add_text_channel(
-        self, guild_id: int, name: str, *, channel_id: int | None = None, topic: str | None = None
+        self,
+        guild_id: int,
+        name: str,
+        *,
+        channel_id: int | None = None,
+        topic: str | None = None,
+        nsfw: bool = False,
     ) -> int:
-        """Create a text channel at the end of the guild's list; dispatches CHANNEL_CREATE."""
+        """Create a text channel at the end of the guild's list (``nsfw``: marked
+        age-restricted); dispatches CHANNEL_CREATE."""
         guild = self._guild(guild_id)
         channel_id = channel_id or self._snowflakes.next_id()
-        channel = Channel(channel_id, guild_id, name, position=len(guild.channels), topic=topic)
+        channel = Channel(
+            channel_id, guild_id, name, position=len(guild.channels), topic=topic, nsfw=nsfw
+        )
         guild.channels[channel_id] = self._channels[channel_id] = channel
         self._publish("CHANNEL_CREATE", channel_payload(channel), guild_id)
         return channel_id
@@ -462,6 +472,12 @@ class Sandbox:
         """Send any gateway dispatch as is, malformed ones included, to the bots connected to
         ``guild_id``'s shard: fault tests use it to prove a bot survives bad payloads."""
         self._publish(name, data, guild_id)
+
+    def shown_texts(self, channel_id: int) -> list[tuple[int, str]]:
+        """Every text a message of the channel has shown, in order: ``(message id, content)``
+        for each message posted and each edit, deleted messages included (what any Discord
+        client could have seen, even for a moment)."""
+        return list(self._shown_texts.get(channel_id, []))
 
     def channel_messages(self, channel_id: int) -> list[dict[str, Any]]:
         """Every message in the channel, oldest first, as REST payloads."""
@@ -725,6 +741,7 @@ class Sandbox:
         )
         channel.messages[message_id] = message
         channel.last_message_id = message_id
+        self._shown_texts.setdefault(channel_id, []).append((message_id, content))
         if nonce is not None:
             self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
         self._publish(
@@ -834,6 +851,7 @@ class Sandbox:
             )
         message.content, message.embeds = new_content, new_embeds
         message.edited_at = self._now()
+        self._shown_texts.setdefault(channel_id, []).append((message_id, new_content))
         payload = self.message_payload(message, gateway=True)
         self._publish("MESSAGE_UPDATE", payload, message.guild_id)
         return self.message_payload(message)
