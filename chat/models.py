@@ -219,6 +219,14 @@ class Turn(models.Model):
         help_text="Lorebook entries that fired (book, entry, key) and those left out "
         "(over budget, failed roll): `LoreActivation.as_record`",
     )
+    moderation = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The moderation of the reply (and of its trigger, when the guild checks "
+        "triggers): model, nsfw_channel, allowed; checks (kind, message, text, categories, "
+        "scores, verdict, blocking, latency_ms, error); withheld (the reply as written, when it "
+        "was stopped)",
+    )
     error = models.TextField(blank=True)
     history_ms = models.FloatField(null=True, blank=True)
     participant_ms = models.FloatField(null=True, blank=True)
