@@ -215,7 +215,9 @@ async def trigger_moderation_refusal(
 ) -> str | None:
     """With the guild's ``moderation_input`` on, check the message that triggered ``turn``
     before any model is asked: the reason not to answer it when it is withheld, else None
-    (also None when nothing is checked, or the message has no text)."""
+    (also None when nothing is checked, or the message has no text). A withheld trigger is
+    marked on the turn's record (``trigger_withheld``): later turns leave it out of their
+    history and reply targets (`chat.selectors.moderation_withheld_message_ids`)."""
     if not request.trigger.content.strip():
         return None
     guild = guild_moderation(request.channel.guild or request.persona.guild)
@@ -225,7 +227,10 @@ async def trigger_moderation_refusal(
     if moderation is None:
         return None
     check = await moderation.check(request.trigger.content, kind=PieceKind.TRIGGER, message=None)
-    return None if check.passes else moderation.withheld_reason(check, sent=0)
+    if check.passes:
+        return None
+    turn.moderation = {**turn.moderation, "trigger_withheld": True}
+    return moderation.withheld_reason(check, sent=0)
 
 
 def withheld_notice(persona_name: str, *, sent: int) -> str:
