@@ -71,10 +71,10 @@ async def reply_stream_deliver(
            goes out once it passes (in ``edit`` mode a message shows the newest text that
            passed). A piece that is withheld stops the reply: the model call is cancelled,
            what was sent stands, one notice follows, and the turn is ``withheld``.
-        3. Before the first piece: ``abort_if`` (the planner's send safety check), then the
-           claim that this turn answers its trigger (``delivering``); a refusal of either
-           cancels the model call and ends the turn ``aborted``, nothing sent. Messages that
-           arrive after the first piece do not cut the reply.
+        3. As soon as the first piece is known (while it is checked): ``abort_if`` (the
+           planner's send safety check), then the claim that this turn answers its trigger
+           (``delivering``); a refusal of either cancels the model call and ends the turn
+           ``aborted``, nothing sent. Messages that arrive after that do not cut the reply.
         4. Each piece goes out with its own nonce (a queued webhook reply's "Replying to …"
            line before the first) and is recorded on the turn and in the message index before
            the next; the channel's dashboard hears of it (``turn.delivered``).
@@ -161,8 +161,8 @@ class _StreamDelivery:
     ``withheld`` the check that withheld a piece.
 
     A message's text goes out only once it is *cleared*: its check passed (without moderation,
-    at once). ``committed`` says whether any text was cleared (or a claim begun): the model is
-    then not retried from the start, since that text will be sent.
+    at once). ``committed`` says whether any text was cleared: the model is then not retried
+    from the start, since that text will be sent.
     """
 
     def __init__(
@@ -191,6 +191,7 @@ class _StreamDelivery:
         self.failure: DeliveryError | None = None
         self.withheld: ModerationCheck | None = None
         self.committed = False
+        self._claimed: bool | None = None
         self.deliver_s = 0.0
         self._wanted: list[str] = []
         self._cleared: dict[int, tuple[int, str]] = {}
@@ -234,6 +235,7 @@ class _StreamDelivery:
         """The text given so far is void (the model starts over; none of it was cleared):
         its checks are dropped."""
         assert not self.committed, "a restart after text was cleared to go out"
+        # A claim already taken stands: the reply written over answers the same trigger.
         for task in self._checks.values():
             task.cancel()
         self._checks.clear()
@@ -355,7 +357,12 @@ class _StreamDelivery:
         """Send every new message whose text is cleared, in order, then edit a message whose
         cleared text is newer than what it shows, at most one edit a second; nothing of a
         withheld message or after it. Returns the seconds until the next edit is allowed when
-        one waits, else None."""
+        one waits, else None.
+
+        The claim is taken as soon as a first piece is wanted, while its check runs, so the
+        first message waits for the slower of the two, not for both."""
+        if self._wanted and not await self.claim():
+            return None
         while not self.halted and len(self.shown) < len(self._target()):
             cleared = self._cleared.get(len(self.shown))
             if cleared is None:
@@ -395,7 +402,7 @@ class _StreamDelivery:
 
     async def send(self, piece: str) -> None:
         """Send one piece as the next message of the reply, and record it."""
-        if not self.sent and not await self.claim():
+        if not await self.claim():
             return
         index = len(self.shown)
         trigger = self.request.trigger
@@ -423,8 +430,12 @@ class _StreamDelivery:
 
     async def claim(self) -> bool:
         """Whether this turn may answer: the send safety check, then the ``delivering`` claim
-        (at most one answer per trigger and persona); False sets ``refusal``."""
-        self.committed = True
+        (at most one answer per trigger and persona), asked once; False sets ``refusal``."""
+        if self._claimed is None:
+            self._claimed = await self._claim()
+        return self._claimed
+
+    async def _claim(self) -> bool:
         reason = await self.abort_if() if self.abort_if is not None else None
         if reason:
             self.refusal = self.stop_reason = reason
