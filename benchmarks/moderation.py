@@ -7,12 +7,12 @@ client) runs against the local sandbox over websockets and the fake model server
 throwaway database (as `benchmarks.model_calls` sets one up). The fake model writes a reply of
 three paragraphs (`WORDS_PER_PARAGRAPH` one-word tokens each, `TOKENS_PER_S` after
 `FIRST_TOKEN_S`); its moderation service answers every check after `CHECK_LATENCY_S` (50 ms, a
-hosted service's usual figure). The main persona answers `REPLIES` triggers with the guild's
-moderation on and as many with it off (the baseline), in alternating blocks of `BLOCK`, so both
-see the same machine; each block starts with one reply that is not measured (the first turn
-after a configuration change reads the configuration again). Times are the sandbox's arrival
-times of the bot's sends against the trigger and the fake model's send times of its words (one
-clock, one process):
+hosted service's usual figure). The demo guild keeps moderation on; a second guild, configured
+the same but with ``"moderation": "off"``, is the baseline. The main persona answers `REPLIES`
+triggers in each, one at a time, alternating between the two guilds reply by reply, so both see
+the same machine and the same worker (no configuration changes during the run); the first reply
+in each is a warm-up, not measured. Times are the sandbox's arrival times of the bot's sends
+against the trigger and the fake model's send times of its words (one clock, one process):
 
 - **first message**: the first persona message's arrival after the trigger (and, as a
   diagnostic, after the first paragraph's last token);
@@ -37,7 +37,8 @@ from benchmarks.model_calls import DEMO_CONFIG, _setup_django, _teardown_django
 from benchmarks.table import Row, emit
 
 REPLIES = 50
-BLOCK = 10
+BASELINE_GUILD_ID = 1191168914227201000
+BASELINE_CHANNEL_ID = 1191168914227201010
 WORDS_PER_PARAGRAPH = 15
 FIRST_TOKEN_S = 0.2
 TOKENS_PER_S = 50.0
@@ -79,19 +80,22 @@ async def _run() -> dict[str, Figures]:
     from chat.llm.moderation import ModerationOnError
     from chat.models import Turn
     from chat.sandbox import GatewaySettings, SandboxServer
-    from chat.sandbox.demo import DEMO_CHANNEL_IDS, demo_sandbox
+    from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
     from chat.tests.e2e.conftest import World
-    from personas.models import GuildConfig
     from personas.services import config_import
 
-    general = DEMO_CHANNEL_IDS["general"]
-    await sync_to_async(config_import)(data=json.loads(DEMO_CONFIG.read_text()))
+    channels = {"on": DEMO_CHANNEL_IDS["general"], "off": BASELINE_CHANNEL_ID}
+    await sync_to_async(config_import)(data=_configuration())
     text = reply_text()
     pace = StreamPace(first_token_s=FIRST_TOKEN_S, words_per_s=TOKENS_PER_S)
     figures = {"on": Figures(), "off": Figures()}
     gateway = GatewaySettings(heartbeat_interval_ms=500)
+    world_state = demo_sandbox()
+    world_state.add_guild("Baseline", guild_id=BASELINE_GUILD_ID)
+    world_state.add_text_channel(BASELINE_GUILD_ID, "general", channel_id=BASELINE_CHANNEL_ID)
+    world_state.add_member(BASELINE_GUILD_ID, DEMO_USER_IDS["alice"])
     async with (
-        SandboxServer(demo_sandbox(), gateway=gateway) as sandbox,
+        SandboxServer(world_state, gateway=gateway) as sandbox,
         FakeLLMServer(
             responder=lambda body: Reply(text, pace=pace), moderation_latency_s=CHECK_LATENCY_S
         ) as llm,
@@ -99,27 +103,20 @@ async def _run() -> dict[str, Figures]:
         world = World(sandbox=sandbox, llm=llm)
         await world.start_worker(stream=True, moderation=ModerationOnError.WITHHOLD)
         try:
-            guild = await GuildConfig.objects.aget()
-            for block in range(2 * REPLIES // BLOCK):
-                setting = ("on", "off")[block % 2]
-                # Saved as the dashboard saves it: the worker keeps configurations until a
-                # save moves their stamp.
-                guild.moderation = setting
-                await guild.asave(update_fields=["moderation"])
-                for n in range(BLOCK + 1):
-                    before = len(sandbox.requests(*SEND))
-                    call = len(llm.chat_bodies)
-                    started = time.monotonic()
-                    trigger = world.say(f"tomori, story {block} {n}", channel_id=general)
-                    turn = await asyncio.wait_for(_finished(Turn, int(trigger["id"])), WAIT)
-                    await world.settle()
-                    sends = sandbox.requests(*SEND)[before:]
-                    if len(sends) != 3 or turn.status != "replied":
-                        raise RuntimeError(f"reply {block}/{n}: {turn.status}, {len(sends)} sends")
-                    if bool(turn.moderation) != (setting == "on"):
-                        raise RuntimeError(f"reply {block}/{n} was not moderated as {setting}")
-                    if n == 0:
-                        continue  # the configuration was read again for this one
+            for n in range(2 * (REPLIES + 1)):
+                setting = ("on", "off")[n % 2]
+                before = len(sandbox.requests(*SEND))
+                call = len(llm.chat_bodies)
+                started = time.monotonic()
+                trigger = world.say(f"tomori, story {n}", channel_id=channels[setting])
+                turn = await asyncio.wait_for(_finished(Turn, int(trigger["id"])), WAIT)
+                await world.settle()
+                sends = sandbox.requests(*SEND)[before:]
+                if len(sends) != 3 or turn.status != "replied":
+                    raise RuntimeError(f"reply {n}: {turn.status}, {len(sends)} sends")
+                if bool(turn.moderation) != (setting == "on"):
+                    raise RuntimeError(f"reply {n} was not moderated as {setting}")
+                if n >= 2:  # the first in each guild warms its configuration and window
                     words = llm.word_times[call]
                     into = figures[setting]
                     into.first_s.append(sends[0].at - started)
@@ -131,6 +128,17 @@ async def _run() -> dict[str, Figures]:
             await world.stop_worker()
             await sync_to_async(connections.close_all)()
     return figures
+
+
+def _configuration() -> dict:
+    """The demo configuration (moderation on), and the same guild again as the baseline: its
+    own id and channel, moderation off."""
+    document = json.loads(DEMO_CONFIG.read_text())
+    baseline = json.loads(json.dumps(document["guilds"][0]))
+    baseline |= {"id": str(BASELINE_GUILD_ID), "name": "Baseline", "moderation": "off"}
+    baseline["channels"] = [{"id": str(BASELINE_CHANNEL_ID), "mode": "reactive"}]
+    document["guilds"].append(baseline)
+    return document
 
 
 async def _finished(turn_model, trigger_id: int):
@@ -190,7 +198,7 @@ def main() -> None:
     if "--rows" in sys.argv:
         emit(rows)
         return
-    print(f"Moderation ({REPLIES} replies with it on, {REPLIES} off, alternating blocks)")
+    print(f"Moderation ({REPLIES} replies with it on, {REPLIES} off, alternating)")
     for row in rows:
         print(f"  {row.what}: {row.measured}   (baseline {row.baseline}; goal {row.goal})")
 
