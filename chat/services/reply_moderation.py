@@ -166,11 +166,11 @@ class ReplyModeration:
                 f"moderation could not check {what} and withholds what it cannot check "
                 f"(MODERATION_ON_ERROR=withhold): {check.error}"
             )
-        channel = "an NSFW channel" if self.nsfw_channel else "a channel that is not NSFW"
+        channel = "NSFW" if self.nsfw_channel else "not NSFW"
         allowed = sorted(allowed_categories(nsfw_channel=self.nsfw_channel, guild=self.guild))
         reason = (
-            f"moderation flagged {what} as {', '.join(check.blocking)}, which {channel} of this "
-            f"guild does not allow (allowed here: {', '.join(allowed) or 'none'})"
+            f"moderation flagged {what} as {', '.join(check.blocking)}, which this channel does "
+            f"not allow ({channel}; allowed here: {', '.join(allowed) or 'none'})"
         )
         if check.kind is PieceKind.TRIGGER:
             return reason

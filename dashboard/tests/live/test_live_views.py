@@ -277,9 +277,8 @@ def withheld(recorded):
         status=Turn.Status.WITHHELD,
         reply_text="It starts calmly.",
         delivered_message_ids=["1400000000000000014"],
-        error="moderation flagged message 2 of the reply as violence, which a channel that is "
-        "not NSFW of this guild does not allow (allowed here: none); 1 of its messages had been "
-        "sent",
+        error="moderation flagged message 2 of the reply as violence, which this channel does "
+        "not allow (not NSFW; allowed here: none); 1 of its messages had been sent",
         moderation={
             "model": "omni-moderation-latest",
             "nsfw_channel": False,
