@@ -205,6 +205,7 @@ class _StreamDelivery:
         self._settled = asyncio.Event()
         self._settled.set()
         self._error: BaseException | None = None
+        self._closed = False
 
     # --- What the channel should show (the stream's side) ------------------------------------
 
@@ -258,6 +259,7 @@ class _StreamDelivery:
         try:
             yield
         finally:
+            self._closed = True  # a check done from now on starts nothing
             for check in [task, *self._checks.values()]:
                 check.cancel()
             await asyncio.gather(task, *self._checks.values(), return_exceptions=True)
@@ -294,8 +296,8 @@ class _StreamDelivery:
         one (the earliest withheld message counts), or it failed (the reply stops)."""
         if self._checking.get(index) is task:
             del self._checking[index]
-        if task.cancelled() or self._checks.get((index, text)) is not task:
-            return  # dropped by a restart
+        if self._closed or task.cancelled() or self._checks.get((index, text)) is not task:
+            return  # the reply is over, or the check was dropped by a restart
         error = task.exception()
         if error is not None:
             self._fail(error)
