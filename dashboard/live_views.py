@@ -214,13 +214,10 @@ def turn_detail(request: HttpRequest, turn_id: int) -> HttpResponse:
 @viewer_required
 def turn_withheld(request: HttpRequest, turn_id: int) -> HttpResponse:
     """What moderation kept from Discord on the turn (the flagged texts and the reply as the
-    model wrote it): shown only when a moderator asks, never on the turn page itself. 404 when
-    nothing was withheld. Answers the partial to htmx, the page otherwise."""
+    model wrote it): shown only when a moderator asks, never on the turn page itself (a turn
+    that withheld nothing says so). Answers the partial to htmx, the page otherwise."""
     turn = get_object_or_404(Turn, pk=turn_id)
-    withheld = selectors.withheld_texts(turn)
-    if withheld is None:
-        raise Http404("Moderation withheld nothing on this turn.")
-    context = {"turn": turn, "withheld": withheld}
+    context = {"turn": turn, "withheld": selectors.withheld_texts(turn)}
     if request.htmx:
         return render(request, "dashboard/_turn_withheld.html", context)
     return render(request, "dashboard/turn_withheld.html", context)
