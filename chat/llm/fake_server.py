@@ -298,12 +298,7 @@ class FakeLLMServer:
 
     async def _moderations(self, request: web.Request) -> web.Response:
         """``POST /v1/moderations``: recorded, then answered by ``moderation``."""
-        raw = await request.text()
-        try:
-            body = json.loads(raw)
-        except json.JSONDecodeError:
-            body = raw
-        self._record(request, body)
+        await self._received(request, "moderation")
         return await self.moderation.handle(request)
 
     async def _received(self, request: web.Request, label: str) -> Any:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from chat.llm.attempts import RetryPolicy
 from chat.llm.base import ErrorKind, LLMError
-from chat.llm.openai_compat import ERROR_TEXT_LIMIT, status_error
+from chat.llm.openai_compat import as_llm_errors, status_error
 
 DEFAULT_MODERATION_MODEL = "omni-moderation-latest"
 MODERATION_RETRY = RetryPolicy(
@@ -137,20 +137,10 @@ class OpenAIModerationClient:
         """One request; every failure is an ``LLMError`` (transient or permanent)."""
         if self._http is None:
             self._http = httpx.AsyncClient(headers=self._headers, timeout=self._timeout_s)
-        try:
+        with as_llm_errors():
             response = await self._http.post(
                 f"{self.base_url}/moderations", json={"model": self.model, "input": text}
             )
-        except httpx.TimeoutException as error:
-            raise LLMError(
-                f"no answer within {self._timeout_s:g} s", kind=ErrorKind.TIMEOUT, permanent=False
-            ) from error
-        except httpx.TransportError as error:
-            raise LLMError(
-                f"{type(error).__name__}: {error}"[:ERROR_TEXT_LIMIT],
-                kind=ErrorKind.CONNECTION,
-                permanent=False,
-            ) from error
         if not response.is_success:
             raise status_error(response.status_code, response.text, response.headers)
         try:

@@ -111,7 +111,7 @@ class OpenAICompatibleClient:
         deadline = asyncio.get_running_loop().time() + self._timeouts.total
         text_request = isinstance(request, TextCompletionRequest)
         path = "completions" if text_request else "chat/completions"
-        with _as_llm_errors():
+        with as_llm_errors():
             async with contextlib.AsyncExitStack() as open_response:
                 async with asyncio.timeout_at(deadline):
                     response = await open_response.enter_async_context(
@@ -143,8 +143,8 @@ class OpenAICompatibleClient:
 
 
 @contextlib.contextmanager
-def _as_llm_errors() -> Iterator[None]:
-    """Turn timeouts and transport failures into ``LLMError``."""
+def as_llm_errors() -> Iterator[None]:
+    """Turn timeouts and transport failures into ``LLMError`` (transient)."""
     try:
         yield
     except (TimeoutError, httpx.TimeoutException) as error:

@@ -97,7 +97,7 @@ async def test_a_refused_key_is_not_retried(server):
 async def test_a_slow_service_times_out(server):
     server.moderation.latency_s = 2.0
     client = client_for(server, RecordingSleep(), timeout_s=0.2)
-    with pytest.raises(ModerationUnavailable, match=r"no answer within 0\.2 s"):
+    with pytest.raises(ModerationUnavailable, match="no complete answer within the time limit"):
         await client.classify("hello")
     await client.aclose()
 
