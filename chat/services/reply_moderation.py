@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -104,7 +104,6 @@ class ReplyModeration:
     guild: GuildModeration
     nsfw_channel: bool
     turn: Turn
-    warnings: list[str] = field(default_factory=list)
 
     async def check(self, text: str, *, kind: PieceKind, message: int | None) -> ModerationCheck:
         """Ask the service about ``text`` and judge its answer by the channel's policy; a
