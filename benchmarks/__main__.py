@@ -24,6 +24,7 @@ MODULES = (
     "benchmarks.lorebook",
     "benchmarks.streaming",
     "benchmarks.metrics",
+    "benchmarks.moderation",
 )
 
 

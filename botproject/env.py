@@ -103,6 +103,21 @@ def env_url(
     return value.rstrip("/") if parsed.scheme.startswith("http") else value
 
 
+def env_choice(
+    name: str, default: str, *, choices: tuple[str, ...], environ: Mapping[str, str] | None = None
+) -> str:
+    """One of ``choices`` (any case, blank meaning ``default``); ``default`` when unset.
+
+    Raises ImproperlyConfigured naming the variable and the choices for anything else.
+    """
+    value = env_str(name, "", environ=environ).lower() or default
+    if value not in choices:
+        raise ImproperlyConfigured(
+            f"{name} must be one of {', '.join(choices)}, got {env_str(name, environ=environ)!r}"
+        )
+    return value
+
+
 def env_database(name: str, default: str, *, environ: Mapping[str, str] | None = None) -> dict:
     """A Django DATABASES entry parsed from a URL (``sqlite:///path``, ``postgres://…``)."""
     import dj_database_url

@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from botproject.env import (
     env_bool,
+    env_choice,
     env_database,
     env_int,
     env_list,
@@ -286,6 +287,14 @@ if PLURALKIT_API_BASE:
 YOUTUBE_TRANSCRIPT_URL = env_str("YOUTUBE_TRANSCRIPT_URL")
 if YOUTUBE_TRANSCRIPT_URL:
     YOUTUBE_TRANSCRIPT_URL = env_url("YOUTUBE_TRANSCRIPT_URL", "", schemes=("http", "https"))
+# The moderation service every reply piece is checked against before it reaches Discord
+# (OpenAI's POST /moderations shape; chat/llm/moderation.py); empty: nothing is checked.
+MODERATION_BASE_URL = env_str("MODERATION_BASE_URL")
+if MODERATION_BASE_URL:
+    MODERATION_BASE_URL = env_url("MODERATION_BASE_URL", "", schemes=("http", "https"))
+MODERATION_API_KEY = env_str("MODERATION_API_KEY")
+MODERATION_MODEL = env_str("MODERATION_MODEL") or "omni-moderation-latest"
+MODERATION_ON_ERROR = env_choice("MODERATION_ON_ERROR", "withhold", choices=("withhold", "allow"))
 
 # --- Metrics and health (docs/operations.md, "Monitoring") ------------------------------------
 # runbot serves /metrics, /healthz and /readyz on WORKER_METRICS_PORT and the Celery worker its

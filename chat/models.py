@@ -219,6 +219,14 @@ class Turn(models.Model):
         help_text="Lorebook entries that fired (book, entry, key) and those left out "
         "(over budget, failed roll): `LoreActivation.as_record`",
     )
+    moderation = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The moderation of the reply (and of its trigger, when the guild checks "
+        "triggers): model, nsfw_channel, allowed; checks (kind, message, text, categories, "
+        "scores, verdict, blocking, latency_ms, error); withheld (the reply as written, when it "
+        "was stopped); trigger_withheld (the trigger was not answered)",
+    )
     error = models.TextField(blank=True)
     discord_refusal = models.JSONField(
         default=dict,
@@ -237,7 +245,10 @@ class Turn(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["channel_id", "-created_at"])]
+        indexes = [
+            models.Index(fields=["channel_id", "-created_at"]),
+            models.Index(fields=["trigger_message_id"], name="turn_trigger_message"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(

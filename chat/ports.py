@@ -48,9 +48,11 @@ class Delivered:
 
 @dataclass(frozen=True)
 class ChannelPlace:
-    """Where Discord says a channel is: in a guild (``guild_id``), or a DM (None)."""
+    """Where Discord says a channel is: in a guild (``guild_id``), or a DM (None); ``nsfw``
+    when Discord marks it age-restricted (a thread: when its parent is)."""
 
     guild_id: int | None
+    nsfw: bool = False
 
     @property
     def is_dm(self) -> bool:
@@ -164,8 +166,9 @@ class DiscordPort(Protocol):
         ...
 
     async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
-        """Which guild the channel belongs to, or that it is a DM, as Discord says (gateway
-        cache first, then REST); None when Discord cannot tell (unknown or unreadable)."""
+        """Which guild the channel belongs to, or that it is a DM, and whether it is marked
+        NSFW, as Discord says (gateway cache first, then REST); None when Discord cannot tell
+        (unknown or unreadable)."""
         ...
 
     def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:

@@ -35,6 +35,7 @@ from chat.gateway.deployment import deployment_reader
 from chat.gateway.rest import rest_port
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient, ModelSpec
+from chat.llm.moderation import ModerationClient, ModerationOnError, OpenAIModerationClient
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VideoTranscripts, VisionModel
 from chat.llm.video_transcripts import VideoTranscriptService
@@ -98,6 +99,20 @@ def video_transcripts_from_settings() -> VideoTranscriptService | None:
     return VideoTranscriptService(settings.YOUTUBE_TRANSCRIPT_URL)
 
 
+def moderation_from_settings() -> OpenAIModerationClient | None:
+    """The moderation service at ``MODERATION_BASE_URL`` (with ``MODERATION_API_KEY``,
+    ``MODERATION_MODEL`` and ``MODERATION_ON_ERROR``); None when it is not set (nothing is
+    checked). It opens its connection at the first check; close it when done (``aclose``)."""
+    if not settings.MODERATION_BASE_URL:
+        return None
+    return OpenAIModerationClient(
+        base_url=settings.MODERATION_BASE_URL,
+        api_key=settings.MODERATION_API_KEY,
+        model=settings.MODERATION_MODEL,
+        on_error=ModerationOnError(settings.MODERATION_ON_ERROR),
+    )
+
+
 def gateway_runtime(
     *,
     port: DiscordPort,
@@ -106,10 +121,12 @@ def gateway_runtime(
     vision: VisionModel | None,
     videos: VideoTranscripts | None = None,
     fence: LeaseFence = UNFENCED,
+    moderation: ModerationClient | None = None,
 ) -> TurnRuntime:
     """The worker's runtime over its gateway port and window registry: ``runner`` asks the
     model, ``vision`` backs ``analyze_image`` (None: not offered), ``videos`` backs
-    ``process_youtube_video`` (None: not offered), and as many warm contexts
+    ``process_youtube_video`` (None: not offered), ``moderation`` checks every reply piece
+    (None: nothing is checked), and as many warm contexts
     as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before each planner step (the
     port's acts are fenced by the port itself, `chat.leases.FencedPort`). The channel loops
     read configurations through a `ChannelConfigurations` kept for the runtime's life."""
@@ -121,6 +138,7 @@ def gateway_runtime(
         token_counter=default_token_counter(),
         vision=vision,
         videos=videos,
+        moderation=moderation,
         caches=TurnCaches(warm_contexts=settings.WORKER_WARM_CONTEXTS),
         configurations=ChannelConfigurations(),
     )
@@ -163,6 +181,7 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
             windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
             llm=AttemptRunner(client=client, stream=False),
             token_counter=default_token_counter(),
+            moderation=moderation_from_settings(),
         )
 
 
@@ -183,6 +202,7 @@ def dry_run_runtime(
         token_counter=default_token_counter(),
         clock=lambda: now,
         videos=video_transcripts_from_settings(),
+        moderation=moderation_from_settings(),
     )
 
 

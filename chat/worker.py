@@ -51,11 +51,16 @@ from chat.leases import (
 )
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
+from chat.llm.moderation import ModerationClient
 from chat.llm.tools import VideoTranscripts, VisionModel
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.ports import UNFENCED, LeaseFence, LeaseLost
-from chat.runtime import gateway_runtime, video_transcripts_from_settings
+from chat.runtime import (
+    gateway_runtime,
+    moderation_from_settings,
+    video_transcripts_from_settings,
+)
 from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
@@ -122,12 +127,14 @@ def build_client(
     proxies: ProxyResolver | None = None,
     fence: LeaseFence = UNFENCED,
     videos: VideoTranscripts | None = None,
+    moderation: ModerationClient | None = None,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
     records a heartbeat under ``holder`` (default: a fresh name) while it runs; ``vision`` is
     the model behind ``analyze_image`` (None: the tool is not offered); ``videos`` the
     transcript service behind ``process_youtube_video`` (default: ``YOUTUBE_TRANSCRIPT_URL``'s,
-    or none); ``proxies`` the proxy
+    or none); ``moderation`` the service reply pieces are checked against (default:
+    ``MODERATION_BASE_URL``'s, or none); ``proxies`` the proxy
     system's API (None: proxied members are not recognised); ``fence`` is asked before every
     send, edit, reaction and planner step (`LeaseKeeper` under a lease)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -155,6 +162,7 @@ def build_client(
             runner=runner or AttemptRunner(client=llm),
             vision=vision,
             videos=videos if videos is not None else video_transcripts_from_settings(),
+            moderation=moderation if moderation is not None else moderation_from_settings(),
         )
         if client.closing:
             return  # closed while starting (the lease was lost): no loops for a closed client
@@ -274,6 +282,7 @@ async def run_worker(
     stop: asyncio.Event,
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
+    moderation: ModerationClient | None = None,
     neighbour: bool = False,
     health: WorkerHealth | None = None,
 ) -> None:
@@ -299,6 +308,7 @@ async def run_worker(
                 vision=vision,
                 proxies=proxies,
                 health=health or WorkerHealth(),
+                moderation=moderation,
             )
             if not await running:
                 return
@@ -318,12 +328,19 @@ async def _run_client(
     vision: VisionModel | None = None,
     proxies: ProxyResolver | None = None,
     health: WorkerHealth,
+    moderation: ModerationClient | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost. Raises
     `chat.gateway.stops.GatewayStop` when Discord refuses the bot for good (a bad token,
     disallowed intents)."""
     client = build_client(
-        config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies, fence=keeper
+        config,
+        llm=llm,
+        holder=keeper.holder,
+        vision=vision,
+        proxies=proxies,
+        fence=keeper,
+        moderation=moderation,
     )
     async with client, health.serving(client, shards=config.shards):
         runner = asyncio.create_task(client.start(config.token), name="discord-client")

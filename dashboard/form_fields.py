@@ -75,6 +75,21 @@ def stripped_id(path: str) -> Shown:
     return Shown(path, unchanged, stripped)
 
 
+def moderation_text(setting: Any) -> str:
+    """A guild's moderation as the form shows it: ``on``, ``off``, or its categories as a
+    comma list."""
+    return ", ".join(setting) if isinstance(setting, list) else str(setting or "on")
+
+
+def moderation_setting(text: str) -> Any:
+    """The form's moderation text as the file writes it: ``on`` (also when empty), ``off``, or
+    a list of the categories it names."""
+    word = text.strip().lower()
+    if word in ("", "on", "off"):
+        return word or "on"
+    return comma_list(text)
+
+
 def json_value(text: str) -> Any:
     """The JSON value ``text`` writes. Raises ``ValidationError`` naming the line."""
     try:

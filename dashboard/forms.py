@@ -35,6 +35,8 @@ from dashboard.form_fields import (
     fallbacks_text,
     iso_or_none,
     json_or,
+    moderation_setting,
+    moderation_text,
     none_as_empty,
     optional_text,
     stripped_id,
@@ -174,6 +176,8 @@ class GuildForm(SpecForm):
         "lorebook": "lorebook",
         "planner_model": optional_text("planner_model"),
         "chat_preset": "chat_preset",
+        "moderation": Shown("moderation", moderation_text, moderation_setting),
+        "moderation_input": "moderation_input",
     }
     error_fields = {"context_note": "note_text"}
 
@@ -199,6 +203,18 @@ class GuildForm(SpecForm):
         "LLM_PLANNER_MODEL, else the main persona's model",
     )
     chat_preset = ChatPresetField(help_text="For every persona without its own")
+    moderation = forms.CharField(
+        label="Reply moderation",
+        required=False,
+        help_text="on (default), off, or the categories allowed in every channel, e.g. "
+        "violence, harassment (never sexual/minors); NSFW channels also allow sexual, "
+        "violence and violence/graphic. Only with a moderation service (MODERATION_BASE_URL)",
+    )
+    moderation_input = forms.BooleanField(
+        label="Check triggering messages",
+        required=False,
+        help_text="A message moderation flags is not answered and never shown to a model",
+    )
 
 
 class PersonaForm(SpecForm):

@@ -210,6 +210,19 @@ def turn_detail(request: HttpRequest, turn_id: int) -> HttpResponse:
     return render(request, "dashboard/turn.html", _turn_context(turn))
 
 
+@require_GET
+@viewer_required
+def turn_withheld(request: HttpRequest, turn_id: int) -> HttpResponse:
+    """What moderation kept from Discord on the turn (the flagged texts and the reply as the
+    model wrote it): shown only when a moderator asks, never on the turn page itself (a turn
+    that withheld nothing says so). Answers the partial to htmx, the page otherwise."""
+    turn = get_object_or_404(Turn, pk=turn_id)
+    context = {"turn": turn, "withheld": selectors.withheld_texts(turn)}
+    if request.htmx:
+        return render(request, "dashboard/_turn_withheld.html", context)
+    return render(request, "dashboard/turn_withheld.html", context)
+
+
 @require_POST
 @viewer_required
 def turn_replay_view(request: HttpRequest, turn_id: int) -> HttpResponse:
@@ -239,6 +252,8 @@ def _turn_context(turn: Turn) -> dict[str, Any]:
         "reason_json": json.dumps(detail, indent=2, ensure_ascii=False),
         "request_json": json.dumps(turn.request, indent=2, ensure_ascii=False),
         "attempts": turn.attempts,
+        "moderation_checks": selectors.moderation_checks(turn),
+        "has_withheld": selectors.withheld_texts(turn) is not None,
         "timings": selectors.turn_timings(turn),
         "entries": selectors.window_entries(turn),
         "left_out": (turn.window or {}).get("left_out", []),

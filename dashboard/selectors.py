@@ -340,6 +340,72 @@ def turns_filtered(filters: TurnFilters) -> QuerySet[Turn]:
     return turns
 
 
+@dataclass(frozen=True)
+class ModerationCheckRow:
+    """One moderation check as the turn page lists it: never its text (a withheld text is
+    shown only on request, `withheld_texts`)."""
+
+    number: int
+    kind: str
+    message: int | None
+    verdict: str
+    categories: tuple[str, ...]
+    blocking: tuple[str, ...]
+    top_scores: tuple[tuple[str, float], ...]
+    latency_ms: float
+    characters: int
+    error: str
+
+
+def moderation_checks(turn: Turn) -> list[ModerationCheckRow]:
+    """The turn's moderation checks, in the order they were recorded, each with its three
+    highest scores."""
+    rows = []
+    for number, check in enumerate((turn.moderation or {}).get("checks", []), start=1):
+        scores = sorted(check.get("scores", {}).items(), key=lambda pair: pair[1], reverse=True)
+        message = check.get("message")
+        rows.append(
+            ModerationCheckRow(
+                number=number,
+                kind=check.get("kind", ""),
+                message=message + 1 if isinstance(message, int) else None,
+                verdict=check.get("verdict", ""),
+                categories=tuple(check.get("categories", ())),
+                blocking=tuple(check.get("blocking", ())),
+                top_scores=tuple(scores[:3]),
+                latency_ms=check.get("latency_ms", 0.0),
+                characters=len(check.get("text", "")),
+                error=check.get("error", ""),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class WithheldTexts:
+    """What moderation kept from Discord on a turn: each withheld check with its text, and the
+    reply as the model wrote it (empty for a withheld trigger)."""
+
+    pieces: tuple[tuple[ModerationCheckRow, str], ...]
+    written: str
+
+
+def withheld_texts(turn: Turn) -> WithheldTexts | None:
+    """The texts moderation withheld on ``turn``; None when it withheld nothing."""
+    record = turn.moderation or {}
+    checks = record.get("checks", [])
+    rows = moderation_checks(turn)
+    withheld = [
+        (row, check["text"])
+        for row, check in zip(rows, checks, strict=True)
+        if check.get("verdict") == "withhold"
+    ]
+    written = (record.get("withheld") or {}).get("text", "")
+    if not withheld and not written:
+        return None
+    return WithheldTexts(pieces=tuple(withheld), written=written)
+
+
 def turn_timings(turn: Turn) -> list[dict[str, Any]]:
     """The turn's stages with their milliseconds and share of the whole (for the bar)."""
     stages = [

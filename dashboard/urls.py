@@ -76,6 +76,7 @@ urlpatterns = [
     path("turns/", live_views.turn_list, name="turn_list"),
     path("turns/<int:turn_id>/", live_views.turn_detail, name="turn"),
     path("turns/<int:turn_id>/replay/", live_views.turn_replay_view, name="turn_replay"),
+    path("turns/<int:turn_id>/withheld/", live_views.turn_withheld, name="turn_withheld"),
     path("why/", live_views.why_view, name="why"),
     path("playground/", live_views.playground, name="playground"),
     path("deployment/", going_live_views.deployment_card, name="deployment"),

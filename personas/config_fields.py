@@ -96,6 +96,14 @@ class Setting:
     default: Any = _MISSING
 
 
+def _moderation(value: Any) -> Any:
+    """A guild's moderation as stored and written: ``"on"``, ``"off"``, or its categories
+    (sorted, once each; none listed is ``"on"``)."""
+    if isinstance(value, list):
+        return sorted(set(value)) or "on"
+    return value
+
+
 def _note(prefix: str = "") -> tuple[Setting, Setting]:
     return (
         Setting("context_note.text", f"{prefix}context_note", default=""),
@@ -112,6 +120,8 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
     Setting("lorebook", "lorebook", to_column=_dumped_json),
     Setting("planner_model", "planner_model", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("chat_preset", "chat_preset", to_column=_dumped_json),
+    Setting("moderation", "moderation", to_column=_moderation, to_json=_moderation),
+    Setting("moderation_input", "moderation_input"),
 )
 """A guild's own settings (its personas, channels, blocks and users have tables of their own)."""
 

@@ -31,6 +31,7 @@ from pydantic import (
 )
 
 from chat.pipeline.lorebook import parse_regex_key
+from chat.pipeline.moderation import CATEGORIES, guild_allowed_problem
 from chat.pipeline.types import BlockType, PrivacyLevel
 from personas.config_checks import cross_reference_problems
 from personas.config_values import (
@@ -70,6 +71,7 @@ from personas.models import (
     LORE_TEXT_MAX,
     MAX_OUTPUT_TOKENS_MAX,
     MODEL_NAME_MAX,
+    MODERATION_ON,
     PERSONAS_PER_GUILD_MAX,
     PRESET_PROMPTS_MAX,
     PRESET_TEXT_MAX,
@@ -120,17 +122,43 @@ class ConfigError(Exception):
 NAME_OR_OBJECT = ("(name)", "(object)")
 """Tags of the settings that take a name or an object (``instruct_template``, a fallback
 model): pydantic puts the chosen one in an error's location, and `json_path` leaves it out."""
+SWITCH_OR_LIST = ("(switch)", "(list)")
+"""Tags of a setting that takes a word or a list (a guild's ``moderation``), left out alike."""
 
 
 def _name_or_object(value: object) -> str:
     return NAME_OR_OBJECT[0] if isinstance(value, str) else NAME_OR_OBJECT[1]
 
 
+def _switch_or_list(value: object) -> str:
+    return SWITCH_OR_LIST[1] if isinstance(value, list) else SWITCH_OR_LIST[0]
+
+
+def check_moderation_category(category: str) -> str:
+    problem = guild_allowed_problem(category)
+    if problem is not None:
+        raise ValueError(problem)
+    return category
+
+
+ModerationSetting = Annotated[
+    Annotated[Literal["on", "off"], Tag(SWITCH_OR_LIST[0])]
+    | Annotated[
+        list[Annotated[str, AfterValidator(check_moderation_category)]],
+        Field(max_length=len(CATEGORIES)),
+        Tag(SWITCH_OR_LIST[1]),
+    ],
+    Discriminator(_switch_or_list),
+]
+"""A guild's reply moderation: ``"on"``, ``"off"``, or the categories allowed in every channel
+(checked, never ``sexual/minors``)."""
+
+
 def json_path(location: Iterable[str | int]) -> str:
     """A pydantic error location as a JSON path: ``("guilds", 0, "name")`` → ``guilds[0].name``."""
     path = ""
     for part in location:
-        if part in NAME_OR_OBJECT:
+        if part in NAME_OR_OBJECT or part in SWITCH_OR_LIST:
             continue
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path or DOCUMENT
@@ -448,6 +476,11 @@ class GuildSpec(_Strict):
     """The planner's model in autonomous channels; None: the deployment's LLM_PLANNER_MODEL,
     else the main persona's model."""
     chat_preset: ChatPresetSpec | None = None
+    moderation: ModerationSetting = MODERATION_ON
+    """Reply moderation (when the deployment has a moderation service): ``"on"``, ``"off"``,
+    or the categories allowed in every channel of the guild."""
+    moderation_input: bool = False
+    """Check a triggering message too: a flagged one is not answered."""
     personas: Annotated[list[PersonaSpec], Field(max_length=PERSONAS_PER_GUILD_MAX)] = []
     channels: Annotated[list[ChannelSpec], Field(max_length=CHANNELS_PER_GUILD_MAX)] = []
     blocks: Annotated[list[BlockSpec], Field(max_length=BLOCKS_PER_GUILD_MAX)] = []

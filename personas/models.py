@@ -153,6 +153,15 @@ class DeliveryMode(models.TextChoices):
     EDIT = "edit", "One message, edited as the model writes (at most once a second)"
 
 
+MODERATION_ON, MODERATION_OFF = "on", "off"
+"""A guild's ``moderation`` when it lists no category of its own: checked, or not at all."""
+
+
+def moderation_on() -> str:
+    """A new guild's ``moderation``: checked (a callable, as a JSON field's default must be)."""
+    return MODERATION_ON
+
+
 class GuildConfig(models.Model):
     """One Discord server's settings and its fallback context note."""
 
@@ -181,6 +190,16 @@ class GuildConfig(models.Model):
         null=True,
         blank=True,
         help_text="A SillyTavern Chat Completion preset for personas that have none",
+    )
+    moderation = models.JSONField(
+        default=moderation_on,
+        blank=True,
+        help_text='Reply moderation: "on" (the default), "off", or the categories allowed in '
+        "every channel (never sexual/minors); the configuration file's moderation",
+    )
+    moderation_input = models.BooleanField(
+        default=False,
+        help_text="Check a triggering message before answering it; a flagged one is not answered",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from botproject.env import (
     env_bool,
+    env_choice,
     env_database,
     env_int,
     env_list,
@@ -81,6 +82,29 @@ def test_env_database_parses_postgres_urls():
         5433,
         "bot",
     )
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, "withhold"), ("", "withhold"), ("ALLOW", "allow")]
+)
+def test_env_choice_reads_one_of_its_choices(raw, expected):
+    environ = {} if raw is None else {"MODERATION_ON_ERROR": raw}
+    choices = ("withhold", "allow")
+    assert env_choice("MODERATION_ON_ERROR", "withhold", choices=choices, environ=environ) == (
+        expected
+    )
+
+
+def test_env_choice_names_the_variable_and_its_choices():
+    with pytest.raises(
+        ImproperlyConfigured, match="MODERATION_ON_ERROR must be one of withhold, allow, got 'x'"
+    ):
+        env_choice(
+            "MODERATION_ON_ERROR",
+            "withhold",
+            choices=("withhold", "allow"),
+            environ={"MODERATION_ON_ERROR": "x"},
+        )
 
 
 def test_env_database_names_the_variable_on_an_unknown_scheme():
@@ -282,6 +306,8 @@ def test_cookies_are_secure_outside_debug_unless_overridden(overrides, expected)
         ("LLM_VISION_BASE_URL", "models.example/v1"),
         ("PLURALKIT_API_BASE", "ftp://api.pluralkit.me/v2"),
         ("YOUTUBE_TRANSCRIPT_URL", "transcripts.example"),
+        ("MODERATION_BASE_URL", "api.openai.com/v1"),
+        ("MODERATION_ON_ERROR", "shrug"),
         ("LLM_EMBEDDING_MODEL", "text embedding 3"),
         ("LLM_EMBEDDING_BASE_URL", "models.example/v1"),
         ("LLM_EMBEDDING_BASE_URL", "https://models.example/v1"),  # without a model

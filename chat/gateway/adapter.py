@@ -352,7 +352,10 @@ class DiscordAdapter:
         if isinstance(channel, discord.DMChannel | discord.GroupChannel):
             return ChannelPlace(guild_id=None)
         guild = getattr(channel, "guild", None)
-        return ChannelPlace(guild_id=guild.id) if guild is not None else None
+        if guild is None:
+            return None
+        is_nsfw = getattr(channel, "is_nsfw", None)  # a thread asks its parent
+        return ChannelPlace(guild_id=guild.id, nsfw=bool(is_nsfw and is_nsfw()))
 
     def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
         guild = self._client.get_guild(guild_id) if guild_id else None

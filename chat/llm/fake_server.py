@@ -5,8 +5,9 @@ Speaks ``POST /v1/chat/completions`` (plain JSON, or SSE ``data: …`` chunks en
 ``prompt`` in, ``choices[0].text`` out, the answer cut at the first of the request's ``stop``
 strings as a server does; the default answer quotes the prompt's last dialogue line),
 ``POST /v1/embeddings`` (deterministic vectors of hashed words,
-`embeddings.HashingEmbeddings`') and ``GET /v1/models``. Every request is recorded in
-``requests``. Each chat request takes the next item of the script, a queue of:
+`embeddings.HashingEmbeddings`'), ``POST /v1/moderations`` (a deterministic moderation service,
+`fake_moderation.FakeModeration`: ``moderation``) and ``GET /v1/models``. Every request is
+recorded in ``requests``. Each chat request takes the next item of the script, a queue of:
 
 - ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated);
 - ``Fault``: an HTTP error (500, 429 with ``Retry-After``, 401, …), a timeout (the server sleeps
@@ -57,6 +58,7 @@ from aiohttp import web
 
 from chat.llm.embeddings import hashed_vector
 from chat.llm.fake_answers import ChatAnswer, TextAnswer, arguments_text
+from chat.llm.fake_moderation import FakeModeration
 
 
 class FaultKind(StrEnum):
@@ -192,8 +194,12 @@ class FakeLLMServer:
         responder: Callable[[dict[str, Any]], ScriptItem] | None = None,
         pace: StreamPace = StreamPace(),
         guard: Callable[[Any], list[str]] | None = None,
+        moderation_latency_s: float = 0.0,
     ) -> None:
         self.requests: list[RecordedRequest] = []
+        self.moderation = FakeModeration(latency_s=moderation_latency_s)
+        """The moderation service at ``/v1/moderations`` (its latency, failures and the texts
+        it was asked)."""
         self.abandoned: list[int] = []
         """Indices (in ``chat_bodies``) of streamed answers whose client hung up first."""
         self.word_times: dict[int, list[float]] = {}
@@ -217,6 +223,7 @@ class FakeLLMServer:
         self.app.router.add_post("/v1/completions", self._text_completions)
         self.app.router.add_get("/v1/models", self._list_models)
         self.app.router.add_post("/v1/embeddings", self._embeddings)
+        self.app.router.add_post("/v1/moderations", self._moderations)
 
     def enqueue(self, *items: ScriptItem) -> None:
         """Append answers to the script."""
@@ -283,6 +290,16 @@ class FakeLLMServer:
         return web.json_response(
             {"object": "list", "data": data, "model": body.get("model"), "usage": usage}
         )
+
+    @property
+    def moderation_bodies(self) -> list[Any]:
+        """The bodies of the moderation requests received, in order."""
+        return [r.body for r in self.requests if r.path == "/v1/moderations"]
+
+    async def _moderations(self, request: web.Request) -> web.Response:
+        """``POST /v1/moderations``: recorded, then answered by ``moderation``."""
+        await self._received(request, "moderation")
+        return await self.moderation.handle(request)
 
     async def _received(self, request: web.Request, label: str) -> Any:
         """Read and record a request's body (JSON, or the raw text when it is not), and run

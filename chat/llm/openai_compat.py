@@ -93,7 +93,7 @@ class OpenAICompatibleClient:
     async def list_models(self) -> frozenset[str]:
         """The ids ``GET {base_url}/models`` lists (OpenAI's ``{"data": [{"id": …}]}``).
         Raises ``LLMError`` when the endpoint fails or answers something else."""
-        with _as_llm_errors():
+        with as_llm_errors():
             async with asyncio.timeout(self._timeouts.total):
                 response = await self._http.get("models")
         if response.status_code >= 400:
@@ -121,7 +121,7 @@ class OpenAICompatibleClient:
         deadline = asyncio.get_running_loop().time() + self._timeouts.total
         text_request = isinstance(request, TextCompletionRequest)
         path = "completions" if text_request else "chat/completions"
-        with _as_llm_errors():
+        with as_llm_errors():
             async with contextlib.AsyncExitStack() as open_response:
                 async with asyncio.timeout_at(deadline):
                     response = await open_response.enter_async_context(
@@ -153,8 +153,8 @@ class OpenAICompatibleClient:
 
 
 @contextlib.contextmanager
-def _as_llm_errors() -> Iterator[None]:
-    """Turn timeouts and transport failures into ``LLMError``."""
+def as_llm_errors() -> Iterator[None]:
+    """Turn timeouts and transport failures into ``LLMError`` (transient)."""
     try:
         yield
     except (TimeoutError, httpx.TimeoutException) as error:

@@ -1,10 +1,12 @@
-"""The demo world `runsandbox` serves: a bot, one guild, three channels, three people.
+"""The demo world `runsandbox` serves: a bot, one guild, four channels, three people.
 
 Ids are fixed (snowflakes from 2024-01-01), so configuration files, bookmarks and tests can
 name them across restarts:
 
     guild     Sandbox Café   DEMO_GUILD_ID
-    channels  #general  #poetry  #autonomous          DEMO_CHANNEL_IDS["general"], …
+    channels  #general  #poetry  #autonomous  #after-dark   DEMO_CHANNEL_IDS["general"], …
+              (#after-dark is marked NSFW: moderation lets sexual and violent replies through
+              there, `chat.pipeline.moderation`)
     users     alice  bob  carol                       DEMO_USER_IDS["alice"], …
     role      Moderators (alice): Manage Messages, Manage Server
     bot       Tomori                                  DEMO_BOT_ID
@@ -27,7 +29,14 @@ def _demo_id(serial: int) -> int:
 
 DEMO_BOT_ID = _demo_id(1)
 DEMO_GUILD_ID = _demo_id(2)
-DEMO_CHANNEL_IDS = {"general": _demo_id(10), "poetry": _demo_id(11), "autonomous": _demo_id(12)}
+DEMO_CHANNEL_IDS = {
+    "general": _demo_id(10),
+    "poetry": _demo_id(11),
+    "autonomous": _demo_id(12),
+    "after-dark": _demo_id(13),
+}
+NSFW_CHANNELS = ("after-dark",)
+"""Channels Discord would show as age-restricted."""
 DEMO_USER_IDS = {"alice": _demo_id(20), "bob": _demo_id(21), "carol": _demo_id(22)}
 DEMO_MODERATOR_ROLE_ID = _demo_id(30)
 DEMO_MODERATORS = ("alice",)
@@ -39,6 +48,7 @@ _CHANNEL_TOPICS = {
     "general": "Talk to the personas here.",
     "poetry": "Verses, drafts and critique.",
     "autonomous": "The planner decides who speaks.",
+    "after-dark": "Age-restricted (NSFW): stories may get sexual or violent here.",
 }
 
 
@@ -50,7 +60,11 @@ def demo_sandbox(
     sandbox.add_guild("Sandbox Café", guild_id=DEMO_GUILD_ID)
     for name, channel_id in DEMO_CHANNEL_IDS.items():
         sandbox.add_text_channel(
-            DEMO_GUILD_ID, name, channel_id=channel_id, topic=_CHANNEL_TOPICS[name]
+            DEMO_GUILD_ID,
+            name,
+            channel_id=channel_id,
+            topic=_CHANNEL_TOPICS[name],
+            nsfw=name in NSFW_CHANNELS,
         )
     moderators = sandbox.add_role(
         DEMO_GUILD_ID,

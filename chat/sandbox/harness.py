@@ -22,6 +22,7 @@ from chat.gateway.proxies import ProxyResolver
 from chat.llm.attempts import AttemptRunner, RetryPolicy
 from chat.llm.base import ModelSpec
 from chat.llm.fake_server import FakeLLMServer
+from chat.llm.moderation import ModerationOnError, OpenAIModerationClient
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
 from chat.llm.video_transcripts import VideoTranscriptService
@@ -72,6 +73,7 @@ class World:
     client: PersonaBotClient | None = None
     task: asyncio.Task | None = None
     proxies: ProxyResolver | None = None
+    moderation: OpenAIModerationClient | None = None
     clock: SandboxClock = field(default_factory=SandboxClock)
 
     def bot_messages(self, channel_id: int) -> list[dict]:
@@ -96,6 +98,7 @@ class World:
         shared_limits: bool = False,
         lease_seconds: float = 15.0,
         videos: bool = False,
+        moderation: ModerationOnError | None = None,
     ) -> PersonaBotClient:
         """Start the worker in this process; with ``vision_model`` it has a vision model (on
         the fake model server) behind ``analyze_image``, as ``LLM_VISION_MODEL`` gives one;
@@ -104,7 +107,9 @@ class World:
         ``shared_limits`` it paces IDENTIFYs and REST requests through Redis, as ``runbot``
         does; ``lease_seconds`` is how often it settles turns left by a previous holder; with
         ``videos`` it asks the sandbox's transcript service, as ``YOUTUBE_TRANSCRIPT_URL`` makes
-        it."""
+        it; with ``moderation`` it checks reply pieces against the fake model server's
+        moderation service, as ``MODERATION_BASE_URL`` makes it (``moderation`` is what
+        ``MODERATION_ON_ERROR`` says)."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -130,6 +135,12 @@ class World:
                 requests_per_second=50,
                 grace_seconds=0.2,
             )
+        if moderation is not None:
+            self.moderation = OpenAIModerationClient(
+                base_url=self.llm.base_url,
+                on_error=moderation,
+                policy=RetryPolicy(attempts_per_model=2, backoff_base=0.01, backoff_cap=0.05),
+            )
         self.client = build_client(
             config,
             llm=llm_client,
@@ -137,6 +148,7 @@ class World:
             vision=vision,
             proxies=self.proxies,
             videos=VideoTranscriptService(self.sandbox.youtube_transcript_url) if videos else None,
+            moderation=self.moderation,
         )
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())
@@ -160,6 +172,9 @@ class World:
             if self.proxies is not None:
                 await self.proxies.aclose()
                 self.proxies = None
+            if self.moderation is not None:
+                await self.moderation.aclose()
+                self.moderation = None
 
     async def settle(self) -> None:
         """Wait until the worker has stored every message it took in, has nothing queued and

@@ -122,7 +122,7 @@ def channel_payload(channel: Channel) -> dict[str, Any]:
         "position": channel.position,
         "parent_id": str(channel.category_id) if channel.category_id is not None else None,
         "topic": channel.topic,
-        "nsfw": False,
+        "nsfw": channel.nsfw,
         "rate_limit_per_user": 0,
         "last_message_id": str(channel.last_message_id) if channel.last_message_id else None,
         "permission_overwrites": overwrites,

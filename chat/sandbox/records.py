@@ -143,6 +143,8 @@ class Channel:
     synced: bool = False
     """Whether the channel's overwrites follow its category's (Discord's "synced"): a change
     to the category's is copied to it, a change of its own ends the sync."""
+    nsfw: bool = False
+    """Marked age-restricted (NSFW) in Discord; a thread is as its parent is."""
 
 
 @dataclass(slots=True)

@@ -6,7 +6,9 @@ One aiohttp server carries everything:
 - `/gateway`      the gateway websocket (`chat.sandbox.gateway`);
 - `/attachments/{channel_id}/{attachment_id}/{filename}?ex=…&hm=…`  uploaded files (the "CDN";
   URLs are signed and expire like Discord's, see `Sandbox.attachment_url_lifetime`);
-- `/_sandbox/...` the control API for tests and other processes (`chat.sandbox.control`).
+- `/_sandbox/...` the control API for tests and other processes (`chat.sandbox.control`);
+- `/pluralkit/v2/...`, `/youtube/...` and `/moderation/v1/moderations`: the outside services
+  the bot may be pointed at (a proxy system, a transcript service, a moderation service).
 
     async with SandboxServer(sandbox, gateway=GatewaySettings(heartbeat_interval_ms=500)) as server:
         configure_discord_endpoints(api_base=server.api_base, gateway_url=server.gateway_url)
@@ -24,6 +26,7 @@ from typing import Any, Self
 
 from aiohttp import web
 
+from chat.llm.fake_moderation import FakeModeration
 from chat.sandbox.control import control_app
 from chat.sandbox.gateway import Gateway, GatewaySettings, IdentifyRecord
 from chat.sandbox.rest import GatewayInfo, discord_errors, rest_app, snowflake_param
@@ -40,6 +43,7 @@ API_PREFIX = "/api/v10"
 GATEWAY_PATH = "/gateway"
 PLURALKIT_PREFIX = "/pluralkit/v2"
 YOUTUBE_PREFIX = "/youtube"
+MODERATION_PREFIX = "/moderation/v1"
 
 
 class SandboxServer:
@@ -74,6 +78,8 @@ class SandboxServer:
         "transcript"}`` (`chat.llm.video_transcripts`); others answer 404."""
         self.video_lookups: list[str] = []
         """The video ids asked of the transcript service, in order."""
+        self.moderation = FakeModeration()
+        """The moderation service (`chat.llm.fake_moderation`'s deterministic rule)."""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -113,6 +119,7 @@ class SandboxServer:
         )
         app.router.add_get(PLURALKIT_PREFIX + "/messages/{message_id}", self._pluralkit_message)
         app.router.add_get(YOUTUBE_PREFIX + "/videos/{video_id}", self._video)
+        app.router.add_post(MODERATION_PREFIX + "/moderations", self.moderation.handle)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         try:
@@ -158,6 +165,12 @@ class SandboxServer:
     def youtube_transcript_url(self) -> str:
         """The transcript service for `YOUTUBE_TRANSCRIPT_URL`, e.g. http://127.0.0.1:8765/youtube."""
         return self.base_url + YOUTUBE_PREFIX
+
+    @property
+    def moderation_base_url(self) -> str:
+        """The moderation service for `MODERATION_BASE_URL`, e.g.
+        http://127.0.0.1:8765/moderation/v1."""
+        return self.base_url + MODERATION_PREFIX
 
     @property
     def gateway_url(self) -> str:

@@ -178,6 +178,7 @@ class Sandbox:
         self._proxy_members: list[ProxyMember] = []
         self._proxy_webhooks: dict[int, Webhook] = {}
         self._proxy_records: dict[int, dict[str, Any]] = {}
+        self._shown_texts: dict[int, list[tuple[int, str]]] = {}
         self.proxy_bot_id: int | None = None
         self.application_flags = APPLICATION_FLAGS
         """The application's ``flags``: which privileged intents it may ask for; an IDENTIFY
@@ -289,12 +290,16 @@ class Sandbox:
         channel_id: int | None = None,
         topic: str | None = None,
         category_id: int | None = None,
+        nsfw: bool = False,
     ) -> int:
         """Create a text channel at the end of the guild's list (in ``category_id``, synced
-        with its overwrites, as Discord creates it there); dispatches CHANNEL_CREATE."""
+        with its overwrites, as Discord creates it there; ``nsfw``: marked age-restricted);
+        dispatches CHANNEL_CREATE."""
         guild = self._guild(guild_id)
         channel_id = channel_id or self._snowflakes.next_id()
-        channel = Channel(channel_id, guild_id, name, position=len(guild.channels), topic=topic)
+        channel = Channel(
+            channel_id, guild_id, name, position=len(guild.channels), topic=topic, nsfw=nsfw
+        )
         if category_id is not None:
             category = self._channel(category_id)
             if not category.is_category or category.guild_id != guild_id:
@@ -672,6 +677,12 @@ class Sandbox:
         ``guild_id``'s shard: fault tests use it to prove a bot survives bad payloads."""
         self._publish(name, data, guild_id)
 
+    def shown_texts(self, channel_id: int) -> list[tuple[int, str]]:
+        """Every text a message of the channel has shown, in order: ``(message id, content)``
+        for each message posted and each edit, deleted messages included (what any Discord
+        client could have seen, even for a moment)."""
+        return list(self._shown_texts.get(channel_id, []))
+
     def channel_messages(self, channel_id: int) -> list[dict[str, Any]]:
         """Every message in the channel, oldest first, as REST payloads."""
         return [self.message_payload(m) for m in self._channel(channel_id).messages.values()]
@@ -961,6 +972,7 @@ class Sandbox:
         )
         channel.messages[message_id] = message
         channel.last_message_id = message_id
+        self._shown_texts.setdefault(channel_id, []).append((message_id, content))
         if nonce is not None:
             self._nonces[(author_id, str(nonce))] = (message_id, self._clock())
         self._publish(
@@ -1070,6 +1082,7 @@ class Sandbox:
             )
         message.content, message.embeds = new_content, new_embeds
         message.edited_at = self._now()
+        self._shown_texts.setdefault(channel_id, []).append((message_id, new_content))
         payload = self.message_payload(message, gateway=True)
         self._publish("MESSAGE_UPDATE", payload, message.guild_id)
         return self.message_payload(message)

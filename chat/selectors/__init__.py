@@ -396,6 +396,17 @@ def superseded_original_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     return frozenset(rows.values_list("proxy_original_id", flat=True))
 
 
+def moderation_withheld_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
+    """Those of ``message_ids`` that moderation withheld as a turn's trigger (a guild that
+    checks triggering messages): never answered, never shown to a model."""
+    rows = Turn.objects.filter(
+        trigger_message_id__in=set(message_ids),
+        status=Turn.Status.REFUSED,
+        moderation__trigger_withheld=True,
+    )
+    return frozenset(rows.values_list("trigger_message_id", flat=True))
+
+
 def indexed_message_ids(*, message_ids: Iterable[int]) -> frozenset[int]:
     """Those of ``message_ids`` already in the message index (recorded deliveries)."""
     rows = MessageIndex.objects.filter(message_id__in=set(message_ids))

@@ -12,6 +12,7 @@ from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.dialogue import humanize_stably
 from chat.ports import DeliveryError, Speaker
+from chat.services.reply_moderation import PieceKind, reply_moderation_start, reply_withhold
 from chat.services.turn_lifecycle import (
     ANSWERED_ELSEWHERE,
     turn_aborted,
@@ -32,33 +33,51 @@ async def reply_deliver(
     runtime: TurnRuntime, request: TurnRequest, turn: Turn, completion: TurnCompletion
 ) -> None:
     """Deliver a whole reply (``completion``) as the turn's persona and record it: a failed or
-    empty completion ends the turn ``failed`` with one failure notice; the ``delivering`` claim
-    refuses a second answer to the trigger (the turn ends ``aborted``); a delivery Discord
-    refuses ends it ``failed``; else it is ``replied``, its messages indexed."""
+    empty completion ends the turn ``failed`` with one failure notice; with moderation on, the
+    reply is checked first, and a withheld one ends the turn ``withheld`` with one notice
+    (`reply_withhold`); the ``delivering`` claim refuses a second answer to the trigger (the
+    turn ends ``aborted``); a delivery Discord refuses ends it ``failed``; else it is
+    ``replied``, its messages indexed."""
     channel_id = request.channel.channel_id
     if completion.error is not None or not completion.reply_text.strip():
         await turn_failed(turn)
         await failure_notice_send(runtime, request)
         return
-    runtime.caches.channel_replied(channel_id)
     persona = request.persona
+    # The same deterministic humanizer the persona's past lines get in history, so the model
+    # later sees exactly what it sent.
+    text = humanize_stably(
+        completion.reply_text,
+        force_lowercase=persona.force_lowercase,
+        punctuation_splits=persona.punctuation_splits,
+    )
+    moderation = await reply_moderation_start(runtime=runtime, request=request, turn=turn)
+    check = None
+    if moderation is not None:
+        check = await moderation.check(text, kind=PieceKind.WHOLE, message=0)
+    runtime.caches.channel_replied(channel_id)
     speaker = persona_speaker(persona)
     notice = queued_notice(request, speaker)
     if not await turn_claim(turn):
         await turn_aborted(turn, reason=ANSWERED_ELSEWHERE)
+        return
+    if moderation is not None and check is not None and not check.passes:
+        await reply_withhold(
+            runtime=runtime,
+            request=request,
+            turn=turn,
+            moderation=moderation,
+            check=check,
+            shown=[],
+            written=text,
+        )
         return
     started = time.perf_counter()
     try:
         delivered = await runtime.port.deliver(
             channel_id=channel_id,
             speaker=speaker,
-            # The same deterministic humanizer the persona's past lines get in history, so the
-            # model later sees exactly what it sent.
-            text=humanize_stably(
-                completion.reply_text,
-                force_lowercase=persona.force_lowercase,
-                punctuation_splits=persona.punctuation_splits,
-            ),
+            text=text,
             reply_to=request.trigger.id,
             notice=notice,
             nonce_seed=f"{request.trigger.id}:{persona.id}",

@@ -123,7 +123,7 @@ async def turn_window_read(
     read = await runtime.windows.read(
         channel.channel_id, limit=limit, is_dm=channel.guild is None, dry_run=dry_run
     )
-    messages = await _without_superseded(read.messages)
+    messages = await _without_never_shown(read.messages)
     after_trigger = sum(1 for m in messages if m.id > trigger.id)
     reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
     reset_marker_id = reset.marker_id if reset is not None else None
@@ -149,7 +149,7 @@ async def turn_window_read(
             held = ((*earlier, trigger), True)
         if held is not None:
             up_to_trigger, read_older = held
-            messages = await _without_superseded(tuple(sorted(up_to_trigger, key=lambda m: m.id)))
+            messages = await _without_never_shown(tuple(sorted(up_to_trigger, key=lambda m: m.id)))
     if trigger.id not in {m.id for m in messages}:
         messages = tuple(sorted((*messages, trigger), key=lambda m: m.id))
     selection = select_anchored_history(
@@ -204,14 +204,19 @@ async def _up_to_trigger(
     return further[0], held[1] or further[1]
 
 
-async def _without_superseded(
+async def _without_never_shown(
     messages: tuple[HistoryMessage, ...],
 ) -> tuple[HistoryMessage, ...]:
-    """``messages`` less the originals a proxy system replaced with a member's message."""
-    superseded = await sync_to_async(selectors.superseded_original_ids)(
-        message_ids=[m.id for m in messages]
-    )
-    return tuple(m for m in messages if m.id not in superseded)
+    """``messages`` less the originals a proxy system replaced with a member's message, and
+    less the triggers moderation withheld (`chat.services.reply_moderation`)."""
+    never_shown = await sync_to_async(_never_shown_ids)([m.id for m in messages])
+    return tuple(m for m in messages if m.id not in never_shown)
+
+
+def _never_shown_ids(message_ids: list[int]) -> frozenset[int]:
+    return selectors.superseded_original_ids(
+        message_ids=message_ids
+    ) | selectors.moderation_withheld_message_ids(message_ids=message_ids)
 
 
 async def _with_thread_starter(
@@ -482,7 +487,8 @@ async def _reply_targets(
     targets, and a thread's starter message, fetched from the parent channel with its id
     (seed 000, "Thread starter media"). Those fetched for an earlier turn come from the window
     registry; the rest are fetched at most four at a time and kept there. One that cannot be
-    fetched is left out (its annotation is omitted)."""
+    fetched, or that moderation withheld as a trigger, is left out (its annotation is
+    omitted)."""
     present = {m.id for m in history}
     wanted = sorted(
         {
@@ -496,6 +502,12 @@ async def _reply_targets(
             )
         }
     )
+    if not wanted:
+        return {}
+    withheld = await sync_to_async(selectors.moderation_withheld_message_ids)(
+        message_ids=[i for _, i in wanted]
+    )
+    wanted = [(where, i) for where, i in wanted if i not in withheld]
     known = {(where, i): runtime.windows.reply_target(channel_id, i) for where, i in wanted}
     missing = [key for key, target in known.items() if target is None]
     for key, target in zip(missing, await messages_fetch(runtime.port, missing), strict=True):

@@ -16,6 +16,7 @@ from chat.caches import BoundedCache
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
+from chat.llm.moderation import ModerationClient
 from chat.llm.tools import ToolBox, VideoTranscripts, VisionModel
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.recall import RecalledMemory
@@ -120,6 +121,9 @@ class TurnRuntime:
     fence: LeaseFence = UNFENCED
     """Asked before a planner step is recorded and acted on: raises `chat.ports.LeaseLost` once
     this worker lost the channel's shard lease (a process without shards: never)."""
+    moderation: ModerationClient | None = None
+    """The moderation service every reply piece is checked against before it reaches Discord
+    (``MODERATION_BASE_URL``; `chat.services.reply_moderation`); None: nothing is checked."""
     configurations: ConfigurationRead = channel_configuration
     """How the channel loops read a channel's configuration for each pass and batch: a fresh
     read, or the worker's `chat.services.configuration_cache.ChannelConfigurations`."""

@@ -29,6 +29,7 @@ from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
+from chat.services.reply_moderation import trigger_moderation_refusal
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
@@ -45,6 +46,7 @@ from chat.services.turn_lifecycle import (
     turn_delivery_unsettled,
     turn_exchange_recorded,
     turn_failed,
+    turn_refused,
     turn_start,
 )
 from chat.services.turn_record import ms_since, turn_context_record
@@ -141,6 +143,8 @@ async def turn_run(
     publishes the live updates):
         1. Record the turn as running (``turn.started``).
         2. `turn_prepare` it; record its context (window, items, request: ``window.changed``).
+           When the guild checks triggering messages, a withheld trigger ends the turn
+           ``refused`` here, before any model is asked.
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
            deliver the reply, index the delivered messages, record everything on the turn.
@@ -160,15 +164,15 @@ async def turn_run(
             # prompt build included) until its last piece is out.
             async with runtime.port.typing(channel.channel_id):
                 prepared = await _turn_prepare_recorded(runtime, request, turn)
-                await reply_stream_deliver(
-                    runtime=runtime,
-                    request=request,
-                    turn=turn,
-                    prepared=prepared,
-                    abort_if=abort_if,
-                )
-        else:
-            prepared = await _turn_prepare_recorded(runtime, request, turn)
+                if prepared is not None:
+                    await reply_stream_deliver(
+                        runtime=runtime,
+                        request=request,
+                        turn=turn,
+                        prepared=prepared,
+                        abort_if=abort_if,
+                    )
+        elif (prepared := await _turn_prepare_recorded(runtime, request, turn)) is not None:
             async with runtime.port.typing(channel.channel_id):
                 completion = await runtime.runner.complete_turn(
                     models=prepared.models,
@@ -222,10 +226,24 @@ async def _turn_settle_stopped(turn: Turn, reason: str, *, sent: bool) -> None:
 
 async def _turn_prepare_recorded(
     runtime: TurnRuntime, request: TurnRequest, turn: Turn
-) -> PreparedTurn:
+) -> PreparedTurn | None:
     """`turn_prepare` the turn and put its window and request on record (they stay there while
-    the model runs); the channel's dashboard hears which messages the window holds."""
-    prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+    the model runs); the channel's dashboard hears which messages the window holds.
+
+    Meanwhile, when the guild checks triggering messages, the trigger is checked
+    (`trigger_moderation_refusal`); a withheld one ends the turn ``refused`` before any model
+    sees it, nothing recorded of its prompt, and None is returned."""
+    input_check = asyncio.ensure_future(
+        trigger_moderation_refusal(runtime=runtime, request=request, turn=turn)
+    )
+    try:
+        prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+        refusal = await input_check
+    finally:
+        input_check.cancel()
+    if refusal:
+        await turn_refused(turn, reason=refusal)
+        return None
     await turn_context_recorded(turn, prepared)
     return prepared
 

@@ -99,6 +99,12 @@ ALLOWED: list[tuple[str, str, str]] = [
         "/pattern/flags keys, in the pure pipeline",
     ),
     (
+        "personas.config_schema",
+        "chat.pipeline.moderation",
+        "the schema refuses a moderation category a guild may never allow: one list of "
+        "categories and one rule, the pure policy's",
+    ),
+    (
         "personas",
         "chat.pipeline.types",
         "privacy levels and block kinds are one vocabulary, the pure pipeline's enums; the "

@@ -31,6 +31,7 @@ GET_ONLY = {
     "preview",
     "turn_list",
     "turn",
+    "turn_withheld",
     "why",
     "document_rows",
     "deployment",

@@ -15,6 +15,7 @@ from django.urls import reverse
 from botproject.live_updates import CONTROL_GROUP
 from chat.pipeline.tokens import default_token_counter
 from chat.services.commands import privacy_set
+from dashboard.tests.submitted_form import submitted_form
 from personas.config_schema import CONFIG_FILE_MAX_BYTES
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 from personas.selectors import config_export
@@ -219,6 +220,41 @@ def test_guild_settings_are_saved_and_bad_ones_refused_inline(guild, admin_clien
     errors = response.context["form"].errors
     assert "is not an IANA time zone name" in errors["timezone"][0]
     assert errors["message_fetch_limit"] == ["Input should be less than or equal to 100"]
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("typed", "stored", "shown"),
+    [
+        ("off", "off", "off"),
+        ("", "on", "on"),
+        ("ON", "on", "on"),
+        ("violence, harassment", ["harassment", "violence"], "harassment, violence"),
+    ],
+)
+def test_a_guilds_moderation_is_set_on_its_page(guild, admin_client, typed, stored, shown):
+    url = reverse("dashboard:guild", args=[guild.guild_id])
+    form = {"name": guild.name, "timezone": guild.timezone, "message_fetch_limit": "80"}
+    form |= {"note_depth": "4", "moderation": typed, "moderation_input": "on"}
+
+    assert admin_client.post(url, form).status_code == 302
+
+    guild.refresh_from_db()
+    assert (guild.moderation, guild.moderation_input) == (stored, True)
+    again = submitted_form(admin_client.get(url).content.decode())
+    assert (again["moderation"], again["moderation_input"]) == ([shown], ["on"])
+
+
+def test_a_moderation_list_holding_sexual_minors_is_refused_inline(guild, admin_client):
+    url = reverse("dashboard:guild", args=[guild.guild_id])
+    form = {"name": guild.name, "timezone": guild.timezone, "message_fetch_limit": "80"}
+    form |= {"note_depth": "4", "moderation": "violence, sexual/minors"}
+    before = snapshot()
+
+    response = admin_client.post(url, form)
+
+    assert response.status_code == 400
+    assert response.context["form"].errors["moderation"] == ["sexual/minors can never be allowed"]
     assert snapshot() == before
 
 

@@ -438,3 +438,53 @@ def test_the_planner_model_is_imported_and_exported(document):
 
     assert GuildConfig.objects.get().planner_model == "small-planner"
     assert config_export()["guilds"][0]["planner_model"] == "small-planner"
+
+
+@pytest.mark.parametrize(
+    ("given", "stored"),
+    [
+        ("off", "off"),
+        ("on", "on"),
+        (["violence", "sexual", "violence"], ["sexual", "violence"]),
+        ([], "on"),
+    ],
+)
+def test_a_guilds_moderation_is_imported_and_exported(document, given, stored):
+    document["guilds"][0]["moderation"] = given
+    document["guilds"][0]["moderation_input"] = True
+    config_import(data=document)
+
+    guild = GuildConfig.objects.get(guild_id=1100000000000000001)
+    assert (guild.moderation, guild.moderation_input) == (stored, True)
+    exported = config_export()["guilds"][0]
+    assert (exported["moderation"], exported["moderation_input"]) == (stored, True)
+
+
+def test_a_guild_is_moderated_unless_its_file_says_otherwise(document):
+    config_import(data=document)
+
+    guild = GuildConfig.objects.get(guild_id=1100000000000000001)
+    assert (guild.moderation, guild.moderation_input) == ("on", False)
+
+
+@pytest.mark.parametrize(
+    ("given", "path", "message"),
+    [
+        (["violence", "sexual/minors"], "guilds[0].moderation[1]", "sexual/minors can never"),
+        (["sexual/minor"], "guilds[0].moderation[0]", "is not a moderation category"),
+        ("maybe", "guilds[0].moderation", "Input should be 'on' or 'off'"),
+        (None, "guilds[0].moderation", "Input should be 'on' or 'off'"),
+    ],
+)
+def test_a_moderation_setting_that_cannot_be_is_refused_with_its_path(
+    document, given, path, message
+):
+    document["guilds"][0]["moderation"] = given
+    before = snapshot()
+
+    with pytest.raises(ConfigError) as raised:
+        config_import(data=document)
+
+    [(where, problem)] = raised.value.problems
+    assert where == path and message in problem
+    assert snapshot() == before

@@ -14,6 +14,7 @@ from chat.gateway.limits import SessionStartLimitReached
 from chat.gateway.stops import GatewayStop
 from chat.runtime import (
     llm_client_from_settings,
+    moderation_from_settings,
     vision_client_from_settings,
     vision_model_from_settings,
 )
@@ -143,6 +144,7 @@ class Command(BaseCommand):
         proxies = proxy_resolver_from_settings()
         health = WorkerHealth(shard_count=configs[0].shard_count)
         monitor = await self._monitor(health)
+        moderation = moderation_from_settings()
         freeze_startup_heap()
         try:
             await asyncio.gather(
@@ -155,6 +157,7 @@ class Command(BaseCommand):
                         vision=vision,
                         proxies=proxies,
                         health=health,
+                        moderation=moderation,
                     )
                     for n, config in enumerate(configs)
                 )
@@ -169,6 +172,8 @@ class Command(BaseCommand):
                 await proxies.aclose()
             if vision_client is not None:
                 await vision_client.aclose()
+            if moderation is not None:
+                await moderation.aclose()
         self.stdout.write("worker stopped")
 
     @staticmethod

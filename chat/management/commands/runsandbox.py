@@ -102,10 +102,13 @@ class Command(BaseCommand):
             f"  export DISCORD_GATEWAY_URL={server.gateway_url}\n"
             f"  export DISCORD_TOKEN={server.token}\n"
             f"  export PLURALKIT_API_BASE={server.pluralkit_api_base}\n"
+            f"  export MODERATION_BASE_URL={server.moderation_base_url}\n"
             "Speak as a demo user:\n"
             f"  python manage.py sandboxsay --url {server.base_url} --channel general "
             '--as alice "hello"\n'
-            "  (alice's messages starting with l: are proxied as her member Lilya)\n"
+            "  (alice's messages starting with l: are proxied as her member Lilya;\n"
+            "   moderation flags any text holding flag:<category>, e.g. flag:violence;\n"
+            "   #after-dark is marked NSFW)\n"
             "Ctrl-C stops the sandbox."
         )
         self.stdout.flush()

@@ -221,7 +221,7 @@ async def test_runsandbox_serves_the_demo_world_until_sigterm() -> None:
     try:
         assert process.stdout is not None
         exports: dict[str, str] = {}
-        while "DISCORD_TOKEN" not in exports:
+        while "MODERATION_BASE_URL" not in exports:
             line = (await asyncio.wait_for(process.stdout.readline(), 20)).decode()
             assert line, (await process.stderr.read()).decode()
             if line.strip().startswith("export "):
@@ -235,6 +235,12 @@ async def test_runsandbox_serves_the_demo_world_until_sigterm() -> None:
                 f"{exports['DISCORD_API_BASE']}/users/@me", headers=headers
             ) as response:
                 assert (await response.json())["id"] == str(DEMO_BOT_ID)
+            async with session.post(
+                f"{exports['MODERATION_BASE_URL']}/moderations",
+                json={"model": "omni-moderation-latest", "input": "say flag:violence"},
+            ) as response:
+                [result] = (await response.json())["results"]
+                assert result["flagged"] and result["categories"]["violence"]
     finally:
         process.send_signal(signal.SIGTERM)
         remaining, _ = await asyncio.wait_for(process.communicate(), 10)

@@ -86,7 +86,9 @@ async def test_identify_is_answered_with_ready_then_each_guild(server: SandboxSe
     assert data["shard"] == [0, 1]
     assert data["application"]["id"] == data["user"]["id"]
     assert guild_create["t"] == "GUILD_CREATE"
-    assert [c["name"] for c in guild_create["d"]["channels"]] == ["general", "poetry", "autonomous"]
+    channels = guild_create["d"]["channels"]
+    assert [c["name"] for c in channels] == ["general", "poetry", "autonomous", "after-dark"]
+    assert [c["nsfw"] for c in channels] == [False, False, False, True]
     assert guild_create["d"]["member_count"] == 4
     assert [m["user"]["id"] for m in guild_create["d"]["members"]] == [data["user"]["id"]]
 

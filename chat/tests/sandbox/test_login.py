@@ -17,9 +17,15 @@ async def test_login_resolves_guild_channels_and_members(bot: RecordingClient) -
     assert bot.application_id == DEMO_BOT_ID
     guild = bot.get_guild(DEMO_GUILD_ID)
     assert guild is not None and guild.name == "Sandbox Café"
-    assert [c.name for c in guild.text_channels] == ["general", "poetry", "autonomous"]
+    assert [c.name for c in guild.text_channels] == [
+        "general",
+        "poetry",
+        "autonomous",
+        "after-dark",
+    ]
     general = bot.get_channel(DEMO_CHANNEL_IDS["general"])
     assert isinstance(general, discord.TextChannel) and general.guild == guild
+    assert [c.name for c in guild.text_channels if c.is_nsfw()] == ["after-dark"]
     assert {m.name for m in guild.members} == {"Tomori", "alice", "bob", "carol"}
     assert guild.chunked
     assert guild.me.guild_permissions.administrator

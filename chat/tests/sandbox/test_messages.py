@@ -204,3 +204,20 @@ async def test_a_dm_opened_by_the_bot_carries_messages_both_ways_without_a_guild
     with pytest.raises(DiscordAPIError) as refused:
         server.sandbox.user_says(dm.id, BOB, "let me in")
     assert refused.value.status == 403
+
+
+def test_every_text_a_message_showed_is_kept_in_order():
+    from chat.sandbox.demo import demo_sandbox
+
+    sandbox = demo_sandbox()
+    channel, alice = DEMO_CHANNEL_IDS["general"], DEMO_USER_IDS["alice"]
+    first = int(sandbox.user_says(channel, alice, "draft one")["id"])
+    sandbox.user_edits(channel, first, "draft two")
+    second = int(sandbox.user_says(channel, alice, "another")["id"])
+    sandbox.user_deletes(channel, first)
+
+    assert sandbox.shown_texts(channel) == [
+        (first, "draft one"),
+        (first, "draft two"),
+        (second, "another"),
+    ]

@@ -260,3 +260,105 @@ def test_the_channel_page_shows_the_reset_marker(admin_client, recorded):
     assert 'id="reset-marker"' in page
     marker = page.split('id="reset-marker"', 1)[1].split("</p>", 1)[0]
     assert f'data-id="{ALICE}"' in marker and "<code>1400000000000000099</code>" in marker
+
+
+FLAGGED = "Then it turns ugly: flag:violence everywhere."
+
+
+@pytest.fixture
+def withheld(recorded):
+    """A streamed reply moderation stopped at its second message: the first was shown."""
+    return Turn.objects.create(
+        guild_id=GUILD,
+        channel_id=CHANNEL,
+        persona_name="Tomori",
+        trigger_message_id=1400000000000000012,
+        reason="trigger_word",
+        status=Turn.Status.WITHHELD,
+        reply_text="It starts calmly.",
+        delivered_message_ids=["1400000000000000014"],
+        error="moderation flagged message 2 of the reply as violence, which this channel does "
+        "not allow (not NSFW; allowed here: none); 1 of its messages had been sent",
+        moderation={
+            "model": "omni-moderation-latest",
+            "nsfw_channel": False,
+            "allowed": [],
+            "checks": [
+                {
+                    "kind": "paragraph",
+                    "message": 0,
+                    "text": "It starts calmly.",
+                    "categories": [],
+                    "scores": {"violence": 0.0004, "sexual": 0.0001},
+                    "verdict": "pass",
+                    "blocking": [],
+                    "latency_ms": 51.2,
+                    "error": "",
+                },
+                {
+                    "kind": "paragraph",
+                    "message": 1,
+                    "text": FLAGGED,
+                    "categories": ["violence"],
+                    "scores": {"violence": 0.93, "sexual": 0.0004},
+                    "verdict": "withhold",
+                    "blocking": ["violence"],
+                    "latency_ms": 49.8,
+                    "error": "",
+                },
+            ],
+            "withheld": {"message": 1, "text": "It starts calmly.\n\n" + FLAGGED},
+        },
+    )
+
+
+def test_the_turn_page_lists_the_checks_and_keeps_the_withheld_text_behind_a_click(
+    moderator_client, withheld
+):
+    html = moderator_client.get(f"/turns/{withheld.pk}/").content.decode()
+    assert 'id="moderation"' in html
+    assert "omni-moderation-latest" in html and "not NSFW" in html
+    assert html.count('class="moderation-check') == 2
+    assert "violence 0.930" in html and "49.8 ms" in html
+    assert "flag:violence" not in html  # only on request
+    assert f'hx-get="/turns/{withheld.pk}/withheld/"' in html
+
+    partial = moderator_client.get(f"/turns/{withheld.pk}/withheld/", HTTP_HX_REQUEST="true")
+    assert partial.status_code == 200
+    text = partial.content.decode()
+    assert FLAGGED in text and "The reply as the model wrote it" in text
+    assert "<html" not in text
+    page = moderator_client.get(f"/turns/{withheld.pk}/withheld/").content.decode()
+    assert FLAGGED in page and "<html" in page and "never reached Discord" in page
+
+
+def test_a_turn_that_withheld_nothing_has_no_withheld_text(moderator_client, recorded):
+    html = moderator_client.get(f"/turns/{recorded.pk}/").content.decode()
+    assert 'id="moderation"' not in html
+    page = moderator_client.get(f"/turns/{recorded.pk}/withheld/")
+    assert page.status_code == 200 and b"Moderation withheld nothing on this turn." in page.content
+
+
+def test_the_withheld_text_is_for_moderators_and_admins_only(
+    client, other_client, admin_client, withheld
+):
+    url = f"/turns/{withheld.pk}/withheld/"
+    assert client.get(url)["Location"].startswith("/accounts/login/")
+    assert other_client.get(url).status_code == 403
+    assert admin_client.get(url).status_code == 200
+
+
+def test_the_turn_list_lists_withheld_turns_without_their_withheld_text(moderator_client, withheld):
+    assert turns_filtered(TurnFilters(status="withheld")).get() == withheld
+    html = moderator_client.get("/turns/?status=withheld").content.decode()
+    assert html.count('class="turn-row') == 1
+    assert "It starts calmly." in html and "I am fine." not in html
+    assert "flag:violence" not in html
+    assert '<option value="withheld" selected>' in html
+
+
+def test_why_explains_a_withheld_reply(moderator_client, withheld):
+    html = moderator_client.get("/why/?message=1400000000000000012").content.decode()
+    assert "The reply was withheld before Discord showed it" in html
+    assert "message 2 of the reply as violence" in html
+    assert "flag:violence" not in html
