@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from chat import metrics
 from chat.llm.moderation import ModerationClient, ModerationOnError, ModerationUnavailable
 from chat.models import Turn
 from chat.pipeline.moderation import (
@@ -181,6 +182,10 @@ def moderation_check_record(turn: Turn, check: ModerationCheck) -> None:
     check is recorded: whatever counts checks belongs here."""
     record = turn.moderation or {}
     turn.moderation = {**record, "checks": [*record.get("checks", []), check.as_json()]}
+    if check.error:
+        metrics.moderation_verdict_counted(verdict="error")
+    else:
+        metrics.moderation_verdict_counted(verdict="passed" if check.passes else "flagged")
 
 
 async def reply_moderation_start(

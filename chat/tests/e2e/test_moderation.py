@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import REGISTRY
 
 from chat.llm.fake_moderation import moderation_result
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
@@ -51,9 +52,21 @@ def flagged_texts(world, channel_id: int) -> list[str]:
     ]
 
 
+def verdicts_counted() -> dict[str, float]:
+    """What the worker's ``personabot_moderation_verdicts_total`` holds now, by verdict."""
+    return {
+        verdict: REGISTRY.get_sample_value(
+            "personabot_moderation_verdicts_total", {"verdict": verdict}
+        )
+        or 0.0
+        for verdict in ("passed", "flagged", "error")
+    }
+
+
 async def test_a_flagged_paragraph_and_the_rest_are_withheld_with_one_notice(world):
     world.llm.enqueue(Reply("Tomori: " + REPLY, pace=PACE))
     await world.start_worker(stream=True, moderation=ModerationOnError.WITHHOLD)
+    counted = verdicts_counted()
 
     trigger = world.say("tomori, tell me a story")["id"]
     await eventually(lambda: len(world.bot_messages(GENERAL)) == 2)
@@ -81,6 +94,8 @@ async def test_a_flagged_paragraph_and_the_rest_are_withheld_with_one_notice(wor
     assert withheld["scores"]["violence"] > 0.9 and withheld["latency_ms"] > 0
     assert turn.moderation["nsfw_channel"] is False
     assert SECOND_FLAGGED in turn.moderation["withheld"]["text"]
+    now = verdicts_counted()
+    assert {v: now[v] - counted[v] for v in now} == {"passed": 1, "flagged": 1, "error": 0}
 
 
 async def test_in_edit_mode_no_edit_ever_shows_flagged_text(world):
