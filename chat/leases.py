@@ -24,7 +24,7 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 from django.db.models import Max
@@ -32,8 +32,9 @@ from django.db.models.functions import Now
 
 from botproject.live_updates import OVERVIEW_GROUP, ShardLeaseChanged, publish_live_update_on_commit
 from chat.models import ShardLease
-from chat.pipeline.types import HistoryMessage
-from chat.ports import Delivered, DiscordPort, LeaseFence, Speaker
+from chat.pipeline.types import HistoryMessage, NameDirectory
+from chat.pipeline.window_reuse import GatewayCacheView
+from chat.ports import ChannelPlace, Delivered, DiscordPort, LeaseFence, Speaker
 from chat.shards import ShardSet
 
 _LAPSED = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
@@ -156,23 +157,45 @@ def shard_lease_holders(*, shards: ShardSet) -> dict[tuple[int, int], str]:
 
 
 class FencedPort:
-    """A Discord port whose acts (send, edit, react) first ask ``fence`` whether this worker
-    still holds the channel's guild; reads pass straight through to ``port``."""
+    """A Discord port whose acts (send, edit, react, a sticker) first ask ``fence`` whether this
+    worker still holds the channel's guild; everything else is ``port``'s own, passed through.
+    It implements `DiscordPort` member by member (the type checker holds it to the protocol)."""
 
     def __init__(self, port: DiscordPort, *, fence: LeaseFence) -> None:
         self._port = port
         self._fence = fence
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._port, name)
+    @property
+    def bot_user_id(self) -> int:
+        return self._port.bot_user_id
 
     async def _check(self, channel_id: int) -> None:
         place = await self._port.locate_channel(channel_id)
         await self._fence.check(place.guild_id if place is not None else None)
 
-    async def deliver(self, *, channel_id: int, **kwargs: Any) -> list[Delivered]:
+    # -- acts: fenced -------------------------------------------------------------------------
+
+    async def deliver(
+        self,
+        *,
+        channel_id: int,
+        speaker: Speaker,
+        text: str,
+        reply_to: int | None,
+        notice: str | None = None,
+        nonce_seed: str | None = None,
+        as_notice: bool = False,
+    ) -> list[Delivered]:
         await self._check(channel_id)
-        return await self._port.deliver(channel_id=channel_id, **kwargs)
+        return await self._port.deliver(
+            channel_id=channel_id,
+            speaker=speaker,
+            text=text,
+            reply_to=reply_to,
+            notice=notice,
+            nonce_seed=nonce_seed,
+            as_notice=as_notice,
+        )
 
     async def edit_message(
         self, *, channel_id: int, speaker: Speaker, message_id: int, text: str
@@ -194,8 +217,60 @@ class FencedPort:
             channel_id=channel_id, speaker=speaker, sticker_id=sticker_id
         )
 
+    # -- everything else: the port's own -------------------------------------------------------
+
     def typing(self, channel_id: int) -> AbstractAsyncContextManager[None]:
         return self._port.typing(channel_id)
 
+    async def find_delivery(
+        self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
+    ) -> list[Delivered]:
+        return await self._port.find_delivery(
+            channel_id=channel_id, speaker=speaker, reply_to=reply_to, limit=limit
+        )
+
+    async def fetch_history(self, channel_id: int, limit: int) -> list[HistoryMessage]:
+        return await self._port.fetch_history(channel_id, limit)
+
+    async def fetch_history_before(
+        self, channel_id: int, before_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        return await self._port.fetch_history_before(channel_id, before_id, limit)
+
+    async def fetch_history_after(
+        self, channel_id: int, after_id: int, limit: int
+    ) -> list[HistoryMessage]:
+        return await self._port.fetch_history_after(channel_id, after_id, limit)
+
+    def cache_view(self, channel_id: int) -> GatewayCacheView[HistoryMessage]:
+        return self._port.cache_view(channel_id)
+
+    async def fetch_message(self, channel_id: int, message_id: int) -> HistoryMessage | None:
+        return await self._port.fetch_message(channel_id, message_id)
+
+    async def thread_starter(self, channel_id: int) -> HistoryMessage | None:
+        return await self._port.thread_starter(channel_id)
+
     async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
         return await self._port.superseded_originals(messages)
+
+    async def locate_channel(self, channel_id: int) -> ChannelPlace | None:
+        return await self._port.locate_channel(channel_id)
+
+    def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
+        return self._port.names(guild_id, user_ids)
+
+    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
+        return self._port.guild_stickers(guild_id)
+
+    async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
+        return await self._port.refresh_attachment_urls(urls)
+
+    async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
+        return await self._port.read_attachment(url, max_bytes=max_bytes)
+
+
+if TYPE_CHECKING:
+
+    def _fenced_is_a_port(port: FencedPort) -> DiscordPort:
+        return port  # the type checker holds FencedPort to the protocol

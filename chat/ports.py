@@ -114,8 +114,9 @@ class DeliveryError(Exception):
         self.refusal = refusal
 
 
-class DiscordPort(Protocol):
-    bot_user_id: int
+class HistoryReader(Protocol):
+    """What the bot reads of a channel's messages: history over REST, the gateway cache, single
+    messages, a thread's starter, and where a channel is."""
 
     async def fetch_history(self, channel_id: int, limit: int) -> list[HistoryMessage]:
         """The channel's newest ``limit`` messages over REST, in any order."""
@@ -150,16 +151,6 @@ class DiscordPort(Protocol):
         other channel, or when that message is gone."""
         ...
 
-    async def find_delivery(
-        self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
-    ) -> list[Delivered]:
-        """What ``speaker`` already sent in answer to ``reply_to``, oldest first, read from
-        Discord (the first ``limit`` messages after it): for the bot account, its native reply
-        and the pieces that follow it; for a webhook persona, this bot's webhook messages under
-        the persona's name. Empty when nothing was sent. Raises DeliveryError when Discord
-        cannot be read."""
-        ...
-
     async def superseded_originals(self, messages: Sequence[HistoryMessage]) -> frozenset[int]:
         """Those of ``messages`` that a proxy system (PluralKit-style) replaced with a proxied
         member's message and deleted: they are never answered. Empty without a proxy system."""
@@ -171,9 +162,30 @@ class DiscordPort(Protocol):
         (unknown or unreadable)."""
         ...
 
+
+class Directory(Protocol):
+    """Names and stickers, as the gateway cache (or a REST process's loaded directory) knows
+    them."""
+
+    @property
+    def bot_user_id(self) -> int:
+        """The bot account's user id."""
+        ...
+
     def names(self, guild_id: int | None, user_ids: Sequence[int]) -> NameDirectory:
         """Display names for members, and channel and role names, from the gateway cache."""
         ...
+
+    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
+        """The guild's own stickers as (id, name), from the gateway cache; empty when it has
+        none or the guild is not cached."""
+        ...
+
+
+class Speaking(Protocol):
+    """The bot's acts in a channel: typing, sending as a persona, editing, reacting, stickers,
+    and finding what it already sent (after a crash). A worker's acts are fenced by its shard
+    lease (`chat.leases.FencedPort`)."""
 
     def typing(self, channel_id: int) -> AbstractAsyncContextManager[None]:
         """Show the typing indicator while the block runs."""
@@ -217,11 +229,6 @@ class DiscordPort(Protocol):
         """Add a reaction; raises DeliveryError."""
         ...
 
-    def guild_stickers(self, guild_id: int) -> list[tuple[int, str]]:
-        """The guild's own stickers as (id, name), from the gateway cache; empty when it has
-        none or the guild is not cached."""
-        ...
-
     async def send_sticker(
         self, *, channel_id: int, speaker: Speaker, sticker_id: int
     ) -> Delivered:
@@ -229,6 +236,20 @@ class DiscordPort(Protocol):
         (webhooks cannot send stickers, so ``speaker`` must be the main persona). Raises
         DeliveryError."""
         ...
+
+    async def find_delivery(
+        self, *, channel_id: int, speaker: Speaker, reply_to: int, limit: int = 50
+    ) -> list[Delivered]:
+        """What ``speaker`` already sent in answer to ``reply_to``, oldest first, read from
+        Discord (the first ``limit`` messages after it): for the bot account, its native reply
+        and the pieces that follow it; for a webhook persona, this bot's webhook messages under
+        the persona's name. Empty when nothing was sent. Raises DeliveryError when Discord
+        cannot be read."""
+        ...
+
+
+class Attachments(Protocol):
+    """Attachment files: their signed URLs renewed and their bytes read."""
 
     async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
         """Signed anew, each of ``urls`` whose file still exists: original → refreshed URL
@@ -238,6 +259,11 @@ class DiscordPort(Protocol):
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         """The first ``max_bytes`` of an attachment; raises DeliveryError."""
         ...
+
+
+class DiscordPort(HistoryReader, Directory, Speaking, Attachments, Protocol):
+    """Everything the loop and the services need from Discord: the four parts above.
+    `chat.gateway.adapter.DiscordAdapter` implements it over discord.py."""
 
 
 class LeaseLost(Exception):

@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 import discord
 import httpx
@@ -51,6 +52,21 @@ WEBHOOK_NAME = "Persona bot"
 UNKNOWN_WEBHOOK = 10015
 MAX_WEBHOOKS = 30007
 NO_MENTIONS_BUT_USERS = discord.AllowedMentions(everyone=False, roles=False, users=True)
+MESSAGE_CHANNELS = (
+    discord.TextChannel,
+    discord.VoiceChannel,
+    discord.StageChannel,
+    discord.Thread,
+    discord.DMChannel,
+)
+MessageChannel = (
+    discord.TextChannel
+    | discord.VoiceChannel
+    | discord.StageChannel
+    | discord.Thread
+    | discord.DMChannel
+)
+"""The channels a message can be sent in (and read back from) by id."""
 READING = (Permission.READ_MESSAGE_HISTORY,)
 WEBHOOKS = (Permission.MANAGE_WEBHOOKS,)
 REACTING = (Permission.ADD_REACTIONS, Permission.READ_MESSAGE_HISTORY)
@@ -487,7 +503,9 @@ class DiscordAdapter:
             raise DeliveryError("webhooks cannot send stickers", permanent=True)
         try:
             channel = await self._channel(channel_id)
-            sent = await channel.send(stickers=[discord.Object(id=sticker_id)])
+            # discord.py sends any snowflake as a sticker; its annotation names only its models.
+            sticker = discord.Object(id=sticker_id)
+            sent = await channel.send(stickers=[sticker])  # type: ignore[list-item]
         except discord.HTTPException as error:
             raise self._refused(error, channel_id, self._sending(channel_id)) from None
         self.recent.put(sent.id, speaker.name)
@@ -506,17 +524,15 @@ class DiscordAdapter:
         channel = await self._channel(channel_id)
         delivered = []
         for index, piece in enumerate(pieces):
-            reference = None
+            options: dict[str, Any] = {}
             if index == 0 and reply_to is not None:
-                reference = discord.MessageReference(
+                options["reference"] = discord.MessageReference(
                     message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
                 )
+            if nonce_seed:
+                options["nonce"] = message_nonce(nonce_seed, index)
             sent = await channel.send(
-                piece,
-                reference=reference,
-                allowed_mentions=NO_MENTIONS_BUT_USERS,
-                nonce=message_nonce(nonce_seed, index) if nonce_seed else None,
-                silent=silent,
+                piece, allowed_mentions=NO_MENTIONS_BUT_USERS, silent=silent, **options
             )
             self.recent.put(sent.id, speaker.name)
             delivered.append(Delivered(sent.id, self.convert(sent), author_id=sent.author.id))
@@ -556,7 +572,7 @@ class DiscordAdapter:
         *,
         thread: discord.Thread | None,
         silent: bool = False,
-    ):
+    ) -> discord.WebhookMessage:
         for attempt in range(2):
             webhook = await self._webhook(channel_id)
             try:
@@ -610,7 +626,9 @@ class DiscordAdapter:
         except discord.HTTPException as error:
             raise self._refused(error, channel_id, REACTING, permanent=True) from None
 
-    async def _channel(self, channel_id: int) -> discord.abc.Messageable:
+    async def _channel(self, channel_id: int) -> MessageChannel:
+        """The channel the bot sends in; raises `DeliveryError` when Discord refuses it or it
+        holds no messages (a category, a forum itself: its posts are threads)."""
         channel = self._client.get_channel(channel_id)
         if channel is None:
             try:
@@ -619,6 +637,11 @@ class DiscordAdapter:
                 refusal = self._refusal(error, channel_id, ())
                 text = str(refusal) if refusal else f"channel {channel_id}: {error.text}"
                 raise DeliveryError(text, permanent=True, refusal=refusal) from None
+        if not isinstance(channel, MESSAGE_CHANNELS):
+            raise DeliveryError(
+                f"channel {channel_id} holds no messages (a {type(channel).__name__})",
+                permanent=True,
+            )
         return channel
 
     # -- refusals ----------------------------------------------------------------------------
