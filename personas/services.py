@@ -224,6 +224,13 @@ def persona_save(
     return saved
 
 
+def persona_draft(*, persona: Persona, spec: PersonaSpec) -> Persona:
+    """``spec`` (the persona form's unsaved values, a draft file) as an unsaved persona
+    standing in for ``persona``: its id and guild, the spec's every setting. Never saved;
+    a persona test runs against it."""
+    return Persona(pk=persona.pk, guild=persona.guild, **_persona_values(spec))
+
+
 def channel_save(
     *, guild: GuildConfig, spec: ChannelSpec, actor: AbstractBaseUser | None = None
 ) -> ChannelConfig:
@@ -543,6 +550,7 @@ __all__ = [
     "config_import",
     "config_row_delete",
     "guild_save",
+    "persona_draft",
     "persona_save",
     "user_privacy_save",
 ]
