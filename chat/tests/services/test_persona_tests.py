@@ -15,9 +15,9 @@ from django.db import connections
 
 from chat.llm.attempts import AttemptRunner, RetryPolicy
 from chat.llm.embeddings import HashingEmbeddings
-from chat.llm.fake_server import Fault, FaultKind, FakeLLMServer, Reply
+from chat.llm.fake_server import FakeLLMServer, Fault, FaultKind, Reply
 from chat.llm.openai_compat import OpenAICompatibleClient
-from chat.models import Memory, PersonaTestResult, PersonaTestRun
+from chat.models import Memory, PersonaTestRun
 from chat.pipeline.persona_checks import JUDGE_SYSTEM_PROMPT, json_differences
 from chat.services.persona_test_runs import (
     RunCase,
@@ -28,7 +28,6 @@ from chat.services.persona_test_runs import (
 )
 from chat.services.persona_tests import case_prepare, case_turn
 from personas.case_schema import PersonaCaseSpec
-from personas.config_schema import parse_config_row
 from personas.models import GuildConfig, Persona
 from personas.selectors import config_export
 from personas.services import config_import
@@ -112,7 +111,10 @@ async def model():
         )
 
 
-async def _run(runner, cases, targets=(Target(TargetKey.SAVED, "saved"),), **kw):
+SAVED = (Target(TargetKey.SAVED, "saved"),)
+
+
+async def _run(runner, cases, targets=SAVED, **kw):
     tomori = await _tomori()
     run = await sync_to_async(persona_test_run_create)(
         cases=[
@@ -171,7 +173,7 @@ async def test_given_memories_and_notes_replace_what_the_store_and_the_channel_h
 
 
 async def test_checks_pass_and_fail_as_the_reply_says(demo, model):
-    server, runner = model
+    _, runner = model
     failing = {
         **CASE,
         "name": "never says alice",
@@ -244,7 +246,7 @@ async def test_a_model_error_is_that_cases_error_not_the_runs(demo):
 
 
 async def test_a_draft_changes_the_request_only_where_it_differs(demo, model):
-    server, runner = model
+    _, runner = model
     tomori = await _tomori()
     [row] = [
         p
@@ -253,7 +255,7 @@ async def test_a_draft_changes_the_request_only_where_it_differs(demo, model):
     ]
     draft = {**row, "system_prompt": "You are Tomori, and you answer in haiku."}
 
-    run, results = await _run(
+    _, results = await _run(
         runner,
         [CASE],
         targets=[Target(TargetKey.SAVED, "saved"), Target(TargetKey.DRAFT, "draft")],
@@ -269,9 +271,9 @@ async def test_a_draft_changes_the_request_only_where_it_differs(demo, model):
 
 
 async def test_another_model_is_asked_with_the_same_prompt(demo, model):
-    server, runner = model
+    _, runner = model
 
-    run, results = await _run(
+    _, results = await _run(
         runner,
         [CASE],
         targets=[Target(TargetKey.SAVED, "saved"), Target(TargetKey.MODEL, "on m2", model="m2")],
@@ -313,7 +315,7 @@ async def test_tools_the_model_calls_are_answered_and_write_nothing(demo):
                 "content": "tomori, remember that we rehearse on Fridays",
             },
         }
-        run, [result] = await _run(runner, [case])
+        _, [result] = await _run(runner, [case])
 
     assert result.reply == "I will remember that."
     assert result.tool_calls == [
@@ -328,7 +330,7 @@ async def test_tools_the_model_calls_are_answered_and_write_nothing(demo):
 
 
 async def test_similarity_to_the_baseline_uses_the_embedding_cosine(demo, model):
-    server, runner = model
+    _, runner = model
     close = {
         **CASE,
         "name": "close",
@@ -342,7 +344,7 @@ async def test_similarity_to_the_baseline_uses_the_embedding_cosine(demo, model)
         "expect": {"similar_to_baseline": 0.8},
     }
 
-    run, results = await _run(runner, [close, far])
+    _, results = await _run(runner, [close, far])
 
     by_case = {r.case_name: r for r in results}
     assert by_case["close"].passed is True and by_case["close"].checks[0]["detail"].startswith(
