@@ -167,8 +167,9 @@ def persona_cases_import(
 
 def persona_cases_forget_user(*, guild_id: int, user_id: int) -> int:
     """Remove ``user_id``'s messages from every case of the guild saved from a turn: their
-    history lines go, replies to them lose their target, and a case whose trigger was theirs is
-    deleted (it has nothing left to answer). Returns how many cases changed. Call it in the
+    history lines and the memory lines about them (``About <name>: …``) go, replies to them
+    lose their target, and a case whose trigger was theirs is deleted (it has nothing left to
+    answer). Returns how many cases changed. Call it in the
     caller's transaction."""
     mine = str(user_id)
     changed = 0
@@ -183,6 +184,13 @@ def persona_cases_forget_user(*, guild_id: int, user_id: int) -> int:
             changed += 1
             continue
         kept = [i for i, line in enumerate(spec.get("history", [])) if line["author"] not in names]
+        theirs = tuple(f"About {name}:" for name in names)  # personal memory lines
+        spec["memories"] = [m for m in spec.get("memories", []) if not m.startswith(theirs)]
+        spec["earlier_memories"] = [
+            {**earlier, "lines": lines}
+            for earlier in spec.get("earlier_memories", [])
+            if (lines := [m for m in earlier["lines"] if not m.startswith(theirs)])
+        ]
         spec["history"], spec["message"] = _without_lines(
             spec.get("history", []), spec["message"], kept
         )
