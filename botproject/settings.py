@@ -273,6 +273,11 @@ YOUTUBE_TRANSCRIPT_URL = env_str("YOUTUBE_TRANSCRIPT_URL")
 if YOUTUBE_TRANSCRIPT_URL:
     YOUTUBE_TRANSCRIPT_URL = env_url("YOUTUBE_TRANSCRIPT_URL", "", schemes=("http", "https"))
 
+# Persona tests (docs/persona-tests.md): the model that answers a case's rubric yes or no (empty:
+# the persona's own model), and how many model calls one run has in flight at once.
+JUDGE_MODEL = env_str("JUDGE_MODEL")
+PERSONA_TEST_CONCURRENCY = env_int("PERSONA_TEST_CONCURRENCY", 8, minimum=1, maximum=64)
+
 # --- Auth, i18n, static -----------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -72,7 +72,9 @@ from personas.services import persona_draft
 logger = logging.getLogger(__name__)
 
 RUN_TRANSITIONS: Mapping[str, frozenset[str]] = {
-    PersonaTestRun.Status.QUEUED: frozenset({PersonaTestRun.Status.RUNNING}),
+    PersonaTestRun.Status.QUEUED: frozenset(
+        {PersonaTestRun.Status.RUNNING, PersonaTestRun.Status.FAILED}
+    ),
     PersonaTestRun.Status.RUNNING: frozenset(
         {PersonaTestRun.Status.FINISHED, PersonaTestRun.Status.FAILED}
     ),
@@ -236,6 +238,16 @@ def _run_moves(run: PersonaTestRun, to: str, **fields: Any) -> None:
             raise ValueError(f"test run {run.pk} is no longer {run.status}")
     for name, value in values.items():
         setattr(run, name, value)
+
+
+def persona_test_run_refused(*, run_id: int, reason: str) -> PersonaTestRun | None:
+    """A queued run that cannot start (no model endpoint is configured) fails with
+    ``reason``; None when there is no such queued run."""
+    run = PersonaTestRun.objects.filter(pk=run_id, status=PersonaTestRun.Status.QUEUED).first()
+    if run is None:
+        return None
+    _run_moves(run, PersonaTestRun.Status.FAILED, error=reason, finished_at=timezone.now())
+    return run
 
 
 # --- Executing a run --------------------------------------------------------------------------
@@ -663,6 +675,7 @@ __all__ = [
     "persona_test_model_call",
     "persona_test_run_create",
     "persona_test_run_execute",
+    "persona_test_run_refused",
     "run_cases_of",
     "targets_for",
 ]
