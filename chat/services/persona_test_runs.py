@@ -52,6 +52,7 @@ from chat.pipeline.persona_checks import (
     text_checks,
 )
 from chat.pipeline.tokens import TokenCounter, default_token_counter
+from chat.pipeline.truncation import context_budget
 from chat.pipeline.types import HistoryMessage
 from chat.services.persona_tests import (
     CaseTurn,
@@ -523,17 +524,9 @@ class _Executor:
         """Record one call and count it on the run (progress, calls, tokens)."""
         record: dict[str, Any] = {}
         if prepared is not None:
-            record = {
-                "request": completion.request
-                if completion and completion.request
-                else prepared.body,
-                "prepared_request": prepared.body,
-                "items": context_items_json(prepared.context.items),
-                "cache_prefix_end": prepared.context.cacheable_prefix_end,
-                "tools": list(prepared.context.tools),
-                "lorebook": lore_labels(prepared.context.lore.as_record()),
-                "tokens": prepared.context.total_tokens,
-            }
+            record = prepared_record(prepared)
+            if completion is not None and completion.request:
+                record["request"] = completion.request  # the final attempt's, as a turn keeps
         passed = None if error else all(check.passed is True for check in checks)
         usage = usage or Usage()
         with transaction.atomic():
@@ -565,6 +558,39 @@ class _Executor:
                 completion_tokens=F("completion_tokens") + (usage.completion_tokens or 0),
                 cached_prompt_tokens=F("cached_prompt_tokens") + (usage.cached_prompt_tokens or 0),
             )
+
+
+def prepared_record(prepared: PreparedTurn) -> dict[str, Any]:
+    """What a result keeps of its prepared request, in the prompt preview's JSON shape
+    (DESIGN §3: ``request``, ``items``, ``tokens``, ``cache_prefix_end``, ``tools``, with the
+    truncation and the lorebook entries that fired), so the preview's page shows it."""
+    context = prepared.context
+    by_tag: dict[str, int] = {}
+    for item in context.items:
+        by_tag[str(item.tag)] = by_tag.get(str(item.tag), 0) + item.tokens
+    model = prepared.turn_input.persona.model
+    return {
+        "request": prepared.body,
+        "items": [
+            {"index": index, **item} for index, item in enumerate(context_items_json(context.items))
+        ],
+        "tokens": {
+            "total": context.total_tokens,
+            "budget": context_budget(model.context_window, model.max_output_tokens),
+            "by_tag": by_tag,
+            "counter": context.token_counter,
+        },
+        "cache_prefix_end": context.cacheable_prefix_end,
+        "tools": list(context.tools),
+        "truncation": {
+            "batches": context.truncation.batches,
+            "removed_entries": context.truncation.removed_entries,
+            "removed_message_ids": [str(i) for i in context.truncation.removed_message_ids],
+            "warning": context.truncation.warning,
+        },
+        "recalled": [],
+        "lorebook": lore_labels(context.lore.as_record()),
+    }
 
 
 # --- Tools, answered without effect -------------------------------------------------------------
