@@ -44,12 +44,13 @@ from chat.services.persona_test_runs import (
     run_summary,
     targets_for,
 )
-from chat.services.persona_tests import case_from_turn
+from chat.services.persona_tests import case_from_turn, mentioned_user_ids
 from chat.tasks import persona_test_run_task
 from dashboard.access import admin_required
 from dashboard.form_posts import form_status
 from dashboard.forms import PersonaForm
 from dashboard.live_views import preview_data_context
+from dashboard.names import NameBook
 from dashboard.persona_test_forms import CaseForm, TestFileForm
 from dashboard.preview import DiscordUnavailable, PreviewError, preview_prepare
 from dashboard.views import persona_page
@@ -407,7 +408,11 @@ def turn_save_case(request: HttpRequest, turn_id: int) -> HttpResponse:
             window_message_ids=window_ids,
             now=timezone.now(),
         )
-        frozen = case_from_turn(turn=turn, prepared=result.prepared, name=name)
+        mentioned = mentioned_user_ids(result.prepared)
+        book = NameBook()
+        book.prefetch_users(mentioned)
+        known = {i: shown.text for i in mentioned if (shown := book.user(i)).known}
+        frozen = case_from_turn(turn=turn, prepared=result.prepared, name=name, known_names=known)
         case = persona_case_save(
             persona=persona,
             spec=frozen.spec,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ FIRST_USER_ID = 1000
 """Members of a case get ids from here, in order of their first message."""
 HAND_WRITTEN_GAP = dt.timedelta(minutes=1)
 """How far apart the messages of a case that gives no times are."""
+USER_MENTION = re.compile(r"<@!?(\d+)>")
 
 
 class CasePort:
@@ -333,6 +335,7 @@ def case_from_turn(
     prepared: PreparedTurn,
     name: str,
     expect: Expectations | None = None,
+    known_names: Mapping[int, str] | None = None,
 ) -> FrozenCase:
     """``turn`` as a case named ``name``: ``prepared`` is the turn prepared again as a dry run
     over the window it recorded (`dashboard.preview.turn_replay`'s way: its trigger and its
@@ -341,11 +344,18 @@ def case_from_turn(
     short-term memory, the channel's and the guild's notes and mode, the turn's reply as the
     baseline, and the lorebook entries that fired.
 
-    Full-privacy and blacklisted users' messages are left out and their mentions shown as the
-    prompt shows them (``@someone``); notices the bot posted are left out.
+    Mentions are written as the prompt shows them: by the names the window's read knows, else
+    by ``known_names`` (what the worker last heard members called), a full-privacy or
+    blacklisted user's as ``@someone``; their own messages, and notices the bot posted, are
+    left out.
     """
     given = prepared.turn_input
     hidden = hidden_user_ids(given.privacy, given.blacklisted_user_ids)
+    names = NameDirectory(
+        users={**(known_names or {}), **given.names.users},
+        channels=given.names.channels,
+        roles=given.names.roles,
+    )
     window = [
         m
         for m in given.history
@@ -362,7 +372,7 @@ def case_from_turn(
             reply_to = index_of[message.reference.message_id]
         return CaseMessage(
             author=message.shown_name,
-            content=render_markup(message.content, given.names, hidden),
+            content=render_markup(message.content, names, hidden),
             at=message.created_at,
             persona=True if message.author.persona_name else None,
             reply_to=reply_to,
@@ -398,6 +408,14 @@ def case_from_turn(
         if m.author.persona_name is None
     }
     return FrozenCase(spec=spec, author_ids=author_ids, left_out=left_out)
+
+
+def mentioned_user_ids(prepared: PreparedTurn) -> frozenset[int]:
+    """The users the prepared turn's messages mention (Discord's list and their markup)."""
+    return frozenset(
+        {i for m in prepared.turn_input.history for i in m.mention_ids}
+        | {int(i) for m in prepared.turn_input.history for i in USER_MENTION.findall(m.content)}
+    )
 
 
 def lore_labels(record: Mapping[str, object]) -> list[str]:
