@@ -305,7 +305,8 @@ def _case_rows(
     run: PersonaTestRun, outcomes: list[CaseOutcome], earlier: list[CaseOutcome]
 ) -> list[dict[str, Any]]:
     """One row per case: its columns (the baseline, each target, the compared run's), each
-    reply with its word diff against the first column, and each target's checks."""
+    reply with its word diff against the first column (its new words marked, the words of the
+    first it lost listed under it), and each target's checks."""
     rows = []
     for data in run.cases:
         case = data["case"]
@@ -342,6 +343,9 @@ def _case_rows(
             pieces = word_diff(old, column["reply"] or "") if index else []
             column["diff"] = [{"kind": str(p.kind), "text": p.text} for p in pieces]
             column["changed"] = any(p.kind is not DiffKind.SAME for p in pieces)
+            column["removed"] = [
+                p.text.strip() for p in pieces if p.kind is DiffKind.REMOVED and p.text.strip()
+            ]
         rows.append(
             {
                 "name": case["name"],

@@ -36,11 +36,17 @@ def broker_url() -> str:
 
 
 def start_celery(
-    sandbox: SandboxServer, llm: FakeLLMServer, schedule: Path, **settings_env: str
+    sandbox: SandboxServer,
+    llm: FakeLLMServer,
+    schedule: Path,
+    *,
+    beat: bool = True,
+    **settings_env: str,
 ) -> subprocess.Popen:
-    """A Celery worker with beat (``--pool solo``) on the test's database, a broker database of
-    its own, the sandbox's REST API and the fake model server; ``settings_env`` sets more
-    environment (``MEMORY_EXTRACTION_SECONDS="0.5"``). Stop it with `stop`."""
+    """A Celery worker with beat (``--pool solo``; without beat when ``beat`` is off) on the
+    test's database, a broker database of its own, the sandbox's REST API and the fake model
+    server; ``settings_env`` sets more environment (``MEMORY_EXTRACTION_SECONDS="0.5"``, a
+    ``TEST_CELERY_QUEUE`` a web process also queues on). Stop it with `stop`."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "botproject.settings",
@@ -54,9 +60,10 @@ def start_celery(
         **settings_env,
     }
     command = [
-        *(sys.executable, "-m", "celery", "-A", "chat.tests.celery_app", "worker", "--beat"),
+        *(sys.executable, "-m", "celery", "-A", "chat.tests.celery_app", "worker"),
+        *(("--beat", "--schedule", str(schedule)) if beat else ()),
         *("--pool", "solo", "--without-gossip", "--without-mingle", "--without-heartbeat"),
-        *("--schedule", str(schedule), "--loglevel", "INFO"),
+        *("--loglevel", "INFO"),
     ]
     return subprocess.Popen(
         command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -419,7 +419,7 @@ async def test_the_run_page_sets_old_and_new_replies_side_by_side_with_checks_an
     ]
     assert [t for t in titles if f'data-title="{t}"' in page] == titles
     assert "<ins>voice like the evening tide" in page  # the draft's new words, marked
-    assert "<del>...alice. of course</del>" in page  # and the baseline's words it lost
+    assert "Not kept from “Baseline (recorded)”: <del>...alice. of course</del>" in page
     assert "The same words as “Baseline (recorded)”." in page  # the saved reply did not change
     assert "“She stays quiet and kind.”" in page
     assert 'class="check missed"' in page and "max_chars 40" in page  # the haiku is longer
