@@ -10,7 +10,6 @@ class PersonasConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from personas import case_services  # noqa: F401 (connects its privacy receiver)
         from personas.config_version import config_versions_bump_all, connect_signals
 
         connect_signals()

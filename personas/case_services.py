@@ -8,8 +8,8 @@ transaction, so a refused case leaves nothing behind:
   persona resolved first (`cases_resolve`), then all written or none;
 - the configuration file carries a persona's cases as its ``tests`` list
   (`personas.services.config_import`);
-- ``persona_cases_forget_user``: the lines of someone who chose full privacy leave every case
-  saved from a turn (their privacy row's save calls it, whatever set it).
+- the lines of someone who chose full privacy leave every case saved from a turn
+  (`personas.models_cases.persona_cases_forget_user`, on their privacy row's save).
 
 Changes are logged as the configuration's are (Django's ``LogEntry``, with an ``actor``).
 """
@@ -21,13 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.db.models.signals import post_save
-from django.dispatch import receiver
 
-from chat.pipeline.types import PrivacyLevel
-from personas.case_schema import CaseFile, PersonaCaseSpec, case_json, parse_case
+from personas.case_schema import CaseFile, PersonaCaseSpec, case_json
 from personas.config_schema import ConfigError
-from personas.models import GuildConfig, Persona, UserPrivacy
+from personas.models import GuildConfig, Persona
 from personas.models_cases import PersonaTestCase
 from personas.services import ImportReport, _finish, _prune, _upsert, case_upsert
 
@@ -163,76 +160,3 @@ def persona_cases_import(
         updated=counts.get("updated", 0),
         unchanged=counts.get("unchanged", 0),
     )
-
-
-def persona_cases_forget_user(*, guild_id: int, user_id: int) -> int:
-    """Remove ``user_id``'s messages from every case of the guild saved from a turn: their
-    history lines and the memory lines about them (``About <name>: …``) go, replies to them
-    lose their target, and a case whose trigger was theirs is deleted (it has nothing left to
-    answer). Returns how many cases changed. Call it in the
-    caller's transaction."""
-    mine = str(user_id)
-    changed = 0
-    cases = PersonaTestCase.objects.filter(persona__guild__guild_id=guild_id).select_for_update()
-    for case in cases:
-        names = {name for name, i in (case.author_ids or {}).items() if i == mine}
-        if not names:
-            continue
-        spec = dict(case.spec)
-        if spec["message"]["author"] in names:
-            case.delete()
-            changed += 1
-            continue
-        kept = [i for i, line in enumerate(spec.get("history", [])) if line["author"] not in names]
-        theirs = tuple(f"About {name}:" for name in names)  # personal memory lines
-        spec["memories"] = [m for m in spec.get("memories", []) if not m.startswith(theirs)]
-        spec["earlier_memories"] = [
-            {**earlier, "lines": lines}
-            for earlier in spec.get("earlier_memories", [])
-            if (lines := [m for m in earlier["lines"] if not m.startswith(theirs)])
-        ]
-        spec["history"], spec["message"] = _without_lines(
-            spec.get("history", []), spec["message"], kept
-        )
-        spec["earlier_memories"] = _memories_reindexed(spec.get("earlier_memories", []), kept)
-        case.spec = case_json(parse_case(spec))
-        case.author_ids = {n: i for n, i in case.author_ids.items() if n not in names}
-        case.save(update_fields=["spec", "author_ids", "updated_at"])
-        changed += 1
-    return changed
-
-
-def _without_lines(history: list[dict], message: dict, kept: list[int]) -> tuple[list[dict], dict]:
-    """The ``kept`` lines of ``history`` (their indices), each ``reply_to`` renumbered (a reply
-    to a removed line loses it), and ``message`` likewise."""
-    new_index = {old: new for new, old in enumerate(kept)}
-
-    def renumbered(line: dict) -> dict:
-        line = dict(line)
-        if "reply_to" in line:
-            if line["reply_to"] in new_index:
-                line["reply_to"] = new_index[line["reply_to"]]
-            else:
-                del line["reply_to"]
-        return line
-
-    return [renumbered(history[index]) for index in kept], renumbered(message)
-
-
-def _memories_reindexed(earlier: list[dict], kept: list[int]) -> list[dict]:
-    """Earlier memories after a removed line move to the kept line before it (none: dropped)."""
-    result = []
-    for memories in earlier:
-        before = [new for new, old in enumerate(kept) if old <= memories["after"]]
-        if before:
-            result.append({**memories, "after": before[-1]})
-    return result
-
-
-@receiver(post_save, sender=UserPrivacy, dispatch_uid="forget_cases_on_full_privacy")
-def forget_cases_on_full_privacy(sender: type, instance: UserPrivacy, **kwargs: object) -> None:
-    """Full-privacy users never appear in a saved case: whenever a privacy row is saved at
-    ``full`` (the dashboard, a configuration import, the ``/privacy`` command), that user's
-    lines leave the guild's cases."""
-    if instance.level == PrivacyLevel.FULL:
-        persona_cases_forget_user(guild_id=instance.guild.guild_id, user_id=instance.user_id)
