@@ -26,7 +26,7 @@ from personas.case_schema import CaseFile, PersonaCaseSpec, case_json
 from personas.config_schema import ConfigError
 from personas.models import GuildConfig, Persona
 from personas.models_cases import PersonaTestCase
-from personas.services import ImportReport, _finish, _prune, _upsert, case_upsert
+from personas.services import ImportReport, _log_change, _prune, _upsert, case_upsert
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -62,7 +62,7 @@ def persona_case_save(
         saved = _upsert(
             PersonaTestCase, report, existing=case, lookup={"persona": persona}, values=values
         )
-        _finish(report, actor=actor, guild_ids=[])
+        _logged(report, actor=actor)
     return saved
 
 
@@ -71,7 +71,15 @@ def persona_case_delete(*, case: PersonaTestCase, actor: AbstractBaseUser | None
     report = ImportReport()
     with transaction.atomic():
         _prune(PersonaTestCase.objects.filter(pk=case.pk), report)
-        _finish(report, actor=actor, guild_ids=[])
+        _logged(report, actor=actor)
+
+
+def _logged(report: ImportReport, *, actor: AbstractBaseUser | None) -> None:
+    """Inside the write's transaction: log the changes as the configuration's are. No worker
+    is told: a test set is nothing a turn reads."""
+    if actor is not None:
+        for instance, outcome, fields in report.changes:
+            _log_change(actor, instance, outcome, fields)
 
 
 def cases_resolve(document: CaseFile, *, guild_ids: Collection[int] | None = None) -> list[Persona]:
@@ -153,7 +161,7 @@ def persona_cases_import(
     with transaction.atomic():
         for persona, case in zip(personas, document.cases, strict=True):
             case_upsert(persona, case, report=report)
-        _finish(report, actor=actor, guild_ids=[])
+        _logged(report, actor=actor)
     counts = report.counts.get(PersonaTestCase.__name__, {})
     return CasesImport(
         created=counts.get("created", 0),

@@ -123,8 +123,10 @@ class Command(BaseCommand):
             )
             for case, persona in zip(document.cases, personas, strict=True)
         ]
+        ones = {persona.pk: persona for persona in personas}
         try:
             return persona_test_run_create(
+                persona=next(iter(ones.values())) if len(ones) == 1 else None,
                 cases=cases,
                 targets=[target],
                 repeat=int(str(options["repeat"])),
