@@ -354,9 +354,8 @@ def _run_units(
         raise _RunCannotGoOn(f"the persona is gone: {', '.join(missing)}")
     casts: dict[int, list[Persona]] = {}
     for persona in personas.values():
-        guild = persona.guild
-        if guild.pk not in casts:
-            casts[guild.pk] = guild_cast(guild=guild)
+        if persona.guild.pk not in casts:
+            casts[persona.guild.pk] = guild_cast(guild=persona.guild)
     draft = run.draft or {}
     draft_spec = None
     if draft:

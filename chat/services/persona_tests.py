@@ -387,7 +387,7 @@ def case_from_turn(
         notes=CaseNotes(
             channel=_note_spec(settings.channel_note), guild=_note_spec(settings.global_note)
         ),
-        mode=str(settings.mode),
+        mode="autonomous" if settings.mode == ChannelMode.AUTONOMOUS else "reactive",
         memories=[str(m["line"]) for m in turn.recalled or [] if m.get("line")],
         earlier_memories=[
             EarlierMemories(after=index_of[message_id], lines=list(lines))
