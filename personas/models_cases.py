@@ -7,7 +7,7 @@ imported. Runs and their results are the bot's records (`chat.models_persona_tes
 
 from __future__ import annotations
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models.functions import Length, Lower
 from django.db.models.lookups import LessThanOrEqual
 from django.db.models.signals import post_save
@@ -59,9 +59,14 @@ def persona_cases_forget_user(*, guild_id: int, user_id: int) -> int:
     """Remove ``user_id``'s messages from every case of the guild saved from a turn: their
     history lines and the memory lines about them (``About <name>: …``) go, replies to them
     lose their target, and a case whose trigger was theirs is deleted (it has nothing left to
-    answer). Returns how many cases changed. Call it in the
-    caller's transaction."""
-    mine = str(user_id)
+    answer). Returns how many cases changed. Runs in the caller's transaction when there is
+    one (the privacy row's save), else in one of its own."""
+    with transaction.atomic():
+        return _forget_user(guild_id=guild_id, user_id=str(user_id))
+
+
+def _forget_user(*, guild_id: int, user_id: str) -> int:
+    mine = user_id
     changed = 0
     cases = PersonaTestCase.objects.filter(persona__guild__guild_id=guild_id).select_for_update()
     for case in cases:
