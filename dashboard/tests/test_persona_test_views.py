@@ -276,6 +276,20 @@ def test_the_persona_forms_unsaved_values_run_as_a_draft_and_nothing_is_saved(ad
     assert "haiku" not in tomori.system_prompt
 
 
+def test_the_draft_the_saved_persona_and_another_model_run_at_once(admin_client, tomori):
+    admin_client.post(page_url(tomori), CASE_FORM)
+    form = _persona_form(admin_client, tomori)
+
+    admin_client.post(
+        page_url(tomori, "persona_tests_run"),
+        {**form, "draft": "1", "saved": "on", "model": "gpt-4o", "repeat": "2"},
+    )
+
+    run = PersonaTestRun.objects.get()
+    assert [t["key"] for t in run.targets] == ["saved", "draft", "model"]
+    assert run.total == 6 and run.model == "gpt-4o"
+
+
 def test_a_refused_draft_shows_the_persona_page_with_the_field_and_runs_nothing(
     admin_client, tomori
 ):
