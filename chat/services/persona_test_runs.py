@@ -272,14 +272,6 @@ async def persona_test_model_call(
     )
 
 
-@dataclass
-class _Progress:
-    """What the run has spent so far (added to the run's row after each call)."""
-
-    calls: int = 0
-    usage: Usage = field(default_factory=Usage)
-
-
 async def persona_test_run_execute(
     *,
     run_id: int,
@@ -318,7 +310,17 @@ async def persona_test_run_execute(
         judge_model=judge_model,
         gate=gate,
     )
-    await asyncio.gather(*(executor.unit(unit) for unit in units))
+    try:
+        await asyncio.gather(*(executor.unit(unit) for unit in units))
+    except Exception as error:  # the database went away, a bug: the run ends, saying why
+        logger.exception("persona test run %s stopped", run.pk)
+        await sync_to_async(_run_moves)(
+            run,
+            PersonaTestRun.Status.FAILED,
+            error=f"the run stopped: {type(error).__name__}: {error}",
+            finished_at=timezone.now(),
+        )
+        return run
     await sync_to_async(_run_moves)(run, PersonaTestRun.Status.FINISHED, finished_at=timezone.now())
     return run
 

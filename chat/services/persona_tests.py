@@ -22,8 +22,6 @@ import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from asgiref.sync import sync_to_async
-
 from chat import selectors
 from chat.models import Turn
 from chat.pipeline.markup import render_markup
@@ -437,7 +435,3 @@ def _note_spec(note: ContextNote | None) -> CaseNote | None:
 def guild_cast(*, guild: GuildConfig) -> list[Persona]:
     """The guild's enabled personas, main first (what a channel's configuration lists)."""
     return selectors.guild_personas(guild=guild)
-
-
-async def guild_cast_read(*, guild: GuildConfig) -> list[Persona]:
-    return await sync_to_async(guild_cast)(guild=guild)

@@ -351,3 +351,29 @@ async def test_similarity_to_the_baseline_uses_the_embedding_cosine(demo, model)
         "cosine "
     )
     assert by_case["far"].passed is False
+
+
+async def test_without_a_model_endpoint_the_run_fails_saying_so(demo, settings):
+    from chat.tasks import persona_test_run_now
+
+    settings.LLM_BASE_URL = ""
+    tomori = await _tomori()
+    run = await sync_to_async(persona_test_run_create)(
+        cases=[
+            RunCase(
+                spec=PersonaCaseSpec.model_validate(CASE),
+                persona_id=tomori.pk,
+                persona_name="Tomori",
+                guild_id=GUILD,
+            )
+        ],
+        targets=list(SAVED),
+        persona=tomori,
+    )
+
+    await persona_test_run_now(run.pk)
+
+    run = await PersonaTestRun.objects.aget(pk=run.pk)
+    assert run.status == PersonaTestRun.Status.FAILED
+    assert run.error.startswith("LLM_BASE_URL is empty")
+    assert await run.results.acount() == 0
