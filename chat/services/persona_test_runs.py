@@ -38,13 +38,13 @@ from django.utils import timezone
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec, Usage
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel
-from chat.llm.tools import MessageMetadata, ToolAttachment, ToolBox, ToolError
+from chat.llm.tools import ToolAttachment, ToolBox, ToolError
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import PersonaTestResult, PersonaTestRun
-from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.persona_checks import (
     CheckKind,
     CheckResult,
+    cosine,
     judge_check,
     judge_messages,
     judge_verdict,
@@ -53,7 +53,6 @@ from chat.pipeline.persona_checks import (
 )
 from chat.pipeline.tokens import TokenCounter, default_token_counter
 from chat.pipeline.truncation import context_budget
-from chat.pipeline.types import HistoryMessage
 from chat.services.persona_tests import (
     CaseTurn,
     case_prepare,
@@ -64,6 +63,7 @@ from chat.services.persona_tests import (
 )
 from chat.services.turn_record import context_items_json
 from chat.services.turn_request import PreparedTurn
+from chat.services.turn_tools import MetadataLookup
 from personas.case_schema import PersonaCaseSpec, case_json, parse_case
 from personas.config_schema import PersonaSpec, parse_config_row
 from personas.models import GuildConfig, Persona
@@ -506,8 +506,7 @@ class _Executor:
                 None,
                 f"the embedding model failed: {error}",
             )
-        similarity = float(vectors[0] @ vectors[1])  # unit rows: the dot is the cosine
-        return similarity_check(threshold, similarity)
+        return similarity_check(threshold, cosine(vectors[0].tolist(), vectors[1].tolist()))
 
     def _save(
         self,
@@ -627,26 +626,6 @@ class _NoFiles:
         raise ToolError("a persona test case has no files")
 
 
-class _CaseMetadata:
-    """``reveal_message_metadata`` over the case's messages, in the prompt's keys."""
-
-    def __init__(self, keys: Mapping[str, int], messages: Mapping[int, HistoryMessage]) -> None:
-        self._keys, self._messages = keys, messages
-        self._refs = {snowflake: key for key, snowflake in keys.items()}
-
-    async def metadata(self, ref: str) -> MessageMetadata | None:
-        message = self._messages.get(self._keys.get(ref, -1))
-        if message is None:
-            return None
-        reference = message.reference
-        reply_to = self._refs.get(reference.message_id) if reference is not None else None
-        return MessageMetadata(
-            author_name=scrub_snowflakes(message.shown_name),
-            sent_at=message.created_at,
-            reply_to_ref=reply_to if reply_to and reply_to.startswith("ref_") else None,
-        )
-
-
 def case_toolbox(prepared: PreparedTurn, kept: _ToolsAnswered) -> ToolBox:
     """The tools the prepared turn offers (the same definitions, so the request is the real
     turn's), answered without effect: memory writes kept on the result, never stored."""
@@ -655,7 +634,7 @@ def case_toolbox(prepared: PreparedTurn, kept: _ToolsAnswered) -> ToolBox:
         allowlist=prepared.context.tools,
         attachments={},
         attachment_reader=_NoFiles(),
-        message_metadata=_CaseMetadata(
+        message_metadata=MetadataLookup(
             prepared.context.message_ids, {m.id: m for m in prepared.turn_input.history}
         ),
         short_term_memory=writer,
