@@ -25,6 +25,7 @@ MODULES = (
     "benchmarks.streaming",
     "benchmarks.metrics",
     "benchmarks.moderation",
+    "benchmarks.persona_tests",
 )
 
 

@@ -307,6 +307,11 @@ CELERY_METRICS_PORT = env_port("CELERY_METRICS_PORT")
 CELERY_METRICS_HOST = env_str("CELERY_METRICS_HOST", "127.0.0.1")
 METRICS_TOKEN = env_str("METRICS_TOKEN")
 
+# Persona tests (docs/persona-tests.md): the model that answers a case's rubric yes or no (empty:
+# the persona's own model), and how many model calls one run has in flight at once.
+JUDGE_MODEL = env_str("JUDGE_MODEL")
+PERSONA_TEST_CONCURRENCY = env_int("PERSONA_TEST_CONCURRENCY", 8, minimum=1, maximum=64)
+
 # --- Auth, i18n, static -----------------------------------------------------------------------
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -17,6 +17,7 @@ one way. The dashboard reaches Discord and the sandbox only through this module'
   requests (`chat.services.turns.turn_prepare` with ``dry_run``).
 - `sandbox_control`: the local sandbox's control API behind `SandboxControl`.
 - `discord_deployment`: what the deployment check reads of Discord (`DiscordDeployment`).
+- `persona_test_runner`: the attempt runner persona test runs ask the models with.
 """
 
 from __future__ import annotations
@@ -261,3 +262,12 @@ async def discord_deployment() -> AsyncIterator[DiscordDeployment]:
         gateway_url=settings.DISCORD_GATEWAY_URL,
     ) as reader:
         yield reader
+
+
+@contextlib.asynccontextmanager
+async def persona_test_runner() -> AsyncIterator[AttemptRunner]:
+    """The attempt runner a persona test run asks its models with (``LLM_BASE_URL``, replies
+    unstreamed: the whole reply is checked); its client closes on exit. Raises
+    ``ImproperlyConfigured`` as `llm_client_from_settings` does."""
+    async with llm_client_from_settings() as client:
+        yield AttemptRunner(client=client, stream=False)

@@ -20,7 +20,7 @@ Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
   doctor``), its report saved for the dashboard's overview.
 
 Queued by the dashboard: ``document_embed_task`` once per uploaded document; ``doctor_task``
-when an admin asks for a check.
+when an admin asks for a check; ``persona_test_run_task`` once per persona test run.
 """
 
 from __future__ import annotations
@@ -32,18 +32,20 @@ import logging
 from asgiref.sync import sync_to_async
 from celery import shared_task
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.utils import timezone
 
-from chat.models import DoctorReport, ShortTermMemory
+from chat.models import DoctorReport, PersonaTestRun, ShortTermMemory
 from chat.pipeline.memory import RAW_TURNS_TTL
-from chat.runtime import discord_deployment, memory_runtime
+from chat.runtime import discord_deployment, memory_runtime, persona_test_runner
 from chat.selectors.short_term_memory import short_term_memories_due
 from chat.services.doctor import doctor_run
 from chat.services.memory_documents import document_embed, documents_embed_stale
 from chat.services.memory_extraction import Extraction, memories_extract, memory_extraction_due
 from chat.services.memory_refresh import MemoryRefresh, short_term_memory_refresh
-from chat.services.memory_store import memories_embed_missing
+from chat.services.memory_store import default_embedding_model, memories_embed_missing
+from chat.services.persona_test_runs import persona_test_run_execute, persona_test_run_refused
 from chat.services.retention import Retention, records_prune
 from chat.services.short_term_memory import (
     short_term_memory_claim,
@@ -204,3 +206,33 @@ async def _doctor(report_id: int | None) -> bool:
     finally:
         await sync_to_async(connections.close_all)()
     return examination.ok
+
+
+@shared_task(ignore_result=True)
+def persona_test_run_task(run_id: int) -> str | None:
+    """Run the queued persona test run ``run_id`` (queued by the dashboard after its commit):
+    its status, progress and results are written as it goes. Returns the run's final status;
+    None when the run is gone or was already taken. Not retried: a run is started once (a
+    model's failure is that case's result, not the task's)."""
+    run = asyncio.run(persona_test_run_now(run_id))
+    return run.status if run is not None else None
+
+
+async def persona_test_run_now(run_id: int) -> PersonaTestRun | None:
+    """Run the queued run ``run_id`` with the deployment's models (``LLM_BASE_URL``,
+    ``JUDGE_MODEL``, the embedding model) and ``PERSONA_TEST_CONCURRENCY``; without a model
+    endpoint the run fails saying so. The task and ``manage.py personatest`` run it this way."""
+    try:
+        async with persona_test_runner() as runner:
+            run = await persona_test_run_execute(
+                run_id=run_id,
+                runner=runner,
+                embeddings=default_embedding_model,
+                judge_model=settings.JUDGE_MODEL,
+                concurrency=settings.PERSONA_TEST_CONCURRENCY,
+            )
+    except ImproperlyConfigured as problem:
+        run = await sync_to_async(persona_test_run_refused)(run_id=run_id, reason=str(problem))
+    finally:
+        await sync_to_async(connections.close_all)()
+    return run

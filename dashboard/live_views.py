@@ -145,6 +145,17 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
 def _preview_context(result: PreviewResult) -> dict[str, Any]:
     """The preview template's context: the JSON shape plus what the page draws from it."""
     data = result.as_json()
+    return {
+        **preview_data_context(data),
+        "triggered_by": result.triggered_by,
+        "decision": data["decision"],
+    }
+
+
+def preview_data_context(data: dict[str, Any]) -> dict[str, Any]:
+    """What the preview's request sections draw from the preview's JSON shape (``request``,
+    ``items``, ``tokens``, ``truncation``, ``cache_prefix_end``, ``tools``): a persona test
+    result's request is shown by the same template."""
     tokens = data["tokens"]
     budget = tokens["budget"] or 1
     items = data["items"]
@@ -161,8 +172,6 @@ def _preview_context(result: PreviewResult) -> dict[str, Any]:
         "over_budget": tokens["total"] > tokens["budget"],
         "request_json": json.dumps(data["request"], indent=2, ensure_ascii=False),
         "removed_count": len(removed),
-        "triggered_by": result.triggered_by,
-        "decision": data["decision"],
     }
 
 

@@ -2,11 +2,19 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import going_live_views, live_views, memory_views, row_views, views
+from dashboard import (
+    going_live_views,
+    live_views,
+    memory_views,
+    persona_test_views,
+    row_views,
+    views,
+)
 
 app_name = "dashboard"
 
 guild = "guilds/<int:guild_id>/"
+tests = guild + "personas/<int:persona_id>/tests/"
 
 
 def rows_urls(prefix: str, url_id: str, kind: row_views.RowKind) -> list[URLPattern]:
@@ -48,6 +56,28 @@ urlpatterns = [
         views.card_export,
         name="card_export",
     ),
+    path(tests, persona_test_views.persona_tests, name="persona_tests"),
+    path(tests + "import/", persona_test_views.persona_tests_import, name="persona_tests_import"),
+    path(tests + "export/", persona_test_views.persona_tests_export, name="persona_tests_export"),
+    path(tests + "run/", persona_test_views.persona_tests_run, name="persona_tests_run"),
+    path(
+        tests + "cases/<int:case_id>/",
+        persona_test_views.persona_test_case,
+        name="persona_test_case",
+    ),
+    path(
+        tests + "cases/<int:case_id>/delete/",
+        persona_test_views.persona_test_case_delete,
+        name="persona_test_case_delete",
+    ),
+    path(
+        tests + "runs/<int:run_id>/", persona_test_views.persona_test_run, name="persona_test_run"
+    ),
+    path(
+        tests + "runs/<int:run_id>/results/<int:result_id>/request/",
+        persona_test_views.persona_test_result_request,
+        name="persona_test_result_request",
+    ),
     *rows_urls("channels/", "channel_id", row_views.CHANNELS),
     *rows_urls("blocks/", "block_id", row_views.BLOCKS),
     *rows_urls("users/", "user_id", row_views.USERS),
@@ -77,6 +107,9 @@ urlpatterns = [
     path("turns/<int:turn_id>/", live_views.turn_detail, name="turn"),
     path("turns/<int:turn_id>/replay/", live_views.turn_replay_view, name="turn_replay"),
     path("turns/<int:turn_id>/withheld/", live_views.turn_withheld, name="turn_withheld"),
+    path(
+        "turns/<int:turn_id>/save-case/", persona_test_views.turn_save_case, name="turn_save_case"
+    ),
     path("why/", live_views.why_view, name="why"),
     path("playground/", live_views.playground, name="playground"),
     path("deployment/", going_live_views.deployment_card, name="deployment"),

@@ -191,12 +191,14 @@ def _persona_edit(
             else:
                 messages.success(request, f"{'Saved' if persona else 'Created'} {saved.name}.")
                 return redirect("dashboard:persona", guild_id=guild.guild_id, persona_id=saved.pk)
-    return _persona_page(request, guild, persona, form)
+    return persona_page(request, guild, persona, form)
 
 
-def _persona_page(
+def persona_page(
     request: HttpRequest, guild: GuildConfig, persona: Persona | None, form: PersonaForm
 ) -> HttpResponse:
+    """The persona's page with ``form`` (its problems shown when refused: a save's, or a
+    test run's against the form's unsaved values)."""
     system_prompt = form["system_prompt"].value() or ""
     context = {
         "guild": guild,

@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from personas.case_schema import case_problems, names_problems
+
 if TYPE_CHECKING:
     from personas.config_schema import ConfigDocument, LorebookSpec
 
@@ -71,6 +73,16 @@ def cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, st
                     f"{where}.personas[{p}].llm.context_window",
                     "must be larger than max_output_tokens",
                 )
+        for p, persona in enumerate(guild.personas):
+            cases = persona.tests or []
+            for c, case in enumerate(cases):
+                yield from case_problems(case, f"{where}.personas[{p}].tests[{c}]")
+            yield from names_problems(
+                [
+                    (f"{where}.personas[{p}].tests[{c}].name", "", case.name)
+                    for c, case in enumerate(cases)
+                ]
+            )
         books = [(f"{where}.lorebook", guild.lorebook)] + [
             (f"{where}.personas[{p}].lorebook", persona.lorebook)
             for p, persona in enumerate(guild.personas)

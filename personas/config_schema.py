@@ -33,6 +33,7 @@ from pydantic import (
 from chat.pipeline.lorebook import parse_regex_key
 from chat.pipeline.moderation import CATEGORIES, guild_allowed_problem
 from chat.pipeline.types import BlockType, PrivacyLevel
+from personas.case_schema import CASES_PER_PERSONA_MAX, PersonaCaseSpec
 from personas.config_checks import cross_reference_problems
 from personas.config_values import (
     SNOWFLAKE_MAX,
@@ -437,6 +438,9 @@ class PersonaSpec(_Strict):
     llm: LLMSpec = LLMSpec()
     lorebook: LorebookSpec | None = None
     chat_preset: ChatPresetSpec | None = None
+    tests: Annotated[list[PersonaCaseSpec], Field(max_length=CASES_PER_PERSONA_MAX)] | None = None
+    """The persona's test cases (`personas.case_schema`); null or absent: left as they are
+    (an import with ``--prune`` then deletes them)."""
 
 
 class ChannelSpec(_Strict):

@@ -567,3 +567,7 @@ class ConfigVersion(models.Model):
 
     def __str__(self) -> str:
         return f"configuration of {self.guild_id} at {self.stamp}"
+
+
+# A persona's test cases live in their own module; imported here so that Django registers them.
+from personas.models_cases import PersonaTestCase  # noqa: E402, F401

@@ -30,6 +30,7 @@ from django.db import DatabaseError, connection, models, transaction
 from pydantic import BaseModel
 
 from botproject.live_updates import CONTROL_GROUP, ConfigChanged, publish_live_update_on_commit
+from personas.case_schema import PersonaCaseSpec, case_json
 from personas.config_fields import (
     BLOCK_SETTINGS,
     CHANNEL_SETTINGS,
@@ -58,6 +59,7 @@ from personas.models import (
     PrivacySource,
     UserPrivacy,
 )
+from personas.models_cases import PersonaTestCase
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
@@ -220,6 +222,13 @@ def persona_save(
         )
         _finish(report, actor=actor, guild_ids=[str(guild.guild_id)])
     return saved
+
+
+def persona_draft(*, persona: Persona, spec: PersonaSpec) -> Persona:
+    """``spec`` (the persona form's unsaved values, a draft file) as an unsaved persona
+    standing in for ``persona``: its id and guild, the spec's every setting. Never saved;
+    a persona test runs against it."""
+    return Persona(pk=persona.pk, guild=persona.guild, **_persona_values(spec))
 
 
 def channel_save(
@@ -438,7 +447,38 @@ def _import_personas(
     if prune:
         stale = [p.pk for key, p in existing.items() if key not in by_name]
         _prune(Persona.objects.filter(pk__in=stale), report)
+    for spec in specs:
+        persona_cases_sync(by_name[spec.name.casefold()], spec.tests, report=report, prune=prune)
     return by_name
+
+
+def case_upsert(
+    persona: Persona, case: PersonaCaseSpec, *, report: ImportReport
+) -> PersonaTestCase:
+    """Create or update the persona's case of that name (ignoring case) from ``case``; records
+    the outcome in ``report``. Call it in the caller's transaction."""
+    spec = PersonaCaseSpec.model_validate(case_json(case))  # a file case less guild and persona
+    existing = next(
+        (c for c in persona.test_cases.all() if c.name.casefold() == spec.name.casefold()), None
+    )
+    values = {"name": spec.name, "spec": case_json(spec)}
+    return _upsert(
+        PersonaTestCase, report, existing=existing, lookup={"persona": persona}, values=values
+    )
+
+
+def persona_cases_sync(
+    persona: Persona,
+    cases: list[PersonaCaseSpec] | None,
+    *,
+    report: ImportReport,
+    prune: bool,
+) -> None:
+    """The configuration file's ``tests`` of ``persona``: each case upserted; with ``prune``,
+    the persona's cases the list does not name deleted (all of them when it has no list)."""
+    kept = [case_upsert(persona, case, report=report).pk for case in cases or []]
+    if prune:
+        _prune(PersonaTestCase.objects.filter(persona=persona).exclude(pk__in=kept), report)
 
 
 def _hand_over_dms(report: ImportReport, *, keep: Persona | None) -> None:
@@ -510,6 +550,7 @@ __all__ = [
     "config_import",
     "config_row_delete",
     "guild_save",
+    "persona_draft",
     "persona_save",
     "user_privacy_save",
 ]

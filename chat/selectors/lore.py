@@ -26,7 +26,8 @@ compiling indexes every key, so a book is compiled once per change, not once per
 
 def lorebooks(*, persona: Persona, guild: GuildConfig | None) -> tuple[CompiledLorebook, ...]:
     """The persona's lorebook, then its guild's, compiled (`chat.pipeline.lorebook`); empty
-    when neither has one. A book is named by its ``name``, else by whose it is."""
+    when neither has one. A book is named by its ``name``, else by whose it is. A saved row's
+    book is compiled once per change; an unsaved one's (a draft persona) each time."""
     owners = [("persona", persona, f"{persona.name}'s lorebook")]
     if guild is not None:
         owners.append(("guild", guild, "the guild's lorebook"))
@@ -34,6 +35,9 @@ def lorebooks(*, persona: Persona, guild: GuildConfig | None) -> tuple[CompiledL
     for kind, owner, fallback_name in owners:
         stored = owner.lorebook
         if not stored:
+            continue
+        if owner._state.adding:  # an unsaved draft (a persona test run): never cached
+            books.append(compile_lorebook(lorebook_from_stored(stored, fallback_name)))
             continue
         key = (kind, owner.pk)
         cached = _compiled_lorebooks.get(key)

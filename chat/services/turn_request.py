@@ -144,9 +144,25 @@ class TurnRuntime:
 
 
 @dataclass(frozen=True)
+class FixedInputs:
+    """What a turn is given instead of reading it (a persona test case, `chat.services.
+    persona_tests`): ``history`` is the window, oldest first, ending at the trigger (no
+    channel is read, no anchor consulted); ``memories`` the long-term memory lines shown after
+    the dialogue (nothing is recalled); ``memories_shown`` what earlier turns showed, by the
+    message each was shown after; ``short_term_memory_text`` the persona's short-term memory
+    (None: none)."""
+
+    history: tuple[HistoryMessage, ...]
+    memories: tuple[str, ...] = ()
+    memories_shown: Mapping[int, tuple[tuple[str, ...], ...]] = field(default_factory=dict)
+    short_term_memory_text: str | None = None
+
+
+@dataclass(frozen=True)
 class TurnRequest:
     """One persona turn to run: the channel's configuration (read once for the whole batch of
-    messages it answers), the persona, its trigger and why it runs."""
+    messages it answers), the persona, its trigger and why it runs. ``fixed``: inputs given
+    rather than read (a persona test case); None for every turn of a channel."""
 
     configuration: ChannelConfiguration
     persona: Persona
@@ -155,6 +171,7 @@ class TurnRequest:
     reason_detail: Mapping[str, object] = field(default_factory=dict)
     is_queued_turn: bool = False
     later_queued_trigger_ids: frozenset[int] = frozenset()
+    fixed: FixedInputs | None = None
 
     @property
     def channel(self) -> ChannelSettings:

@@ -63,7 +63,7 @@ def turn_toolbox(
         allowlist=context.tools,
         attachments=media,
         attachment_reader=_AttachmentReader(runtime.port),
-        message_metadata=_MetadataLookup(context.message_ids, by_id),
+        message_metadata=MetadataLookup(context.message_ids, by_id),
         short_term_memory=_MemoryWriter(
             request.persona,
             request.channel,
@@ -130,9 +130,10 @@ class _AttachmentReader:
             raise ToolError(f"could not read {attachment.filename}: {reason}") from None
 
 
-class _MetadataLookup:
+class MetadataLookup:
     """``reveal_message_metadata``'s answers, in the prompt's keys (``ref_N``, ``media_N``):
-    the model never sees a raw snowflake."""
+    the model never sees a raw snowflake. A read of the turn's own messages, with no effect (a
+    persona test answers it the same way)."""
 
     def __init__(self, keys: Mapping[str, int], messages: Mapping[int, HistoryMessage]) -> None:
         self._keys, self._messages = keys, messages

@@ -26,13 +26,14 @@ from chat.llm.base import Message
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
-from chat.pipeline.recall import memory_line
+from chat.pipeline.recall import RecalledMemory, memory_line
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_moderation import trigger_moderation_refusal
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
+    WindowReasons,
     turn_attachment_urls_refresh,
     turn_image_hashes,
     turn_input_gather,
@@ -50,7 +51,13 @@ from chat.services.turn_lifecycle import (
     turn_start,
 )
 from chat.services.turn_record import ms_since, turn_context_record
-from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
+from chat.services.turn_request import (
+    AbortCheck,
+    FixedInputs,
+    PreparedTurn,
+    TurnRequest,
+    TurnRuntime,
+)
 from chat.services.turn_tools import turn_toolbox
 from personas.models import DeliveryMode
 
@@ -77,6 +84,9 @@ async def turn_prepare(
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
+    A request with ``fixed`` inputs (a persona test case) skips step 1 (its history is the
+    window) and the recall of step 2 (its memories are given).
+
     With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
     warm contexts are untouched, no row is written and no live update published; the result is the
     same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
@@ -86,7 +96,12 @@ async def turn_prepare(
     now = runtime.clock()
 
     started = time.perf_counter()
-    history, window = await turn_window_read(runtime, channel, trigger, now=now, dry_run=dry_run)
+    if request.fixed is not None:
+        history, window = request.fixed.history, _fixed_window(request.fixed)
+    else:
+        history, window = await turn_window_read(
+            runtime, channel, trigger, now=now, dry_run=dry_run
+        )
     history_ms = ms_since(started)
 
     started = time.perf_counter()
@@ -94,14 +109,23 @@ async def turn_prepare(
     if not dry_run:
         turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
     turn_input = await turn_image_hashes(runtime, turn_input)
-    recalled, shown = await sync_to_async(turn_memories_recall)(
-        runtime, request, turn_input, anchor_id=window.anchor_id
-    )
-    turn_input = replace(
-        turn_input,
-        memories=tuple(memory_line(m.record) for m in recalled),
-        memories_shown=shown,
-    )
+    if request.fixed is not None:
+        recalled: tuple[RecalledMemory, ...] = ()
+        turn_input = replace(
+            turn_input,
+            memories=request.fixed.memories,
+            memories_shown=request.fixed.memories_shown,
+            short_term_memory_text=request.fixed.short_term_memory_text,
+        )
+    else:
+        recalled, shown = await sync_to_async(turn_memories_recall)(
+            runtime, request, turn_input, anchor_id=window.anchor_id
+        )
+        turn_input = replace(
+            turn_input,
+            memories=tuple(memory_line(m.record) for m in recalled),
+            memories_shown=shown,
+        )
     participant_ms = ms_since(started)
 
     started = time.perf_counter()
@@ -131,6 +155,17 @@ async def turn_prepare(
         participant_ms=participant_ms,
         build_ms=build_ms,
         recalled=recalled,
+    )
+
+
+def _fixed_window(fixed: FixedInputs) -> WindowReasons:
+    """How a window given whole was "read": nowhere, anchored at its first message."""
+    return WindowReasons(
+        rest_reason=None,
+        reanchor_reason=None,
+        anchor_id=fixed.history[0].id if fixed.history else None,
+        advanced_by=0,
+        message_count=len(fixed.history),
     )
 
 

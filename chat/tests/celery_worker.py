@@ -42,12 +42,14 @@ def start_celery(
     *,
     log: Path | None = None,
     pool: str = "solo",
+    beat: bool = True,
     **settings_env: str,
 ) -> subprocess.Popen:
-    """A Celery worker with beat (``--pool solo``, or ``pool``) on the test's database, a broker
-    database of its own, the sandbox's REST API and the fake model server; ``settings_env`` sets
-    more environment (``MEMORY_EXTRACTION_SECONDS="0.5"``); its log goes to ``log`` when given.
-    Stop it with `stop`."""
+    """A Celery worker with beat (without beat when ``beat`` is off; ``--pool solo``, or
+    ``pool``) on the test's database, a broker database of its own, the sandbox's REST API and
+    the fake model server; ``settings_env`` sets more environment
+    (``MEMORY_EXTRACTION_SECONDS="0.5"``, a ``TEST_CELERY_QUEUE`` a web process also queues on);
+    its log goes to ``log`` when given. Stop it with `stop`."""
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "botproject.settings",
@@ -61,9 +63,10 @@ def start_celery(
         **settings_env,
     }
     command = [
-        *(sys.executable, "-m", "celery", "-A", "chat.tests.celery_app", "worker", "--beat"),
+        *(sys.executable, "-m", "celery", "-A", "chat.tests.celery_app", "worker"),
+        *(("--beat", "--schedule", str(schedule)) if beat else ()),
         *("--pool", pool, "--without-gossip", "--without-mingle", "--without-heartbeat"),
-        *("--schedule", str(schedule), "--loglevel", "INFO"),
+        *("--loglevel", "INFO"),
     ]
     return subprocess.Popen(
         command,

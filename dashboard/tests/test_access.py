@@ -9,9 +9,10 @@ from django.conf import settings
 from django.test import Client
 from django.urls import URLPattern, reverse
 
-from chat.models import Document, Memory, Turn
+from chat.models import Document, Memory, PersonaTestResult, PersonaTestRun, Turn
 from dashboard import urls as dashboard_urls
 from personas.models import Block, GuildConfig, Persona
+from personas.models_cases import PersonaTestCase
 
 pytestmark = pytest.mark.django_db
 
@@ -35,11 +36,24 @@ GET_ONLY = {
     "why",
     "document_rows",
     "deployment",
+    "persona_tests_export",
+    "persona_test_run",
+    "persona_test_result_request",
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
 # Screens for admins alone.
-ADMIN_SCREENS = {"playground", "lorebook_editor", "guild_lorebook_editor"}
+ADMIN_SCREENS = {
+    "playground",
+    "lorebook_editor",
+    "guild_lorebook_editor",
+    # A guild's persona tests are its admins' alone.
+    "persona_tests",
+    "persona_test_case",
+    "persona_tests_export",
+    "persona_test_run",
+    "persona_test_result_request",
+}
 # htmx helpers that exist only for the edit forms (admins).
 ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview", "lorebook_test"}
 POST_ONLY = {
@@ -57,6 +71,10 @@ POST_ONLY = {
     "chat_preset_upload",
     "turn_replay",
     "deployment_check",
+    "persona_tests_import",
+    "persona_tests_run",
+    "persona_test_case_delete",
+    "turn_save_case",
 }
 
 
@@ -77,8 +95,75 @@ def _kwargs(pattern: URLPattern, guild: GuildConfig) -> dict:
         "turn_id": turn.pk,
         "memory_id": _memory(guild).pk,
         "document_id": _document(guild).pk,
+        **_persona_test(tomori),
     }
     return {name: values[name] for name in pattern.pattern.converters}
+
+
+def _persona_test(persona: Persona) -> dict[str, int]:
+    """A case of the persona, a run of it and one result with its request."""
+    case, _ = PersonaTestCase.objects.get_or_create(
+        persona=persona,
+        name="greets",
+        defaults={"spec": {"name": "greets", "message": {"author": "alice", "content": "hi"}}},
+    )
+    run = PersonaTestRun.objects.filter(persona=persona).first() or PersonaTestRun.objects.create(
+        persona=persona,
+        persona_name=persona.name,
+        guild_id=persona.guild.guild_id,
+        origin="dashboard",
+        targets=[{"key": "saved", "label": "saved", "model": ""}],
+        cases=[
+            {
+                "case": case.spec,
+                "persona_id": persona.pk,
+                "persona": persona.name,
+                "guild": str(persona.guild.guild_id),
+                "case_id": case.pk,
+            }
+        ],
+        status="finished",
+        total=1,
+        done=1,
+    )
+    result = run.results.first() or PersonaTestResult.objects.create(
+        run=run,
+        case=case,
+        case_name="greets",
+        persona_name=persona.name,
+        target="saved",
+        reply="hello",
+        passed=True,
+        prompt_record={
+            "request": {"model": "m", "messages": [{"role": "user", "content": "alice: hi"}]},
+            "items": [
+                {
+                    "index": 0,
+                    "tag": "dialogue_history",
+                    "role": "user",
+                    "text": "alice: hi",
+                    "tokens": 3,
+                    "source_ids": [],
+                }
+            ],
+            "tokens": {
+                "total": 3,
+                "budget": 100,
+                "by_tag": {"dialogue_history": 3},
+                "counter": "o200k",
+            },
+            "cache_prefix_end": 0,
+            "tools": [],
+            "truncation": {
+                "batches": 0,
+                "removed_entries": 0,
+                "removed_message_ids": [],
+                "warning": None,
+            },
+            "recalled": [],
+        },
+    )
+    return {"case_id": case.pk, "run_id": run.pk, "result_id": result.pk}
 
 
 def _memory(guild: GuildConfig) -> Memory:

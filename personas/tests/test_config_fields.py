@@ -24,6 +24,8 @@ from personas.config_schema import BlockSpec, ChannelSpec, GuildSpec, PersonaSpe
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 
 ROW_COLLECTIONS = {"personas", "channels", "blocks", "users"}
+PERSONA_COLLECTIONS = {"tests"}
+"""A persona's test cases: rows of their own table (`personas.models_cases`), not columns."""
 STORED_WHOLE = {"lorebook", "chat_preset"}
 """Objects kept whole in one JSON column."""
 NOT_SETTINGS = {"id", "guild", "created_at", "updated_at", "set_by"}
@@ -53,6 +55,8 @@ def leaf_paths(spec: type[BaseModel], prefix: str = "") -> set[str]:
     paths = set()
     for name, field in spec.model_fields.items():
         if not prefix and spec is GuildSpec and name in ROW_COLLECTIONS:
+            continue
+        if not prefix and spec is PersonaSpec and name in PERSONA_COLLECTIONS:
             continue
         nested = None if name in STORED_WHOLE else _nested_model(field.annotation)
         path = f"{prefix}{name}"

@@ -13,3 +13,9 @@ from botproject.settings_test import *  # noqa: F403
 
 DATABASES["default"]["NAME"] = os.environ["LIVE_TEST_DATABASE_NAME"]  # noqa: F405
 CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = os.environ["LIVE_TEST_CHANNEL_PREFIX"]  # noqa: F405
+
+# A test that runs a real Celery worker has this process queue its tasks where that worker
+# takes them (its broker database and its own queue).
+if os.environ.get("LIVE_TEST_CELERY_QUEUE"):
+    CELERY_BROKER_URL = os.environ["LIVE_TEST_CELERY_BROKER"]
+    CELERY_TASK_DEFAULT_QUEUE = os.environ["LIVE_TEST_CELERY_QUEUE"]
