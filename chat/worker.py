@@ -48,11 +48,10 @@ from chat.leases import (
 )
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
-from chat.llm.tools import VideoTranscripts, VisionModel
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.ports import UNFENCED, LeaseFence, LeaseLost
-from chat.runtime import gateway_runtime, video_transcripts_from_settings
+from chat.runtime import TurnCapabilities, gateway_runtime, turn_capabilities_from_settings
 from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
@@ -115,18 +114,17 @@ def build_client(
     llm: LLMClient,
     runner: AttemptRunner | None = None,
     holder: str | None = None,
-    vision: VisionModel | None = None,
+    capabilities: TurnCapabilities | None = None,
     proxies: ProxyResolver | None = None,
     fence: LeaseFence = UNFENCED,
-    videos: VideoTranscripts | None = None,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
-    records a heartbeat under ``holder`` (default: a fresh name) while it runs; ``vision`` is
-    the model behind ``analyze_image`` (None: the tool is not offered); ``videos`` the
-    transcript service behind ``process_youtube_video`` (default: ``YOUTUBE_TRANSCRIPT_URL``'s,
-    or none); ``proxies`` the proxy
-    system's API (None: proxied members are not recognised); ``fence`` is asked before every
-    send, edit, reaction and planner step (`LeaseKeeper` under a lease)."""
+    records a heartbeat under ``holder`` (default: a fresh name) while it runs;
+    ``capabilities`` are what its turns are given (the vision model, the transcript service,
+    …; default: the settings', the vision model asked through ``llm``,
+    `turn_capabilities_from_settings`); ``proxies`` the proxy system's API (None: proxied
+    members are not recognised); ``fence`` is asked before every send, edit, reaction and
+    planner step (`LeaseKeeper` under a lease)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     runtimes: list[TurnRuntime] = []
@@ -150,8 +148,7 @@ def build_client(
             fence=fence,
             windows=client.windows,
             runner=runner or AttemptRunner(client=llm),
-            vision=vision,
-            videos=videos if videos is not None else video_transcripts_from_settings(),
+            capabilities=capabilities or turn_capabilities_from_settings(vision_client=llm),
         )
         if client.closing:
             return  # closed while starting (the lease was lost): no loops for a closed client
@@ -269,7 +266,7 @@ async def run_worker(
     *,
     llm: LLMClient,
     stop: asyncio.Event,
-    vision: VisionModel | None = None,
+    capabilities: TurnCapabilities | None = None,
     proxies: ProxyResolver | None = None,
     neighbour: bool = False,
 ) -> None:
@@ -287,7 +284,12 @@ async def run_worker(
         while await keeper.acquire(stop, after_holder=neighbour):
             neighbour = False
             running = _run_client(
-                config, llm=llm, stop=stop, keeper=keeper, vision=vision, proxies=proxies
+                config,
+                llm=llm,
+                stop=stop,
+                keeper=keeper,
+                capabilities=capabilities,
+                proxies=proxies,
             )
             if not await running:
                 return
@@ -304,12 +306,17 @@ async def _run_client(
     llm: LLMClient,
     stop: asyncio.Event,
     keeper: LeaseKeeper,
-    vision: VisionModel | None = None,
+    capabilities: TurnCapabilities | None = None,
     proxies: ProxyResolver | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost."""
     client = build_client(
-        config, llm=llm, holder=keeper.holder, vision=vision, proxies=proxies, fence=keeper
+        config,
+        llm=llm,
+        holder=keeper.holder,
+        capabilities=capabilities,
+        proxies=proxies,
+        fence=keeper,
     )
     async with client:
         runner = asyncio.create_task(client.start(config.token), name="discord-client")

@@ -98,11 +98,21 @@ async def turn_window_read(
     *,
     now: dt.datetime,
     dry_run: bool,
+    pinned_anchor_id: int | None = None,
 ) -> tuple[tuple[HistoryMessage, ...], WindowReasons]:
     """The anchored window for this turn, ending at its trigger, and how it was read (REST or
     reused, re-anchored or not); the anchor is stored for the channel unless ``dry_run``.
     Originals a proxy system replaced (seed 002: "Superseded originals are excluded") are left
     out.
+
+    The anchor is the channel's stored one (`ChannelWindowAnchor`), read the same way by the
+    worker and by inspection (a dry run: the preview, ``/prompt``, a memory refresh), so both
+    get the same window. It is chosen anew when the row says so (``reanchor_due``: the worker
+    serving the channel dropped its windows since), and on the worker also when its own
+    registry says so (`WindowRegistry.reanchor_pending`: the gateway reconnected before the
+    row could be marked). ``pinned_anchor_id`` (a replay) is a recorded turn's anchor: the
+    window starts there whatever the channel's row says, and a reset made after the trigger
+    is not applied.
 
     Every turn's window starts at the channel's stored anchor and ends at its own trigger
     (`select_anchored_history` with ``end_id``): the messages after it wait for their own
@@ -126,10 +136,17 @@ async def turn_window_read(
     after_trigger = sum(1 for m in messages if m.id > trigger.id)
     reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
     reset_marker_id = reset.marker_id if reset is not None else None
-    anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
-    if anchor is not None and now - anchor.updated_at >= ANCHOR_IDLE_TTL:
-        anchor = None
-    anchor_id = anchor.anchor_message_id if anchor is not None else None
+    if pinned_anchor_id is not None:
+        anchor_id, anchor_limit, force_reanchor = pinned_anchor_id, None, False
+        if reset_marker_id is not None and reset_marker_id > trigger.id:
+            reset_marker_id = None  # a reset after the replayed turn
+    else:
+        anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
+        if anchor is not None and now - anchor.updated_at >= ANCHOR_IDLE_TTL:
+            anchor = None
+        anchor_id = anchor.anchor_message_id if anchor is not None else None
+        anchor_limit = anchor.limit if anchor is not None else None
+        force_reanchor = read.force_reanchor or (anchor is not None and anchor.reanchor_due)
 
     read_older = False
     trigger_before_window = bool(messages) and trigger.id < messages[0].id
@@ -155,14 +172,21 @@ async def turn_window_read(
         messages,
         limit=limit,
         anchor_id=anchor_id,
-        anchor_limit=anchor.limit if anchor is not None else None,
+        anchor_limit=anchor_limit,
         required_ids=frozenset({trigger.id}),
-        force_reanchor=read.force_reanchor,
+        force_reanchor=force_reanchor,
         reset_marker_id=reset_marker_id,
         end_id=trigger.id,
     )
     if selection.anchor_id is not None and not dry_run:
-        await sync_to_async(window_anchor_store)(channel.channel_id, selection.anchor_id, limit)
+        await sync_to_async(window_anchor_store)(
+            channel.channel_id,
+            selection.anchor_id,
+            limit,
+            guild_id=channel.guild.guild_id if channel.guild is not None else None,
+            # the gateway reconnected while this turn ran: its next turn re-anchors
+            reanchor_due=runtime.windows.reanchor_pending(channel.channel_id),
+        )
     reasons = WindowReasons(
         rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
         reanchor_reason=selection.reanchor_reason,

@@ -142,7 +142,10 @@ class TurnRuntime:
 @dataclass(frozen=True)
 class TurnRequest:
     """One persona turn to run: the channel's configuration (read once for the whole batch of
-    messages it answers), the persona, its trigger and why it runs."""
+    messages it answers), the persona, its trigger and why it runs.
+
+    ``pinned_anchor_id`` (a replay's dry run only): the recorded turn's window anchor, used
+    instead of the channel's stored one (`turn_input.turn_window_read`)."""
 
     configuration: ChannelConfiguration
     persona: Persona
@@ -151,6 +154,7 @@ class TurnRequest:
     reason_detail: Mapping[str, object] = field(default_factory=dict)
     is_queued_turn: bool = False
     later_queued_trigger_ids: frozenset[int] = frozenset()
+    pinned_anchor_id: int | None = None
 
     @property
     def channel(self) -> ChannelSettings:

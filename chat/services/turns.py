@@ -84,7 +84,14 @@ async def turn_prepare(
     now = runtime.clock()
 
     started = time.perf_counter()
-    history, window = await turn_window_read(runtime, channel, trigger, now=now, dry_run=dry_run)
+    history, window = await turn_window_read(
+        runtime,
+        channel,
+        trigger,
+        now=now,
+        dry_run=dry_run,
+        pinned_anchor_id=request.pinned_anchor_id,
+    )
     history_ms = ms_since(started)
 
     started = time.perf_counter()

@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from chat.gateway.limits import SessionStartLimitReached
 from chat.runtime import (
     llm_client_from_settings,
+    turn_capabilities_from_settings,
     vision_client_from_settings,
-    vision_model_from_settings,
 )
 from chat.worker import (
     WorkerConfig,
@@ -137,7 +137,7 @@ class Command(BaseCommand):
             loop.add_signal_handler(sig, stop.set)
         llm = llm_client_from_settings()
         vision_client = vision_client_from_settings()
-        vision = vision_model_from_settings(vision_client or llm)
+        capabilities = turn_capabilities_from_settings(vision_client=vision_client or llm)
         proxies = proxy_resolver_from_settings()
         freeze_startup_heap()
         try:
@@ -148,7 +148,7 @@ class Command(BaseCommand):
                         stop=stop,
                         standby=n > 0,
                         llm=llm,
-                        vision=vision,
+                        capabilities=capabilities,
                         proxies=proxies,
                     )
                     for n, config in enumerate(configs)

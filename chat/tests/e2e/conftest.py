@@ -4,6 +4,7 @@ against the sandbox over websockets and the fake model server over HTTP, on Post
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import time
@@ -23,6 +24,7 @@ from chat.llm.fake_server import FakeLLMServer, raw_discord_identifiers
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
 from chat.llm.video_transcripts import VideoTranscriptService
+from chat.runtime import turn_capabilities_from_settings
 from chat.sandbox import GatewaySettings, SandboxServer
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
 from chat.worker import WorkerConfig, build_client
@@ -124,7 +126,7 @@ class World:
         ``shared_limits`` it paces IDENTIFYs and REST requests through Redis, as ``runbot``
         does; ``lease_seconds`` is how often it settles turns left by a previous holder; with
         ``videos`` it asks the sandbox's transcript service, as ``YOUTUBE_TRANSCRIPT_URL`` makes
-        it."""
+        it. Its other capabilities come from the settings, as ``runbot``'s do."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -141,9 +143,13 @@ class World:
             policy=RetryPolicy(backoff_base=0.01, backoff_cap=0.05),
             stream=stream,
         )
-        vision = None
+        capabilities = turn_capabilities_from_settings(vision_client=llm_client)
         if vision_model is not None:
             vision = VisionModel(llm_client, ModelSpec(vision_model, supports_vision=True))
+            capabilities = dataclasses.replace(capabilities, vision=vision)
+        if videos:
+            transcripts = VideoTranscriptService(self.sandbox.youtube_transcript_url)
+            capabilities = dataclasses.replace(capabilities, videos=transcripts)
         if proxies:
             self.proxies = ProxyResolver(
                 api_base=self.sandbox.pluralkit_api_base,
@@ -154,9 +160,8 @@ class World:
             config,
             llm=llm_client,
             runner=runner,
-            vision=vision,
+            capabilities=capabilities,
             proxies=self.proxies,
-            videos=VideoTranscriptService(self.sandbox.youtube_transcript_url) if videos else None,
         )
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())
