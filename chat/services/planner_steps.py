@@ -18,9 +18,11 @@ def planner_step_record(
     decision: str,
     action: Mapping[str, object],
     llm_ms: float | None,
+    ignored: Mapping[str, object] | None = None,
 ) -> int:
     """Record what one planner step was shown and decided, before it is acted on; returns the
-    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``)."""
+    step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``).
+    ``ignored``: keys of the decision the action does not use (`PlannerDecision.ignored`)."""
     return PlannerStep.objects.create(
         channel_id=channel_id,
         guild_id=guild_id,
@@ -29,6 +31,7 @@ def planner_step_record(
         prompt=prompt,
         decision=decision,
         action=dict(action),
+        ignored=dict(ignored or {}),
         llm_ms=llm_ms,
     ).id
 
