@@ -292,6 +292,14 @@ class PersonaBotClient(discord.AutoShardedClient):
     async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
         self.windows.record_change(payload.channel_id, payload.message_id)
 
+    async def on_raw_reaction_clear(self, payload: discord.RawReactionClearEvent) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
+    async def on_raw_reaction_clear_emoji(
+        self, payload: discord.RawReactionClearEmojiEvent
+    ) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
     async def on_shard_disconnect(self, shard_id: int) -> None:
         logger.warning("shard %s disconnected; history windows dropped", shard_id)
         self.windows.shard_disconnected(shard_id)
