@@ -126,18 +126,24 @@ class PreviewResult:
         return {"name": preset.name, "order": [prompt.identifier for prompt in preset.prompts]}
 
     def tokens(self) -> dict[str, Any]:
-        """Tokens per section (item tag), the total, and the persona's budget."""
+        """Tokens per section (item tag), the total, and the persona's budget; for a
+        text-completion model also ``prompt_text``, the prompt's whole text as sent (what it
+        was fitted to the budget by: `instruct.fit_instruct_prompt`)."""
         context = self.prepared.context
         by_tag: dict[str, int] = {str(tag): 0 for tag in ItemTag}
         for item in context.items:
             by_tag[str(item.tag)] += item.tokens
         persona = self.prepared.turn_input.persona
-        return {
+        tokens = {
             "total": context.total_tokens,
             "budget": context_budget(persona.model.context_window, persona.model.max_output_tokens),
             "by_tag": {tag: n for tag, n in by_tag.items() if n},
             "counter": context.token_counter,
         }
+        if isinstance(self.prepared.body.get("prompt"), str):
+            counter = self.prepared.turn_input.token_counter
+            tokens["prompt_text"] = counter.count(self.prepared.body["prompt"])
+        return tokens
 
 
 async def preview_prepare(

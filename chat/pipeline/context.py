@@ -202,6 +202,9 @@ class TurnContext:
         simplified_history: The simplified history, for the next turn to resume from.
         dialogue: The rendered dialogue entries, for the next turn to reuse.
         lore: Which lorebook entries fired, on which key, and which were left out.
+        items_before_truncation: The counted items before budget truncation (``items`` itself
+            when nothing was removed): a text-completion prompt is fitted from these, counted
+            as it is sent (`instruct.fit_instruct_prompt`).
     """
 
     persona_name: str
@@ -219,6 +222,7 @@ class TurnContext:
     lore: LoreActivation = NO_ACTIVATION
     memories_after: int | None = None
     """The message the recalled memories follow (`depth_items.with_recalled_memories`)."""
+    items_before_truncation: tuple[ContextItem, ...] = ()
 
     @property
     def message_ids(self) -> Mapping[str, int]:
@@ -393,6 +397,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         dialogue=dialogue.with_counted(counted),
         lore=lore,
         memories_after=memories_after,
+        items_before_truncation=kept if truncation.batches == 0 else counted,
     )
 
 

@@ -22,7 +22,7 @@ from chat.llm.attempts import AttemptPlan, Render
 from chat.llm.base import ModelApi
 from chat.llm.tools import TOOL_DEFINITIONS
 from chat.pipeline.context import TurnContext, TurnInput
-from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
+from chat.pipeline.instruct import InstructPrompt, fit_instruct_prompt, to_instruct_prompt
 from chat.pipeline.memory import short_term_memory_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
@@ -522,25 +522,49 @@ async def _reply_targets(
     return {target.id: target for target in known.values() if target is not None}
 
 
-def turn_renderer(context: TurnContext, *, limit: int, budget: int | None = None) -> Render:
+def turn_renderer(
+    context: TurnContext,
+    *,
+    limit: int,
+    budget: int | None = None,
+    counter: TokenCounter | None = None,
+) -> Render:
     """The attempt runner's ``render``: projects the context for each attempt's model.
 
     ``budget`` is the persona's whole budget (`context_budget` of its context window); what
     the context was fitted to is less by the offered tools' definitions. A model with a
     smaller context window of its own (a fallback's ``context_window``) gets its history
-    truncated to its own budget, less the same tools."""
+    truncated to its own budget, less the same tools. A text-completion model's prompt is
+    counted as sent, its whole text with ``counter``, and fitted to its budget (its own, else
+    ``budget``; it is offered no tools) in the same stride batches, from the history before
+    the chat items' truncation (`instruct.fit_instruct_prompt`); without a counter or a
+    budget it is written from the chat items as they are."""
     stride = history_window_stride(limit)
     reserved = 0 if budget is None else max(0, budget - context.truncation.budget)
 
     def render(plan: AttemptPlan) -> list[dict] | InstructPrompt:
-        shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        own = budget
         if plan.model.context_window is not None:
             own = context_budget(plan.model.context_window, plan.model.max_output_tokens)
-            if own - reserved < context.truncation.budget:
-                items, _report = truncate_dialogue_history(
-                    shortened.items, budget=max(0, own - reserved), stride=stride
-                )
-                shortened = replace(shortened, items=items)
+        if plan.model.api is ModelApi.COMPLETIONS and counter is not None and own is not None:
+            return fit_instruct_prompt(
+                context,
+                plan.model.template(),
+                budget=own,
+                stride=stride,
+                counter=counter,
+                extra_batches=plan.shorten_batches,
+            )
+        shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if (
+            plan.model.context_window is not None
+            and own is not None
+            and own - reserved < context.truncation.budget
+        ):
+            items, _report = truncate_dialogue_history(
+                shortened.items, budget=max(0, own - reserved), stride=stride
+            )
+            shortened = replace(shortened, items=items)
         if plan.model.api is ModelApi.COMPLETIONS:
             return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(

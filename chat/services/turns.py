@@ -120,6 +120,7 @@ async def turn_prepare(
         context,
         limit=channel.fetch_limit,
         budget=context_budget(persona.context_window, persona.max_output_tokens),
+        counter=runtime.token_counter,
     )
     toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id)
     return PreparedTurn(
