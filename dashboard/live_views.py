@@ -240,6 +240,7 @@ def _turn_context(turn: Turn) -> dict[str, Any]:
         "request_json": json.dumps(turn.request, indent=2, ensure_ascii=False),
         "attempts": turn.attempts,
         "timings": selectors.turn_timings(turn),
+        "participant_reads": selectors.turn_participant_reads(turn),
         "entries": selectors.window_entries(turn),
         "left_out": (turn.window or {}).get("left_out", []),
         "items": turn.context_items,

@@ -18,6 +18,7 @@ Leaving the context closes every websocket (1001), stops the server and leaves n
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -74,6 +75,8 @@ class SandboxServer:
         "transcript"}`` (`chat.llm.video_transcripts`); others answer 404."""
         self.video_lookups: list[str] = []
         """The video ids asked of the transcript service, in order."""
+        self.attachment_delay = 0.0
+        """Seconds each attachment download waits before it is answered (a slow CDN)."""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -281,6 +284,8 @@ class SandboxServer:
         return web.json_response(video)
 
     async def _serve_attachment(self, request: web.Request) -> web.Response:
+        if self.attachment_delay:
+            await asyncio.sleep(self.attachment_delay)  # a slow CDN
         attachment = self.sandbox.attachment_download(
             snowflake_param(request, "attachment_id"),
             ex=request.query.get("ex", ""),

@@ -110,6 +110,8 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
     turn.lorebook = context.lore.as_record()
     turn.history_ms = prepared.history_ms
     turn.participant_ms = prepared.participant_ms
+    for field_name, ms in prepared.participant_timings.items():
+        setattr(turn, field_name, ms)
     turn.build_ms = prepared.build_ms
 
 

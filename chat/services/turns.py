@@ -16,9 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
-
-from asgiref.sync import sync_to_async
 
 from chat import selectors
 from chat.llm.attempts import request_body
@@ -26,19 +23,11 @@ from chat.llm.base import Message
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
-from chat.pipeline.recall import memory_line
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
-from chat.services.turn_input import (
-    turn_attachment_urls_refresh,
-    turn_image_hashes,
-    turn_input_gather,
-    turn_memories_recall,
-    turn_renderer,
-    turn_window_read,
-)
+from chat.services.turn_input import turn_participants_read, turn_renderer, turn_window_read
 from chat.services.turn_lifecycle import (
     turn_aborted,
     turn_context_recorded,
@@ -67,11 +56,12 @@ async def turn_prepare(
     Steps:
         1. Read the history window (reused within a busy stretch) and select the anchored
            window ending at the trigger; store the anchor.
-        2. Fetch reply targets outside the window (at most four at a time) and read privacy,
-           blacklist and short-term memory for the people in it (the channel's personas and
-           blocks come from ``request.configuration``, read once); recall the long-term
-           memories that bear on the trigger (`turn_memories_recall`); hash the window's
-           images (each read once: `turn_image_hashes`).
+        2. Fetch reply targets outside the window (at most four at a time), then at once
+           read privacy, blacklist and short-term memory for the people in it (shared with
+           the turns answering the same message; the channel's personas and blocks come from
+           ``request.configuration``, read once) and recall the long-term memories that bear
+           on the trigger, while the window's images are hashed (each read once):
+           `turn_input.turn_participants_read`, each read timed.
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
@@ -95,18 +85,10 @@ async def turn_prepare(
     history_ms = ms_since(started)
 
     started = time.perf_counter()
-    turn_input = await turn_input_gather(runtime, request, history, now=now)
-    if not dry_run:
-        turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
-    turn_input = await turn_image_hashes(runtime, turn_input)
-    recalled, shown = await sync_to_async(turn_memories_recall)(
-        runtime, request, turn_input, anchor_id=window.anchor_id
+    participants = await turn_participants_read(
+        runtime, request, history, now=now, dry_run=dry_run, anchor_id=window.anchor_id
     )
-    turn_input = replace(
-        turn_input,
-        memories=tuple(memory_line(m.record) for m in recalled),
-        memories_shown=shown,
-    )
+    turn_input = participants.turn_input
     participant_ms = ms_since(started)
 
     started = time.perf_counter()
@@ -136,7 +118,8 @@ async def turn_prepare(
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
-        recalled=recalled,
+        recalled=participants.recalled,
+        participant_timings=participants.timings,
     )
 
 
