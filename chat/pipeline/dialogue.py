@@ -62,9 +62,10 @@ class RenderInputs(NamedTuple):
     counter: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class RenderedEntry:
-    """One simplified entry as a turn rendered it.
+    """One simplified entry as a turn rendered it (immutable by contract, not ``frozen``: see
+    `simplify.EntryPart`).
 
     ``label`` is the author label with macros resolved; ``first_day`` and ``last_day`` are the
     local calendar days of its first and last message; ``spacer`` is the date spacer rendered
@@ -208,11 +209,20 @@ def render_dialogue(
             or (hint_changed and entry.documents)
         ):
             cached = None
-            first, last = entry.parts[0].created_at, entry.parts[-1].created_at
-            day = _same_object_if_equal(first.astimezone(timezone).date(), previous_day)
+            parts = entry.parts
+            first, last = parts[0].created_at, parts[-1].created_at
+            day = first.astimezone(timezone).date()
+            if day == previous_day:
+                day = previous_day  # a kept dialogue holds one date object per day
             last_day = day if last is first else last.astimezone(timezone).date()
-            last_day = _same_object_if_equal(last_day, day)
-            role = dialogue_role(entry, persona.name, impersonated_user_id)
+            if last_day == day:
+                last_day = day
+            role = (
+                Role.ASSISTANT
+                if entry.kind is EntryKind.MESSAGE
+                and (entry.persona_name == persona.name or entry.author_id == impersonated_user_id)
+                else Role.USER
+            )  # `dialogue_role`, inline: it runs for every entry of a cold build
             item = _entry_item(
                 entry,
                 entry_media,
@@ -266,11 +276,6 @@ def _reusable_run(
             break
         position += 1
     return position - start
-
-
-def _same_object_if_equal(day: date, other: date | None) -> date:
-    """``other`` when it is the same day: a kept dialogue holds one date object per day."""
-    return other if day == other and other is not None else day
 
 
 def date_label(day: date) -> str:

@@ -51,6 +51,9 @@ def render_markup(text: str, names: NameDirectory, hidden_user_ids: AbstractSet[
         too.
     """
 
+    if _DISCORD_MARKUP.search(text) is None:  # most text: nothing to render, no callback made
+        return text
+
     def replace(match: re.Match[str]) -> str:
         kind = match.lastgroup
         value = match[kind]

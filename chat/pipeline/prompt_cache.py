@@ -29,8 +29,8 @@ def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | No
     """
     first_varying = len(items)
     for index, item in enumerate(items):
-        tag = item.tag
-        if tag in TURN_VARYING_TAGS or (tag in _AT_DEPTH_WHEN_SET and item.depth is not None):
+        varies = _VARIES.get(item.tag)
+        if varies is not None and (varies or item.depth is not None):
             first_varying = index
             break
     newest_entry = first_varying
@@ -42,5 +42,9 @@ def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | No
     return end if varying_from is None else min(end, varying_from)
 
 
-_AT_DEPTH_WHEN_SET = PLACED_WHEN_DEPTH_SET | {ItemTag.CONTEXT_NOTE_INJECTION}
-"""`truncation.is_placed_at_depth`, inline: a note always, these when their depth is set."""
+_VARIES = {
+    **dict.fromkeys(PLACED_WHEN_DEPTH_SET, False),
+    **dict.fromkeys(TURN_VARYING_TAGS, True),
+}
+"""Tag → True: the item changes every turn (`TURN_VARYING_TAGS`; a note); False: it does
+when placed at a depth (`truncation.is_placed_at_depth`, inline); absent: it does not."""

@@ -54,9 +54,12 @@ class EntryKind(StrEnum):
     """A run of messages from a user the persona has blocked; rendered as one notice."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class EntryPart:
-    """One Discord message's share of an entry.
+    """One Discord message's share of an entry. Immutable by contract, not ``frozen``: a
+    build makes one per message of the window, and a frozen dataclass costs three times as
+    much to construct (`SimplifiedEntry` and `dialogue.RenderedEntry` likewise; nothing
+    assigns to any of them once made).
 
     ``head`` is the reference annotation (``[ref_3]`` or ``[ref_3, replying to ref_1 Bob: "…"]``),
     ``body`` the author's own words with markup rendered (the prose the completion projection
@@ -71,9 +74,9 @@ class EntryPart:
     tail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class SimplifiedEntry:
-    """One item of simplified history.
+    """One item of simplified history (immutable by contract, see `EntryPart`).
 
     ``author_id`` is the Discord author (for a BLOCKED entry: the blocked account), and
     ``author_name`` the name the channel sees (a proxy member's, a persona's, else the display
@@ -99,8 +102,8 @@ class SimplifiedEntry:
     def message_ids(self) -> tuple[int, ...]:
         """Its messages' ids, in order (computed once: a kept entry is read every turn)."""
         if self._message_ids is None:
-            object.__setattr__(self, "_message_ids", tuple(p.message_id for p in self.parts))
-        return self._message_ids  # type: ignore[return-value]
+            self._message_ids = tuple(part.message_id for part in self.parts)
+        return self._message_ids
 
     @property
     def created_at(self) -> datetime:
@@ -110,10 +113,8 @@ class SimplifiedEntry:
     def prose(self) -> str:
         """The entry's words without annotations, one line per part (computed once)."""
         if self._prose is None:
-            object.__setattr__(
-                self, "_prose", "\n".join(part.body for part in self.parts if part.body)
-            )
-        return self._prose  # type: ignore[return-value]
+            self._prose = "\n".join(part.body for part in self.parts if part.body)
+        return self._prose
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,7 +518,10 @@ def _is_pure_text(message: HistoryMessage) -> bool:
         or message.stickers
         or message.snapshots
         or message.reference
-        or any(card.kind.is_shown for card in (*message.embeds, *message.containers))
+        or (
+            (message.embeds or message.containers)
+            and any(card.kind.is_shown for card in (*message.embeds, *message.containers))
+        )
     )
 
 
