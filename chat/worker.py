@@ -150,6 +150,7 @@ def build_client(
             runner=runner or AttemptRunner(client=llm),
             capabilities=capabilities or turn_capabilities_from_settings(vision_client=llm),
         )
+        await sync_to_async(_configurations_warm)(runtime, config.shards)
         if client.closing:
             return  # closed while starting (the lease was lost): no loops for a closed client
         client.scheduler = Scheduler(
@@ -244,6 +245,17 @@ async def _settle_left_behind(
             continue
         if settled != Reconciled():
             logger.info("turns left by the previous holder, settled: %s", settled)
+
+
+def _configurations_warm(runtime: TurnRuntime, shards: ShardSet) -> None:
+    """Before the gateway delivers anything: read the configuration of every channel
+    configured on this worker's shards into the runtime's `ChannelConfigurations`, on the
+    database thread the channel loops use (opening its connection). The first pass of each
+    channel then checks a version stamp instead of reading its whole configuration, so the
+    worker's first second of traffic costs what any other second does."""
+    now = timezone.now()
+    for channel_id, guild_id in selectors.configured_channels(shards=shards):
+        runtime.configurations(channel_id=channel_id, guild_id=guild_id, now=now)
 
 
 async def _sync_commands(tree: PersonaCommandTree) -> int:
