@@ -606,22 +606,27 @@ def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) ->
             prefill=prefill,
             context_note=persona_note,
         )
-    rendered = {
-        "channel_note": render_note(turn.channel_note),
-        "global_note": render_note(turn.global_note),
-        "memories": tuple(render(memory) for memory in turn.memories),
-        "memories_shown": {
-            message_id: tuple(tuple(render(line) for line in lines) for lines in sets)
-            for message_id, sets in turn.memories_shown.items()
-        },
-        "short_term_memory_text": None
-        if turn.short_term_memory_text is None
-        else render(turn.short_term_memory_text),
-        "reunion_note": None if turn.reunion_note is None else render(turn.reunion_note),
+    channel_note, global_note = render_note(turn.channel_note), render_note(turn.global_note)
+    memories = tuple(render(memory) for memory in turn.memories)
+    memories_shown = {
+        message_id: tuple(tuple(render(line) for line in lines) for lines in sets)
+        for message_id, sets in turn.memories_shown.items()
     }
-    # Most configured text holds no markup: the turn is then kept as it is (copying a
-    # `TurnInput` costs more than rendering all of it).
-    return replace(turn, persona=persona, **rendered) if changed else turn
+    stm = turn.short_term_memory_text
+    short_term_memory_text = None if stm is None else render(stm)
+    reunion_note = None if turn.reunion_note is None else render(turn.reunion_note)
+    if not changed:  # most configured text holds no markup: the turn is kept as it is
+        return turn
+    return replace(
+        turn,
+        persona=persona,
+        channel_note=channel_note,
+        global_note=global_note,
+        memories=memories,
+        memories_shown=memories_shown,
+        short_term_memory_text=short_term_memory_text,
+        reunion_note=reunion_note,
+    )
 
 
 def _reunion_note(turn: TurnInput, trigger: SimplifiedEntry | None, timezone: tzinfo) -> str | None:

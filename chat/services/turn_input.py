@@ -136,6 +136,8 @@ async def turn_window_read(
     after_trigger = sum(1 for m in messages if m.id > trigger.id)
     reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
     reset_marker_id = reset.marker_id if reset is not None else None
+    anchor_id: int | None
+    anchor_limit: int | None
     if pinned_anchor_id is not None:
         anchor_id, anchor_limit, force_reanchor = pinned_anchor_id, None, False
         if reset_marker_id is not None and reset_marker_id > trigger.id:
