@@ -8,6 +8,7 @@ the clock, the database or Discord.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
@@ -37,7 +38,7 @@ from chat.pipeline.lorebook import (
     lore_budget,
 )
 from chat.pipeline.macros import MacroContext, expand_macros, names_the_user
-from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
+from chat.pipeline.markup import HIDDEN_USER_NAME, markup_free, render_markup
 from chat.pipeline.memory import SHORT_TERM_MEMORY_HEADER
 from chat.pipeline.notes import active_context_notes, context_note_items, place_notes
 from chat.pipeline.participants import (
@@ -500,14 +501,14 @@ def _configuration_items(
                 ItemTag.LOREBOOK,
                 Role.SYSTEM,
                 hit.entry.content,
-                expand_macros(hit.entry.content, macros).strip(),
+                _expanded(hit.entry.content, macros).strip(),
             )
             for hit in lore.inserted
             if in_configuration(hit) and hit.entry.position is position
         )
 
     before = lore_at(LorePosition.BEFORE_CHAR)
-    system_prompt = expand_macros(persona.system_prompt, macros).strip()
+    system_prompt = _expanded(persona.system_prompt, macros).strip()
     prompt = (
         (item(ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt),)
         if system_prompt
@@ -533,11 +534,18 @@ def _configuration_items(
             ItemTag.SAMPLE_DIALOGUE,
             sample.role,
             sample.content,
-            expand_macros(sample.content, macros),
+            _expanded(sample.content, macros),
         )
         for sample in persona.sample_dialogue
     )
     return _Configuration(before, prompt, after, short_term_memory, samples, tuple(naming))
+
+
+@functools.lru_cache(maxsize=512)
+def _expanded(template: str, macros: MacroContext) -> str:
+    """`expand_macros` of a configured template (the system prompt, a sample, a lorebook
+    entry), remembered: the channel's next turn expands the same ones, for the same people."""
+    return expand_macros(template, macros)
 
 
 def _first_of(items: Sequence[ContextItem], wanted: Sequence[ContextItem]) -> int | None:
@@ -577,6 +585,8 @@ def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) ->
 
     def render(text: str) -> str:
         nonlocal changed
+        if markup_free(text):
+            return text
         rendered = render_markup(text, turn.names, hidden)
         if rendered != text:
             changed = True
