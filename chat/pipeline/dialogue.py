@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, tzinfo
 from functools import partial
 from typing import NamedTuple
@@ -98,6 +98,11 @@ class RenderedDialogue:
     inputs: RenderInputs
     document_hint: str
     spacer_pointer: str = ""
+    images_at: tuple[int, ...] = field(default=(), compare=False)
+    """Positions of the entries with images, documents, and author names holding macros or
+    markup: all that can keep an unchanged entry from standing as it was (`render_dialogue`)."""
+    documents_at: tuple[int, ...] = field(default=(), compare=False)
+    labels_at: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
@@ -127,6 +132,7 @@ def render_dialogue(
     fetch_limit: int,
     previous: RenderedDialogue | None = None,
     counter: TokenCounter | None = None,
+    kept_entries: int | None = None,
 ) -> RenderedDialogue:
     """Render the simplified history as dialogue items (notes are placed later, `place_notes`).
 
@@ -157,6 +163,10 @@ def render_dialogue(
         counter: Counts each item it renders (`ContextItem.tokens`); the items it keeps
             keep theirs (the previous result is reused only under the same tokenizer). None:
             items are left uncounted.
+        kept_entries: How many leading entries of ``history`` are ``previous``'s own entry
+            objects (`simplify.SimplifiedHistory.kept_entries`): the prefix that stands is
+            then found by checking only its entries with images, documents or macro labels.
+            None: found by comparing every entry.
     """
     media = plan_media(history, media_window=min(media_window, fetch_limit))
     document_hint = expand_macros(DOCUMENT_HINT_TEMPLATE, macros)
@@ -177,6 +187,13 @@ def render_dialogue(
     rendered: list[RenderedEntry] = []
     previous_day: date | None = None
     position = 0
+    if previous is not None and reusable and kept_entries and not pointer_changed:
+        position = _standing_prefix(
+            previous, history, media, macros, kept=kept_entries, hint_changed=hint_changed
+        )
+        rendered = list(reusable[:position])
+        previous_day = rendered[-1].last_day if rendered else None
+    standing = position  # these are the previous entries as they were, at the same positions
     while position < len(history):
         # The entries standing as they were, taken whole (a warm turn's window is the previous
         # one plus what is new: all of them but a few), when the entry before them ends on
@@ -245,7 +262,68 @@ def render_dialogue(
         rendered.append(cached)
         previous_day = last_day
         position += 1
-    return RenderedDialogue(tuple(rendered), inputs, document_hint, spacer_pointer)
+    images_at: list[int] = []
+    documents_at: list[int] = []
+    labels_at: list[int] = []
+    if previous is not None and standing:
+        images_at = [at for at in previous.images_at if at < standing]
+        documents_at = [at for at in previous.documents_at if at < standing]
+        labels_at = [at for at in previous.labels_at if at < standing]
+    for at in range(standing, len(rendered)):
+        entry = rendered[at].entry
+        if entry.images:
+            images_at.append(at)
+        if entry.documents:
+            documents_at.append(at)
+        if _may_expand(entry.author_name):
+            labels_at.append(at)
+    return RenderedDialogue(
+        tuple(rendered),
+        inputs,
+        document_hint,
+        spacer_pointer,
+        tuple(images_at),
+        tuple(documents_at),
+        tuple(labels_at),
+    )
+
+
+def _may_expand(text: str) -> bool:
+    """Whether `expand_macros` could change ``text`` (its fast path's test)."""
+    return "{" in text or "<" in text
+
+
+def _standing_prefix(
+    previous: RenderedDialogue,
+    history: Sequence[SimplifiedEntry],
+    media: Sequence[EntryMedia],
+    macros: MacroContext,
+    *,
+    kept: int,
+    hint_changed: bool,
+) -> int:
+    """How many leading entries of ``previous`` stand as they were, of the ``kept`` that are
+    the same entry objects: up to the first whose media plan changed, that holds a document
+    when the hint changed, or whose label expands differently. Only those entries are looked
+    at (`RenderedDialogue.images_at` and the others): the rest cannot differ. Their date
+    spacers stand too: each depends only on the entries before it."""
+    entries = previous.entries
+    standing = min(kept, len(entries), len(history))
+    for at in previous.images_at:
+        if at >= standing:
+            break
+        if entries[at].media is not media[at] and entries[at].media != media[at]:
+            standing = at
+            break
+    if hint_changed and previous.documents_at and previous.documents_at[0] < standing:
+        standing = previous.documents_at[0]
+    for at in previous.labels_at:
+        if at >= standing:
+            break
+        if entries[at].label != expand_macros(history[at].author_name, macros):
+            standing = at
+            break
+    return standing
 
 
 def _reusable_run(
