@@ -309,30 +309,42 @@ class _MessageRenderer:
         cards = message.embeds or message.containers
         if cards and _is_notice_only(message):
             return self._notice_entry(message)
-        target = self._visible_target(message)
-        head = self._head(message, target)
-        images, documents, files = self._media(message, target)
         mentions = message.mention_ids
+        if message.reference is None and not (
+            cards or message.attachments or message.stickers or message.snapshots
+        ):
+            # Most messages are words alone: no target, media or annotations to look for.
+            head, tail = f"[{self.id_map.register_message(message.id)}]", ""
+            images: tuple[MediaDescriptor, ...] = ()
+            documents: tuple[MediaDescriptor, ...] = ()
+            if message.reactions:
+                tail = self._tail(message, ())
+            pure_text = True
+        else:
+            target = self._visible_target(message)
+            head = self._head(message, target)
+            images, documents, files = self._media(message, target)
+            tail = self._tail(message, files)
+            pure_text = _is_pure_text(message)
+        content = message.content
         part = EntryPart(
-            message_id=message.id,
-            created_at=message.created_at,
-            head=head,
-            body=self._body(message.content, message.containers),
-            tail=self._tail(message, files),
+            message.id,
+            message.created_at,
+            head,
+            self._body(content, message.containers) if content or cards else "",
+            tail,
         )
         return SimplifiedEntry(
-            kind=EntryKind.MESSAGE,
-            author_id=message.author.id,
-            author_name=_shown_name(message.shown_name),
-            parts=(part,),
-            persona_name=message.author.persona_name,
-            images=images,
-            documents=documents,
-            mention_ids=tuple(uid for uid in mentions if uid not in self._hidden)
-            if mentions
-            else (),
-            proxy_host_id=message.proxy.host_user_id if message.proxy else None,
-            pure_text=_is_pure_text(message),
+            EntryKind.MESSAGE,
+            message.author.id,
+            _shown_name(message.shown_name),
+            (part,),
+            message.author.persona_name,
+            images,
+            documents,
+            tuple(uid for uid in mentions if uid not in self._hidden) if mentions else (),
+            message.proxy.host_user_id if message.proxy else None,
+            pure_text,
         )
 
     def _notice_entry(self, message: HistoryMessage) -> SimplifiedEntry:
