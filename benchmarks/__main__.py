@@ -14,6 +14,7 @@ import sys
 MODULES = (
     "benchmarks.pipeline_build",
     "benchmarks.model_calls",
+    "benchmarks.participants",
     "benchmarks.ingest",
     "benchmarks.gateway_ingest",
     "benchmarks.capacity",

@@ -238,6 +238,18 @@ class Turn(models.Model):
     )
     history_ms = models.FloatField(null=True, blank=True)
     participant_ms = models.FloatField(null=True, blank=True)
+    hydration_ms = models.FloatField(
+        null=True, blank=True, help_text="Of participant_ms: privacy, blocks, notice bodies"
+    )
+    url_refresh_ms = models.FloatField(
+        null=True, blank=True, help_text="Of participant_ms: expiring attachment URLs signed anew"
+    )
+    image_hash_ms = models.FloatField(
+        null=True, blank=True, help_text="Of participant_ms: the window's images read and hashed"
+    )
+    recall_ms = models.FloatField(
+        null=True, blank=True, help_text="Of participant_ms: long-term memory recall"
+    )
     build_ms = models.FloatField(null=True, blank=True)
     llm_ms = models.FloatField(null=True, blank=True)
     deliver_ms = models.FloatField(null=True, blank=True)
@@ -386,6 +398,12 @@ class PlannerStep(models.Model):
     action = models.JSONField(default=dict, blank=True)
     success = models.BooleanField(default=False)
     result = models.TextField(blank=True)
+    ignored = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Keys of the decision the action does not use (name → value), left out "
+        "rather than failing the step",
+    )
     turn = models.ForeignKey(
         Turn, on_delete=models.SET_NULL, null=True, blank=True, related_name="planner_steps"
     )
@@ -405,11 +423,19 @@ class ChannelWindowAnchor(models.Model):
 
     Only the id is stored; the worker keeps the window itself in memory. ``limit`` is the fetch
     limit the anchor was chosen for: a changed limit forces a new anchor.
+
+    The row is what inspection reads (the preview, replay, ``/prompt``, a memory refresh):
+    ``reanchor_due`` says the worker serving the channel dropped its windows since the anchor
+    was stored (its gateway connected, reconnected or disconnected), so its next turn chooses
+    a new anchor (DESIGN §5); ``guild_id`` (None: a DM) tells which worker's shards the channel
+    is on, so each worker marks only its own channels.
     """
 
     channel_id = models.PositiveBigIntegerField(unique=True)
+    guild_id = models.PositiveBigIntegerField(null=True, blank=True)
     anchor_message_id = models.PositiveBigIntegerField()
     limit = models.PositiveSmallIntegerField()
+    reanchor_due = models.BooleanField(default=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -8,12 +8,15 @@ one way. The dashboard reaches Discord and the sandbox only through this module'
 - `llm_client_from_settings`, `vision_client_from_settings`, `vision_model_from_settings`: the
   model endpoints (``LLM_*``), read when called, never at import; `video_transcripts_from_settings`:
   the transcript service (``YOUTUBE_TRANSCRIPT_URL``).
+- `turn_capabilities_from_settings`: what the settings give every turn (the tokenizer, the
+  vision model, the transcript service, the embedding model), one way for the worker, Celery
+  and the dashboard's dry runs, so a preview offers what the real turn offers.
 - `gateway_runtime`: the worker's runtime over its gateway port.
 - `discord_rest_port`: a logged-in, never-connected Discord client behind `RestDiscordPort`,
   taught what the worker knows (its webhooks, the main personas).
 - `memory_runtime`: a REST-only runtime that asks the model (Celery's memory refresh and
   extraction).
-- `dry_run_runtime`: a runtime with no model client at all; it prepares turns and renders their
+- `dry_run_runtime`: a runtime that asks no model; it prepares turns and renders their
   requests (`chat.services.turns.turn_prepare` with ``dry_run``).
 - `sandbox_control`: the local sandbox's control API behind `SandboxControl`.
 - `discord_deployment`: what the deployment check reads of Discord (`DiscordDeployment`).
@@ -25,7 +28,8 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NoReturn
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -35,12 +39,13 @@ from chat import selectors
 from chat.gateway.deployment import deployment_reader
 from chat.gateway.rest import rest_port
 from chat.llm.attempts import AttemptRunner
-from chat.llm.base import LLMClient, ModelSpec
+from chat.llm.base import LLMClient, ModelRequest, ModelSpec
+from chat.llm.embeddings import EmbeddingModel
 from chat.llm.moderation import ModerationClient, ModerationOnError, OpenAIModerationClient
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VideoTranscripts, VisionModel
 from chat.llm.video_transcripts import VideoTranscriptService
-from chat.pipeline.tokens import default_token_counter
+from chat.pipeline.tokens import TokenCounter, default_token_counter
 from chat.pipeline.types import HistoryMessage
 from chat.ports import (
     UNFENCED,
@@ -53,6 +58,7 @@ from chat.ports import (
 )
 from chat.sandbox.control import ControlClient, ControlError
 from chat.services.configuration_cache import ChannelConfigurations
+from chat.services.memory_store import default_embedding_model
 from chat.services.turn_request import TurnCaches, TurnRuntime
 from chat.windows import WindowRegistry
 
@@ -114,34 +120,87 @@ def moderation_from_settings() -> OpenAIModerationClient | None:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnCapabilities:
+    """What the settings give every turn of a process, whichever process it is: the
+    tokenizer, the model behind ``analyze_image`` and ``process_gif`` (None: not offered), the
+    transcript service behind ``process_youtube_video`` (None: not offered), the embedding
+    model long-term memory recall uses and the moderation service reply pieces are checked
+    against (None: nothing is checked). Each is a `TurnRuntime` field of the same name; close
+    them when done (`aclose`)."""
+
+    token_counter: TokenCounter
+    vision: VisionModel | None = None
+    videos: VideoTranscripts | None = None
+    embeddings: EmbeddingModel | None = None
+    moderation: ModerationClient | None = None
+
+    def runtime_fields(self) -> dict[str, Any]:
+        """The capabilities as `TurnRuntime` keyword arguments."""
+        return {
+            "token_counter": self.token_counter,
+            "vision": self.vision,
+            "videos": self.videos,
+            "embeddings": self.embeddings,
+            "moderation": self.moderation,
+        }
+
+    async def aclose(self) -> None:
+        """Close the connections the capabilities opened (the moderation service's)."""
+        if self.moderation is not None:
+            await self.moderation.aclose()
+
+
+def turn_capabilities_from_settings(*, vision_client: LLMClient) -> TurnCapabilities:
+    """The capabilities the settings configure (``LLM_VISION_MODEL``,
+    ``YOUTUBE_TRANSCRIPT_URL``, ``LLM_EMBEDDING_MODEL``, ``MODERATION_BASE_URL``), read when
+    called. The worker, Celery
+    and the dashboard's dry runs all build theirs here, so a preview offers exactly the tools
+    the worker's turn offers. ``vision_client`` is the client the vision model is asked through
+    (`vision_client_from_settings`, else the ``LLM_BASE_URL`` client; a dry run's asks
+    nothing)."""
+    return TurnCapabilities(
+        token_counter=default_token_counter(),
+        vision=vision_model_from_settings(vision_client),
+        videos=video_transcripts_from_settings(),
+        embeddings=default_embedding_model(),
+        moderation=moderation_from_settings(),
+    )
+
+
+class _NoModel:
+    """The client behind a dry run's vision model: a dry run runs no tool, so it is never
+    asked (`TurnRuntime.runner` refuses the same way)."""
+
+    async def complete(self, request: ModelRequest) -> NoReturn:
+        raise RuntimeError("a dry-run runtime asks no model")
+
+    def stream(self, request: ModelRequest) -> NoReturn:
+        raise RuntimeError("a dry-run runtime asks no model")
+
+
 def gateway_runtime(
     *,
     port: DiscordPort,
     windows: WindowRegistry,
     runner: AttemptRunner,
-    vision: VisionModel | None,
-    videos: VideoTranscripts | None = None,
+    capabilities: TurnCapabilities,
     fence: LeaseFence = UNFENCED,
-    moderation: ModerationClient | None = None,
 ) -> TurnRuntime:
     """The worker's runtime over its gateway port and window registry: ``runner`` asks the
-    model, ``vision`` backs ``analyze_image`` (None: not offered), ``videos`` backs
-    ``process_youtube_video`` (None: not offered), ``moderation`` checks every reply piece
-    (None: nothing is checked), and as many warm contexts
-    as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before each planner step (the
-    port's acts are fenced by the port itself, `chat.leases.FencedPort`). The channel loops
-    read configurations through a `ChannelConfigurations` kept for the runtime's life."""
+    model, ``capabilities`` are what the settings give (`turn_capabilities_from_settings`),
+    and as many warm contexts as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before
+    each planner step (the port's acts are fenced by the port itself,
+    `chat.leases.FencedPort`). The channel loops read configurations through a
+    `ChannelConfigurations` kept for the runtime's life."""
     return TurnRuntime(
         fence=fence,
         port=port,
         windows=windows,
         llm=runner,
-        token_counter=default_token_counter(),
-        vision=vision,
-        videos=videos,
-        moderation=moderation,
         caches=TurnCaches(warm_contexts=settings.WORKER_WARM_CONTEXTS),
         configurations=ChannelConfigurations(),
+        **capabilities.runtime_fields(),
     )
 
 
@@ -169,21 +228,31 @@ async def discord_rest_port() -> AsyncIterator[RestDiscordPort]:
 async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
     """A runtime for a process with no gateway that asks the model (Celery's memory refresh
     and extraction):
-    a REST-only port with the guild's channel and role names loaded, a fresh window registry,
-    and an unstreamed attempt runner on ``LLM_BASE_URL``. Everything closes on exit.
+    a REST-only port with the guild's channel and role names loaded, a fresh window registry
+    (without a gateway: the channel's stored anchor says where its window starts), an
+    unstreamed attempt runner on ``LLM_BASE_URL`` and the settings' capabilities. Everything
+    closes on exit.
 
     Raises what `discord_rest_port` and `llm_client_from_settings` raise.
     """
     async with discord_rest_port() as port, llm_client_from_settings() as client:
         if guild_id is not None:
             await port.load_directory(guild_id)
-        yield TurnRuntime(
-            port=port,
-            windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
-            llm=AttemptRunner(client=client, stream=False),
-            token_counter=default_token_counter(),
-            moderation=moderation_from_settings(),
-        )
+        vision_client = vision_client_from_settings()
+        capabilities = turn_capabilities_from_settings(vision_client=vision_client or client)
+        try:
+            yield TurnRuntime(
+                port=port,
+                windows=WindowRegistry(
+                    fetch_history=port.fetch_history, cache_view=port.cache_view, gateway=False
+                ),
+                llm=AttemptRunner(client=client, stream=False),
+                **capabilities.runtime_fields(),
+            )
+        finally:
+            await capabilities.aclose()
+            if vision_client is not None:
+                await vision_client.aclose()
 
 
 HistoryRead = Callable[[int, int], Awaitable[list[HistoryMessage]]]
@@ -193,17 +262,19 @@ def dry_run_runtime(
     *, port: RestDiscordPort, now: dt.datetime, fetch_history: HistoryRead | None = None
 ) -> TurnRuntime:
     """A runtime that prepares turns as of ``now`` and never asks a model (it has no client):
-    the prompt preview and replay render their requests with it. ``fetch_history`` reads the
-    channel's newest messages (default: the port's; the preview adds a hypothetical message)."""
+    the prompt preview and replay render their requests with it. Its capabilities come from
+    the settings as the worker's do (`turn_capabilities_from_settings`), so it offers the same
+    tools. Its window registry has no gateway: where the window starts is the channel's
+    stored anchor, read as the worker will use it (`ChannelWindowAnchor.reanchor_due`).
+    ``fetch_history`` reads the channel's newest messages (default: the port's; the preview
+    adds a hypothetical message)."""
     read = fetch_history or port.fetch_history
     return TurnRuntime(
         port=port,
-        windows=WindowRegistry(fetch_history=read, cache_view=port.cache_view),
+        windows=WindowRegistry(fetch_history=read, cache_view=port.cache_view, gateway=False),
         llm=None,
-        token_counter=default_token_counter(),
         clock=lambda: now,
-        videos=video_transcripts_from_settings(),
-        moderation=moderation_from_settings(),
+        **turn_capabilities_from_settings(vision_client=_NoModel()).runtime_fields(),
     )
 
 

@@ -99,7 +99,9 @@ class WindowRead:
     """A window and how it was obtained (``rest_reason`` None: reused without a REST read).
 
     ``force_reanchor`` is set on the first read of a channel after the worker connected or
-    reconnected: a stored anchor predates the connection and is chosen anew (DESIGN §5).
+    reconnected: a stored anchor predates the connection and is chosen anew (DESIGN §5). A
+    registry without a gateway (``gateway=False``) never sets it: the stored anchor's own
+    ``reanchor_due`` says so for it.
     """
 
     messages: tuple[HistoryMessage, ...]
@@ -119,11 +121,16 @@ class WindowRegistry:
         max_channels: int = MAX_CHANNELS,
         dm_reactions_subscribed: bool = False,
         shard_of: Callable[[int], int | None] = lambda channel_id: 0,
+        gateway: bool = True,
     ) -> None:
         """``dm_reactions_subscribed``: the gateway delivers reactions in DMs and they are
         recorded (`record_change`); without them a DM's window is never reused. ``shard_of``
         names the shard a channel's events come through (None: not known), so a disconnected
-        shard disables reuse for its own channels only."""
+        shard disables reuse for its own channels only. ``gateway``: the registry is fed by
+        this process's gateway connection (the worker's), so a channel not read since the
+        connection began is re-anchored (`WindowRead.force_reanchor`); one without (the
+        dashboard's and Celery's dry runs) knows nothing of any connection and leaves that to
+        the stored anchor (`ChannelWindowAnchor.reanchor_due`)."""
         self._fetch_history = fetch_history
         self._dm_reactions_subscribed = dm_reactions_subscribed
         self._cache_view = cache_view
@@ -131,6 +138,7 @@ class WindowRegistry:
         self._connection = 0
         self._anchored_in: dict[int, int] = {}
         self._shard_of = shard_of
+        self._gateway = gateway
         self.disconnected_shards: set[int] = set()
         """Shards whose gateway session is down now (`shard_disconnected`)."""
         self.rest_reads = 0
@@ -178,13 +186,18 @@ class WindowRegistry:
         else:
             messages = decision.messages
             reason = None
-        force_reanchor = read_in != self._connection
+        force_reanchor = self.reanchor_pending(channel_id)
         if not dry_run:
             _keep_older(window, messages, reused=reason is None)
             window.previous = PreviousWindow(messages=messages, limit=limit)
             window.clear_signals()
             self._anchored_in[channel_id] = self._connection
         return WindowRead(messages=messages, rest_reason=reason, force_reanchor=force_reanchor)
+
+    def reanchor_pending(self, channel_id: int) -> bool:
+        """Whether the channel's next read re-anchors it: the gateway connected, reconnected
+        or disconnected since it was last read (never for a registry without a gateway)."""
+        return self._gateway and self._anchored_in.get(channel_id) != self._connection
 
     async def read_up_to(
         self,

@@ -51,16 +51,10 @@ from chat.leases import (
 )
 from chat.llm.attempts import AttemptRunner
 from chat.llm.base import LLMClient
-from chat.llm.moderation import ModerationClient
-from chat.llm.tools import VideoTranscripts, VisionModel
 from chat.loop.control import listen_for_control
 from chat.loop.scheduler import Scheduler
 from chat.ports import UNFENCED, LeaseFence, LeaseLost
-from chat.runtime import (
-    gateway_runtime,
-    moderation_from_settings,
-    video_transcripts_from_settings,
-)
+from chat.runtime import TurnCapabilities, gateway_runtime, turn_capabilities_from_settings
 from chat.selectors.event_queue import last_ingested
 from chat.services.recovery import Reconciled, turns_reconcile_interrupted
 from chat.services.turn_request import TurnRuntime
@@ -123,20 +117,17 @@ def build_client(
     llm: LLMClient,
     runner: AttemptRunner | None = None,
     holder: str | None = None,
-    vision: VisionModel | None = None,
+    capabilities: TurnCapabilities | None = None,
     proxies: ProxyResolver | None = None,
     fence: LeaseFence = UNFENCED,
-    videos: VideoTranscripts | None = None,
-    moderation: ModerationClient | None = None,
 ):
     """A client whose ``setup_hook`` wires the scheduler once the bot user is known, and which
-    records a heartbeat under ``holder`` (default: a fresh name) while it runs; ``vision`` is
-    the model behind ``analyze_image`` (None: the tool is not offered); ``videos`` the
-    transcript service behind ``process_youtube_video`` (default: ``YOUTUBE_TRANSCRIPT_URL``'s,
-    or none); ``moderation`` the service reply pieces are checked against (default:
-    ``MODERATION_BASE_URL``'s, or none); ``proxies`` the proxy
-    system's API (None: proxied members are not recognised); ``fence`` is asked before every
-    send, edit, reaction and planner step (`LeaseKeeper` under a lease)."""
+    records a heartbeat under ``holder`` (default: a fresh name) while it runs;
+    ``capabilities`` are what its turns are given (the vision model, the transcript service,
+    the moderation service, …; default: the settings', the vision model asked through ``llm``,
+    `turn_capabilities_from_settings`); ``proxies`` the proxy system's API (None: proxied
+    members are not recognised); ``fence`` is asked before every send, edit, reaction and
+    planner step (`LeaseKeeper` under a lease)."""
     holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
     configure_discord_endpoints(api_base=config.api_base, gateway_url=config.gateway_url)
     runtimes: list[TurnRuntime] = []
@@ -160,10 +151,9 @@ def build_client(
             fence=fence,
             windows=client.windows,
             runner=runner or AttemptRunner(client=llm),
-            vision=vision,
-            videos=videos if videos is not None else video_transcripts_from_settings(),
-            moderation=moderation if moderation is not None else moderation_from_settings(),
+            capabilities=capabilities or turn_capabilities_from_settings(vision_client=llm),
         )
+        await sync_to_async(_configurations_warm)(runtime, config.shards)
         if client.closing:
             return  # closed while starting (the lease was lost): no loops for a closed client
         client.scheduler = Scheduler(
@@ -260,6 +250,17 @@ async def _settle_left_behind(
             logger.info("turns left by the previous holder, settled: %s", settled)
 
 
+def _configurations_warm(runtime: TurnRuntime, shards: ShardSet) -> None:
+    """Before the gateway delivers anything: read the configuration of every channel
+    configured on this worker's shards into the runtime's `ChannelConfigurations`, on the
+    database thread the channel loops use (opening its connection). The first pass of each
+    channel then checks a version stamp instead of reading its whole configuration, so the
+    worker's first second of traffic costs what any other second does."""
+    now = timezone.now()
+    for channel_id, guild_id in selectors.configured_channels(shards=shards):
+        runtime.configurations(channel_id=channel_id, guild_id=guild_id, now=now)
+
+
 async def _sync_commands(tree: PersonaCommandTree) -> int:
     """Register the slash commands for every configured guild not synced yet (or globally,
     with ``DISCORD_GLOBAL_COMMANDS``); how many scopes were synced now."""
@@ -280,9 +281,8 @@ async def run_worker(
     *,
     llm: LLMClient,
     stop: asyncio.Event,
-    vision: VisionModel | None = None,
+    capabilities: TurnCapabilities | None = None,
     proxies: ProxyResolver | None = None,
-    moderation: ModerationClient | None = None,
     neighbour: bool = False,
     health: WorkerHealth | None = None,
 ) -> None:
@@ -305,10 +305,9 @@ async def run_worker(
                 llm=llm,
                 stop=stop,
                 keeper=keeper,
-                vision=vision,
+                capabilities=capabilities,
                 proxies=proxies,
                 health=health or WorkerHealth(),
-                moderation=moderation,
             )
             if not await running:
                 return
@@ -325,10 +324,9 @@ async def _run_client(
     llm: LLMClient,
     stop: asyncio.Event,
     keeper: LeaseKeeper,
-    vision: VisionModel | None = None,
+    capabilities: TurnCapabilities | None = None,
     proxies: ProxyResolver | None = None,
     health: WorkerHealth,
-    moderation: ModerationClient | None = None,
 ) -> bool:
     """Run one gateway client while the lease holds; True when the lease was lost. Raises
     `chat.gateway.stops.GatewayStop` when Discord refuses the bot for good (a bad token,
@@ -337,10 +335,9 @@ async def _run_client(
         config,
         llm=llm,
         holder=keeper.holder,
-        vision=vision,
+        capabilities=capabilities,
         proxies=proxies,
         fence=keeper,
-        moderation=moderation,
     )
     async with client, health.serving(client, shards=config.shards):
         runner = asyncio.create_task(client.start(config.token), name="discord-client")

@@ -264,6 +264,7 @@ def _turn_context(turn: Turn) -> dict[str, Any]:
         "moderation_checks": selectors.moderation_checks(turn),
         "has_withheld": selectors.withheld_texts(turn) is not None,
         "timings": selectors.turn_timings(turn),
+        "participant_reads": selectors.turn_participant_reads(turn),
         "entries": selectors.window_entries(turn),
         "left_out": (turn.window or {}).get("left_out", []),
         "items": turn.context_items,

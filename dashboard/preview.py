@@ -3,7 +3,10 @@
 `preview_prepare` runs `chat.services.turns.turn_prepare` with ``dry_run=True`` on a dry-run
 runtime over a REST-only Discord port (`chat.runtime`: a logged-in, never-connected client, and
 no model client at all), so it reads the channel the way the worker does and renders the same
-body, and changes nothing: no anchor, no row, no event, no model call.
+body, and changes nothing: no anchor, no row, no event, no model call. The window starts at the
+channel's stored anchor, read as the worker's next turn will read it (re-anchored only when the
+row says the worker dropped its windows since), and the runtime's capabilities (the vision
+model, the transcript service, …) come from the same settings as the worker's.
 
 With a hypothetical message (``as_user_id`` and ``text``), that message is the trigger: it is
 added to the channel's history as its newest message, exactly where the real message would be
@@ -104,7 +107,7 @@ class PreviewResult:
                 "removed_message_ids": [str(i) for i in context.truncation.removed_message_ids],
                 "warning": context.truncation.warning,
             },
-            "window": window_report(self.prepared),
+            "window": {**self.prepared.window, **window_report(self.prepared)},
             "recalled": recalled_record(
                 self.prepared.recalled, after=self.prepared.context.memories_after
             ),
@@ -123,18 +126,24 @@ class PreviewResult:
         return {"name": preset.name, "order": [prompt.identifier for prompt in preset.prompts]}
 
     def tokens(self) -> dict[str, Any]:
-        """Tokens per section (item tag), the total, and the persona's budget."""
+        """Tokens per section (item tag), the total, and the persona's budget; for a
+        text-completion model also ``prompt_text``, the prompt's whole text as sent (what it
+        was fitted to the budget by: `instruct.fit_instruct_prompt`)."""
         context = self.prepared.context
         by_tag: dict[str, int] = {str(tag): 0 for tag in ItemTag}
         for item in context.items:
             by_tag[str(item.tag)] += item.tokens
         persona = self.prepared.turn_input.persona
-        return {
+        tokens = {
             "total": context.total_tokens,
             "budget": context_budget(persona.model.context_window, persona.model.max_output_tokens),
             "by_tag": {tag: n for tag, n in by_tag.items() if n},
             "counter": context.token_counter,
         }
+        if isinstance(self.prepared.body.get("prompt"), str):
+            counter = self.prepared.turn_input.token_counter
+            tokens["prompt_text"] = counter.count(self.prepared.body["prompt"])
+        return tokens
 
 
 async def preview_prepare(
@@ -145,6 +154,7 @@ async def preview_prepare(
     text: str | None = None,
     trigger_message_id: int | None = None,
     window_message_ids: frozenset[int] | None = None,
+    pinned_anchor_id: int | None = None,
     now: dt.datetime,
     then: Callable[[PreparedTurn], Awaitable[T]] | None = None,
 ) -> PreviewResult:
@@ -159,10 +169,12 @@ async def preview_prepare(
         4. `turn_prepare(dry_run=True)` on a dry-run runtime (`preview_runtime`) whose history
            read includes the hypothetical message.
 
-    A replay passes ``trigger_message_id`` (the recorded turn's trigger) and
-    ``window_message_ids`` (the window it read): the history is that window again, read from
-    Discord. ``then`` is awaited with the prepared turn while the port is still open (a replay
-    asks the model there); its result is `PreviewResult.then_result`.
+    A replay passes ``trigger_message_id`` (the recorded turn's trigger),
+    ``window_message_ids`` (the window it read) and ``pinned_anchor_id`` (where that window
+    started): the history is that window again, read from Discord, from the same anchor
+    whatever the channel's anchor is now. ``then`` is awaited with the prepared turn while
+    the port is still open (a replay asks the model there); its result is
+    `PreviewResult.then_result`.
 
     Raises `PreviewError` (unknown channel or persona, nothing to answer) or
     `DiscordUnavailable` (no token, login refused).
@@ -201,6 +213,7 @@ async def preview_prepare(
             reason_detail={"rule": str(addressed.reason), "detail": addressed.detail}
             if addressed
             else {},
+            pinned_anchor_id=pinned_anchor_id,
         )
         prepared = await turn_prepare(runtime=runtime, request=request, dry_run=True)
         then_result = await then(prepared) if then is not None else None
@@ -294,10 +307,11 @@ def preview_runtime(
     hypothetical: HistoryMessage | None = None,
     window_message_ids: frozenset[int] | None = None,
 ) -> TurnRuntime:
-    """A dry-run `TurnRuntime` (`chat.runtime.dry_run_runtime`: no model client) over ``port``
-    at the fixed instant ``now``, with a fresh window registry whose history read is the
-    channel's with ``hypothetical`` as its newest message, or (``window_message_ids``) a
-    recorded window read again."""
+    """A dry-run `TurnRuntime` (`chat.runtime.dry_run_runtime`: no model client, the
+    settings' capabilities) over ``port`` at the fixed instant ``now``, with a window registry
+    of its own (no gateway: the stored anchor says where the window starts) whose history read
+    is the channel's with ``hypothetical`` as its newest message, or (``window_message_ids``)
+    a recorded window read again."""
 
     async def fetch_history(channel: int, limit: int) -> list[HistoryMessage]:
         messages = await port.fetch_history(channel, limit)
@@ -376,6 +390,7 @@ async def turn_replay(
         raise PreviewError("this turn has no trigger message to replay")
     recorded = (turn.window or {}).get("message_ids") or []
     window_ids = frozenset(int(i) for i in recorded) or None
+    anchor = (turn.window or {}).get("anchor_message_id") if window_ids else None
     if ask_model and not settings.LLM_BASE_URL:
         raise PreviewError("LLM_BASE_URL is not set: there is no model to ask")
 
@@ -405,6 +420,7 @@ async def turn_replay(
         persona_name=persona_name,
         trigger_message_id=turn.trigger_message_id,
         window_message_ids=window_ids,
+        pinned_anchor_id=int(anchor) if anchor else None,
         now=now,
         then=run,
     )

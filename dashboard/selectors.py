@@ -423,6 +423,24 @@ def turn_timings(turn: Turn) -> list[dict[str, Any]]:
     ]
 
 
+PARTICIPANT_READS = (
+    ("hydration_ms", "people (privacy, blocks, notices)"),
+    ("url_refresh_ms", "attachment URLs signed anew"),
+    ("image_hash_ms", "image hashes"),
+    ("recall_ms", "memory recall"),
+)
+
+
+def turn_participant_reads(turn: Turn) -> list[dict[str, Any]]:
+    """The reads inside the turn's ``participants`` stage, each with its milliseconds (they
+    run at once, so they may add up to more than the stage): where a slow stage's time went."""
+    return [
+        {"read": name.removesuffix("_ms"), "label": label, "ms": round(ms, 1)}
+        for name, label in PARTICIPANT_READS
+        if (ms := getattr(turn, name)) is not None
+    ]
+
+
 # -- why (not)? ---------------------------------------------------------------------------------
 
 

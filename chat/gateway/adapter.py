@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -402,7 +404,10 @@ class DiscordAdapter:
 
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         try:
-            async with httpx.AsyncClient(timeout=10) as http, http.stream("GET", url) as response:
+            async with (
+                httpx.AsyncClient(timeout=10, verify=_tls_context()) as http,
+                http.stream("GET", url) as response,
+            ):
                 response.raise_for_status()
                 data = bytearray()
                 async for chunk in response.aiter_bytes():
@@ -691,3 +696,11 @@ class DiscordAdapter:
             channel_id=channel.id if channel is not None else channel_id,
             channel_name=getattr(channel, "name", "") or "",
         )
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context for every attachment download: httpx builds a new one (loading the CA
+    bundle) for each client otherwise, about 100 ms of CPU, more than the rest of a turn's
+    reads of its window put together."""
+    return httpx.create_ssl_context()

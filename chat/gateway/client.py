@@ -16,6 +16,8 @@ from typing import Any
 import aiohttp
 import discord
 from asgiref.sync import sync_to_async
+from django.db import DatabaseError
+from django.utils import timezone
 
 from chat import metrics
 from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
@@ -26,6 +28,7 @@ from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.services.discord_names import NameRecord, names_record
 from chat.services.event_queue import Consumed, OwnIdentity
+from chat.services.turn_record import window_anchors_reanchor_due
 from chat.shards import ShardSet
 from chat.windows import MAX_CHANNELS, WindowRegistry
 
@@ -134,11 +137,12 @@ class PersonaBotClient(discord.AutoShardedClient):
             shard_of=self._shard_of_channel,
         )
         self.scheduler: Scheduler | None = None
+        self.shard_set = ShardSet.of(shard_ids, shard_count)
         self.intake = Intake(
             stored=self._took_in,
             read_after=self.adapter.fetch_history_after,
             own=self.own_identity,
-            shards=ShardSet.of(shard_ids, shard_count),
+            shards=self.shard_set,
         )
         self._on_start = on_start
         self.limits = limits
@@ -339,10 +343,31 @@ class PersonaBotClient(discord.AutoShardedClient):
     async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
         self.windows.record_change(payload.channel_id, payload.message_id)
 
+    async def on_raw_reaction_clear(self, payload: discord.RawReactionClearEvent) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
+    async def on_raw_reaction_clear_emoji(
+        self, payload: discord.RawReactionClearEmojiEvent
+    ) -> None:
+        self.windows.record_change(payload.channel_id, payload.message_id)
+
     async def on_shard_disconnect(self, shard_id: int) -> None:
         self.shards_ready.discard(shard_id)
         logger.warning("shard %s disconnected; history windows dropped", shard_id)
         self.windows.shard_disconnected(shard_id)
+        await self._windows_dropped()
+
+    async def _windows_dropped(self) -> None:
+        """Every window was just dropped: the stored anchors of this worker's channels are due
+        a new anchor (`window_anchors_reanchor_due`), so inspection (the preview, replay)
+        reads them as this worker's next turns will. A database failure is logged: the
+        worker's own reads re-anchor anyway (`WindowRegistry.reanchor_pending`)."""
+        try:
+            await sync_to_async(window_anchors_reanchor_due)(
+                shards=self.shard_set, before=timezone.now()
+            )
+        except DatabaseError:
+            logger.warning("could not mark the stored window anchors due", exc_info=True)
 
     async def on_shard_connect(self, shard_id: int) -> None:
         """A new gateway session (READY; a resume is not one) forgets the messages cached in
@@ -369,6 +394,7 @@ class PersonaBotClient(discord.AutoShardedClient):
     async def on_shard_resumed(self, shard_id: int) -> None:
         self.shards_ready.add(shard_id)
         self.windows.shard_connected(shard_id)
+        await self._windows_dropped()
         if self.scheduler is not None:
             self.scheduler.wake()
 

@@ -206,6 +206,8 @@ class FakeLLMServer:
         """When each word of a streamed answer was sent (``time.monotonic``), by the index of
         its request in ``chat_bodies`` (the benchmarks time the model's tokens with it)."""
         self.pace = pace
+        self.embedding_delay = 0.0
+        """Seconds each embedding request waits before it is answered (a slow endpoint)."""
         self._guard = guard
         self.guard_findings: list[str] = []
         self._responder = responder
@@ -276,6 +278,8 @@ class FakeLLMServer:
         except json.JSONDecodeError:
             body = None
         self._record(request, body)
+        if self.embedding_delay:
+            await asyncio.sleep(self.embedding_delay)
         texts = body.get("input") if isinstance(body, dict) else None
         if isinstance(texts, str):
             texts = [texts]

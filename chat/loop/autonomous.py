@@ -49,6 +49,7 @@ from chat.pipeline.planner import (
     ActionRecord,
     Continue,
     PlannerAction,
+    PlannerChannel,
     PlannerOutputError,
     PlannerPersona,
     PlannerPromptInput,
@@ -278,6 +279,7 @@ class AutonomousLoop:
         names = self._runtime.port.names(
             configuration.guild_id, planner_named_user_ids(seen, planner_personas)
         )
+        channel_name = _channel_name(configuration, names.channels)
         prompt = build_planner_prompt(
             PlannerPromptInput(
                 seen=seen,
@@ -289,7 +291,7 @@ class AutonomousLoop:
                 blacklisted_user_ids=standing.blacklisted,
                 names=names,
                 timezone=ZoneInfo(channel.timezone),
-                channel_name=_channel_name(configuration, names.channels),
+                channel_name=channel_name,
                 actions=list(state.actions),
                 iteration=iteration,
                 max_iterations=MAX_LOOP_ITERATIONS,
@@ -316,8 +318,14 @@ class AutonomousLoop:
                 llm_ms=completion.llm_ms,
             )
             return None
+        ignored: Mapping[str, object] = {}
+        action: PlannerAction | PlannerOutputError
         try:
-            action: PlannerAction | PlannerOutputError = parse_planner_action(completion.reply_text)
+            decision = parse_planner_action(
+                completion.reply_text,
+                channel=PlannerChannel(channel_id=channel.channel_id, name=channel_name),
+            )
+            action, ignored = decision.action, decision.ignored
         except PlannerOutputError as error:
             action = error
         step.decision = completion.reply_text
@@ -330,6 +338,7 @@ class AutonomousLoop:
             prompt=messages,
             decision=completion.reply_text,
             action=_recorded(action, step),
+            ignored=ignored,
             llm_ms=completion.llm_ms,
         )
         return action

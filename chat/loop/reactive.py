@@ -32,7 +32,7 @@ from chat.selectors import ChannelConfiguration, trigger_persona, turn_already_a
 from chat.selectors.event_queue import unread_pool_messages
 from chat.services import event_queue
 from chat.services.event_queue import OwnIdentity
-from chat.services.turn_request import TurnRequest, TurnRuntime
+from chat.services.turn_request import ParticipantScope, TurnRequest, TurnRuntime
 from chat.services.turns import turn_run
 from personas.models import Persona
 
@@ -110,6 +110,7 @@ class ReactiveLoop:
                     pending_ids=[m.id for m in pending],
                 )
                 delivered_ids: list[int] = []
+                participants = ParticipantScope()  # read once for the co-responders
                 for persona, trigger in plan.answers:
                     answered = await sync_to_async(turn_already_answered)(
                         trigger_id=plan.message.id, persona_id=persona.id
@@ -126,6 +127,7 @@ class ReactiveLoop:
                             reason_detail={"rule": str(trigger.reason), "detail": trigger.detail},
                             is_queued_turn=queued,
                             later_queued_trigger_ids=later,
+                            participants=participants,
                         ),
                     )
                     delivered_ids += [int(i) for i in turn.delivered_message_ids]

@@ -8,6 +8,7 @@ the clock, the database or Discord.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, tzinfo
@@ -21,7 +22,12 @@ from chat.pipeline.depth_items import (
     with_recalled_memories,
 )
 from chat.pipeline.dialogue import RenderedDialogue, date_label, render_dialogue
-from chat.pipeline.directives import QueuedReply, resolve_prefill, tail_directives
+from chat.pipeline.directives import (
+    EMOJI_LOOKBACK,
+    QueuedReply,
+    resolve_prefill,
+    tail_directives,
+)
 from chat.pipeline.items import ContextItem, ItemTag, system_note
 from chat.pipeline.lorebook import (
     NO_ACTIVATION,
@@ -32,7 +38,7 @@ from chat.pipeline.lorebook import (
     lore_budget,
 )
 from chat.pipeline.macros import MacroContext, expand_macros, names_the_user
-from chat.pipeline.markup import HIDDEN_USER_NAME, render_markup
+from chat.pipeline.markup import HIDDEN_USER_NAME, markup_free, render_markup
 from chat.pipeline.memory import SHORT_TERM_MEMORY_HEADER
 from chat.pipeline.notes import active_context_notes, context_note_items, place_notes
 from chat.pipeline.participants import (
@@ -202,6 +208,9 @@ class TurnContext:
         simplified_history: The simplified history, for the next turn to resume from.
         dialogue: The rendered dialogue entries, for the next turn to reuse.
         lore: Which lorebook entries fired, on which key, and which were left out.
+        items_before_truncation: The counted items before budget truncation (``items`` itself
+            when nothing was removed): a text-completion prompt is fitted from these, counted
+            as it is sent (`instruct.fit_instruct_prompt`).
     """
 
     persona_name: str
@@ -219,6 +228,7 @@ class TurnContext:
     lore: LoreActivation = NO_ACTIVATION
     memories_after: int | None = None
     """The message the recalled memories follow (`depth_items.with_recalled_memories`)."""
+    items_before_truncation: tuple[ContextItem, ...] = ()
 
     @property
     def message_ids(self) -> Mapping[str, int]:
@@ -274,7 +284,12 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
     )
     entries = simplified.entries
     participants = prepare_participant_context(
-        entries, personas=turn.personas, member_names=turn.names.users, hidden_user_ids=hidden
+        entries,
+        personas=turn.personas,
+        member_names=turn.names.users,
+        hidden_user_ids=hidden,
+        previous=previous.participants if previous else None,
+        reused_entries=simplified.kept_entries,
     )
     trigger = next(
         (entry for entry in reversed(entries) if turn.trigger_id in entry.message_ids), None
@@ -306,6 +321,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         media_window=turn.media_window,
         fetch_limit=limit,
         previous=previous.dialogue if previous else None,
+        counter=turn.token_counter,
     )
     notes = active_context_notes(
         persona_note=persona.context_note,
@@ -329,7 +345,11 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         *preset_at_depth,
     )
     history = memories_shown_earlier(dialogue.items, turn.memories_shown)
-    after_prefix = _entries_after_prefix(place_notes(history, notes_at_depth))
+    after_prefix = (
+        _entries_after_prefix(place_notes(history, notes_at_depth))
+        if any(not in_configuration(hit) for hit in lore.inserted)
+        else 0  # no entry goes after the prefix: it is not needed
+    )
     lore_in_dialogue = lore_at_depth(lore, macros, after_prefix=after_prefix)
     conversation, memories_after = with_recalled_memories(
         place_notes(history, (*notes_at_depth, *lore_in_dialogue)), turn.memories
@@ -344,7 +364,7 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             ),
         )
     tail = tail_directives(
-        [rendered.entry.prose for rendered in dialogue.entries if rendered.role is Role.ASSISTANT],
+        _own_recent_prose(dialogue),
         macros=macros,
         reasoning_in_think_tags=persona.model.reasoning_in_think_tags,
         queued=_queued_reply(turn, trigger, simplified),
@@ -369,7 +389,11 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
             if index in preset_in_order and varies_per_turn(prompt.content)
         ]
     naming_the_user_from = _first_of(items, varying)
-    counted = count_item_tokens(items, turn.token_counter, _known_token_counts(turn))
+    # The dialogue's items are counted already (by `render_dialogue`, with this tokenizer):
+    # only what every turn makes anew is counted here.
+    counted = count_item_tokens(
+        items, turn.token_counter, _known_token_counts(turn), keep_counts=True
+    )
     tool_tokens = sum(turn.tool_schema_tokens.get(name, 0) for name in admission.tools)
     budget = context_budget(persona.model.context_window, persona.model.max_output_tokens)
     kept, truncation = truncate_dialogue_history(
@@ -390,9 +414,10 @@ def build_turn_context(turn: TurnInput) -> TurnContext:
         warnings=tuple(warnings),
         token_counter=turn.token_counter.name,
         simplified_history=simplified,
-        dialogue=dialogue.with_counted(counted),
+        dialogue=dialogue,
         lore=lore,
         memories_after=memories_after,
+        items_before_truncation=kept if truncation.batches == 0 else counted,
     )
 
 
@@ -404,19 +429,31 @@ def _up_to(history: tuple[HistoryMessage, ...], trigger_id: int) -> tuple[Histor
     return tuple(message for message in history if message.id <= trigger_id)
 
 
+def _own_recent_prose(dialogue: RenderedDialogue) -> list[str]:
+    """The words of the persona's newest `EMOJI_LOOKBACK` messages, oldest first: all the
+    tail directives read of its own past."""
+    own: list[str] = []
+    for rendered in reversed(dialogue.entries):
+        if rendered.role is Role.ASSISTANT:
+            own.append(rendered.entry.prose)
+            if len(own) == EMOJI_LOOKBACK:
+                break
+    own.reverse()
+    return own
+
+
 def _known_token_counts(turn: TurnInput) -> dict[str, int]:
-    """The token counts the previous context already holds, by text: its prompt's items and
-    every dialogue item it rendered (truncation may have left some out of the prompt). None
-    when it was counted by another tokenizer."""
+    """The token counts the previous context holds for the items every turn makes anew
+    (configuration, notes, directives), by text; empty when it was counted by another
+    tokenizer. Its dialogue items need none: those a turn reuses carry their counts
+    (`count_item_tokens`'s ``keep_counts``), and a re-rendered entry's text is new."""
     previous = turn.previous
     if previous is None or previous.token_counter != turn.token_counter.name:
         return {}
-    known = {item.text: item.tokens for item in previous.items}
-    for rendered in previous.dialogue.entries:
-        known[rendered.item.text] = rendered.item.tokens
-        if rendered.spacer is not None:
-            known[rendered.spacer.text] = rendered.spacer.tokens
-    return known
+    return {item.text: item.tokens for item in previous.items if item.tag not in _DIALOGUE_ITEMS}
+
+
+_DIALOGUE_ITEMS = frozenset({ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER})
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,14 +501,14 @@ def _configuration_items(
                 ItemTag.LOREBOOK,
                 Role.SYSTEM,
                 hit.entry.content,
-                expand_macros(hit.entry.content, macros).strip(),
+                _expanded(hit.entry.content, macros).strip(),
             )
             for hit in lore.inserted
             if in_configuration(hit) and hit.entry.position is position
         )
 
     before = lore_at(LorePosition.BEFORE_CHAR)
-    system_prompt = expand_macros(persona.system_prompt, macros).strip()
+    system_prompt = _expanded(persona.system_prompt, macros).strip()
     prompt = (
         (item(ItemTag.SYSTEM_PROMPT, Role.SYSTEM, persona.system_prompt, system_prompt),)
         if system_prompt
@@ -497,11 +534,18 @@ def _configuration_items(
             ItemTag.SAMPLE_DIALOGUE,
             sample.role,
             sample.content,
-            expand_macros(sample.content, macros),
+            _expanded(sample.content, macros),
         )
         for sample in persona.sample_dialogue
     )
     return _Configuration(before, prompt, after, short_term_memory, samples, tuple(naming))
+
+
+@functools.lru_cache(maxsize=512)
+def _expanded(template: str, macros: MacroContext) -> str:
+    """`expand_macros` of a configured template (the system prompt, a sample, a lorebook
+    entry), remembered: the channel's next turn expands the same ones, for the same people."""
+    return expand_macros(template, macros)
 
 
 def _first_of(items: Sequence[ContextItem], wanted: Sequence[ContextItem]) -> int | None:
@@ -537,36 +581,61 @@ def _entries_after_prefix(dialogue: Sequence[ContextItem]) -> int:
 def _with_configured_markup_rendered(turn: TurnInput, hidden: frozenset[int]) -> TurnInput:
     """The turn with mentions in every configured text rendered as names (`markup.py`)."""
 
+    changed = False
+
     def render(text: str) -> str:
-        return render_markup(text, turn.names, hidden)
+        nonlocal changed
+        if markup_free(text):
+            return text
+        rendered = render_markup(text, turn.names, hidden)
+        if rendered != text:
+            changed = True
+            return rendered
+        return text
 
     def render_note(note: ContextNote | None) -> ContextNote | None:
-        return None if note is None else replace(note, text=render(note.text))
+        if note is None:
+            return None
+        text = render(note.text)
+        return note if text is note.text else replace(note, text=text)
 
     persona = turn.persona
+    samples = tuple(
+        sample
+        if (content := render(sample.content)) is sample.content
+        else replace(sample, content=content)
+        for sample in persona.sample_dialogue
+    )
+    system_prompt, prefill = render(persona.system_prompt), render(persona.prefill)
+    persona_note = render_note(persona.context_note)
+    if changed:
+        persona = replace(
+            persona,
+            system_prompt=system_prompt,
+            sample_dialogue=samples,
+            prefill=prefill,
+            context_note=persona_note,
+        )
+    channel_note, global_note = render_note(turn.channel_note), render_note(turn.global_note)
+    memories = tuple(render(memory) for memory in turn.memories)
+    memories_shown = {
+        message_id: tuple(tuple(render(line) for line in lines) for lines in sets)
+        for message_id, sets in turn.memories_shown.items()
+    }
+    stm = turn.short_term_memory_text
+    short_term_memory_text = None if stm is None else render(stm)
+    reunion_note = None if turn.reunion_note is None else render(turn.reunion_note)
+    if not changed:  # most configured text holds no markup: the turn is kept as it is
+        return turn
     return replace(
         turn,
-        persona=replace(
-            persona,
-            system_prompt=render(persona.system_prompt),
-            sample_dialogue=tuple(
-                replace(sample, content=render(sample.content))
-                for sample in persona.sample_dialogue
-            ),
-            prefill=render(persona.prefill),
-            context_note=render_note(persona.context_note),
-        ),
-        channel_note=render_note(turn.channel_note),
-        global_note=render_note(turn.global_note),
-        memories=tuple(render(memory) for memory in turn.memories),
-        memories_shown={
-            message_id: tuple(tuple(render(line) for line in lines) for lines in sets)
-            for message_id, sets in turn.memories_shown.items()
-        },
-        short_term_memory_text=None
-        if turn.short_term_memory_text is None
-        else render(turn.short_term_memory_text),
-        reunion_note=None if turn.reunion_note is None else render(turn.reunion_note),
+        persona=persona,
+        channel_note=channel_note,
+        global_note=global_note,
+        memories=memories,
+        memories_shown=memories_shown,
+        short_term_memory_text=short_term_memory_text,
+        reunion_note=reunion_note,
     )
 
 

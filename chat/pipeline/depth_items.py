@@ -78,11 +78,20 @@ def with_recalled_memories(
     recalled = recalled_memories(memories)
     if not recalled:
         return tuple(dialogue), None
-    at = next((n for n, item in enumerate(dialogue) if is_placed_at_depth(item)), len(dialogue))
-    if not any(item.tag is ItemTag.DIALOGUE_HISTORY for item in dialogue[:at]):
+    at = len(dialogue)
+    for n, item in enumerate(dialogue):
+        if item.tag is not ItemTag.DIALOGUE_HISTORY and is_placed_at_depth(item):
+            at = n
+            break
+    before = next(
+        (item for item in reversed(dialogue[:at]) if item.tag is ItemTag.DIALOGUE_HISTORY), None
+    )
+    if before is None:  # a conversation shorter than the first note's depth: after its end
         at = len(dialogue)
-    before = [item for item in dialogue[:at] if item.tag is ItemTag.DIALOGUE_HISTORY]
-    after = before[-1].source_ids[-1] if before and before[-1].source_ids else None
+        before = next(
+            (item for item in reversed(dialogue) if item.tag is ItemTag.DIALOGUE_HISTORY), None
+        )
+    after = before.source_ids[-1] if before is not None and before.source_ids else None
     return (*dialogue[:at], *recalled, *dialogue[at:]), after
 
 

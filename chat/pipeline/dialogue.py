@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from datetime import date, tzinfo
 from functools import partial
 from typing import NamedTuple
@@ -27,6 +27,7 @@ from chat.pipeline.items import ContextItem, ItemTag, MediaDescriptor, system_no
 from chat.pipeline.macros import MacroContext, expand_macros
 from chat.pipeline.media import EntryMedia, plan_media
 from chat.pipeline.simplify import EntryKind, SimplifiedEntry
+from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.types import PersonaProfile, Role
 
 DOCUMENT_HINT_TEMPLATE = (
@@ -50,18 +51,21 @@ _SEMICOLON_BETWEEN_WORDS = re.compile(r";(?=\s)")
 
 
 class RenderInputs(NamedTuple):
-    """What every entry's rendering depends on besides the entry itself."""
+    """What every entry's rendering depends on besides the entry itself (the tokenizer that
+    counted its items included)."""
 
     persona_name: str
     force_lowercase: bool
     punctuation_splits: bool
     impersonated_user_id: int | None
     timezone: tzinfo
+    counter: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class RenderedEntry:
-    """One simplified entry as a turn rendered it.
+    """One simplified entry as a turn rendered it (immutable by contract, not ``frozen``: see
+    `simplify.EntryPart`).
 
     ``label`` is the author label with macros resolved; ``first_day`` and ``last_day`` are the
     local calendar days of its first and last message; ``spacer`` is the date spacer rendered
@@ -94,36 +98,22 @@ class RenderedDialogue:
     inputs: RenderInputs
     document_hint: str
     spacer_pointer: str = ""
+    images_at: tuple[int, ...] = field(default=(), compare=False)
+    """Positions of the entries with images, documents, and author names holding macros or
+    markup: all that can keep an unchanged entry from standing as it was (`render_dialogue`)."""
+    documents_at: tuple[int, ...] = field(default=(), compare=False)
+    labels_at: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
         """The dialogue's items in order: each entry's item, after its date spacer if any."""
         items: list[ContextItem] = []
+        append = items.append
         for rendered in self.entries:
             if rendered.spacer is not None:
-                items.append(rendered.spacer)
-            items.append(rendered.item)
+                append(rendered.spacer)
+            append(rendered.item)
         return tuple(items)
-
-    def with_counted(self, items: Sequence[ContextItem]) -> RenderedDialogue:
-        """This dialogue holding the counted versions of its items.
-
-        Args:
-            items: A prompt containing exactly this dialogue's items in order, counted, with
-                other items (configuration, notes, directives) anywhere around them.
-        """
-        entry_items = iter([item for item in items if item.tag is ItemTag.DIALOGUE_HISTORY])
-        spacers = iter([item for item in items if item.tag is ItemTag.DATE_SPACER])
-        entries = []
-        for rendered in self.entries:
-            item = next(entry_items)
-            spacer = None if rendered.spacer is None else next(spacers)
-            if item is not rendered.item or spacer is not rendered.spacer:
-                rendered = replace(rendered, item=item, spacer=spacer)
-            entries.append(rendered)
-        return RenderedDialogue(
-            tuple(entries), self.inputs, self.document_hint, self.spacer_pointer
-        )
 
     def completion_texts(self) -> dict[tuple[int, ...], str]:
         """Each entry's completion projection (`_completion_text`), by its item's source ids."""
@@ -141,6 +131,8 @@ def render_dialogue(
     media_window: int,
     fetch_limit: int,
     previous: RenderedDialogue | None = None,
+    counter: TokenCounter | None = None,
+    kept_entries: int | None = None,
 ) -> RenderedDialogue:
     """Render the simplified history as dialogue items (notes are placed later, `place_notes`).
 
@@ -168,6 +160,13 @@ def render_dialogue(
         media_window: How many of the newest messages may show media.
         fetch_limit: The turn's normalized fetch limit; it caps the media window.
         previous: The channel's previous turn's result for this persona, or None.
+        counter: Counts each item it renders (`ContextItem.tokens`); the items it keeps
+            keep theirs (the previous result is reused only under the same tokenizer). None:
+            items are left uncounted.
+        kept_entries: How many leading entries of ``history`` are ``previous``'s own entry
+            objects (`simplify.SimplifiedHistory.kept_entries`): the prefix that stands is
+            then found by checking only its entries with images, documents or macro labels.
+            None: found by comparing every entry.
     """
     media = plan_media(history, media_window=min(media_window, fetch_limit))
     document_hint = expand_macros(DOCUMENT_HINT_TEMPLATE, macros)
@@ -177,7 +176,9 @@ def render_dialogue(
         persona.punctuation_splits,
         impersonated_user_id,
         timezone,
+        counter.name if counter is not None else "",
     )
+    count = counter.count if counter is not None else None
     reusable = previous.entries if previous is not None and previous.inputs == inputs else ()
     hint_changed = previous is None or previous.document_hint != document_hint
     spacer_pointer = expand_macros(DATE_SPACER_POINTER_TEMPLATE, macros)
@@ -185,22 +186,60 @@ def render_dialogue(
     humanizer = _stable_humanizer(inputs)
     rendered: list[RenderedEntry] = []
     previous_day: date | None = None
-    for position, (entry, entry_media) in enumerate(zip(history, media, strict=True)):
-        label = expand_macros(entry.author_name, macros)
+    position = 0
+    if previous is not None and reusable and kept_entries and not pointer_changed:
+        position = _standing_prefix(
+            previous, history, media, macros, kept=kept_entries, hint_changed=hint_changed
+        )
+        rendered = list(reusable[:position])
+        previous_day = rendered[-1].last_day if rendered else None
+    standing = position  # these are the previous entries as they were, at the same positions
+    while position < len(history):
+        # The entries standing as they were, taken whole (a warm turn's window is the previous
+        # one plus what is new: all of them but a few), when the entry before them ends on
+        # the day it ended on before, so their date spacers stand too.
+        if not pointer_changed and (
+            position == 0 or previous_day == reusable[position - 1].last_day
+            if position <= len(reusable)
+            else False
+        ):
+            run = _reusable_run(
+                reusable, history, media, macros, start=position, hint_changed=hint_changed
+            )
+            if run:
+                rendered.extend(reusable[position : position + run])
+                position += run
+                previous_day = rendered[-1].last_day
+                continue
+        entry, entry_media = history[position], media[position]
         cached = reusable[position] if position < len(reusable) else None
+        label = (
+            cached.label
+            if cached is not None and cached.label is entry.author_name
+            else expand_macros(entry.author_name, macros)
+        )
         if (
             cached is None
             or cached.entry is not entry
-            or cached.media != entry_media
+            or (cached.media is not entry_media and cached.media != entry_media)
             or cached.label != label
             or (hint_changed and entry.documents)
         ):
             cached = None
-            first, last = entry.parts[0].created_at, entry.parts[-1].created_at
-            day = _same_object_if_equal(first.astimezone(timezone).date(), previous_day)
+            parts = entry.parts
+            first, last = parts[0].created_at, parts[-1].created_at
+            day = first.astimezone(timezone).date()
+            if day == previous_day:
+                day = previous_day  # a kept dialogue holds one date object per day
             last_day = day if last is first else last.astimezone(timezone).date()
-            last_day = _same_object_if_equal(last_day, day)
-            role = dialogue_role(entry, persona.name, impersonated_user_id)
+            if last_day == day:
+                last_day = day
+            role = (
+                Role.ASSISTANT
+                if entry.kind is EntryKind.MESSAGE
+                and (entry.persona_name == persona.name or entry.author_id == impersonated_user_id)
+                else Role.USER
+            )  # `dialogue_role`, inline: it runs for every entry of a cold build
             item = _entry_item(
                 entry,
                 entry_media,
@@ -208,6 +247,7 @@ def render_dialogue(
                 label=label,
                 humanizer=humanizer if role is Role.ASSISTANT else None,
                 document_hint=document_hint,
+                count=count,
             )
         else:
             day, last_day, role, item = cached.first_day, cached.last_day, cached.role, cached.item
@@ -215,16 +255,105 @@ def render_dialogue(
         if previous_day is not None and day != previous_day:
             kept = cached.spacer if cached is not None and not pointer_changed else None
             spacer = kept or date_spacer(day, pointer=spacer_pointer)
+            if count is not None and not spacer.tokens:
+                spacer = spacer.with_tokens(count(spacer.text))
         if cached is None or spacer is not cached.spacer:
             cached = RenderedEntry(entry, entry_media, label, role, day, last_day, item, spacer)
         rendered.append(cached)
         previous_day = last_day
-    return RenderedDialogue(tuple(rendered), inputs, document_hint, spacer_pointer)
+        position += 1
+    images_at: list[int] = []
+    documents_at: list[int] = []
+    labels_at: list[int] = []
+    if previous is not None and standing:
+        images_at = [at for at in previous.images_at if at < standing]
+        documents_at = [at for at in previous.documents_at if at < standing]
+        labels_at = [at for at in previous.labels_at if at < standing]
+    for at in range(standing, len(rendered)):
+        entry = rendered[at].entry
+        if entry.images:
+            images_at.append(at)
+        if entry.documents:
+            documents_at.append(at)
+        if _may_expand(entry.author_name):
+            labels_at.append(at)
+    return RenderedDialogue(
+        tuple(rendered),
+        inputs,
+        document_hint,
+        spacer_pointer,
+        tuple(images_at),
+        tuple(documents_at),
+        tuple(labels_at),
+    )
 
 
-def _same_object_if_equal(day: date, other: date | None) -> date:
-    """``other`` when it is the same day: a kept dialogue holds one date object per day."""
-    return other if day == other and other is not None else day
+def _may_expand(text: str) -> bool:
+    """Whether `expand_macros` could change ``text`` (its fast path's test)."""
+    return "{" in text or "<" in text
+
+
+def _standing_prefix(
+    previous: RenderedDialogue,
+    history: Sequence[SimplifiedEntry],
+    media: Sequence[EntryMedia],
+    macros: MacroContext,
+    *,
+    kept: int,
+    hint_changed: bool,
+) -> int:
+    """How many leading entries of ``previous`` stand as they were, of the ``kept`` that are
+    the same entry objects: up to the first whose media plan changed, that holds a document
+    when the hint changed, or whose label expands differently. Only those entries are looked
+    at (`RenderedDialogue.images_at` and the others): the rest cannot differ. Their date
+    spacers stand too: each depends only on the entries before it."""
+    entries = previous.entries
+    standing = min(kept, len(entries), len(history))
+    for at in previous.images_at:
+        if at >= standing:
+            break
+        if entries[at].media is not media[at] and entries[at].media != media[at]:
+            standing = at
+            break
+    if hint_changed and previous.documents_at and previous.documents_at[0] < standing:
+        standing = previous.documents_at[0]
+    for at in previous.labels_at:
+        if at >= standing:
+            break
+        if entries[at].label != expand_macros(history[at].author_name, macros):
+            standing = at
+            break
+    return standing
+
+
+def _reusable_run(
+    reusable: Sequence[RenderedEntry],
+    history: Sequence[SimplifiedEntry],
+    media: Sequence[EntryMedia],
+    macros: MacroContext,
+    *,
+    start: int,
+    hint_changed: bool,
+) -> int:
+    """How many entries of ``reusable`` from ``start`` on stand as they are: the same entry
+    object at the same position, showing the same media under the same label, and (with
+    ``hint_changed``) holding no document. Their date spacers stand too when the entry before
+    ``start`` ends on the day it ended on before: each depends only on the entries before
+    it."""
+    end = min(len(reusable), len(history))
+    position = start
+    while position < end:
+        cached, entry, entry_media = reusable[position], history[position], media[position]
+        if cached.entry is not entry or (hint_changed and entry.documents):
+            break
+        if cached.media is not entry_media and cached.media != entry_media:
+            break
+        if cached.label is not entry.author_name and cached.label != expand_macros(
+            entry.author_name, macros
+        ):
+            break
+        position += 1
+    return position - start
 
 
 def date_label(day: date) -> str:
@@ -283,11 +412,13 @@ def _entry_item(
     label: str,
     humanizer: Callable[[str], str] | None,
     document_hint: str,
+    count: Callable[[str], int] | None = None,
 ) -> ContextItem:
-    """Render one entry; ``humanizer`` applies to its words (given for the persona's own)."""
+    """Render one entry; ``humanizer`` applies to its words (given for the persona's own);
+    ``count`` counts its tokens (None: left at 0)."""
     if entry.kind is EntryKind.BLOCKED:
-        count = len(entry.parts)
-        text = system_note(f"{count} message(s) from a user you have blocked are hidden.")
+        hidden = len(entry.parts)
+        text = system_note(f"{hidden} message(s) from a user you have blocked are hidden.")
     elif entry.kind is EntryKind.NOTICE:
         text = "\n".join(system_note(part.body) for part in entry.parts)
     else:
@@ -298,6 +429,7 @@ def _entry_item(
         text=text,
         source_ids=entry.message_ids,
         media=media.shown,
+        tokens=count(text) if count is not None else 0,
     )
 
 
@@ -309,12 +441,13 @@ def _message_text(
     document_hint: str,
 ) -> str:
     """The text of a MESSAGE entry: one line per part, then the media annotations."""
-    bodies = [humanizer(part.body) if humanizer else part.body for part in entry.parts]
-    lines = [
-        " ".join(piece for piece in (part.head, body, part.tail) if piece)
-        for part, body in zip(entry.parts, bodies, strict=True)
-    ]
-    content = " ".join(["\n".join(lines), *_media_annotations(entry, media, document_hint)])
+    lines = []
+    for part in entry.parts:
+        body = humanizer(part.body) if humanizer else part.body
+        lines.append(" ".join([piece for piece in (part.head, body, part.tail) if piece]))
+    content = "\n".join(lines)
+    if media.shown or media.over_limit or media.repeated or entry.documents:
+        content = " ".join([content, *_media_annotations(entry, media, document_hint)])
     return f"{label}: {content}"
 
 

@@ -9,6 +9,7 @@ attempt decides whether it becomes a final assistant message or an instruction.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,4 +95,10 @@ def resolve_prefill(prefill: str, macros: MacroContext) -> str | None:
 
 def _leans_on_emoji(own_recent_prose: Sequence[str]) -> bool:
     recent = own_recent_prose[-EMOJI_LOOKBACK:]
-    return sum(1 for prose in recent if EMOJI.search(prose)) >= EMOJI_HEAVY_MESSAGES
+    return sum(1 for prose in recent if _has_emoji(prose)) >= EMOJI_HEAVY_MESSAGES
+
+
+@functools.lru_cache(maxsize=4096)
+def _has_emoji(prose: str) -> bool:
+    """Whether ``prose`` holds an emoji (remembered: the same messages are read each turn)."""
+    return EMOJI.search(prose) is not None

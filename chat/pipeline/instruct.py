@@ -8,6 +8,11 @@ template's sequences for its role, then the assistant sequence and the persona's
 (and the prefill) for the model to continue. Stop strings end the reply where the next speaker
 would begin: the template's own, and ``\\nName:`` for everyone else in the conversation.
 
+`fit_instruct_prompt` fits that string to a budget as it is sent: its whole text counted with
+the tokenizer (the template's sequences included, the chat items' annotations not), and whole
+stride batches of the oldest dialogue removed until it fits, as a chat request's items are
+(`truncation.py`).
+
 Templates follow SillyTavern's instruct presets (``input_sequence``, ``output_sequence``,
 ``system_sequence``, their suffixes, ``stop_sequence``, ``wrap``): four are built in, and one
 imported from a SillyTavern instruct preset JSON is read with `instruct_template_from_preset`.
@@ -16,10 +21,12 @@ imported from a SillyTavern instruct preset JSON is read with `instruct_template
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from chat.pipeline.context import TurnContext
 from chat.pipeline.projections import completion_lines
+from chat.pipeline.tokens import TokenCounter
+from chat.pipeline.truncation import item_tokens, truncate_dialogue_history
 from chat.pipeline.types import Role
 
 STOP_STRINGS_MAX = 16
@@ -131,6 +138,54 @@ class InstructPrompt:
     text: str
     stop: tuple[str, ...]
     prefill: str = ""
+    tokens: int | None = None
+    """The whole text's tokens (`fit_instruct_prompt`); None: not counted."""
+    removed_entries: int = 0
+    """Dialogue entries `fit_instruct_prompt` removed to fit the budget."""
+
+
+def fit_instruct_prompt(
+    context: TurnContext,
+    template: InstructTemplate,
+    *,
+    budget: int,
+    stride: int,
+    counter: TokenCounter,
+    extra_batches: int = 0,
+) -> InstructPrompt:
+    """``context`` written as ``template``'s prompt (`to_instruct_prompt`), fitted so that
+    its whole text, as sent, is at most ``budget`` tokens of ``counter``.
+
+    The chat items' own truncation counted their annotations (``[ref_N]`` tags, ``[System:
+    …]`` marks) and never the template's sequences; the prompt is fitted on its own instead,
+    from the items before that truncation (`TurnContext.items_before_truncation`).
+
+    Steps:
+        1. Write the prompt and count its text.
+        2. While it exceeds ``budget``, remove one more batch of ``stride`` of the oldest
+           dialogue entries (`truncation.truncate_dialogue_history`: samples, system items,
+           the newest request and the tail always stay; notes are re-placed) and write it
+           again.
+        3. Remove ``extra_batches`` more (an attempt retried on shorter history).
+        When nothing more can go, the prompt is returned over budget (as a chat request keeps
+        the newest request): ``tokens`` says by how much.
+    """
+    items = context.items_before_truncation or context.items
+    removed = 0
+    prompt = to_instruct_prompt(replace(context, items=items), template)
+    tokens = counter.count(prompt.text)
+    extra = extra_batches
+    while tokens > budget or extra > 0:
+        extra -= tokens <= budget
+        fewer, report = truncate_dialogue_history(
+            items, budget=max(0, item_tokens(items) - 1), stride=stride
+        )
+        if report.removed_entries == 0:
+            break
+        items, removed = fewer, removed + report.removed_entries
+        prompt = to_instruct_prompt(replace(context, items=items), template)
+        tokens = counter.count(prompt.text)
+    return replace(prompt, tokens=tokens, removed_entries=removed)
 
 
 def to_instruct_prompt(context: TurnContext, template: InstructTemplate) -> InstructPrompt:

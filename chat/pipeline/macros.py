@@ -17,6 +17,7 @@ see it kept literally (seed 002, "Macro preservation"). Author labels do (seed 0
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -46,6 +47,7 @@ class MacroContext:
     tools: frozenset[str] = field(default_factory=frozenset)
 
 
+@functools.lru_cache(maxsize=1024)
 def names_the_user(template: str) -> bool:
     """Whether ``template`` may expand ``{user}``: its text then changes with whoever the
     turn answers (a conditional's branch counts whether or not it is taken)."""

@@ -8,6 +8,7 @@ placeholder, so no run of 17 or more digits ever reaches a prompt (`SNOWFLAKE_PA
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Set as AbstractSet
 
@@ -34,6 +35,14 @@ def scrub_snowflakes(text: str) -> str:
     return SNOWFLAKE_PATTERN.sub(SNOWFLAKE_PLACEHOLDER, text)
 
 
+@functools.lru_cache(maxsize=1024)
+def markup_free(text: str) -> bool:
+    """Whether ``text`` holds no Discord markup and no raw snowflake (`render_markup` would
+    return it as it is). Remembered: meant for configured text (prompts, notes), which every
+    turn renders again."""
+    return _DISCORD_MARKUP.search(text) is None
+
+
 def render_markup(text: str, names: NameDirectory, hidden_user_ids: AbstractSet[int]) -> str:
     """Render Discord markup in ``text`` as names, in one pass.
 
@@ -50,6 +59,9 @@ def render_markup(text: str, names: NameDirectory, hidden_user_ids: AbstractSet[
         gets no ``ref_N``), and any other raw snowflake as ``[id]``. Inserted names are scrubbed
         too.
     """
+
+    if _DISCORD_MARKUP.search(text) is None:  # most text: nothing to render, no callback made
+        return text
 
     def replace(match: re.Match[str]) -> str:
         kind = match.lastgroup

@@ -60,26 +60,31 @@ def plan_media(
     Returns:
         One `EntryMedia` per entry, aligned with ``history``.
     """
-    plans: list[EntryMedia] = []
+    plans = [NO_MEDIA] * len(history)
+    with_images = [n for n, entry in enumerate(history) if entry.images]
+    if not with_images:
+        return tuple(plans)
     seen: set[str] = set()
-    newer_messages = 0
     showing_entries = 0
-    for entry in reversed(history):
-        plan = NO_MEDIA
-        if entry.images:
-            fresh: list[MediaDescriptor] = []
-            for image in reversed(entry.images):
-                identity = image.image_identity or image.key
-                if identity not in seen:
-                    seen.add(identity)
-                    fresh.insert(0, image)
-            repeated = len(entry.images) - len(fresh)
-            if fresh and newer_messages < media_window and showing_entries < image_message_limit:
-                showing_entries += 1
-                plan = EntryMedia(shown=tuple(fresh), repeated=repeated)
-            else:
-                plan = EntryMedia(over_limit=len(fresh), repeated=repeated)
-        plans.append(plan)
-        newer_messages += len(entry.parts)
-    plans.reverse()
+    # Messages newer than each entry with images, counted only when the history could hold
+    # more than the media window (a window of the fetch limit seldom does).
+    counting = sum(len(entry.parts) for entry in history) > media_window
+    newer_messages, counted_from = 0, len(history)
+    for position in reversed(with_images):
+        entry = history[position]
+        if counting:
+            newer_messages += sum(len(e.parts) for e in history[position + 1 : counted_from])
+            counted_from = position + 1
+        fresh: list[MediaDescriptor] = []
+        for image in reversed(entry.images):
+            identity = image.image_identity or image.key
+            if identity not in seen:
+                seen.add(identity)
+                fresh.insert(0, image)
+        repeated = len(entry.images) - len(fresh)
+        if fresh and newer_messages < media_window and showing_entries < image_message_limit:
+            showing_entries += 1
+            plans[position] = EntryMedia(shown=tuple(fresh), repeated=repeated)
+        else:
+            plans[position] = EntryMedia(over_limit=len(fresh), repeated=repeated)
     return tuple(plans)

@@ -78,17 +78,30 @@ def place_notes(
         The dialogue with each note right before the entry at ``max(0, n − depth)`` (after that
         entry's spacer), or after the last entry when the position is ``n``.
     """
-    entry_count = sum(1 for item in history if item.tag is ItemTag.DIALOGUE_HISTORY)
-    by_position: dict[int, list[ContextItem]] = {}
+    if not notes:
+        return tuple(history)
+    # A note at depth d goes before the d-th entry from the end: only the newest entries (as
+    # many as the deepest note's depth) are looked for, from the end.
+    deepest = max((note.depth or 0) for note in notes)
+    newest_first: list[int] = []
+    for index in range(len(history) - 1, -1, -1):
+        if len(newest_first) >= deepest:
+            break
+        if history[index].tag is ItemTag.DIALOGUE_HISTORY:
+            newest_first.append(index)
+    by_cut: dict[int, list[ContextItem]] = {}
     for note in notes:
-        position = min(entry_count, max(0, entry_count - (note.depth or 0)))
-        by_position.setdefault(position, []).append(note)
+        depth = note.depth or 0
+        if depth <= 0 or not newest_first:
+            cut = len(history)  # after the last entry
+        else:  # before that entry; a depth past the first entry: before the first
+            cut = newest_first[min(depth, len(newest_first)) - 1]
+        by_cut.setdefault(cut, []).append(note)
     placed: list[ContextItem] = []
-    position = 0
-    for item in history:
-        if item.tag is ItemTag.DIALOGUE_HISTORY:
-            placed.extend(by_position.get(position, ()))
-            position += 1
-        placed.append(item)
-    placed.extend(by_position.get(entry_count, ()))
+    start = 0
+    for cut in sorted(by_cut):
+        placed.extend(history[start:cut])
+        placed.extend(by_cut[cut])
+        start = cut
+    placed.extend(history[start:])
     return tuple(placed)

@@ -8,10 +8,11 @@ were dropped by simplification and are never listed, even when mentioned.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from chat.pipeline.simplify import EntryKind, SimplifiedEntry
@@ -40,12 +41,25 @@ class Participant:
 
 
 @dataclass(frozen=True, slots=True)
+class _Scan:
+    """What `prepare_participant_context` found in a run of entries, kept so the channel's
+    next turn, whose window begins with the same entries, scans only what follows them."""
+
+    entries: int
+    authors: Mapping[tuple[int, str], Participant]
+    mentioned: Mapping[int, Participant]
+    addressed: frozenset[str]
+    settings: tuple[object, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class ParticipantContext:
     """``participants``: authors in order of first appearance, then mentioned users in order of
     first mention. ``addressed_personas``: personas named in visible text, in guild order."""
 
     participants: tuple[Participant, ...]
     addressed_personas: tuple[str, ...]
+    _scan: _Scan | None = field(default=None, repr=False, compare=False)
 
 
 def prepare_participant_context(
@@ -54,6 +68,8 @@ def prepare_participant_context(
     personas: Sequence[PersonaProfile],
     member_names: Mapping[int, str],
     hidden_user_ids: AbstractSet[int],
+    previous: ParticipantContext | None = None,
+    reused_entries: int = 0,
 ) -> ParticipantContext:
     """Resolve the visible conversation's participants to names.
 
@@ -64,13 +80,44 @@ def prepare_participant_context(
         member_names: Display names of guild members, for mentioned users who did not write.
             A mentioned user with no known name is left out rather than shown as an id.
         hidden_user_ids: Users never to list, even when mentioned.
+        previous: The channel's previous context, whose scan resumes (None: scan it all).
+        reused_entries: How many leading entries of ``history`` are the previous turn's own
+            entry objects. The previous scan (of its entries but the newest, which a new
+            message may merge into) resumes when it covers no more than these, under the same
+            personas, names and hidden users; the result is the same as a full scan.
 
     Returns:
         The `ParticipantContext`.
     """
-    authors: dict[tuple[int, str], Participant] = {}
-    mentioned: dict[int, Participant] = {}
-    for entry in history:
+    settings = (tuple(personas), dict(member_names), frozenset(hidden_user_ids))
+    scan = previous._scan if previous is not None else None
+    if scan is None or scan.entries > reused_entries or scan.settings != settings:
+        scan = _Scan(0, {}, {}, frozenset(), settings)
+    newest = max(scan.entries, len(history) - 1)
+    kept = _scan_more(scan, history[scan.entries : newest], personas, member_names, hidden_user_ids)
+    found = _scan_more(kept, history[newest:], personas, member_names, hidden_user_ids)
+    author_ids = {participant.user_id for participant in found.authors.values()}
+    mentioned_only = [p for user_id, p in found.mentioned.items() if user_id not in author_ids]
+    return ParticipantContext(
+        participants=(*found.authors.values(), *mentioned_only),
+        addressed_personas=tuple(p.name for p in personas if p.name in found.addressed),
+        _scan=kept,
+    )
+
+
+def _scan_more(
+    scan: _Scan,
+    entries: Sequence[SimplifiedEntry],
+    personas: Sequence[PersonaProfile],
+    member_names: Mapping[int, str],
+    hidden_user_ids: AbstractSet[int],
+) -> _Scan:
+    """``scan`` extended over ``entries`` (the ones right after those it covers)."""
+    if not entries:
+        return scan
+    authors = dict(scan.authors)
+    mentioned = dict(scan.mentioned)
+    for entry in entries:
         if entry.kind is not EntryKind.MESSAGE:
             continue
         author = (entry.author_id, entry.author_name)
@@ -90,15 +137,13 @@ def prepare_participant_context(
                 mentioned[user_id] = Participant(
                     name=name, role=ParticipantRole.MENTIONED, user_id=user_id
                 )
-    author_ids = {participant.user_id for participant in authors.values()}
-    mentioned_only = [p for user_id, p in mentioned.items() if user_id not in author_ids]
-    prose = "\n".join(entry.prose for entry in history if entry.kind is EntryKind.MESSAGE)
-    return ParticipantContext(
-        participants=(*authors.values(), *mentioned_only),
-        addressed_personas=tuple(
-            persona.name for persona in personas if _is_addressed(persona, prose)
-        ),
-    )
+    prose = "\n".join(entry.prose for entry in entries if entry.kind is EntryKind.MESSAGE)
+    addressed = scan.addressed | {
+        persona.name
+        for persona in personas
+        if persona.name not in scan.addressed and _is_addressed(persona, prose)
+    }
+    return _Scan(scan.entries + len(entries), authors, mentioned, addressed, scan.settings)
 
 
 def participant_note(context: ParticipantContext) -> str | None:
@@ -123,8 +168,18 @@ def participant_note(context: ParticipantContext) -> str | None:
 
 
 def _is_addressed(persona: PersonaProfile, prose: str) -> bool:
-    words = sorted({persona.name, *persona.aliases, *persona.triggers} - {""}, key=len)
+    pattern = _address_pattern(persona.name, persona.aliases, persona.triggers)
+    return pattern is not None and pattern.search(prose) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _address_pattern(
+    name: str, aliases: tuple[str, ...], triggers: tuple[str, ...]
+) -> re.Pattern[str] | None:
+    """A persona's name, aliases and trigger words as one whole-word, any-case pattern
+    (compiled once per persona: every turn searches the window's prose with it)."""
+    words = sorted({name, *aliases, *triggers} - {""}, key=len)
     if not words:
-        return False
+        return None
     alternatives = "|".join(re.escape(word) for word in reversed(words))
-    return re.search(rf"(?<!\w)(?:{alternatives})(?!\w)", prose, re.IGNORECASE) is not None
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Annotated, Literal
 
@@ -79,22 +79,58 @@ PlannerAction = Annotated[
     ReadUnreadMessages | SendMessage | React | Sleep | Continue, Field(discriminator="action")
 ]
 _ACTION_ADAPTER: TypeAdapter[PlannerAction] = TypeAdapter(PlannerAction)
+_ACTION_MODELS: Mapping[str, type[_Action]] = {
+    "read_unread_messages": ReadUnreadMessages,
+    "send_message": SendMessage,
+    "react": React,
+    "sleep": Sleep,
+    "continue": Continue,
+}
+CHANNEL_KEYS = ("channelId", "channel_id")
+"""Keys an answer may name its channel with (seed 003's ``{"action": "read_unread_messages",
+"channelId": "…"}``): a loop plans for one channel, so the key must name that one."""
 
 
 class PlannerOutputError(ValueError):
     """The planner's output is not one valid action; the message says what was wrong."""
 
 
+@dataclass(frozen=True)
+class PlannerChannel:
+    """The channel a planner loop acts in, as an answer may name it: its id (digits) or its
+    name, with or without ``#``, in any case."""
+
+    channel_id: int
+    name: str
+
+    def named_by(self, value: object) -> bool:
+        text = str(value).strip().removeprefix("#").strip()
+        return text == str(self.channel_id) or text.casefold() == self.name.casefold()
+
+
+@dataclass(frozen=True)
+class PlannerDecision:
+    """One valid answer: the ``action``, and the keys of the answer it does not use, left out
+    rather than failing the step (``ignored``: name → value as written)."""
+
+    action: PlannerAction
+    ignored: Mapping[str, object] = field(default_factory=dict)
+
+
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 
 
-def parse_planner_action(text: str) -> PlannerAction:
-    """The action in the planner's output.
+def parse_planner_action(text: str, *, channel: PlannerChannel) -> PlannerDecision:
+    """The decision in the planner's output for a loop in ``channel``.
 
     Accepts the JSON object alone, inside a Markdown code fence, or after reasoning in
-    ``<think>`` tags; the first JSON object in the text is the answer. Raises
-    PlannerOutputError naming the problem (no JSON object, bad JSON, unknown action, a field
-    that is missing or out of range).
+    ``<think>`` tags; the first JSON object in the text is the answer. Seed 003's own format
+    is accepted: a ``channelId`` (`CHANNEL_KEYS`) naming ``channel`` says where to act, and
+    it is where the loop acts anyway. Keys the action does not have are left out and named in
+    `PlannerDecision.ignored`, so an extra key never costs a step.
+
+    Raises PlannerOutputError naming the problem: no JSON object, bad JSON, unknown action, a
+    field that is missing or out of range, a ``channelId`` naming another channel.
     """
     cleaned = _THINK.sub("", text)
     start = cleaned.find("{")
@@ -104,8 +140,22 @@ def parse_planner_action(text: str) -> PlannerAction:
         data, _ = json.JSONDecoder().raw_decode(cleaned[start:])
     except json.JSONDecodeError as error:
         raise PlannerOutputError(f"the JSON object is malformed: {error.msg}") from None
+    ignored: dict[str, object] = {}
+    if isinstance(data, dict):
+        for key in CHANNEL_KEYS:
+            if key in data and not channel.named_by(data[key]):
+                raise PlannerOutputError(
+                    f"{key} {str(data[key])[:40]!r} is not this channel: you act only in "
+                    f"#{channel.name}, so leave {key} out or name #{channel.name}"
+                )
+        name = data.get("action")
+        model = _ACTION_MODELS.get(name) if isinstance(name, str) else None
+        if model is not None:
+            known = model.model_fields.keys()
+            ignored = {k: v for k, v in data.items() if k not in known and k not in CHANNEL_KEYS}
+            data = {k: v for k, v in data.items() if k in known}
     try:
-        return _ACTION_ADAPTER.validate_python(data)
+        return PlannerDecision(_ACTION_ADAPTER.validate_python(data), ignored)
     except ValidationError as error:
         problems = problems_line(error, whole="action")
         raise PlannerOutputError(f"not a valid action ({problems})") from None

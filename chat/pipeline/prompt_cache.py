@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from chat.pipeline.items import ContextItem, ItemTag
-from chat.pipeline.truncation import is_placed_at_depth
+from chat.pipeline.truncation import PLACED_WHEN_DEPTH_SET
 
 TURN_VARYING_TAGS = frozenset(
     {ItemTag.CONTEXT_NOTE_INJECTION, ItemTag.TAIL_DIRECTIVE, ItemTag.PARTICIPANTS, ItemTag.MEMORY}
@@ -27,17 +27,24 @@ def cacheable_prefix_end(items: Sequence[ContextItem], *, varying_from: int | No
     older entry (an image leaving the rendered-image limit); that is not predictable from one
     turn, so the boundary does not try.
     """
-    first_varying = next(
-        (
-            index
-            for index, item in enumerate(items)
-            if item.tag in TURN_VARYING_TAGS or is_placed_at_depth(item)
-        ),
-        len(items),
-    )
-    newest_entry = max(
-        (index for index, item in enumerate(items) if item.tag is ItemTag.DIALOGUE_HISTORY),
-        default=first_varying,
-    )
+    first_varying = len(items)
+    for index, item in enumerate(items):
+        varies = _VARIES.get(item.tag)
+        if varies is not None and (varies or item.depth is not None):
+            first_varying = index
+            break
+    newest_entry = first_varying
+    for index in range(len(items) - 1, -1, -1):
+        if items[index].tag is ItemTag.DIALOGUE_HISTORY:
+            newest_entry = index
+            break
     end = min(first_varying, newest_entry)
     return end if varying_from is None else min(end, varying_from)
+
+
+_VARIES = {
+    **dict.fromkeys(PLACED_WHEN_DEPTH_SET, False),
+    **dict.fromkeys(TURN_VARYING_TAGS, True),
+}
+"""Tag → True: the item changes every turn (`TURN_VARYING_TAGS`; a note); False: it does
+when placed at a depth (`truncation.is_placed_at_depth`, inline); absent: it does not."""

@@ -13,9 +13,10 @@ limits, notes, tool hints). What it leaves out, and why:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, tzinfo
 from enum import StrEnum
 
@@ -53,9 +54,12 @@ class EntryKind(StrEnum):
     """A run of messages from a user the persona has blocked; rendered as one notice."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class EntryPart:
-    """One Discord message's share of an entry.
+    """One Discord message's share of an entry. Immutable by contract, not ``frozen``: a
+    build makes one per message of the window, and a frozen dataclass costs three times as
+    much to construct (`SimplifiedEntry` and `dialogue.RenderedEntry` likewise; nothing
+    assigns to any of them once made).
 
     ``head`` is the reference annotation (``[ref_3]`` or ``[ref_3, replying to ref_1 Bob: "…"]``),
     ``body`` the author's own words with markup rendered (the prose the completion projection
@@ -70,9 +74,9 @@ class EntryPart:
     tail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class SimplifiedEntry:
-    """One item of simplified history.
+    """One item of simplified history (immutable by contract, see `EntryPart`).
 
     ``author_id`` is the Discord author (for a BLOCKED entry: the blocked account), and
     ``author_name`` the name the channel sees (a proxy member's, a persona's, else the display
@@ -89,10 +93,17 @@ class SimplifiedEntry:
     mention_ids: tuple[int, ...] = ()
     proxy_host_id: int | None = None
     pure_text: bool = False
+    _message_ids: tuple[int, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+    _prose: str | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def message_ids(self) -> tuple[int, ...]:
-        return tuple(part.message_id for part in self.parts)
+        """Its messages' ids, in order (computed once: a kept entry is read every turn)."""
+        if self._message_ids is None:
+            self._message_ids = tuple(part.message_id for part in self.parts)
+        return self._message_ids
 
     @property
     def created_at(self) -> datetime:
@@ -100,8 +111,10 @@ class SimplifiedEntry:
 
     @property
     def prose(self) -> str:
-        """The entry's words without annotations, one line per part."""
-        return "\n".join(part.body for part in self.parts if part.body)
+        """The entry's words without annotations, one line per part (computed once)."""
+        if self._prose is None:
+            self._prose = "\n".join(part.body for part in self.parts if part.body)
+        return self._prose
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +138,8 @@ class SimplifiedHistory:
     id_map: MessageIdMap
     messages: tuple[HistoryMessage, ...]
     settings: SimplificationSettings
+    kept_entries: int = field(default=0, compare=False)
+    """How many leading entries are ``resume_from``'s own entry objects (0: built anew)."""
 
 
 def hidden_user_ids(
@@ -192,7 +207,8 @@ def build_simplified_history(
         reply_targets, names, hidden_user_ids, blocked_user_ids, timezone, notice_bodies or {}
     )
     start, entries, id_map = _resume_point(resume_from, window, settings)
-    renderer = _MessageRenderer(id_map, settings, {message.id: message for message in window})
+    kept = len(entries)
+    renderer = _MessageRenderer(id_map, settings, window)
     for message in window[start:]:
         user_id = message.accountable_user_id
         if user_id in hidden_user_ids or message.is_notice or _only_excluded_cards(message):
@@ -201,9 +217,10 @@ def build_simplified_history(
         entry = _blocked_entry(message) if blocked else renderer.render(message)
         if entries and can_merge(entries[-1], entry, timezone):
             entries[-1] = _merged(entries[-1], entry)
+            kept = min(kept, len(entries) - 1)
         else:
             entries.append(entry)
-    return SimplifiedHistory(tuple(entries), id_map, window, settings)
+    return SimplifiedHistory(tuple(entries), id_map, window, settings, kept_entries=kept)
 
 
 def can_merge(previous: SimplifiedEntry, entry: SimplifiedEntry, timezone: tzinfo) -> bool:
@@ -276,7 +293,7 @@ class _MessageRenderer:
         self,
         id_map: MessageIdMap,
         settings: SimplificationSettings,
-        window: Mapping[int, HistoryMessage],
+        window: Sequence[HistoryMessage],
     ) -> None:
         self.id_map = id_map
         self._names = settings.names
@@ -285,32 +302,49 @@ class _MessageRenderer:
         self._reply_targets = settings.reply_targets
         self._notice_bodies = settings.notice_bodies
         self._window = window
+        self._by_id: dict[int, HistoryMessage] | None = None
 
     def render(self, message: HistoryMessage) -> SimplifiedEntry:
         """Render one visible message (steps 3 of `build_simplified_history`)."""
-        if _is_notice_only(message):
+        cards = message.embeds or message.containers
+        if cards and _is_notice_only(message):
             return self._notice_entry(message)
-        target = self._visible_target(message)
-        head = self._head(message, target)
-        images, documents, files = self._media(message, target)
+        mentions = message.mention_ids
+        if message.reference is None and not (
+            cards or message.attachments or message.stickers or message.snapshots
+        ):
+            # Most messages are words alone: no target, media or annotations to look for.
+            head, tail = f"[{self.id_map.register_message(message.id)}]", ""
+            images: tuple[MediaDescriptor, ...] = ()
+            documents: tuple[MediaDescriptor, ...] = ()
+            if message.reactions:
+                tail = self._tail(message, ())
+            pure_text = True
+        else:
+            target = self._visible_target(message)
+            head = self._head(message, target)
+            images, documents, files = self._media(message, target)
+            tail = self._tail(message, files)
+            pure_text = _is_pure_text(message)
+        content = message.content
         part = EntryPart(
-            message_id=message.id,
-            created_at=message.created_at,
-            head=head,
-            body=self._body(message.content, message.containers),
-            tail=self._tail(message, files),
+            message.id,
+            message.created_at,
+            head,
+            self._body(content, message.containers) if content or cards else "",
+            tail,
         )
         return SimplifiedEntry(
-            kind=EntryKind.MESSAGE,
-            author_id=message.author.id,
-            author_name=scrub_snowflakes(message.shown_name),
-            parts=(part,),
-            persona_name=message.author.persona_name,
-            images=images,
-            documents=documents,
-            mention_ids=tuple(uid for uid in message.mention_ids if uid not in self._hidden),
-            proxy_host_id=message.proxy.host_user_id if message.proxy else None,
-            pure_text=_is_pure_text(message),
+            EntryKind.MESSAGE,
+            message.author.id,
+            _shown_name(message.shown_name),
+            (part,),
+            message.author.persona_name,
+            images,
+            documents,
+            tuple(uid for uid in mentions if uid not in self._hidden) if mentions else (),
+            message.proxy.host_user_id if message.proxy else None,
+            pure_text,
         )
 
     def _notice_entry(self, message: HistoryMessage) -> SimplifiedEntry:
@@ -321,7 +355,7 @@ class _MessageRenderer:
         return SimplifiedEntry(
             kind=EntryKind.NOTICE,
             author_id=message.author.id,
-            author_name=scrub_snowflakes(message.shown_name),
+            author_name=_shown_name(message.shown_name),
             parts=(part,),
             persona_name=message.author.persona_name,
         )
@@ -332,7 +366,9 @@ class _MessageRenderer:
         reference = message.reference
         if reference is None or reference.kind is ReferenceKind.FORWARD:
             return None
-        target = self._window.get(reference.message_id) or self._reply_targets.get(
+        if self._by_id is None:  # made on the first reference (a warm turn renders few)
+            self._by_id = {message.id: message for message in self._window}
+        target = self._by_id.get(reference.message_id) or self._reply_targets.get(
             reference.message_id
         )
         if target is None or _only_excluded_cards(target):
@@ -365,6 +401,8 @@ class _MessageRenderer:
         return text if len(text) <= QUOTE_LIMIT else text[: QUOTE_LIMIT - 1].rstrip() + "…"
 
     def _body(self, content: str, containers: Sequence[ComponentContainer]) -> str:
+        if not containers:  # most messages: their words alone
+            return render_markup(content, self._names, self._hidden) if content else ""
         texts = [content] if content else []
         if containers:
             texts += [
@@ -383,6 +421,8 @@ class _MessageRenderer:
 
         Returns (images, text documents, other files), each in registration order.
         """
+        if not (message.attachments or message.snapshots or (target and target.attachments)):
+            return (), (), ()
         images: list[MediaDescriptor] = []
         documents: list[MediaDescriptor] = []
         files: list[MediaDescriptor] = []
@@ -406,6 +446,15 @@ class _MessageRenderer:
 
     def _tail(self, message: HistoryMessage, files: Sequence[MediaDescriptor]) -> str:
         """Annotations after the words: cards, stickers, forwards, files, reactions."""
+        if not (
+            message.embeds
+            or message.containers
+            or message.stickers
+            or message.snapshots
+            or files
+            or message.reactions
+        ):
+            return ""
         pieces = self._card_annotations(message.embeds, message.containers)
         pieces += _sticker_annotations(message.stickers)
         for snapshot in message.snapshots:
@@ -449,6 +498,13 @@ class _MessageRenderer:
         return render_markup(text, self._names, self._hidden)
 
 
+@functools.lru_cache(maxsize=4096)
+def _shown_name(name: str) -> str:
+    """A display name as prompts show it, raw snowflakes scrubbed (the same few names recur
+    in every message of a window)."""
+    return scrub_snowflakes(name)
+
+
 def _sticker_annotations(stickers: Sequence[Sticker]) -> list[str]:
     return [f"[sticker: {scrub_snowflakes(sticker.name)}]" for sticker in stickers]
 
@@ -480,13 +536,18 @@ def _is_pure_text(message: HistoryMessage) -> bool:
         or message.stickers
         or message.snapshots
         or message.reference
-        or any(card.kind.is_shown for card in _cards(message))
+        or (
+            (message.embeds or message.containers)
+            and any(card.kind.is_shown for card in _cards(message))
+        )
     )
 
 
 def _only_excluded_cards(message: HistoryMessage) -> bool:
     """A message whose only content is cards no prompt shows (seed 002: diagnostic embeds and
     unshared dice rolls stay excluded)."""
+    if not (message.embeds or message.containers):
+        return False
     cards = _cards(message)
     return bool(cards) and not any(card.kind.is_shown for card in cards) and _cards_alone(message)
 

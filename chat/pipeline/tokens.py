@@ -135,7 +135,11 @@ def _o200k_encoding() -> Encoding:
 
 
 def count_item_tokens(
-    items: Sequence[ContextItem], counter: TokenCounter, known: Mapping[str, int]
+    items: Sequence[ContextItem],
+    counter: TokenCounter,
+    known: Mapping[str, int],
+    *,
+    keep_counts: bool = False,
 ) -> tuple[ContextItem, ...]:
     """Fill in every item's ``tokens``.
 
@@ -144,6 +148,8 @@ def count_item_tokens(
         counter: The tokenizer. ``known`` must come from the same one.
         known: Counts already known, by text (the previous turn's items; may be empty). Text
             seen twice in ``items`` is counted once.
+        keep_counts: Items already carrying a count keep it without a lookup: the previous
+            turn's items, reused as they are, were counted by the same ``counter``.
 
     Returns:
         The items with counts; an item already carrying its count is returned as is. Counts
@@ -153,6 +159,9 @@ def count_item_tokens(
     counted: list[ContextItem] = []
     fresh: dict[str, int] = {}
     for item in items:
+        if keep_counts and item.tokens:
+            counted.append(item)
+            continue
         text = item.text
         tokens = known.get(text)
         if tokens is None:

@@ -26,9 +26,10 @@ DIALOGUE_TAGS = frozenset(
     {ItemTag.DIALOGUE_HISTORY, ItemTag.DATE_SPACER, ItemTag.CONTEXT_NOTE_INJECTION}
 )
 
-_PLACED_WHEN_DEPTH_SET = frozenset(
+PLACED_WHEN_DEPTH_SET = frozenset(
     {ItemTag.SHORT_TERM_MEMORY, ItemTag.LOREBOOK, ItemTag.PRESET_PROMPT}
 )
+"""Tags of items placed at a depth when their ``depth`` is set (`is_placed_at_depth`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,17 +129,19 @@ def truncate_dialogue_history(
 
 def _total(items: Sequence[ContextItem]) -> int:
     """The items' tokens: their text, and `IMAGE_PART_TOKENS` for each image they show."""
-    return sum(
-        item.tokens + IMAGE_PART_TOKENS * sum(m.image_identity is not None for m in item.media)
-        for item in items
-    )
+    total = 0
+    for item in items:
+        total += item.tokens
+        if item.media:
+            total += IMAGE_PART_TOKENS * sum(m.image_identity is not None for m in item.media)
+    return total
 
 
 def is_placed_at_depth(item: ContextItem) -> bool:
     """A note, or the short-term memory or a lorebook entry at a depth: re-placed on
     surviving history."""
     return item.tag is ItemTag.CONTEXT_NOTE_INJECTION or (
-        item.tag in _PLACED_WHEN_DEPTH_SET and item.depth is not None
+        item.tag in PLACED_WHEN_DEPTH_SET and item.depth is not None
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import json
 import time
@@ -26,6 +27,7 @@ from chat.llm.moderation import ModerationOnError, OpenAIModerationClient
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
 from chat.llm.video_transcripts import VideoTranscriptService
+from chat.runtime import turn_capabilities_from_settings
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
 from chat.sandbox.gateway import GatewaySettings
 from chat.sandbox.server import SandboxServer
@@ -109,7 +111,8 @@ class World:
         ``videos`` it asks the sandbox's transcript service, as ``YOUTUBE_TRANSCRIPT_URL`` makes
         it; with ``moderation`` it checks reply pieces against the fake model server's
         moderation service, as ``MODERATION_BASE_URL`` makes it (``moderation`` is what
-        ``MODERATION_ON_ERROR`` says)."""
+        ``MODERATION_ON_ERROR`` says). Its other capabilities come from the settings, as
+        ``runbot``'s do."""
         config = WorkerConfig(
             token=self.sandbox.token,
             api_base=self.sandbox.api_base,
@@ -126,9 +129,13 @@ class World:
             policy=RetryPolicy(backoff_base=0.01, backoff_cap=0.05),
             stream=stream,
         )
-        vision = None
+        capabilities = turn_capabilities_from_settings(vision_client=llm_client)
         if vision_model is not None:
             vision = VisionModel(llm_client, ModelSpec(vision_model, supports_vision=True))
+            capabilities = dataclasses.replace(capabilities, vision=vision)
+        if videos:
+            transcripts = VideoTranscriptService(self.sandbox.youtube_transcript_url)
+            capabilities = dataclasses.replace(capabilities, videos=transcripts)
         if proxies:
             self.proxies = ProxyResolver(
                 api_base=self.sandbox.pluralkit_api_base,
@@ -141,14 +148,13 @@ class World:
                 on_error=moderation,
                 policy=RetryPolicy(attempts_per_model=2, backoff_base=0.01, backoff_cap=0.05),
             )
+        capabilities = dataclasses.replace(capabilities, moderation=self.moderation)
         self.client = build_client(
             config,
             llm=llm_client,
             runner=runner,
-            vision=vision,
+            capabilities=capabilities,
             proxies=self.proxies,
-            videos=VideoTranscriptService(self.sandbox.youtube_transcript_url) if videos else None,
-            moderation=self.moderation,
         )
         self.task = asyncio.create_task(self.client.start(config.token))
         await eventually(lambda: self.client.scheduler is not None and self.client.is_ready())

@@ -367,6 +367,18 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
         sandbox.remove_reaction(channel_id, message_id, emoji, user_id=user_id)
         return no_content()
 
+    @routes.delete("/channels/{channel_id}/messages/{message_id}/reactions")
+    async def remove_all_reactions(request: web.Request) -> web.Response:
+        channel_id = snowflake_param(request, "channel_id")
+        sandbox.clear_reactions(channel_id, snowflake_param(request, "message_id"))
+        return no_content()
+
+    @routes.delete("/channels/{channel_id}/messages/{message_id}/reactions/{emoji}")
+    async def remove_emoji_reactions(request: web.Request) -> web.Response:
+        channel_id, message_id, emoji = _reaction_target(request)
+        sandbox.clear_reaction_emoji(channel_id, message_id, emoji)
+        return no_content()
+
     # --- attachments
     @routes.post("/attachments/refresh-urls")
     async def refresh_attachment_urls(request: web.Request) -> web.Response:

@@ -20,6 +20,7 @@ Leaving the context closes every websocket (1001), stops the server and leaves n
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -80,6 +81,8 @@ class SandboxServer:
         """The video ids asked of the transcript service, in order."""
         self.moderation = FakeModeration()
         """The moderation service (`chat.llm.fake_moderation`'s deterministic rule)."""
+        self.attachment_delay = 0.0
+        """Seconds each attachment download waits before it is answered (a slow CDN)."""
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -294,6 +297,8 @@ class SandboxServer:
         return web.json_response(video)
 
     async def _serve_attachment(self, request: web.Request) -> web.Response:
+        if self.attachment_delay:
+            await asyncio.sleep(self.attachment_delay)  # a slow CDN
         attachment = self.sandbox.attachment_download(
             snowflake_param(request, "attachment_id"),
             ex=request.query.get("ex", ""),

@@ -668,6 +668,16 @@ class Sandbox:
         """`user_id` removes their `emoji`; dispatches MESSAGE_REACTION_REMOVE."""
         self.remove_reaction(channel_id, message_id, emoji, user_id=user_id)
 
+    def user_clears_reactions(
+        self, channel_id: int, message_id: int, emoji: str | None = None
+    ) -> None:
+        """A moderator removes every reaction of the message (MESSAGE_REACTION_REMOVE_ALL), or
+        every reaction with ``emoji`` (MESSAGE_REACTION_REMOVE_EMOJI)."""
+        if emoji is None:
+            self.clear_reactions(channel_id, message_id)
+        else:
+            self.clear_reaction_emoji(channel_id, message_id, emoji)
+
     def user_types(self, channel_id: int, user_id: int) -> None:
         """`user_id` starts typing; dispatches TYPING_START."""
         self.trigger_typing(channel_id, user_id=user_id)
@@ -1150,6 +1160,30 @@ class Sandbox:
             self._reaction_event(message, emoji, user_id),
             message.guild_id,
         )
+
+    def clear_reactions(self, channel_id: int, message_id: int) -> None:
+        """Remove every reaction of the message; dispatches MESSAGE_REACTION_REMOVE_ALL (also
+        when it had none, as Discord does)."""
+        message = self._message(channel_id, message_id)
+        message.reactions.clear()
+        data = {"channel_id": str(message.channel_id), "message_id": str(message.id)}
+        if message.guild_id is not None:
+            data["guild_id"] = str(message.guild_id)
+        self._publish("MESSAGE_REACTION_REMOVE_ALL", data, message.guild_id)
+
+    def clear_reaction_emoji(self, channel_id: int, message_id: int, emoji: str) -> None:
+        """Remove every reaction with the unicode ``emoji`` from the message; dispatches
+        MESSAGE_REACTION_REMOVE_EMOJI."""
+        message = self._message(channel_id, message_id)
+        message.reactions.pop(self._unicode_emoji(emoji), None)
+        data = {
+            "channel_id": str(message.channel_id),
+            "message_id": str(message.id),
+            "emoji": {"id": None, "name": emoji},
+        }
+        if message.guild_id is not None:
+            data["guild_id"] = str(message.guild_id)
+        self._publish("MESSAGE_REACTION_REMOVE_EMOJI", data, message.guild_id)
 
     def trigger_typing(self, channel_id: int, *, user_id: int) -> None:
         """Dispatch TYPING_START for `user_id` in the channel."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.models import F
 
 from chat.models import (
     CLAIMING_STATUSES,
@@ -40,6 +41,7 @@ from chat.selectors.model_specs import (  # noqa: F401 (the package's names)
     persona_model_specs,
     planner_model_specs,
 )
+from chat.shards import ShardSet
 from personas.config_version import DM_VERSION_KEY
 from personas.models import Block, ChannelConfig, ChannelMode, GuildConfig, Persona, UserPrivacy
 
@@ -503,6 +505,13 @@ def turns_delivering(
     if started_before is not None:
         turns = turns.filter(created_at__lt=started_before)
     return [turn for turn in turns if on_shard(turn.guild_id)]
+
+
+def configured_channels(*, shards: ShardSet) -> list[tuple[int, int]]:
+    """(channel id, guild id) of every channel configured in a guild on ``shards``."""
+    rows = ChannelConfig.objects.annotate(guild_snowflake=F("guild__guild_id"))
+    rows = shards.filter(rows, field="guild_snowflake")
+    return list(rows.order_by("channel_id").values_list("channel_id", "guild_snowflake"))
 
 
 def configured_guild_ids() -> list[int]:

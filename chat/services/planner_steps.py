@@ -19,11 +19,13 @@ def planner_step_record(
     decision: str,
     action: Mapping[str, object],
     llm_ms: float | None,
+    ignored: Mapping[str, object] | None = None,
 ) -> int:
     """Record what one planner step was shown and decided, before it is acted on; returns the
     step's id for `planner_step_finish` (and for the persona turn's ``reason_detail``); the
     step is counted by its action (`chat.metrics.PLANNER_STEPS`; none when ``action`` is empty:
-    the model failed or answered no valid action)."""
+    the model failed or answered no valid action). ``ignored``: keys of the decision the action
+    does not use (`PlannerDecision.ignored`)."""
     metrics.planner_step_counted(action=str(action.get("action", "none")))
     return PlannerStep.objects.create(
         channel_id=channel_id,
@@ -33,6 +35,7 @@ def planner_step_record(
         prompt=prompt,
         decision=decision,
         action=dict(action),
+        ignored=dict(ignored or {}),
         llm_ms=llm_ms,
     ).id
 

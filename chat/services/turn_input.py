@@ -6,12 +6,15 @@ Nothing here writes a row except the channel's window anchor (never in a dry run
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import functools
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +26,7 @@ from chat.llm.attempts import AttemptPlan, Render
 from chat.llm.base import ModelApi
 from chat.llm.tools import TOOL_DEFINITIONS
 from chat.pipeline.context import TurnContext, TurnInput
-from chat.pipeline.instruct import InstructPrompt, to_instruct_prompt
+from chat.pipeline.instruct import InstructPrompt, fit_instruct_prompt, to_instruct_prompt
 from chat.pipeline.memory import short_term_memory_maintenance_due, visible_memory_text
 from chat.pipeline.projections import AttemptProfile, to_openai_messages
 from chat.pipeline.recall import RecalledMemory, memory_line, recall_query, window_people
@@ -44,14 +47,11 @@ from chat.pipeline.window import ReanchorReason, history_window_stride, select_a
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import DeliveryError, DiscordPort, messages_fetch, reads_at_most
 from chat.selectors import ChannelSettings, lore
-from chat.selectors.notice_bodies import minimal_notice_bodies, minimal_notice_memory_ids
+from chat.selectors.notice_bodies import minimal_notice_memory_ids
 from chat.selectors.short_term_memory import short_term_memory
 from chat.services.memory_recall import memories_recall_for_turn, memories_shown_before
-from chat.services.turn_record import window_anchor_store
-from chat.services.turn_request import (
-    TurnRequest,
-    TurnRuntime,
-)
+from chat.services.turn_record import ms_since, window_anchor_store
+from chat.services.turn_request import ParticipantScope, TurnRequest, TurnRuntime
 from personas.models import ChannelMode
 
 ANCHOR_IDLE_TTL = dt.timedelta(minutes=5)
@@ -99,11 +99,21 @@ async def turn_window_read(
     *,
     now: dt.datetime,
     dry_run: bool,
+    pinned_anchor_id: int | None = None,
 ) -> tuple[tuple[HistoryMessage, ...], WindowReasons]:
     """The anchored window for this turn, ending at its trigger, and how it was read (REST or
     reused, re-anchored or not); the anchor is stored for the channel unless ``dry_run``.
     Originals a proxy system replaced (seed 002: "Superseded originals are excluded") are left
     out.
+
+    The anchor is the channel's stored one (`ChannelWindowAnchor`), read the same way by the
+    worker and by inspection (a dry run: the preview, ``/prompt``, a memory refresh), so both
+    get the same window. It is chosen anew when the row says so (``reanchor_due``: the worker
+    serving the channel dropped its windows since), and on the worker also when its own
+    registry says so (`WindowRegistry.reanchor_pending`: the gateway reconnected before the
+    row could be marked). ``pinned_anchor_id`` (a replay) is a recorded turn's anchor: the
+    window starts there whatever the channel's row says, and a reset made after the trigger
+    is not applied.
 
     Every turn's window starts at the channel's stored anchor and ends at its own trigger
     (`select_anchored_history` with ``end_id``): the messages after it wait for their own
@@ -127,10 +137,19 @@ async def turn_window_read(
     after_trigger = sum(1 for m in messages if m.id > trigger.id)
     reset = await sync_to_async(selectors.channel_reset_marker)(channel_id=channel.channel_id)
     reset_marker_id = reset.marker_id if reset is not None else None
-    anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
-    if anchor is not None and now - anchor.updated_at >= ANCHOR_IDLE_TTL:
-        anchor = None
-    anchor_id = anchor.anchor_message_id if anchor is not None else None
+    anchor_id: int | None
+    anchor_limit: int | None
+    if pinned_anchor_id is not None:
+        anchor_id, anchor_limit, force_reanchor = pinned_anchor_id, None, False
+        if reset_marker_id is not None and reset_marker_id > trigger.id:
+            reset_marker_id = None  # a reset after the replayed turn
+    else:
+        anchor = await sync_to_async(selectors.window_anchor)(channel_id=channel.channel_id)
+        if anchor is not None and now - anchor.updated_at >= ANCHOR_IDLE_TTL:
+            anchor = None
+        anchor_id = anchor.anchor_message_id if anchor is not None else None
+        anchor_limit = anchor.limit if anchor is not None else None
+        force_reanchor = read.force_reanchor or (anchor is not None and anchor.reanchor_due)
 
     read_older = False
     trigger_before_window = bool(messages) and trigger.id < messages[0].id
@@ -156,14 +175,21 @@ async def turn_window_read(
         messages,
         limit=limit,
         anchor_id=anchor_id,
-        anchor_limit=anchor.limit if anchor is not None else None,
+        anchor_limit=anchor_limit,
         required_ids=frozenset({trigger.id}),
-        force_reanchor=read.force_reanchor,
+        force_reanchor=force_reanchor,
         reset_marker_id=reset_marker_id,
         end_id=trigger.id,
     )
     if selection.anchor_id is not None and not dry_run:
-        await sync_to_async(window_anchor_store)(channel.channel_id, selection.anchor_id, limit)
+        await sync_to_async(window_anchor_store)(
+            channel.channel_id,
+            selection.anchor_id,
+            limit,
+            guild_id=channel.guild.guild_id if channel.guild is not None else None,
+            # the gateway reconnected while this turn ran: its next turn re-anchors
+            reanchor_due=runtime.windows.reanchor_pending(channel.channel_id),
+        )
     reasons = WindowReasons(
         rest_reason=read.rest_reason or (RestReason.OLDER_THAN_WINDOW if read_older else None),
         reanchor_reason=selection.reanchor_reason,
@@ -236,18 +262,19 @@ async def _with_thread_starter(
 
 
 async def turn_attachment_urls_refresh(
-    runtime: TurnRuntime, turn_input: TurnInput, *, now: dt.datetime
-) -> TurnInput:
-    """``turn_input`` with every attachment URL that expires within `URL_REFRESH_MARGIN`
-    signed anew (remembered ones reused, the others asked of Discord in one go). A refresh
-    that fails leaves the URLs as they were: the model is then told a file could not be read."""
+    runtime: TurnRuntime, messages: Sequence[HistoryMessage], *, now: dt.datetime
+) -> dict[str, str]:
+    """Every attachment URL of ``messages`` that expires within `URL_REFRESH_MARGIN`, signed
+    anew (original → refreshed; remembered ones reused, the others asked of Discord in one
+    go). A refresh that fails leaves the URLs as they were: the model is then told a file
+    could not be read."""
     stale = {
         a.url
-        for a in _attachments(turn_input)
+        for a in _attachments(messages)
         if (ex := a.url_expires_at) is not None and ex - now < URL_REFRESH_MARGIN
     }
     if not stale:
-        return turn_input
+        return {}
     urls = runtime.caches.refreshed_urls
     fresh = {url: new for url in stale if (new := urls.get(url)) is not None}
     fresh = {
@@ -265,23 +292,24 @@ async def turn_attachment_urls_refresh(
         for url, new in fetched.items():
             urls.put(url, new)
         fresh |= fetched
-    if not fresh:
-        return turn_input
-    return _each_message(turn_input, lambda m: with_attachment_urls(m, fresh))
+    return fresh
 
 
-async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> TurnInput:
-    """``turn_input`` with a ``content_hash`` (SHA-256 of the bytes) on every image attachment,
-    so an image posted again is recognised as the same picture (seed 002, "Deduplication":
-    only its latest occurrence renders, and it counts once toward the rendered-image limit).
+async def turn_image_hashes(
+    runtime: TurnRuntime, messages: Sequence[HistoryMessage], urls: Mapping[str, str]
+) -> dict[int, str]:
+    """A ``content_hash`` (SHA-256 of the bytes) for every image attachment of ``messages``
+    that can be read, by attachment id, so an image posted again is recognised as the same
+    picture (seed 002, "Deduplication": only its latest occurrence renders, and it counts once
+    toward the rendered-image limit). ``urls`` are those signed anew (original → refreshed).
 
     Discord gives attachments no hash and a new URL per upload, so the worker reads each image
     once (at most `IMAGE_READS_AT_ONCE` at a time) and remembers its hash by attachment id
     (`TurnCaches.image_hashes`). An image that cannot be read, or is larger than
     `IMAGE_HASH_MAX_BYTES`, keeps no hash: its URL stays its identity."""
-    images = {a.id: a.url for a in _attachments(turn_input) if a.is_image}
+    images = {a.id: urls.get(a.url, a.url) for a in _attachments(messages) if a.is_image}
     if not images:
-        return turn_input
+        return {}
     known = runtime.caches.image_hashes
     unread = [i for i in images if i not in known]
 
@@ -298,15 +326,11 @@ async def turn_image_hashes(runtime: TurnRuntime, turn_input: TurnInput) -> Turn
     )
     for attachment_id, digest_value in zip(unread, digests, strict=True):
         known.put(attachment_id, digest_value)
-    hashes = {i: h for i in images if (h := known.get(i)) is not None}
-    if not hashes:
-        return turn_input
-    return _each_message(turn_input, lambda m: with_attachment_hashes(m, hashes))
+    return {i: h for i in images if (h := known.get(i)) is not None}
 
 
-def _attachments(turn_input: TurnInput) -> list[Attachment]:
-    """Every attachment of the turn's messages and reply targets (forwarded ones' too)."""
-    messages = (*turn_input.history, *turn_input.reply_targets.values())
+def _attachments(messages: Sequence[HistoryMessage]) -> list[Attachment]:
+    """Every attachment of ``messages`` (forwarded ones' too)."""
     return [
         a
         for m in messages
@@ -325,24 +349,121 @@ def _each_message(
     )
 
 
-async def turn_input_gather(
+@dataclass(frozen=True)
+class TurnParticipants:
+    """A turn's input as its auxiliary reads completed it, the long-term memories it shows,
+    and how long each read took (`PreparedTurn.participant_timings`)."""
+
+    turn_input: TurnInput
+    recalled: tuple[RecalledMemory, ...]
+    timings: Mapping[str, float]
+
+
+async def turn_participants_read(
     runtime: TurnRuntime,
     request: TurnRequest,
     history: tuple[HistoryMessage, ...],
     *,
     now: dt.datetime,
-) -> TurnInput:
-    channel, persona = request.channel, request.persona
-    reply_targets = await _reply_targets(
-        runtime, channel.channel_id, [m for m in history if m.id <= request.trigger.id]
-    )
-    people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
-    reference = request.trigger.reference
-    follow_up_tools: frozenset[str] = frozenset()
-    if reference is not None and reference.kind is ReferenceKind.REPLY:
-        follow_up_tools = await sync_to_async(selectors.replied_turn_tools)(
-            channel_id=channel.channel_id, persona_id=persona.id, message_id=reference.message_id
+    dry_run: bool,
+    anchor_id: int | None,
+) -> TurnParticipants:
+    """Everything the database and Discord say about the turn's window, read concurrently
+    (seed 000: "These reads run concurrently before simplification"), each timed.
+
+    Steps:
+        1. The reply targets the window points at (`_reply_targets`; those fetched for an
+           earlier turn come from the window registry).
+        2. At once: on the event loop, the attachment URLs that expire soon signed anew (not
+           in a dry run: `turn_attachment_urls_refresh`), then the window's images hashed
+           (`turn_image_hashes`); on the database thread, the people in the window
+           (`turn_input_gather`: privacy and blacklist shared with the co-responding turns
+           through ``request.participants``, short-term memory, presence, notice bodies,
+           follow-up tools), then the long-term memories that bear on the trigger
+           (`turn_memories_recall`; a persona test case's ``request.fixed`` gives them instead).
+        3. The input with the refreshed URLs, the image hashes and the memories.
+
+    Timings, by the `Turn` field that keeps each: ``hydration_ms`` (1 and the people),
+    ``url_refresh_ms``, ``image_hash_ms``, ``recall_ms``.
+    """
+    timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def timed(name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            timings[name] = timings.get(name, 0.0) + ms_since(started)
+
+    with timed("hydration_ms"):
+        reply_targets = await _reply_targets(
+            runtime, request.channel.channel_id, [m for m in history if m.id <= request.trigger.id]
         )
+    messages = (*history, *reply_targets.values())
+
+    async def media() -> tuple[dict[str, str], dict[int, str]]:
+        urls: dict[str, str] = {}
+        if not dry_run:
+            with timed("url_refresh_ms"):
+                urls = await turn_attachment_urls_refresh(runtime, messages, now=now)
+        with timed("image_hash_ms"):
+            hashes = await turn_image_hashes(runtime, messages, urls)
+        return urls, hashes
+
+    recalled: tuple[RecalledMemory, ...] = ()
+    shown: dict[int, tuple[tuple[str, ...], ...]] = {}
+    reading_media = asyncio.create_task(media())
+    try:
+        with timed("hydration_ms"):
+            turn_input = await turn_input_gather(runtime, request, history, reply_targets, now=now)
+        if request.fixed is None:
+            with timed("recall_ms"):
+                recalled, shown = await sync_to_async(turn_memories_recall)(
+                    runtime, request, turn_input, anchor_id=anchor_id
+                )
+        urls, hashes = await reading_media
+    finally:
+        if not reading_media.done():
+            reading_media.cancel()
+            await asyncio.gather(reading_media, return_exceptions=True)
+    if urls or hashes:
+        turn_input = _each_message(
+            turn_input,
+            lambda m: with_attachment_hashes(with_attachment_urls(m, urls), hashes),
+        )
+    if request.fixed is not None:  # a persona test case: its memories as they were saved
+        return TurnParticipants(
+            turn_input=replace(
+                turn_input,
+                memories=request.fixed.memories,
+                memories_shown=request.fixed.memories_shown,
+                short_term_memory_text=request.fixed.short_term_memory_text,
+            ),
+            recalled=(),
+            timings=timings,
+        )
+    turn_input = replace(
+        turn_input,
+        memories=tuple(memory_line(m.record) for m in recalled),
+        memories_shown=shown,
+    )
+    return TurnParticipants(turn_input=turn_input, recalled=recalled, timings=timings)
+
+
+async def turn_input_gather(
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    history: tuple[HistoryMessage, ...],
+    reply_targets: Mapping[int, HistoryMessage],
+    *,
+    now: dt.datetime,
+) -> TurnInput:
+    """The turn's input before its media and memories are read: the window, its reply
+    targets, and what the database says about the people in it (`_gather_people`, one trip
+    to the database thread)."""
+    channel, persona = request.channel, request.persona
+    people = await sync_to_async(_gather_people)(request, history, reply_targets, now)
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.caches.warm_context(channel.channel_id, persona.id)
     return TurnInput(
@@ -368,7 +489,7 @@ async def turn_input_gather(
         short_term_memory_depth=persona.short_term_memory_depth,
         configured_tools=_configured_tools(runtime, request),
         tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
-        follow_up_tools=follow_up_tools,
+        follow_up_tools=people.follow_up_tools,
         notice_bodies=people.notice_bodies,
         autonomous=channel.mode == ChannelMode.AUTONOMOUS,
         tools_enabled=persona.tools_enabled,
@@ -429,6 +550,7 @@ class _People:
     short_term_memory_due: bool
     last_seen: dt.datetime | None
     notice_bodies: Mapping[int, str]
+    follow_up_tools: frozenset[str] = frozenset()
 
 
 def _gather_people(
@@ -438,13 +560,18 @@ def _gather_people(
     now: dt.datetime,
 ) -> _People:
     """Privacy and blacklist for everyone in the window, this scope's short-term memory (its
-    text unless expired, and whether maintenance is due: `chat.pipeline.memory`), and the
-    bodies of the window's minimal-verbosity notices (`selectors.notice_bodies`)."""
+    text unless expired, and whether maintenance is due: `chat.pipeline.memory`), the bodies
+    of the window's minimal-verbosity notices (`selectors.notice_bodies`), and the tools the
+    reply the trigger answers was offered (seed 000's follow-up admission). The standing and
+    the notice bodies are read through ``request.participants``, once for every turn that
+    answers the same message."""
     messages = [*history, *reply_targets.values()]
     user_ids = {m.accountable_user_id for m in messages} | {
         i for m in messages for i in m.mention_ids
     }
-    standing = selectors.user_standing(user_ids=user_ids, guild_id=request.configuration.guild_id)
+    scope = request.participants or ParticipantScope()
+    guild_id = request.configuration.guild_id
+    standing = scope.standing(user_ids=user_ids, guild_id=guild_id)
     persona = request.persona
     memory = short_term_memory(
         persona=persona,
@@ -461,11 +588,19 @@ def _gather_people(
         last_seen = selectors.last_presence(
             persona_id=persona.id, user_id=trigger.accountable_user_id
         )
+    reference = trigger.reference
+    follow_up_tools: frozenset[str] = frozenset()
+    if reference is not None and reference.kind is ReferenceKind.REPLY:
+        follow_up_tools = selectors.replied_turn_tools(
+            channel_id=request.channel.channel_id,
+            persona_id=persona.id,
+            message_id=reference.message_id,
+        )
     return _People(
-        notice_bodies=minimal_notice_bodies(
-            guild_id=request.configuration.guild_id,
-            memory_ids=minimal_notice_memory_ids(messages),
+        notice_bodies=scope.notice_bodies(
+            guild_id=guild_id, memory_ids=minimal_notice_memory_ids(messages)
         ),
+        follow_up_tools=follow_up_tools,
         last_seen=last_seen,
         privacy=standing.privacy,
         blacklisted=standing.blacklisted,
@@ -517,25 +652,49 @@ async def _reply_targets(
     return {target.id: target for target in known.values() if target is not None}
 
 
-def turn_renderer(context: TurnContext, *, limit: int, budget: int | None = None) -> Render:
+def turn_renderer(
+    context: TurnContext,
+    *,
+    limit: int,
+    budget: int | None = None,
+    counter: TokenCounter | None = None,
+) -> Render:
     """The attempt runner's ``render``: projects the context for each attempt's model.
 
     ``budget`` is the persona's whole budget (`context_budget` of its context window); what
     the context was fitted to is less by the offered tools' definitions. A model with a
     smaller context window of its own (a fallback's ``context_window``) gets its history
-    truncated to its own budget, less the same tools."""
+    truncated to its own budget, less the same tools. A text-completion model's prompt is
+    counted as sent, its whole text with ``counter``, and fitted to its budget (its own, else
+    ``budget``; it is offered no tools) in the same stride batches, from the history before
+    the chat items' truncation (`instruct.fit_instruct_prompt`); without a counter or a
+    budget it is written from the chat items as they are."""
     stride = history_window_stride(limit)
     reserved = 0 if budget is None else max(0, budget - context.truncation.budget)
 
     def render(plan: AttemptPlan) -> list[dict[str, Any]] | InstructPrompt:
-        shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        own = budget
         if plan.model.context_window is not None:
             own = context_budget(plan.model.context_window, plan.model.max_output_tokens)
-            if own - reserved < context.truncation.budget:
-                items, _report = truncate_dialogue_history(
-                    shortened.items, budget=max(0, own - reserved), stride=stride
-                )
-                shortened = replace(shortened, items=items)
+        if plan.model.api is ModelApi.COMPLETIONS and counter is not None and own is not None:
+            return fit_instruct_prompt(
+                context,
+                plan.model.template(),
+                budget=own,
+                stride=stride,
+                counter=counter,
+                extra_batches=plan.shorten_batches,
+            )
+        shortened = _shorten(context, batches=plan.shorten_batches, stride=stride)
+        if (
+            plan.model.context_window is not None
+            and own is not None
+            and own - reserved < context.truncation.budget
+        ):
+            items, _report = truncate_dialogue_history(
+                shortened.items, budget=max(0, own - reserved), stride=stride
+            )
+            shortened = replace(shortened, items=items)
         if plan.model.api is ModelApi.COMPLETIONS:
             return to_instruct_prompt(shortened, plan.model.template())
         profile = AttemptProfile(

@@ -5,6 +5,7 @@ scrubbing of a user's lines. `window_report` is the window as the dashboard show
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -19,6 +20,7 @@ from chat.pipeline.simplify import EntryKind, hidden_user_ids
 from chat.ports import DeliveryError
 from chat.services.memory_recall import recalled_record
 from chat.services.turn_request import PreparedTurn
+from chat.shards import ShardSet
 
 LEFT_OUT_AFTER_TRIGGER = "newer than the trigger: answered in its own turn"
 LEFT_OUT_TRUNCATED = "removed by truncation to fit the token budget"
@@ -109,6 +111,8 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
     turn.lorebook = context.lore.as_record()
     turn.history_ms = prepared.history_ms
     turn.participant_ms = prepared.participant_ms
+    for field_name, ms in prepared.participant_timings.items():
+        setattr(turn, field_name, ms)
     turn.build_ms = prepared.build_ms
 
 
@@ -144,10 +148,36 @@ def _jsonable(value: object) -> object:
     return value
 
 
-def window_anchor_store(channel_id: int, anchor_id: int, limit: int) -> None:
+def window_anchor_store(
+    channel_id: int,
+    anchor_id: int,
+    limit: int,
+    *,
+    guild_id: int | None,
+    reanchor_due: bool = False,
+) -> None:
+    """Store the channel's anchor (the guild's, None for a DM). ``reanchor_due``: the worker's
+    windows were dropped while the turn that chose it ran, so its next turn chooses anew."""
     ChannelWindowAnchor.objects.update_or_create(
-        channel_id=channel_id, defaults={"anchor_message_id": anchor_id, "limit": limit}
+        channel_id=channel_id,
+        defaults={
+            "anchor_message_id": anchor_id,
+            "limit": limit,
+            "guild_id": guild_id,
+            "reanchor_due": reanchor_due,
+        },
     )
+
+
+def window_anchors_reanchor_due(*, shards: ShardSet, before: dt.datetime) -> int:
+    """A worker dropped its history windows at ``before`` (its gateway connected, reconnected
+    or disconnected): the anchors of the channels on its ``shards`` stored before then are due
+    a new anchor, as its own next read of each will choose (DESIGN §5). Inspection (the
+    preview, replay, ``/prompt``) reads the row, so it shows the window the worker's next turn
+    will read. An anchor stored since is left alone (a turn already chose it afresh). Returns
+    how many rows were marked."""
+    rows = ChannelWindowAnchor.objects.filter(updated_at__lt=before, reanchor_due=False)
+    return shards.filter(rows).update(reanchor_due=True)
 
 
 def ms_since(started: float) -> float:

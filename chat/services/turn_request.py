@@ -22,10 +22,17 @@ from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.recall import RecalledMemory
 from chat.pipeline.tokens import TokenCounter
 from chat.pipeline.triggers import TurnReason
-from chat.pipeline.types import HistoryMessage
+from chat.pipeline.types import HistoryMessage, PrivacyLevel
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import UNFENCED, DiscordPort, LeaseFence
-from chat.selectors import ChannelConfiguration, ChannelSettings, channel_configuration
+from chat.selectors import (
+    ChannelConfiguration,
+    ChannelSettings,
+    UserStanding,
+    channel_configuration,
+    user_standing,
+)
+from chat.selectors.notice_bodies import minimal_notice_bodies
 from chat.windows import WindowRegistry
 from personas.models import Persona
 
@@ -143,6 +150,49 @@ class TurnRuntime:
         return self.llm.stream if self.llm is not None else True
 
 
+class ParticipantScope:
+    """What the co-responding turns answering one message share (seed 000's request-scoped
+    participant map): the standing of the people their windows name (privacy, blacklist) and
+    the bodies of their minimal notices, each read once for all of them. The channel loop
+    makes one for each message it answers; a turn given none reads for itself alone. Used
+    from the database thread (the turns' `sync_to_async` calls), one turn at a time.
+    ``reads`` counts the database reads made through it."""
+
+    def __init__(self) -> None:
+        self._standing: dict[tuple[int | None, int], tuple[PrivacyLevel | None, bool]] = {}
+        self._notice_bodies: dict[tuple[int | None, int], str | None] = {}
+        self.reads = 0
+
+    def standing(self, *, user_ids: set[int], guild_id: int | None) -> UserStanding:
+        """`chat.selectors.user_standing` of ``user_ids``, reading only those not read yet."""
+        unread = {u for u in user_ids if (guild_id, u) not in self._standing}
+        if unread:
+            self.reads += 1
+            read = user_standing(user_ids=unread, guild_id=guild_id)
+            for user_id in unread:
+                self._standing[guild_id, user_id] = (
+                    read.privacy.get(user_id),
+                    user_id in read.blacklisted,
+                )
+        known = {u: self._standing[guild_id, u] for u in user_ids}
+        return UserStanding(
+            privacy={u: level for u, (level, _) in known.items() if level is not None},
+            blacklisted=frozenset(u for u, (_, listed) in known.items() if listed),
+        )
+
+    def notice_bodies(self, *, memory_ids: set[int], guild_id: int | None) -> dict[int, str]:
+        """`minimal_notice_bodies` of ``memory_ids``, reading only those not read yet."""
+        unread = {i for i in memory_ids if (guild_id, i) not in self._notice_bodies}
+        if unread:
+            self.reads += 1
+            read = minimal_notice_bodies(guild_id=guild_id, memory_ids=unread)
+            for memory_id in unread:
+                self._notice_bodies[guild_id, memory_id] = read.get(memory_id)
+        return {
+            i: body for i in memory_ids if (body := self._notice_bodies[guild_id, i]) is not None
+        }
+
+
 @dataclass(frozen=True)
 class FixedInputs:
     """What a turn is given instead of reading it (a persona test case, `chat.services.
@@ -161,8 +211,12 @@ class FixedInputs:
 @dataclass(frozen=True)
 class TurnRequest:
     """One persona turn to run: the channel's configuration (read once for the whole batch of
-    messages it answers), the persona, its trigger and why it runs. ``fixed``: inputs given
-    rather than read (a persona test case); None for every turn of a channel."""
+    messages it answers), the persona, its trigger and why it runs.
+
+    ``fixed``: inputs given rather than read (a persona test case); None for every turn of a
+    channel. ``pinned_anchor_id`` (a replay's dry run only): the recorded turn's window anchor,
+    used instead of the channel's stored one (`turn_input.turn_window_read`). ``participants``:
+    the scope the turns answering the same message share (None: the turn reads alone)."""
 
     configuration: ChannelConfiguration
     persona: Persona
@@ -172,6 +226,8 @@ class TurnRequest:
     is_queued_turn: bool = False
     later_queued_trigger_ids: frozenset[int] = frozenset()
     fixed: FixedInputs | None = None
+    pinned_anchor_id: int | None = None
+    participants: ParticipantScope | None = field(default=None, compare=False)
 
     @property
     def channel(self) -> ChannelSettings:
@@ -207,3 +263,7 @@ class PreparedTurn:
     participant_ms: float
     build_ms: float
     recalled: tuple[RecalledMemory, ...] = ()
+    participant_timings: Mapping[str, float] = field(default_factory=dict)
+    """Of ``participant_ms`` (the reads run concurrently, so these may add up to more), by
+    the `Turn` field that keeps each: ``hydration_ms``, ``url_refresh_ms``,
+    ``image_hash_ms``, ``recall_ms``."""

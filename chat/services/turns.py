@@ -16,9 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import replace
-
-from asgiref.sync import sync_to_async
 
 from chat import selectors
 from chat.llm.attempts import request_body
@@ -26,7 +23,6 @@ from chat.llm.base import Message
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
-from chat.pipeline.recall import RecalledMemory, memory_line
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_moderation import trigger_moderation_refusal
@@ -34,10 +30,7 @@ from chat.services.reply_stream import reply_stream_deliver
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     WindowReasons,
-    turn_attachment_urls_refresh,
-    turn_image_hashes,
-    turn_input_gather,
-    turn_memories_recall,
+    turn_participants_read,
     turn_renderer,
     turn_window_read,
 )
@@ -76,11 +69,12 @@ async def turn_prepare(
     Steps:
         1. Read the history window (reused within a busy stretch) and select the anchored
            window ending at the trigger; store the anchor.
-        2. Fetch reply targets outside the window (at most four at a time) and read privacy,
-           blacklist and short-term memory for the people in it (the channel's personas and
-           blocks come from ``request.configuration``, read once); recall the long-term
-           memories that bear on the trigger (`turn_memories_recall`); hash the window's
-           images (each read once: `turn_image_hashes`).
+        2. Fetch reply targets outside the window (at most four at a time), then at once
+           read privacy, blacklist and short-term memory for the people in it (shared with
+           the turns answering the same message; the channel's personas and blocks come from
+           ``request.configuration``, read once) and recall the long-term memories that bear
+           on the trigger, while the window's images are hashed (each read once):
+           `turn_input.turn_participants_read`, each read timed.
         3. Build the context (pure pipeline) and keep it to make the channel's next build warm.
         4. Render the first attempt's exact request.
 
@@ -100,32 +94,20 @@ async def turn_prepare(
         history, window = request.fixed.history, _fixed_window(request.fixed)
     else:
         history, window = await turn_window_read(
-            runtime, channel, trigger, now=now, dry_run=dry_run
+            runtime,
+            channel,
+            trigger,
+            now=now,
+            dry_run=dry_run,
+            pinned_anchor_id=request.pinned_anchor_id,
         )
     history_ms = ms_since(started)
 
     started = time.perf_counter()
-    turn_input = await turn_input_gather(runtime, request, history, now=now)
-    if not dry_run:
-        turn_input = await turn_attachment_urls_refresh(runtime, turn_input, now=now)
-    turn_input = await turn_image_hashes(runtime, turn_input)
-    if request.fixed is not None:
-        recalled: tuple[RecalledMemory, ...] = ()
-        turn_input = replace(
-            turn_input,
-            memories=request.fixed.memories,
-            memories_shown=request.fixed.memories_shown,
-            short_term_memory_text=request.fixed.short_term_memory_text,
-        )
-    else:
-        recalled, shown = await sync_to_async(turn_memories_recall)(
-            runtime, request, turn_input, anchor_id=window.anchor_id
-        )
-        turn_input = replace(
-            turn_input,
-            memories=tuple(memory_line(m.record) for m in recalled),
-            memories_shown=shown,
-        )
+    participants = await turn_participants_read(
+        runtime, request, history, now=now, dry_run=dry_run, anchor_id=window.anchor_id
+    )
+    turn_input = participants.turn_input
     participant_ms = ms_since(started)
 
     started = time.perf_counter()
@@ -139,6 +121,7 @@ async def turn_prepare(
         context,
         limit=channel.fetch_limit,
         budget=context_budget(persona.context_window, persona.max_output_tokens),
+        counter=runtime.token_counter,
     )
     toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id)
     return PreparedTurn(
@@ -154,7 +137,8 @@ async def turn_prepare(
         history_ms=history_ms,
         participant_ms=participant_ms,
         build_ms=build_ms,
-        recalled=recalled,
+        recalled=participants.recalled,
+        participant_timings=participants.timings,
     )
 
 

@@ -60,6 +60,27 @@ async def test_the_first_read_goes_to_rest_and_chooses_a_new_anchor(registry, di
     assert [m.content for m in read.messages] == [f"m{n}" for n in range(10, 30)]
 
 
+async def test_a_registry_without_a_gateway_leaves_re_anchoring_to_the_stored_anchor(discord):
+    """The dashboard's dry runs read with a registry of their own: it knows nothing of any
+    gateway connection, so it never forces a new anchor (the stored row says when to)."""
+    registry = WindowRegistry(
+        fetch_history=discord.fetch_history, cache_view=discord.cache_view, gateway=False
+    )
+
+    read = await registry.read(CHANNEL, limit=20, dry_run=True)
+
+    assert (read.rest_reason, read.force_reanchor) == (RestReason.NO_PREVIOUS_WINDOW, False)
+    assert registry.reanchor_pending(CHANNEL) is False
+
+
+async def test_a_channel_is_due_a_new_anchor_until_read_in_the_current_connection(registry):
+    assert registry.reanchor_pending(CHANNEL) is True
+    await registry.read(CHANNEL, limit=20)
+    assert registry.reanchor_pending(CHANNEL) is False
+    registry.shard_disconnected(0)
+    assert registry.reanchor_pending(CHANNEL) is True
+
+
 async def test_within_a_busy_stretch_new_messages_come_from_the_cache(registry, discord):
     await registry.read(CHANNEL, limit=20)
     newest = discord.messages[-1]

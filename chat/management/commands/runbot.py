@@ -14,9 +14,8 @@ from chat.gateway.limits import SessionStartLimitReached
 from chat.gateway.stops import GatewayStop
 from chat.runtime import (
     llm_client_from_settings,
-    moderation_from_settings,
+    turn_capabilities_from_settings,
     vision_client_from_settings,
-    vision_model_from_settings,
 )
 from chat.worker import (
     WorkerConfig,
@@ -140,11 +139,10 @@ class Command(BaseCommand):
             loop.add_signal_handler(sig, stop.set)
         llm = llm_client_from_settings()
         vision_client = vision_client_from_settings()
-        vision = vision_model_from_settings(vision_client or llm)
+        capabilities = turn_capabilities_from_settings(vision_client=vision_client or llm)
         proxies = proxy_resolver_from_settings()
         health = WorkerHealth(shard_count=configs[0].shard_count)
         monitor = await self._monitor(health)
-        moderation = moderation_from_settings()
         freeze_startup_heap()
         try:
             await asyncio.gather(
@@ -154,10 +152,9 @@ class Command(BaseCommand):
                         stop=stop,
                         standby=n > 0,
                         llm=llm,
-                        vision=vision,
+                        capabilities=capabilities,
                         proxies=proxies,
                         health=health,
-                        moderation=moderation,
                     )
                     for n, config in enumerate(configs)
                 )
@@ -172,8 +169,7 @@ class Command(BaseCommand):
                 await proxies.aclose()
             if vision_client is not None:
                 await vision_client.aclose()
-            if moderation is not None:
-                await moderation.aclose()
+            await capabilities.aclose()
         self.stdout.write("worker stopped")
 
     @staticmethod

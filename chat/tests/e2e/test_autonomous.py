@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 
 from chat.llm.fake_server import Fault, FaultKind, Reply, StreamPace
 from chat.loop.autonomous import MAX_CAPPED_LOOPS, MAX_LOOP_ITERATIONS
-from chat.models import Turn, UnreadEvent
+from chat.models import PlannerStep, Turn, UnreadEvent
 from chat.tests.e2e.conftest import ALICE, AUTONOMOUS, BOB, eventually
 from personas.models import GuildConfig, Persona
 
@@ -244,3 +244,48 @@ async def test_a_message_whose_answer_was_cut_off_by_a_stop_stays_unread(world):
     assert turn.status == Turn.Status.ABORTED
     # The worker that runs the channel next still finds it unread, and answers it.
     assert await UnreadEvent.objects.filter(message_id=int(said["id"])).aexists()
+
+
+async def steps_recorded() -> list[tuple[str, bool, str, dict]]:
+    """Every planner step: (action, success, result, ignored keys), oldest first."""
+    rows = PlannerStep.objects.order_by("id").values_list("action", "success", "result", "ignored")
+    return [
+        (a.get("action", "invalid"), ok, result, ignored) async for a, ok, result, ignored in rows
+    ]
+
+
+async def test_seed_003s_own_read_action_costs_no_extra_step(world):
+    """``{"action": "read_unread_messages", "channelId": "…"}`` as seed 003 writes it reads
+    the messages in one step; a key the action does not have is left out and recorded."""
+    world.llm.enqueue(
+        Reply(json.dumps({"action": "read_unread_messages", "channelId": str(AUTONOMOUS)})),
+        action(action="send_message", persona="Tomori", mood="cheerful"),
+    )
+    await world.start_worker()
+
+    world.say("tomori, are you there?", channel_id=AUTONOMOUS)
+    await eventually(lambda: world.bot_messages(AUTONOMOUS))
+    await world.drained()
+
+    assert await steps_recorded() == [
+        ("read_unread_messages", True, "read 1 messages", {}),
+        ("send_message", True, "Tomori: replied", {"mood": "cheerful"}),
+    ]
+    assert len(planner_requests(world)) == 2
+
+
+async def test_a_channel_id_naming_another_channel_is_refused_with_the_reason(world):
+    world.llm.enqueue(
+        Reply(json.dumps({"action": "read_unread_messages", "channelId": "general"})),
+        action(action="continue"),
+    )
+    await world.start_worker()
+
+    world.say("is anyone around?", channel_id=AUTONOMOUS)
+    await eventually(lambda: len(planner_requests(world)) == 2)
+    await world.drained()
+
+    [(name, ok, result, _), _] = await steps_recorded()
+    assert (name, ok) == ("invalid", False)
+    assert "'general' is not this channel: you act only in #autonomous" in result
+    assert "is not this channel" in state_of(planner_requests(world)[1])

@@ -87,6 +87,14 @@ def react(world, message: dict) -> None:
     world.sandbox.sandbox.user_reacts(GENERAL, int(message["id"]), ALICE, "👍")
 
 
+def clear_all(world, message: dict) -> None:
+    world.sandbox.sandbox.user_clears_reactions(GENERAL, int(message["id"]))
+
+
+def clear_thumbs(world, message: dict) -> None:
+    world.sandbox.sandbox.user_clears_reactions(GENERAL, int(message["id"]), "👍")
+
+
 def delete(world, message: dict) -> None:
     world.sandbox.sandbox.user_deletes(GENERAL, int(message["id"]))
 
@@ -121,6 +129,38 @@ async def test_what_changes_while_idle_reaches_the_next_prompt_through_the_right
     assert shown in last_prompt(world)
     if gone is not None:
         assert gone not in last_prompt(world)
+
+
+@pytest.mark.parametrize(
+    ("clear", "shown", "gone"),
+    [
+        (clear_all, "earlier line 1", "[reactions"),
+        (clear_thumbs, "earlier line 1 [reactions: 🎉 1]", "👍"),
+    ],
+    ids=["all", "one-emoji"],
+)
+async def test_reactions_cleared_while_idle_are_gone_from_the_next_prompt(
+    world, clear, shown, gone
+):
+    """A moderator clears a message's reactions (all, or one emoji's): seed 000's raw
+    reaction events include the clears, so a message only REST knows is read again rather
+    than shown with the reactions it no longer has."""
+    earlier = [world.say(f"earlier line {n}", author=BOB) for n in range(3)]
+    world.sandbox.sandbox.user_reacts(GENERAL, int(earlier[1]["id"]), ALICE, "👍")
+    world.sandbox.sandbox.user_reacts(GENERAL, int(earlier[1]["id"]), BOB, "🎉")
+    await world.start_worker()
+    await turn(world, "tomori, first question")
+    assert "earlier line 1 [reactions: 👍 1, 🎉 1]" in last_prompt(world)
+    before = history_reads(world)
+
+    clear(world, earlier[1])
+    await world.drained()
+    await turn(world, "tomori, second question")
+
+    assert history_reads(world) - before == 1
+    assert (await last_window())["rest_reason"] == "uncached_change"
+    assert shown in last_prompt(world)
+    assert gone not in last_prompt(world)
 
 
 async def test_deletes_that_leave_a_full_window_short_read_the_older_history(world):

@@ -12,6 +12,7 @@ from chat.llm.fake_server import Fault, FaultKind, Reply
 from chat.models import MessageIndex, Turn
 from chat.sandbox.records import Upload
 from chat.tests.e2e.conftest import BOB, DEMO_BOT_ID, GENERAL, eventually
+from personas.models import ChannelConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -260,3 +261,18 @@ async def test_a_filename_with_macro_syntax_stays_literal_and_read_file_reads_it
     assert "the secret is 42" in str(second["messages"])
     [turn] = await sync_to_async(turns_list)()
     assert (turn.status, turn.reply_text) == ("replied", "I read it.")
+
+
+async def test_the_worker_reads_its_channels_configurations_before_any_traffic(world):
+    """A worker's first second of traffic costs what any other does: every configured
+    channel's configuration is read at start, and the first pass of a channel reads none."""
+    client = await world.start_worker()
+    configurations = client.scheduler._runtime.configurations
+    configured = await sync_to_async(ChannelConfig.objects.count)()
+    assert configured >= 3 and configurations.reads == configured == len(configurations)
+
+    world.say("tomori, are you there?")
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+
+    assert configurations.reads == configured

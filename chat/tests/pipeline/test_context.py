@@ -425,3 +425,22 @@ def test_the_offered_tools_definitions_come_out_of_the_budget():
 
     assert context.tools == ("read_file",)
     assert context.truncation.budget == 720 - 120  # analyze_image is not offered: free
+
+
+@given(turns(), st.data())
+def test_each_warm_build_of_a_moving_window_equals_a_cold_one(turn, data):
+    """A channel's turns, each warmed from the one before, as its window grows by new
+    messages and its start moves on: every warm build is the cold build of the same turn
+    (simplification, participants, rendering, counting and notes all resume correctly)."""
+    history = turn.history
+    start, end = 0, data.draw(st.integers(1, len(history)))
+    previous = None
+    while end <= len(history):
+        window = history[start:end]
+        current = replace(turn, history=window, trigger_id=window[-1].id, previous=previous)
+        warm = build_turn_context(current)
+        assert warm == build_turn_context(replace(current, previous=None))
+        previous = warm
+        end += data.draw(st.integers(1, 3))
+        if data.draw(st.booleans()):
+            start = min(end - 1, start + data.draw(st.integers(0, 3)))

@@ -9,10 +9,12 @@ import pytest
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.instruct import (
     BUILTIN_TEMPLATES,
+    fit_instruct_prompt,
     instruct_template_from_preset,
     to_instruct_prompt,
 )
 from chat.pipeline.projections import completion_lines
+from chat.pipeline.tokens import O200kTokenCounter
 from chat.tests.factories import BOB, KAITO, TOMORI, TOMORI_PERSONA, message, turn_input
 
 HISTORY = [
@@ -82,3 +84,54 @@ def test_a_sillytavern_instruct_preset_is_read():
     assert prompt.text.startswith("SYSTEM:You are Tomori.\nUSER:Bob: morning all\n")
     assert prompt.text.endswith("ASSISTANT:Tomori: Well,")
     assert prompt.stop[0] == "</s>"
+
+
+def _long_context(context_window: int):
+    history = [
+        message(n, f"line {n}: the rehearsal runs late", author=BOB if n % 2 else KAITO, minutes=n)
+        for n in range(1, 41)
+    ]
+    persona = replace(
+        PERSONA,
+        prefill="",
+        model=replace(PERSONA.model, context_window=context_window, max_output_tokens=100),
+    )
+    return build_turn_context(turn_input(history, persona=persona, fetch_limit=40))
+
+
+def test_the_fitted_prompt_is_within_budget_and_loses_history_in_whole_stride_batches():
+    counter = O200kTokenCounter()
+    context = _long_context(16000)
+    template = BUILTIN_TEMPLATES["llama3"]
+    whole = counter.count(to_instruct_prompt(context, template).text)
+
+    fitted = {
+        budget: fit_instruct_prompt(context, template, budget=budget, stride=12, counter=counter)
+        for budget in (250, 400, 600, 900, whole)
+    }
+
+    for budget, prompt in fitted.items():
+        assert prompt.tokens == counter.count(prompt.text) <= budget
+        assert prompt.text.endswith("Tomori:") and "line 40:" in prompt.text
+        kept = sum(f"line {n}:" in prompt.text for n in range(1, 41))
+        assert kept + prompt.removed_entries == 40
+        assert prompt.removed_entries % 12 == 0 or kept == 1  # whole batches, or all it can
+    removed = [prompt.removed_entries for prompt in fitted.values()]
+    assert removed == sorted(removed, reverse=True) and removed[-1] == 0
+
+
+def test_the_prompt_is_fitted_from_the_history_before_the_chat_items_truncation():
+    context = _long_context(700)  # the chat items are cut to a budget of 540
+    counter = O200kTokenCounter()
+    assert context.truncation.removed_entries > 0
+
+    fitted = fit_instruct_prompt(
+        context,
+        instruct_template_from_preset({"name": "plain"}),
+        budget=540,
+        stride=12,
+        counter=counter,
+    )
+
+    assert fitted.removed_entries < context.truncation.removed_entries
+    assert fitted.tokens <= 540

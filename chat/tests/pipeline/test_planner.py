@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from datetime import UTC
 
 import pytest
@@ -7,6 +8,8 @@ import pytest
 from chat.pipeline.planner import (
     ActionRecord,
     Continue,
+    PlannerChannel,
+    PlannerDecision,
     PlannerOutputError,
     PlannerPersona,
     PlannerPromptInput,
@@ -44,7 +47,40 @@ from chat.tests.factories import ALICE, BOB, CAROL, T0, message, sf, simplify
     ],
 )
 def test_planner_output_parses_to_one_action(text, expected):
-    assert parse_planner_action(text) == expected
+    assert parse_planner_action(text, channel=CHANNEL) == PlannerDecision(expected)
+
+
+CHANNEL = PlannerChannel(channel_id=1300000000000000001, name="autonomous")
+
+
+@pytest.mark.parametrize(
+    "named", ["1300000000000000001", "autonomous", "#autonomous", " #Autonomous "]
+)
+def test_seed_003s_own_format_names_the_channel_and_costs_nothing(named):
+    text = json.dumps({"action": "read_unread_messages", "channelId": named})
+
+    decision = parse_planner_action(text, channel=CHANNEL)
+
+    assert decision == PlannerDecision(ReadUnreadMessages(action="read_unread_messages"))
+
+
+@pytest.mark.parametrize("named", ["1300000000000000002", "general", "…", ""])
+def test_a_channel_id_naming_another_channel_is_refused_with_the_reason(named):
+    text = json.dumps({"action": "read_unread_messages", "channelId": named})
+
+    with pytest.raises(
+        PlannerOutputError, match="is not this channel: you act only in #autonomous"
+    ):
+        parse_planner_action(text, channel=CHANNEL)
+
+
+def test_keys_the_action_does_not_have_are_left_out_and_named():
+    text = '{"action": "send_message", "persona": "Anon", "mood": "curious", "why": ["a", 1]}'
+
+    decision = parse_planner_action(text, channel=CHANNEL)
+
+    assert decision.action == SendMessage(action="send_message", persona="Anon")
+    assert decision.ignored == {"mood": "curious", "why": ["a", 1]}
 
 
 @pytest.mark.parametrize(
@@ -56,12 +92,12 @@ def test_planner_output_parses_to_one_action(text, expected):
         ('{"action": "sleep", "seconds": 600}', "seconds"),
         ('{"action": "send_message"}', "persona"),
         ('{"action": "react", "message": "1234567890123456789", "emoji": "x"}', "message"),
-        ('{"action": "continue", "why": "bored"}', "why"),
+        ('{"act": "continue"}', "action"),
     ],
 )
 def test_malformed_planner_output_becomes_a_readable_error(text, problem):
     with pytest.raises(PlannerOutputError, match=problem):
-        parse_planner_action(text)
+        parse_planner_action(text, channel=CHANNEL)
 
 
 def test_planner_prompt_states_unread_count_contents_and_past_results():

@@ -65,6 +65,14 @@ class RecordingClient(discord.Client):
     async def on_raw_reaction_remove(self, payload: discord.RawReactionActionEvent) -> None:
         self._record("raw_reaction_remove", payload)
 
+    async def on_raw_reaction_clear(self, payload: discord.RawReactionClearEvent) -> None:
+        self._record("raw_reaction_clear", payload)
+
+    async def on_raw_reaction_clear_emoji(
+        self, payload: discord.RawReactionClearEmojiEvent
+    ) -> None:
+        self._record("raw_reaction_clear_emoji", payload)
+
     async def on_raw_typing(self, payload: discord.RawTypingEvent) -> None:
         self._record("raw_typing", payload)
 

@@ -128,6 +128,31 @@ async def test_reactions_reach_the_raw_handlers(
     assert (removed.user_id, str(removed.emoji)) == (BOB, "🎉")
 
 
+async def test_cleared_reactions_reach_the_raw_handlers_and_the_message(
+    server: SandboxServer, bot: RecordingClient
+) -> None:
+    message = server.sandbox.user_says(GENERAL, ALICE, "react to me")
+    received = await bot.next_event("message")
+    for user, emoji in ((ALICE, "👍"), (BOB, "🎉"), (BOB, "👍")):
+        server.sandbox.user_reacts(GENERAL, received.id, user, emoji)
+        await bot.next_event("raw_reaction_add")
+
+    server.sandbox.user_clears_reactions(GENERAL, received.id, "👍")
+    cleared = await bot.next_event("raw_reaction_clear_emoji")
+    assert (cleared.channel_id, cleared.message_id, str(cleared.emoji)) == (
+        GENERAL,
+        received.id,
+        "👍",
+    )
+    fetched = await general(bot).fetch_message(received.id)
+    assert [(str(r.emoji), r.count) for r in fetched.reactions] == [("🎉", 1)]
+
+    await bot.http.clear_reactions(GENERAL, int(message["id"]))  # the bot clears the rest
+    everything = await bot.next_event("raw_reaction_clear")
+    assert (everything.channel_id, everything.message_id) == (GENERAL, received.id)
+    assert (await general(bot).fetch_message(received.id)).reactions == []
+
+
 async def test_typing_both_ways(server: SandboxServer, bot: RecordingClient) -> None:
     server.sandbox.user_types(GENERAL, ALICE)
     typing = await bot.next_event("raw_typing")

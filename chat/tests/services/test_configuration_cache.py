@@ -326,9 +326,15 @@ def test_moving_a_row_to_another_guild_moves_both_guilds_stamps(guild, other_gui
 
 
 def test_the_workers_runtime_reads_configurations_through_a_kept_cache(guild):
-    from chat.runtime import gateway_runtime
+    from chat.pipeline.tokens import default_token_counter
+    from chat.runtime import TurnCapabilities, gateway_runtime
 
-    runtime = gateway_runtime(port=None, windows=None, runner=None, vision=None)  # type: ignore[arg-type]
+    runtime = gateway_runtime(
+        port=None,  # type: ignore[arg-type]
+        windows=None,  # type: ignore[arg-type]
+        runner=None,  # type: ignore[arg-type]
+        capabilities=TurnCapabilities(token_counter=default_token_counter()),
+    )
     assert isinstance(runtime.configurations, ChannelConfigurations)
     runtime.configurations(channel_id=POETRY, guild_id=GUILD, now=NOW)
     runtime.configurations(channel_id=POETRY, guild_id=GUILD, now=NOW)
