@@ -602,7 +602,7 @@ class DiscordAdapter:
         this bot created, else created (clearing this bot's old ones when the channel is full)."""
         if channel_id in self._webhooks:
             return self._webhooks[channel_id]
-        channel = await self._channel(channel_id)
+        channel = await self._any_channel(channel_id)
         # A forum's (or media channel's) posts are threads: its webhook posts into them.
         if not isinstance(channel, discord.TextChannel | discord.ForumChannel):
             raise DeliveryError(
@@ -631,9 +631,11 @@ class DiscordAdapter:
         except discord.HTTPException as error:
             raise self._refused(error, channel_id, REACTING, permanent=True) from None
 
-    async def _channel(self, channel_id: int) -> MessageChannel:
-        """The channel the bot sends in; raises `DeliveryError` when Discord refuses it or it
-        holds no messages (a category, a forum itself: its posts are threads)."""
+    async def _any_channel(
+        self, channel_id: int
+    ) -> discord.abc.GuildChannel | discord.Thread | discord.abc.PrivateChannel:
+        """The channel, from the gateway cache or Discord; raises `DeliveryError` when Discord
+        refuses it."""
         channel = self._client.get_channel(channel_id)
         if channel is None:
             try:
@@ -642,6 +644,12 @@ class DiscordAdapter:
                 refusal = self._refusal(error, channel_id, ())
                 text = str(refusal) if refusal else f"channel {channel_id}: {error.text}"
                 raise DeliveryError(text, permanent=True, refusal=refusal) from None
+        return channel
+
+    async def _channel(self, channel_id: int) -> MessageChannel:
+        """The channel the bot sends in; raises `DeliveryError` when Discord refuses it or it
+        holds no messages (a category, a forum itself: its posts are threads)."""
+        channel = await self._any_channel(channel_id)
         if not isinstance(channel, MESSAGE_CHANNELS):
             raise DeliveryError(
                 f"channel {channel_id} holds no messages (a {type(channel).__name__})",

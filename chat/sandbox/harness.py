@@ -27,7 +27,7 @@ from chat.llm.moderation import ModerationOnError, OpenAIModerationClient
 from chat.llm.openai_compat import OpenAICompatibleClient
 from chat.llm.tools import VisionModel
 from chat.llm.video_transcripts import VideoTranscriptService
-from chat.runtime import turn_capabilities_from_settings
+from chat.runtime import TurnCapabilities, turn_capabilities_from_settings
 from chat.sandbox.demo import DEMO_BOT_ID, DEMO_CHANNEL_IDS, DEMO_USER_IDS, demo_sandbox
 from chat.sandbox.gateway import GatewaySettings
 from chat.sandbox.server import SandboxServer
@@ -75,7 +75,7 @@ class World:
     client: PersonaBotClient | None = None
     task: asyncio.Task | None = None
     proxies: ProxyResolver | None = None
-    moderation: OpenAIModerationClient | None = None
+    capabilities: TurnCapabilities | None = None
     clock: SandboxClock = field(default_factory=SandboxClock)
 
     def bot_messages(self, channel_id: int) -> list[dict]:
@@ -143,12 +143,15 @@ class World:
                 grace_seconds=0.2,
             )
         if moderation is not None:
-            self.moderation = OpenAIModerationClient(
+            if capabilities.moderation is not None:
+                await capabilities.moderation.aclose()
+            checks = OpenAIModerationClient(
                 base_url=self.llm.base_url,
                 on_error=moderation,
                 policy=RetryPolicy(attempts_per_model=2, backoff_base=0.01, backoff_cap=0.05),
             )
-        capabilities = dataclasses.replace(capabilities, moderation=self.moderation)
+            capabilities = dataclasses.replace(capabilities, moderation=checks)
+        self.capabilities = capabilities
         self.client = build_client(
             config,
             llm=llm_client,
@@ -178,9 +181,9 @@ class World:
             if self.proxies is not None:
                 await self.proxies.aclose()
                 self.proxies = None
-            if self.moderation is not None:
-                await self.moderation.aclose()
-                self.moderation = None
+            if self.capabilities is not None:
+                await self.capabilities.aclose()
+                self.capabilities = None
 
     async def settle(self) -> None:
         """Wait until the worker has stored every message it took in, has nothing queued and

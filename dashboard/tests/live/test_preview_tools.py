@@ -69,8 +69,10 @@ def _capability(value: object) -> object:
 
 @pytest.fixture
 def every_capability_configured(dashboard_on_world, settings):
-    """A vision model, a transcript service and an embedding model, all from the settings."""
+    """A vision model, a transcript service, an embedding model and a moderation service, all
+    from the settings."""
     settings.LLM_VISION_MODEL = "llava:13b"
+    settings.MODERATION_BASE_URL = dashboard_on_world.llm.base_url
     settings.YOUTUBE_TRANSCRIPT_URL = dashboard_on_world.sandbox.youtube_transcript_url
     settings.LLM_EMBEDDING_MODEL = "nomic-embed-text"
     default_embedding_model.cache_clear()
