@@ -1,9 +1,11 @@
 """Dashboard pages. Function views; each screen has one template, live pieces are partials.
 
-Every page needs a login (``viewer_required``: admins and moderators); everything that changes
-configuration is a POST behind ``admin_required``, so a moderator's POST answers 403. Saves go
-through ``personas.services``: one transaction each, logged, and announced to running bot
-workers after the commit.
+Every page needs a login (``viewer_required``: people with a right in some guild) and shows
+only what the person may see: a guild they have no right in answers 404 (`guild_access`), as
+one that does not exist. Everything that changes configuration is a POST that needs the
+guild's admin right (``guild_access(..., change=True)``), so a moderator's POST answers 403.
+Saves go through ``personas.services``: one transaction each, recorded in the guild's audit
+trail with the person who made them, and announced to running bot workers after the commit.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from chat.runtime import discord_rest_port
 from chat.selectors.lore import lorebook_from_stored
 from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
-from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard.access import (
+    editor_required,
+    guild_access,
+    operator_required,
+    request_rights,
+    require_change,
+    viewer_required,
+)
 from dashboard.form_posts import form_status, posted_with
 from dashboard.forms import (
     CardUploadForm,
@@ -54,6 +63,7 @@ from dashboard.scaleout import scale_out
 from personas import cards
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
+    ConfigDocument,
     ConfigError,
     GuildSpec,
     LorebookSpec,
@@ -62,7 +72,7 @@ from personas.config_schema import (
     parse_config_bytes,
     parse_config_row,
 )
-from personas.models import ChannelConfig, GuildConfig, Persona
+from personas.models import GuildConfig, Persona
 from personas.selectors import config_changes, config_export
 from personas.services import (
     config_import,
@@ -94,18 +104,22 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def index(request: HttpRequest) -> HttpResponse:
     """The overview: every worker with its shard leases and a reshard in progress; per guild,
     the worker's shards and latency, each channel's queue, unread pool and loop state, the
-    latest turns and errors; live over ``/ws/overview/``."""
-    context = {"overview": live_selectors.overview(), "scale": scale_out()}
+    latest turns and errors; live over ``/ws/overview/``. A person sees their guilds only;
+    workers and shards are for operators."""
+    rights = request_rights(request)
+    context = {
+        "overview": live_selectors.overview(rights=rights),
+        "scale": scale_out() if rights.operator else None,
+    }
     return render(request, "dashboard/index.html", context)
 
 
 @require_http_methods(["GET", "POST"])
-@viewer_required
+@operator_required
 def guild_new(request: HttpRequest) -> HttpResponse:
-    """Add a guild by its Discord id (admins)."""
+    """Add a guild by its Discord id (operators)."""
     form = GuildForm(initial={"timezone": "UTC", "message_fetch_limit": 80, "note_depth": 4})
     if request.method == "POST":
-        require_admin(request)
         form = GuildForm(request.POST)
         if form.is_valid():
             if GuildConfig.objects.filter(guild_id=int(form.spec.id)).exists():
@@ -121,10 +135,10 @@ def guild_new(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's own settings: name, timezone, fetch limit, guild note."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     form = GuildForm(instance=guild)
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         form = GuildForm(posted_with(request, guild_id=str(guild.guild_id)), instance=guild)
         if form.is_valid():
             guild_save(spec=form.spec, actor=request.user)
@@ -144,13 +158,13 @@ def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     return render(
         request,
         "dashboard/persona_list.html",
         {
             "guild": guild,
-            "personas": guild.personas.order_by("-is_main", "name"),
+            "personas": live_selectors.guild_personas_listed(guild=guild),
             "card_form": CardUploadForm(),
             "section": "personas",
         },
@@ -160,16 +174,20 @@ def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @viewer_required
 def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     return _persona_edit(request, guild, None)
 
 
 @require_http_methods(["GET", "POST"])
 @viewer_required
 def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    persona = get_object_or_404(Persona, pk=persona_id, guild=guild)
-    return _persona_edit(request, guild, persona)
+    guild = guild_access(request, guild_id)
+    return _persona_edit(request, guild, _persona_of(guild, persona_id))
+
+
+def _persona_of(guild: GuildConfig, persona_id: int) -> Persona:
+    """The guild's persona ``persona_id``; Http404 for any other id."""
+    return get_object_or_404(guild.personas, pk=persona_id)
 
 
 def _persona_edit(
@@ -179,10 +197,11 @@ def _persona_edit(
     and goes to its page, or shows the form with the problems."""
     form = PersonaForm(instance=persona)
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         form = PersonaForm(request.POST, instance=persona)
         if form.is_valid():
             try:
+                _dm_handover_allowed(request, guild, wanted=form.spec.answers_dms)
                 saved = persona_save(
                     guild=guild, spec=form.spec, persona=persona, actor=request.user
                 )
@@ -210,7 +229,7 @@ def _persona_page(
         "token_count": _token_counter().count(system_prompt),
         "tokenizer": _token_counter().name,
         "changes": config_changes(instance=persona) if persona else [],
-        "greet_channels": ChannelConfig.objects.filter(guild=guild) if persona else [],
+        "greet_channels": live_selectors.guild_channels(guild=guild) if persona else [],
         "greeting": persona.first_mes if persona else "",
         "section": "personas",
     }
@@ -218,16 +237,16 @@ def _persona_page(
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_delete(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    persona = _persona_of(guild_access(request, guild_id, change=True), persona_id)
     config_row_delete(instance=persona, actor=request.user)
     messages.success(request, f"Deleted {persona.name}.")
     return redirect("dashboard:persona_list", guild_id=guild_id)
 
 
 @require_POST
-@admin_required
+@editor_required
 def token_count(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the token count of the posted ``system_prompt``, with the pipeline's tokenizer."""
     counter = _token_counter()
@@ -242,11 +261,12 @@ def token_count(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """Have the persona post a greeting (its first message) in one of the guild's channels,
     recorded as a turn; then show that turn."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
+    persona = _persona_of(guild, persona_id)
     channel_raw = request.POST.get("channel_id", "").strip()
     # An alternate greeting's button sends it as ``greeting``; else the (edited) text box.
     text = request.POST.get("greeting") or request.POST.get("text", "")
@@ -281,12 +301,12 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
 
 
 @require_POST
-@admin_required
+@viewer_required
 def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """Assign an uploaded SillyTavern Chat Completion preset (its exported JSON file) to the
     persona: the persona's row with the preset, checked by the import's rules and saved as
     one (a problem names its path in the preset; nothing is saved then)."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    persona = _persona_of(guild_access(request, guild_id, change=True), persona_id)
     back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
     upload = request.FILES.get("preset")
     if upload is None:
@@ -316,19 +336,20 @@ def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> 
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@viewer_required
 def lorebook_editor(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """A persona's lorebook, one row per entry (`dashboard.lorebook_editor`), with the test
-    box; saving checks the book with the persona's row by the import's rules."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
-    return _lorebook_editor(request, persona.guild, persona)
+    box; saving checks the book with the persona's row by the import's rules. For the guild's
+    admins."""
+    guild = guild_access(request, guild_id, change=True)
+    return _lorebook_editor(request, guild, _persona_of(guild, persona_id))
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@viewer_required
 def guild_lorebook_editor(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's lorebook (shared by its personas), as `lorebook_editor` edits a persona's."""
-    return _lorebook_editor(request, get_object_or_404(GuildConfig, guild_id=guild_id), None)
+    return _lorebook_editor(request, guild_access(request, guild_id, change=True), None)
 
 
 def _lorebook_editor(
@@ -384,7 +405,7 @@ def _lorebook_save(
 
 
 @require_POST
-@admin_required
+@editor_required
 def lorebook_test(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: which entries of the posted ``lorebook`` (the editor's JSON, saved or not) the
     posted ``messages`` (one a line, newest last) would activate, on which key, and what the
@@ -419,14 +440,14 @@ def _int_or(value: str | None, default: int) -> int:
 
 
 @require_GET
-@admin_required
+@editor_required
 def sample_row(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: one empty sample dialogue row, appended by the "Add a row" button."""
     return render(request, "dashboard/_sample_row.html", {"row": {"role": "user", "content": ""}})
 
 
 @require_GET
-@admin_required
+@editor_required
 def avatar_preview(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the avatar preview for the typed ``avatar_url`` (nothing when it is not a URL)."""
     url = request.GET.get("avatar_url", "").strip()
@@ -451,10 +472,10 @@ def _token_counter() -> TokenCounter:
 
 
 @require_POST
-@admin_required
+@viewer_required
 def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
     """Create a persona from a SillyTavern character card (V2/V3 JSON, or PNG)."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
     form = CardUploadForm(request.POST, request.FILES)
     if form.is_valid():
         try:
@@ -477,7 +498,7 @@ def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
         "dashboard/persona_list.html",
         {
             "guild": guild,
-            "personas": guild.personas.order_by("-is_main", "name"),
+            "personas": live_selectors.guild_personas_listed(guild=guild),
             "card_form": form,
             "section": "personas",
         },
@@ -489,7 +510,7 @@ def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
 @viewer_required
 def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) -> HttpResponse:
     """The persona as a SillyTavern V2 card: ``json``, or ``png`` (the card in a tEXt chunk)."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    persona = _persona_of(guild_access(request, guild_id), persona_id)
     card = cards.card_from_persona(persona)
     filename = f"{persona.name}.{fmt}"
     if fmt == "json":
@@ -509,11 +530,58 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
 # --- The configuration file ---------------------------------------------------------------------
 
 
+def _upload_allowed(request: HttpRequest, document: ConfigDocument) -> None:
+    """Raise ConfigError naming every guild of the file the person may not change (the file is
+    then refused whole, nothing written), and a DM role it would take from another guild's
+    persona they may not change."""
+    rights = request_rights(request)
+    problems = [
+        (f"guilds[{g}].id", f"{spec.id} is not a guild you may change; nothing was imported")
+        for g, spec in enumerate(document.guilds)
+        if not rights.may_change(int(spec.id))
+    ]
+    if not problems:
+        listed = {int(spec.id) for spec in document.guilds}
+        for g, spec in enumerate(document.guilds):
+            for p, persona in enumerate(spec.personas):
+                if persona.answers_dms and _dm_holder_elsewhere(request, listed):
+                    problems.append((f"guilds[{g}].personas[{p}].answers_dms", DM_ELSEWHERE))
+    if problems:
+        raise ConfigError(problems)
+
+
+DM_ELSEWHERE = (
+    "a persona of another guild answers direct messages; only someone who may change that "
+    "guild can hand the role over"
+)
+
+
+def _dm_holder_elsewhere(request: HttpRequest, guild_ids: set[int]) -> bool:
+    """The persona answering DMs now is of a guild outside ``guild_ids`` that the person may
+    not change."""
+    holder = live_selectors.dm_guild_id()
+    return (
+        holder is not None
+        and holder not in guild_ids
+        and not request_rights(request).may_change(holder)
+    )
+
+
+def _dm_handover_allowed(request: HttpRequest, guild: GuildConfig, *, wanted: bool) -> None:
+    """ConfigError when making a persona of ``guild`` answer DMs would take the role from
+    another guild's persona the person may not change."""
+    if wanted and _dm_holder_elsewhere(request, {guild.guild_id}):
+        raise ConfigError([("answers_dms", DM_ELSEWHERE)])
+
+
 @require_GET
 @viewer_required
 def config_export_view(request: HttpRequest) -> HttpResponse:
-    """Download what ``exportconfig`` prints."""
-    body = json.dumps(config_export(), indent=2, ensure_ascii=False)
+    """Download what ``exportconfig`` prints, of the guilds the person may see (an operator:
+    every guild)."""
+    rights = request_rights(request)
+    guild_ids = None if rights.unrestricted else sorted(rights.roles)
+    body = json.dumps(config_export(guild_ids=guild_ids), indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = 'attachment; filename="guilds.json"'
     return response
@@ -523,13 +591,15 @@ def config_export_view(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def config_import_view(request: HttpRequest) -> HttpResponse:
     """Upload a configuration file; shows ``importconfig``'s report, or its problems (with
-    JSON paths) and changes nothing."""
+    JSON paths) and changes nothing. A file that touches a guild the person may not change is
+    refused whole, naming it."""
     form = ConfigUploadForm()
     problems: list[tuple[str, str]] = []
     summary = ""
     status = 200
     if request.method == "POST":
-        require_admin(request)
+        if not request_rights(request).changes_any:
+            require_change(request, None)
         form = ConfigUploadForm(request.POST, request.FILES)
         status = 400
         if form.is_valid():
@@ -538,6 +608,7 @@ def config_import_view(request: HttpRequest) -> HttpResponse:
                 document = parse_config_bytes(
                     upload.read(CONFIG_FILE_MAX_BYTES + 1), source=upload.name
                 )
+                _upload_allowed(request, document)
                 report = config_import(
                     data=document, prune=form.cleaned_data["prune"], actor=request.user
                 )

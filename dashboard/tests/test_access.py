@@ -36,8 +36,8 @@ GET_ONLY = {
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
-# Screens for admins alone.
-ADMIN_SCREENS = {"playground", "lorebook_editor", "guild_lorebook_editor"}
+# Screens for admins alone (the playground and adding a guild: operators alone).
+ADMIN_SCREENS = {"playground", "lorebook_editor", "guild_lorebook_editor", "guild_new"}
 # htmx helpers that exist only for the edit forms (admins).
 ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview", "lorebook_test"}
 POST_ONLY = {
