@@ -8,10 +8,10 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from accounts.selectors import GuildRights
 from chat.models import EventQueue, Turn, UnreadEvent, WorkerHeartbeat
 from chat.services.commands import channel_reset
 from chat.tests.privacy import user_privacy
-from accounts.selectors import GuildRights
 from dashboard.selectors import TurnFilters, turns_filtered
 
 CHANNEL = 1200000000000000001  # #general of the personas fixture's first guild
