@@ -26,13 +26,15 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 
 from accounts.models import GuildRole
-from accounts.selectors import MODERATORS_GROUP, GuildRights, guild_rights
+from accounts.selectors import MODERATORS_GROUP, GuildRights, discord_user_id, guild_rights
 from chat.models import Turn
 from dashboard.selectors import may_view_channel, visible_turns
-from personas.models import GuildConfig
+from personas.audit import ChangeAuthor
+from personas.models import ChangeKind, GuildConfig
 
 __all__ = [
     "MODERATORS_GROUP",
+    "change_author",
     "channel_access",
     "editor_required",
     "guild_access",
@@ -138,6 +140,15 @@ def require_change(request: HttpRequest, guild_id: int | None) -> None:
     """403 unless the person may change ``guild_id``'s configuration (a moderator may not)."""
     if not request_rights(request).may_change(guild_id):
         raise PermissionDenied("Only the guild's admins can change its configuration.")
+
+
+def change_author(
+    request: HttpRequest, *, kind: ChangeKind = ChangeKind.DASHBOARD, via: str = ""
+) -> ChangeAuthor:
+    """The request's person as the author of a configuration change (the audit trail's who),
+    made ``kind``-wise (a form, an upload named ``via``)."""
+    user = request.user
+    return ChangeAuthor.of_user(user, kind=kind, discord_id=discord_user_id(user=user), via=via)
 
 
 def roles(request: HttpRequest) -> dict[str, object]:

@@ -18,7 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from dashboard.access import guild_access, require_change, viewer_required
+from dashboard.access import change_author, guild_access, require_change, viewer_required
 from dashboard.form_posts import form_saved, form_status, posted_with
 from dashboard.forms import BlockForm, ChannelForm, SpecForm, UserPrivacyForm
 from dashboard.names import guild_members
@@ -140,7 +140,7 @@ def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpRespons
         require_change(request, guild.guild_id)
         form = _row_form(kind, guild, request.POST)
         if form.is_valid() and form_saved(
-            form, lambda: kind.save(guild, form.spec, None, request.user)
+            form, lambda: kind.save(guild, form.spec, None, change_author(request))
         ):
             messages.success(request, kind.saved)
             return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
@@ -173,7 +173,7 @@ def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) 
         data = posted_with(request, **{kind.fixed: str(row_id)}) if kind.fixed else request.POST
         form = _row_form(kind, guild, data, instance=row)
         if form.is_valid() and form_saved(
-            form, lambda: kind.save(guild, form.spec, row, request.user)
+            form, lambda: kind.save(guild, form.spec, row, change_author(request))
         ):
             messages.success(request, kind.saved)
             return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
@@ -198,6 +198,6 @@ def row_delete(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int
     ((_, row_id),) = url_id.items()
     guild = guild_access(request, guild_id, change=True)
     row = get_object_or_404(guild_rows(kind, guild), **{kind.lookup: row_id})
-    config_row_delete(instance=row, actor=request.user)
+    config_row_delete(instance=row, actor=change_author(request))
     messages.success(request, "Removed.")
     return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)

@@ -16,6 +16,7 @@ import json
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.db import connection
 from django.http import (
     Http404,
@@ -37,6 +38,7 @@ from chat.selectors.lore import lorebook_from_stored
 from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
 from dashboard.access import (
+    change_author,
     editor_required,
     guild_access,
     operator_required,
@@ -61,6 +63,7 @@ from dashboard.lorebook_editor import (
 from dashboard.lorebook_editor import rows_for as lorebook_rows_for
 from dashboard.scaleout import scale_out
 from personas import cards
+from personas.audit import field_changes
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
     ConfigDocument,
@@ -72,9 +75,10 @@ from personas.config_schema import (
     parse_config_bytes,
     parse_config_row,
 )
-from personas.models import GuildConfig, Persona
-from personas.selectors import config_changes, config_export
+from personas.models import ChangeKind, GuildConfig, Persona
+from personas.selectors import config_changes, config_export, guild_audit, guild_audit_people
 from personas.services import (
+    audit_record,
     config_import,
     config_row_delete,
     guild_save,
@@ -125,7 +129,7 @@ def guild_new(request: HttpRequest) -> HttpResponse:
             if GuildConfig.objects.filter(guild_id=int(form.spec.id)).exists():
                 form.add_error("guild_id", "a guild with this id is already configured")
             else:
-                guild = guild_save(spec=form.spec, actor=request.user)
+                guild = guild_save(spec=form.spec, actor=change_author(request))
                 messages.success(request, f"Added {guild.name}.")
                 return redirect("dashboard:guild", guild_id=guild.guild_id)
     return render(request, "dashboard/guild_new.html", {"form": form}, status=form_status(form))
@@ -141,7 +145,7 @@ def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
         require_change(request, guild.guild_id)
         form = GuildForm(posted_with(request, guild_id=str(guild.guild_id)), instance=guild)
         if form.is_valid():
-            guild_save(spec=form.spec, actor=request.user)
+            guild_save(spec=form.spec, actor=change_author(request))
             messages.success(request, "Saved the guild settings.")
             return redirect("dashboard:guild", guild_id=guild.guild_id)
     return render(
@@ -203,7 +207,7 @@ def _persona_edit(
             try:
                 _dm_handover_allowed(request, guild, wanted=form.spec.answers_dms)
                 saved = persona_save(
-                    guild=guild, spec=form.spec, persona=persona, actor=request.user
+                    guild=guild, spec=form.spec, persona=persona, actor=change_author(request)
                 )
             except ConfigError as error:
                 form.add_problems(error.problems)
@@ -240,7 +244,7 @@ def _persona_page(
 @viewer_required
 def persona_delete(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     persona = _persona_of(guild_access(request, guild_id, change=True), persona_id)
-    config_row_delete(instance=persona, actor=request.user)
+    config_row_delete(instance=persona, actor=change_author(request))
     messages.success(request, f"Deleted {persona.name}.")
     return redirect("dashboard:persona_list", guild_id=guild_id)
 
@@ -277,15 +281,17 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     if not text.strip() or len(text.strip()) > GREETING_MAX:
         messages.error(request, f"Greeting: write 1 to {GREETING_MAX:,} characters.")
         return back
+    channel_id = int(channel_raw)
+    rights = request_rights(request)
+    if not rights.unrestricted and live_selectors.channel_guild(channel_id=channel_id) != guild_id:
+        messages.error(request, "Greeting: that channel is not one of this guild's.")
+        return back
+    author = change_author(request, kind=ChangeKind.GREETING)
 
     async def greet():
         async with discord_rest_port() as port:
             return await persona_greet(
-                port=port,
-                persona=persona,
-                channel_id=int(channel_raw),
-                text=text,
-                by=request.user.get_username(),
+                port=port, persona=persona, channel_id=channel_id, text=text, by=author.name
             )
 
     try:
@@ -293,6 +299,23 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     except DiscordUnavailable as error:
         messages.error(request, f"Greeting: Discord cannot be reached ({error}).")
         return back
+    audit_record(
+        author=author,
+        guild_id=guild.guild_id,
+        action="posted",
+        object_type="persona",
+        object_pk=str(persona.pk),
+        object_label=persona.name,
+        changes=field_changes(
+            ["channel", "greeting", "turn"],
+            {},
+            {
+                "channel": str(channel_id),
+                "greeting": text.strip(),
+                "turn": f"{turn.pk} ({turn.status})",
+            },
+        ),
+    )
     if turn.status == turn.Status.REPLIED:
         messages.success(request, f"{persona.name} greeted the channel.")
     else:
@@ -326,7 +349,8 @@ def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> 
     try:
         spec = parse_config_row("personas", {**row, "chat_preset": preset})
         assert isinstance(spec, PersonaSpec)
-        persona_save(guild=persona.guild, spec=spec, persona=persona, actor=request.user)
+        author = change_author(request, kind=ChangeKind.UPLOAD, via=upload.name or "preset")
+        persona_save(guild=persona.guild, spec=spec, persona=persona, actor=author)
     except ConfigError as error:
         for path, message in error.problems[:10]:
             messages.error(request, f"Preset: {path}: {message}")
@@ -396,12 +420,14 @@ def _lorebook_save(
         row = {key: value for key, value in exported.items() if key not in collections}
         guild_spec = parse_config_row(None, {**row, "lorebook": book})
         assert isinstance(guild_spec, GuildSpec)
-        guild_save(spec=guild_spec, actor=request.user)
+        guild_save(spec=guild_spec, actor=change_author(request, via="lorebook editor"))
         return
     [row] = [row for row in exported["personas"] if row["name"] == persona.name]
     spec = parse_config_row("personas", {**row, "lorebook": book})
     assert isinstance(spec, PersonaSpec)
-    persona_save(guild=guild, spec=spec, persona=persona, actor=request.user)
+    persona_save(
+        guild=guild, spec=spec, persona=persona, actor=change_author(request, via="lorebook editor")
+    )
 
 
 @require_POST
@@ -468,6 +494,41 @@ def _token_counter() -> TokenCounter:
     return default_token_counter()
 
 
+# --- The audit trail -----------------------------------------------------------------------------
+
+AUDIT_PAGE_SIZE = 50
+
+
+@require_GET
+@viewer_required
+def guild_audit_view(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's audit trail, newest first: every configuration change with its author,
+    how it was made and each field's before and after; ``?person=`` (a key the filter
+    offers) and ``?kind=`` (dashboard, upload, importconfig, command, greeting) narrow it."""
+    guild = guild_access(request, guild_id)
+    person = request.GET.get("person", "").strip()
+    kind = request.GET.get("kind", "").strip()
+    kind = kind if kind in ChangeKind.values else ""
+    changes = guild_audit(guild_id=guild.guild_id, person=person, kind=kind)
+    page = Paginator(changes, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "dashboard/audit.html",
+        {
+            "guild": guild,
+            "section": "audit",
+            "page": page,
+            "person": person,
+            "kind": kind,
+            "kinds": ChangeKind.choices,
+            "people": guild_audit_people(guild_id=guild.guild_id),
+            "query": query.urlencode(),
+        },
+    )
+
+
 # --- Character cards ----------------------------------------------------------------------------
 
 
@@ -483,7 +544,9 @@ def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
                 guild=guild,
                 data=form.cleaned_data["file"].read(),
                 media_base_url=request.build_absolute_uri(settings.MEDIA_URL),
-                actor=request.user,
+                actor=change_author(
+                    request, kind=ChangeKind.UPLOAD, via=form.cleaned_data["file"].name or "card"
+                ),
             )
         except cards.CardError as error:
             form.add_error("file", str(error))
@@ -609,8 +672,9 @@ def config_import_view(request: HttpRequest) -> HttpResponse:
                     upload.read(CONFIG_FILE_MAX_BYTES + 1), source=upload.name
                 )
                 _upload_allowed(request, document)
+                author = change_author(request, kind=ChangeKind.UPLOAD, via=upload.name or "")
                 report = config_import(
-                    data=document, prune=form.cleaned_data["prune"], actor=request.user
+                    data=document, prune=form.cleaned_data["prune"], actor=author
                 )
             except ConfigError as error:
                 problems = error.problems

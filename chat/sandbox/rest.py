@@ -132,6 +132,8 @@ OAUTH_ROUTES = frozenset({"/oauth2/token", "/oauth2/token/revoke"})
 """Authenticated by the application's client credentials, not the bot token."""
 BEARER_ROUTES = frozenset({"/users/@me", "/users/@me/guilds"})
 """Answered for a person with ``Authorization: Bearer <OAuth2 access token>`` too."""
+OAUTH_USER = web.RequestKey("oauth_user", int)
+"""The person a Bearer token authenticated (absent: the bot)."""
 
 
 def _is_public(route: str) -> bool:
@@ -156,7 +158,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
             person = sandbox.oauth.user_of(authorization.removeprefix("Bearer "))
             if person is None:
                 return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
-            request["oauth_user"] = person
+            request[OAUTH_USER] = person
             return await handler(request)
         expected = f"Bot {sandbox.token}"
         if not secrets.compare_digest(request.headers.get("Authorization", ""), expected):
@@ -203,7 +205,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     # --- session
     @routes.get("/users/@me")
     async def current_user(request: web.Request) -> web.Response:
-        person = request.get("oauth_user")
+        person = request.get(OAUTH_USER)
         if person is not None:
             return json_response({**sandbox.user(person), "locale": "en-US", "mfa_enabled": False})
         return json_response(sandbox.current_user())
@@ -211,7 +213,7 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     @routes.get("/users/@me/guilds")
     async def current_user_guilds(request: web.Request) -> web.Response:
         query = schemas.parse(schemas.GuildsQuery, request.query)
-        guilds = sandbox.user_guilds(request.get("oauth_user", bot_id))
+        guilds = sandbox.user_guilds(request.get(OAUTH_USER, bot_id))
         if query.after is not None:
             guilds = [g for g in guilds if int(g["id"]) > query.after]
         if query.before is not None:

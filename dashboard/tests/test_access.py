@@ -21,6 +21,7 @@ PUBLIC = {"healthz"}
 # GET-only views (downloads and pages); every other URL changes or may change configuration
 # on POST.
 GET_ONLY = {
+    "audit",
     "index",
     "persona_list",
     "card_export",
