@@ -17,9 +17,11 @@ from accounts.tests.people import client_of, discord_person
 from chat.models import Turn
 from dashboard.tests.tenancy import (
     CHANNEL_A,
+    CHANNEL_B,
     DM_CHANNEL,
     GUILD_A,
     GUILD_B,
+    PERSON,
     SECRETS,
     Route,
     every_route,
@@ -178,3 +180,45 @@ def test_a_greeting_goes_only_to_a_channel_of_the_persons_guild():
 def test_routes_are_routes():
     assert Route("guilds/<int:guild_id>/", "x").path({"guild_id": GUILD_A}) == f"/guilds/{GUILD_A}/"
     assert not set(SECRETS) & {"Day Larks Club"}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_open_socket_closes_once_its_guild_is_no_longer_the_persons():
+    from channels.testing import WebsocketCommunicator
+
+    from accounts.services import guild_rights_observe
+    from botproject.asgi import application
+
+    tenancy = await sync_to_async(two_guilds)()
+    await sync_to_async(
+        lambda: tenancy.person.guild_rights.create(
+            guild_id=GUILD_B, role=GuildRole.MODERATOR, permissions=1 << 13, source="login"
+        )
+    )()
+    session = tenancy.client.cookies[settings.SESSION_COOKIE_NAME].value
+    headers = [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session}".encode()),
+    ]
+    sockets = {}
+    for channel in (CHANNEL_A, CHANNEL_B):
+        sockets[channel] = WebsocketCommunicator(
+            application, f"/ws/channels/{channel}/", headers=headers
+        )
+        connected, _ = await sockets[channel].connect()
+        assert connected
+        assert (await sockets[channel].receive_output(timeout=5))["type"] == "websocket.send"
+
+    await sync_to_async(guild_rights_observe)(guild_id=GUILD_B, permissions={PERSON: None})
+    assert await sockets[CHANNEL_B].receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4404,
+    }
+    assert (await sockets[CHANNEL_A].receive_output(timeout=5))["type"] == "websocket.send"
+
+    await sync_to_async(guild_rights_observe)(guild_id=GUILD_A, permissions={PERSON: 0})
+    assert await sockets[CHANNEL_A].receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": 4403,
+    }
