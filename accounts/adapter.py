@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from allauth.account.adapter import DefaultAccountAdapter
 from allauth.core.exceptions import ImmediateHttpResponse
 from allauth.socialaccount.adapter import DefaultSocialAccountAdapter
 from allauth.socialaccount.models import SocialLogin
@@ -25,6 +26,7 @@ from allauth.socialaccount.providers.discord.provider import DiscordProvider
 from allauth.socialaccount.providers.discord.views import DiscordOAuth2Adapter
 from allauth.socialaccount.providers.oauth2.client import OAuth2Error
 from django.conf import settings
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
@@ -214,3 +216,21 @@ def login_failed(request: HttpRequest, reason: str, status: int) -> HttpResponse
 
 def _refused(request: HttpRequest, reason: str) -> ImmediateHttpResponse:
     return ImmediateHttpResponse(login_failed(request, reason, 403))
+
+
+class DashboardAccountAdapter(DefaultAccountAdapter):
+    """allauth's account side: its only message is the dashboard's own, on login."""
+
+    def add_message(
+        self,
+        request: HttpRequest,
+        level: int,
+        message_template: str | None = None,
+        message_context: dict | None = None,
+        extra_tags: str = "",
+        message: str | None = None,
+    ) -> None:
+        if message_template and message_template.endswith("logged_in.txt"):
+            user = (message_context or {}).get("user") or request.user
+            name = getattr(user, "first_name", "") or user.get_username()
+            messages.success(request, f"Logged in with Discord as {name}.")

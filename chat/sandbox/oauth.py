@@ -222,7 +222,7 @@ def authorize_routes(sandbox: Sandbox) -> web.RouteTableDef:
         )
         body = (
             f"<p><strong>{app_name}</strong> wants to: "
-            f"{html.escape(', '.join(scopes))}.</p>"
+            f"{html.escape(', '.join(sorted(scopes)))}.</p>"
             f"<p>Redirect: <code>{html.escape(redirect_uri)}</code></p>"
             f'<form method="post">{hidden}<p>{people}</p>'
             '<p><button type="submit" name="cancel" value="1">Cancel</button></p></form>'
