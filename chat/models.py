@@ -224,7 +224,17 @@ class Turn(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["channel_id", "-created_at"])]
+        indexes = [
+            models.Index(fields=["channel_id", "-created_at"]),
+            # The overview's latest turns and failures of each guild a person may see.
+            models.Index(fields=["guild_id", "-created_at"], name="turn_guild_recent"),
+            models.Index(
+                fields=["guild_id", "-created_at"],
+                condition=Q(status="failed"),
+                name="turn_guild_failed",
+            ),
+            models.Index(fields=["channel_id"], condition=Q(status="running"), name="turn_running"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=["running", "delivering", "replied", "failed", "aborted"]),

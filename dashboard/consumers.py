@@ -213,9 +213,11 @@ class OverviewConsumer(_LiveConsumer):
 
 def _overview_fragment(rights: GuildRights) -> str:
     """The overview's partials: the person's guilds; workers and shards for operators."""
+    overview = selectors.overview(rights=rights)
     context = {
-        "overview": selectors.overview(rights=rights),
+        "overview": overview,
         "scale": scale_out() if rights.operator else None,
+        "names": selectors.overview_names(overview, NameBook()),
         "oob": True,
     }
     html = render_to_string("dashboard/_overview.html", context)

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet
+from django.db import connection
+from django.db.models import Count, F, Prefetch, Q, QuerySet, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from accounts.selectors import GuildRights
@@ -37,7 +40,7 @@ from chat.models import (
 )
 from chat.pipeline.items import ItemTag
 from chat.pipeline.triggers import TurnReason
-from dashboard.names import Member, guild_members
+from dashboard.names import Member, NameBook, guild_members
 from personas.models import ChannelConfig, GuildConfig, Persona
 
 MEDIA_KEY = re.compile(r"\bmedia_\d+\b")
@@ -324,10 +327,11 @@ def overview(*, rights: GuildRights, now: dt.datetime | None = None) -> tuple[Gu
     """Per configured guild the person may see: the shards live workers have connected for it
     and their mean gateway latency, and per channel (configured ones and any with messages
     waiting) the queue depth, the unread count and the loop state; the latest turns and
-    failures. A handful of reads for all guilds together, then two small indexed reads per
-    guild (its latest turns, its latest failures)."""
+    failures. A handful of reads for all guilds together, whatever their number
+    (`newest_turns`)."""
     now = now or timezone.now()
-    guilds = list(rights.scope(GuildConfig.objects.order_by("name")))
+    personas = Prefetch("personas", queryset=Persona.objects.order_by("-is_main", "name"))
+    guilds = list(rights.scope(GuildConfig.objects.order_by("name")).prefetch_related(personas))
     if not guilds:
         return ()
     ids = [guild.guild_id for guild in guilds]
@@ -359,6 +363,8 @@ def overview(*, rights: GuildRights, now: dt.datetime | None = None) -> tuple[Gu
             "channel_id", flat=True
         )
     )
+    latest = newest_turns(rights=rights, guild_ids=ids, limit=LATEST_TURNS)
+    errors = newest_turns(rights=rights, guild_ids=ids, limit=LATEST_TURNS, failed=True)
     result = []
     for guild in guilds:
         gid = str(guild.guild_id)
@@ -377,7 +383,6 @@ def overview(*, rights: GuildRights, now: dt.datetime | None = None) -> tuple[Gu
             )
             for cid in sorted(set(guild_modes) | set(unread))
         )
-        turns = rights.scope(Turn.objects.all()).filter(guild_id=guild.guild_id)
         shard_count = next((b.shard_count for b in serving if b.shard_count), None)
         result.append(
             GuildOverview(
@@ -392,11 +397,76 @@ def overview(*, rights: GuildRights, now: dt.datetime | None = None) -> tuple[Gu
                 latency_ms=round(sum(latencies) / len(latencies) * 1000, 1) if latencies else None,
                 workers=len(serving),
                 channels=rows,
-                latest_turns=tuple(turns[:LATEST_TURNS]),
-                errors=tuple(turns.filter(status=Turn.Status.FAILED)[:LATEST_TURNS]),
+                latest_turns=tuple(latest.get(guild.guild_id, ())),
+                errors=tuple(errors.get(guild.guild_id, ())),
             )
         )
     return tuple(result)
+
+
+OVERVIEW_TURN_FIELDS = (
+    "id",
+    "guild_id",
+    "channel_id",
+    "persona_id",
+    "persona_name",
+    "status",
+    "error",
+    "trigger_message_id",
+    "trigger_author_id",
+    "created_at",
+)
+"""What the overview shows of a turn (its prompt record is read only for the excerpt)."""
+
+
+def newest_turns(
+    *, rights: GuildRights, guild_ids: list[int], limit: int, failed: bool = False
+) -> dict[int, list[Turn]]:
+    """Each guild's newest ``limit`` turns (``failed``: failed turns), newest first, with
+    their trigger excerpts (`with_excerpts`). On PostgreSQL one read finds them all (a
+    LATERAL join walking the ``turn_guild_recent`` or ``turn_guild_failed`` index once per
+    guild); elsewhere one read ranking each guild's turns (a window function)."""
+    if not guild_ids:
+        return {}
+    table = Turn._meta.db_table
+    only_failed = "AND status = 'failed'" if failed else ""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT newest.id FROM unnest(%s::bigint[]) AS g(guild_id) "
+                f"CROSS JOIN LATERAL (SELECT id FROM {table} WHERE guild_id = g.guild_id "
+                f"{only_failed} ORDER BY created_at DESC LIMIT %s) AS newest",
+                [list(guild_ids), limit],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+    else:
+        turns = Turn.objects.filter(guild_id__in=list(guild_ids))
+        if failed:
+            turns = turns.filter(status=Turn.Status.FAILED)
+        rank = Window(RowNumber(), partition_by=F("guild_id"), order_by=F("created_at").desc())
+        ids = list(turns.annotate(rank=rank).filter(rank__lte=limit).values_list("pk", flat=True))
+    rows = with_excerpts(
+        list(
+            rights.scope(Turn.objects.filter(pk__in=ids))
+            .only(*OVERVIEW_TURN_FIELDS)
+            .order_by("-created_at", "-id")
+        )
+    )
+    by_guild: dict[int, list[Turn]] = {}
+    for turn in rows:
+        by_guild.setdefault(turn.guild_id, []).append(turn)
+    return by_guild
+
+
+def overview_names(overview: Iterable[GuildOverview], book: NameBook) -> NameBook:
+    """``book`` with the names of every trigger author the overview shows read at once."""
+    book.prefetch_users(
+        t.trigger_author_id
+        for row in overview
+        for t in (*row.latest_turns, *row.errors)
+        if t.trigger_author_id
+    )
+    return book
 
 
 def overview_channel_ids(*, rights: GuildRights) -> list[int]:
@@ -621,6 +691,49 @@ def person_members(*, guild: GuildConfig, user_id: int) -> list[str]:
 
 
 EXCERPT_LENGTH = 80
+EXCERPTS_KEPT = 20_000
+FINISHED = frozenset({Turn.Status.REPLIED, Turn.Status.FAILED, Turn.Status.ABORTED})
+_excerpts: OrderedDict[tuple[int, dt.datetime], str] = OrderedDict()
+"""Finished turns' trigger excerpts, by turn id and creation time (least recently used
+dropped first): a finished turn's prompt record never changes, and reading it is most of what
+a list of turns costs."""
+
+
+def with_excerpts(turns: list[Turn]) -> list[Turn]:
+    """Give each of ``turns`` its ``excerpt`` (`trigger_excerpt`): a finished turn's from the
+    process's cache, the others' read in one query for them all; none for a trigger whose
+    author has full privacy now (their words are scrubbed from the records, and a kept
+    excerpt must not outlive that). Returns ``turns``."""
+    missing = [t for t in turns if _excerpt_key(t) not in _excerpts or t.status not in FINISHED]
+    if missing:
+        records = Turn.objects.filter(pk__in=[t.pk for t in missing]).values_list(
+            "pk", "prompt_record", "window"
+        )
+        read = {pk: (record, window) for pk, record, window in records}
+        for turn in missing:
+            record, window = read.get(turn.pk, ({}, {}))
+            shape = Turn(trigger_message_id=turn.trigger_message_id, window=window)
+            shape.prompt_record = record or {}
+            turn.excerpt = trigger_excerpt(shape)  # type: ignore[attr-defined]
+            if turn.status in FINISHED:
+                _excerpts[_excerpt_key(turn)] = turn.excerpt  # type: ignore[attr-defined]
+                if len(_excerpts) > EXCERPTS_KEPT:
+                    _excerpts.popitem(last=False)
+    authors = {t.trigger_author_id for t in turns if t.trigger_author_id}
+    hidden = chat_selectors.user_standing(user_ids=authors, guild_id=None).full_privacy
+    for turn in turns:
+        key = _excerpt_key(turn)
+        if turn.trigger_author_id in hidden:  # chose full privacy since: never shown
+            _excerpts.pop(key, None)
+            turn.excerpt = ""  # type: ignore[attr-defined]
+        elif key in _excerpts and turn.status in FINISHED:
+            _excerpts.move_to_end(key)
+            turn.excerpt = _excerpts[key]  # type: ignore[attr-defined]
+    return turns
+
+
+def _excerpt_key(turn: Turn) -> tuple[int, dt.datetime]:
+    return turn.pk, turn.created_at
 
 
 def trigger_excerpt(turn: Turn, *, length: int = EXCERPT_LENGTH) -> str:

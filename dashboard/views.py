@@ -61,7 +61,9 @@ from dashboard.lorebook_editor import (
     book_from_rows,
 )
 from dashboard.lorebook_editor import rows_for as lorebook_rows_for
+from dashboard.names import name_book
 from dashboard.scaleout import scale_out
+from dashboard.selectors import overview_names
 from personas import cards
 from personas.audit import field_changes
 from personas.config_schema import (
@@ -111,9 +113,11 @@ def index(request: HttpRequest) -> HttpResponse:
     latest turns and errors; live over ``/ws/overview/``. A person sees their guilds only;
     workers and shards are for operators."""
     rights = request_rights(request)
+    overview = live_selectors.overview(rights=rights)
     context = {
-        "overview": live_selectors.overview(rights=rights),
+        "overview": overview,
         "scale": scale_out() if rights.operator else None,
+        "names": overview_names(overview, name_book(request)),
     }
     return render(request, "dashboard/index.html", context)
 

@@ -13,7 +13,9 @@ register = template.Library()
 
 @register.filter
 def trigger_excerpt(turn: Turn) -> str:
-    return selectors.trigger_excerpt(turn)
+    """The excerpt `selectors.with_excerpts` gave the turn, else read from its record."""
+    excerpt = getattr(turn, "excerpt", None)
+    return excerpt if excerpt is not None else selectors.trigger_excerpt(turn)
 
 
 @register.simple_tag
