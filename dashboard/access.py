@@ -112,7 +112,9 @@ def guild_access(request: HttpRequest, guild_id: int, *, change: bool = False) -
     in; PermissionDenied (403) for a change by someone who may only see it.
     """
     rights = request_rights(request)
-    guild = rights.scope(GuildConfig.objects.all()).filter(guild_id=guild_id).first()
+    if not rights.may_view(guild_id):
+        raise Http404(NOT_FOUND)
+    guild = GuildConfig.objects.filter(guild_id=guild_id).first()
     if guild is None:
         raise Http404(NOT_FOUND)
     if change:

@@ -10,6 +10,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connections
 from django.urls import reverse
 
 from accounts.models import GuildRole
@@ -76,6 +77,7 @@ async def test_every_socket_answers_not_found_for_another_guilds_channel():
     tenancy = await sync_to_async(two_guilds)()
     session = tenancy.client.cookies[settings.SESSION_COOKIE_NAME].value
     assert await socket_leaks(tenancy, session) == []
+    await sync_to_async(connections.close_all)()  # sync_to_async's thread's, before the drop
 
 
 def test_lists_show_the_persons_guilds_only():
@@ -222,3 +224,4 @@ async def test_an_open_socket_closes_once_its_guild_is_no_longer_the_persons():
         "type": "websocket.close",
         "code": 4403,
     }
+    await sync_to_async(connections.close_all)()  # sync_to_async's thread's, before the drop
