@@ -22,6 +22,7 @@ MODULES = (
     "benchmarks.recall",
     "benchmarks.lorebook",
     "benchmarks.streaming",
+    "benchmarks.tenancy",
 )
 
 
