@@ -79,6 +79,8 @@ def guild_rights_replace(
     came from), less the guilds this deployment has not configured. One transaction; a person
     left with no right has their sessions ended (`person_sessions_end`)."""
     with transaction.atomic():
+        # One writer per person at a time (the login, the gateway, the refresh).
+        list(get_user_model().objects.select_for_update().filter(pk=user.pk).values_list("pk"))
         configured = set(
             GuildConfig.objects.filter(guild_id__in=list(roles)).values_list("guild_id", flat=True)
         )
