@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -694,6 +695,7 @@ EXCERPT_LENGTH = 80
 EXCERPTS_KEPT = 20_000
 FINISHED = frozenset({Turn.Status.REPLIED, Turn.Status.FAILED, Turn.Status.ABORTED})
 _excerpts: OrderedDict[tuple[int, dt.datetime], str] = OrderedDict()
+_excerpts_lock = threading.Lock()
 """Finished turns' trigger excerpts, by turn id and creation time (least recently used
 dropped first): a finished turn's prompt record never changes, and reading it is most of what
 a list of turns costs."""
@@ -704,6 +706,11 @@ def with_excerpts(turns: list[Turn]) -> list[Turn]:
     process's cache, the others' read in one query for them all; none for a trigger whose
     author has full privacy now (their words are scrubbed from the records, and a kept
     excerpt must not outlive that). Returns ``turns``."""
+    with _excerpts_lock:
+        return _with_excerpts(turns)
+
+
+def _with_excerpts(turns: list[Turn]) -> list[Turn]:
     missing = [t for t in turns if _excerpt_key(t) not in _excerpts or t.status not in FINISHED]
     if missing:
         records = Turn.objects.filter(pk__in=[t.pk for t in missing]).values_list(
