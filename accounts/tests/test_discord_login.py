@@ -216,3 +216,8 @@ def _helpers_role(server) -> int:
     from chat.sandbox.demo import DEMO_HELPER_ROLE_ID
 
     return DEMO_HELPER_ROLE_ID
+
+
+async def test_opening_the_login_link_asks_before_leaving_for_discord(discord):
+    page = await sync_to_async(Client().get)("/accounts/discord/login/")
+    assert page.status_code == 200 and b"Continue to Discord" in page.content
