@@ -44,7 +44,7 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     shown); ``?user=`` and ``?persona=`` filter. An admin's POST adds one (source ``admin``):
     ``kind`` (personal, guild, persona), ``user_id`` or ``persona_id``, ``text``."""
     guild = guild_access(request, guild_id)
-    personas = list(guild.personas.order_by("name"))
+    personas = selectors.guild_personas_by_name(guild=guild)
     error = ""
     if request.method == "POST":
         require_change(request, guild.guild_id)

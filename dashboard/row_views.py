@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from dashboard import selectors
 from dashboard.access import change_author, guild_access, require_change, viewer_required
 from dashboard.form_posts import form_saved, form_status, posted_with
 from dashboard.forms import BlockForm, ChannelForm, SpecForm, UserPrivacyForm
@@ -120,7 +121,7 @@ USERS = RowKind(
 
 def guild_rows(kind: RowKind, guild: GuildConfig) -> models.QuerySet:
     """The guild's rows of ``kind`` (every lookup of a row starts here)."""
-    return kind.model.objects.filter(guild=guild)
+    return selectors.guild_rows(guild=guild, model=kind.model)
 
 
 def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any) -> SpecForm:

@@ -657,9 +657,23 @@ def bot_user_id() -> int | None:
 # Each starts from a guild `dashboard.access.guild_access` gave the person.
 
 
+def guild_configured(*, guild_id: int) -> bool:
+    """A guild of this id is configured (for adding one: operators only)."""
+    return GuildConfig.objects.filter(guild_id=guild_id).exists()
+
+
 def guild_personas_listed(*, guild: GuildConfig) -> QuerySet[Persona]:
     """The guild's personas, main first, then by name."""
     return guild.personas.order_by("-is_main", "name")
+
+
+def guild_personas_by_name(*, guild: GuildConfig) -> list[Persona]:
+    return list(guild.personas.order_by("name"))
+
+
+def guild_rows(*, guild: GuildConfig, model: type[Any]) -> QuerySet[Any]:
+    """The guild's configured rows of ``model`` (channels, blocks, user privacy)."""
+    return model.objects.filter(guild=guild)
 
 
 def speaking_personas(*, guild: GuildConfig) -> list[Persona]:

@@ -130,7 +130,7 @@ def guild_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         form = GuildForm(request.POST)
         if form.is_valid():
-            if GuildConfig.objects.filter(guild_id=int(form.spec.id)).exists():
+            if live_selectors.guild_configured(guild_id=int(form.spec.id)):
                 form.add_error("guild_id", "a guild with this id is already configured")
             else:
                 guild = guild_save(spec=form.spec, actor=change_author(request))
@@ -195,7 +195,7 @@ def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> Http
 
 def _persona_of(guild: GuildConfig, persona_id: int) -> Persona:
     """The guild's persona ``persona_id``; Http404 for any other id."""
-    return get_object_or_404(guild.personas, pk=persona_id)
+    return get_object_or_404(live_selectors.guild_personas_listed(guild=guild), pk=persona_id)
 
 
 def _persona_edit(
