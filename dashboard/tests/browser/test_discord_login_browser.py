@@ -66,5 +66,16 @@ async def test_a_person_logs_in_with_discord_and_sees_only_their_guilds(
         assert response is not None and response.status == 404
         response = await page.goto(f"{base_url}/guilds/{DEMO_GUILD_ID}/")
         assert response is not None and response.status == 200
-        await expect(page.locator("nav.tabs")).to_contain_text("Audit")
+        await page.fill("#id_name", "Sandbox Café at dusk")
+        await page.click("main form button[type=submit] >> text=Save")
+        await expect(page.locator("h1")).to_contain_text("Sandbox Café at dusk")
+
+        await page.click("nav.tabs >> text=Audit")
+        change = page.locator("ol.audit li.change").first
+        await expect(change).to_contain_text("Alice")
+        await expect(change).to_contain_text("(Discord)")
+        await expect(change).to_contain_text("dashboard form")
+        await expect(change.locator("td.before")).to_contain_text("Sandbox Café")
+        await expect(change.locator("td.after")).to_contain_text("Sandbox Café at dusk")
+        await page.screenshot(path=screenshots / "audit.png", full_page=True)
         await context.close()
