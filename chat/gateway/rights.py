@@ -12,6 +12,7 @@ never stops the gateway: Celery's refresh (``users/@me/guilds``) catches up with
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 
 import discord
@@ -38,13 +39,37 @@ async def rights_observe(guild_id: int, permissions: dict[int, int | None]) -> N
         )
 
 
+PEOPLE_KEPT_SECONDS = 10.0
+"""How long the worker keeps the list of the dashboard's people: a worker starting up makes
+every guild available at once; someone who logs in meanwhile has their rights read at login."""
+
+
+class _People:
+    """The dashboard's people (Discord id → user id), read at most every
+    `PEOPLE_KEPT_SECONDS`."""
+
+    def __init__(self) -> None:
+        self._read_at = -PEOPLE_KEPT_SECONDS
+        self._people: dict[int, int] = {}
+
+    async def get(self) -> dict[int, int]:
+        now = time.monotonic()
+        if now - self._read_at >= PEOPLE_KEPT_SECONDS:
+            self._people = await sync_to_async(discord_people)()
+            self._read_at = now
+        return self._people
+
+
+_people = _People()
+
+
 async def rights_observe_people(guild: discord.Guild, *, only: Iterable[int] | None = None) -> None:
     """Record the permissions of every dashboard person in ``guild`` (of ``only`` of them):
     after a role or the owner changed, or when the guild became available (catching up on
     what happened while the worker was away). Someone the member cache does not hold is no
     member once the guild is chunked; before that, they are left as they are."""
     try:
-        people = await sync_to_async(discord_people)()
+        people = await _people.get()
     except Exception:
         logger.warning("could not read the dashboard's people", exc_info=True)
         return
