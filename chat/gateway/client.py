@@ -239,11 +239,11 @@ class PersonaBotClient(discord.AutoShardedClient):
 
     async def on_guild_available(self, guild: discord.Guild) -> None:
         await self._record_names(guild_names(guild))
-        await rights_observe_people(guild)
+        await rights_observe_people(guild, fresh=False)
 
     async def on_guild_join(self, guild: discord.Guild) -> None:
         await self._record_names(guild_names(guild))
-        await rights_observe_people(guild)
+        await rights_observe_people(guild, fresh=False)
 
     async def on_guild_update(self, before: discord.Guild, after: discord.Guild) -> None:
         await self._record_names([guild_name(after)])

@@ -40,8 +40,9 @@ async def rights_observe(guild_id: int, permissions: dict[int, int | None]) -> N
 
 
 PEOPLE_KEPT_SECONDS = 10.0
-"""How long the worker keeps the list of the dashboard's people: a worker starting up makes
-every guild available at once; someone who logs in meanwhile has their rights read at login."""
+"""How long the worker keeps the list of the dashboard's people between guilds becoming
+available (a worker starting up makes every guild available at once; someone who logs in
+meanwhile has their rights read at login). A role or owner change reads it afresh."""
 
 
 class _People:
@@ -52,9 +53,10 @@ class _People:
         self._read_at = -PEOPLE_KEPT_SECONDS
         self._people: dict[int, int] = {}
 
-    async def get(self) -> dict[int, int]:
+    async def get(self, *, fresh: bool = False) -> dict[int, int]:
+        """The people, read again when ``fresh`` or when the kept list is too old."""
         now = time.monotonic()
-        if now - self._read_at >= PEOPLE_KEPT_SECONDS:
+        if fresh or now - self._read_at >= PEOPLE_KEPT_SECONDS:
             self._people = await sync_to_async(discord_people)()
             self._read_at = now
         return self._people
@@ -63,13 +65,16 @@ class _People:
 _people = _People()
 
 
-async def rights_observe_people(guild: discord.Guild, *, only: Iterable[int] | None = None) -> None:
+async def rights_observe_people(
+    guild: discord.Guild, *, only: Iterable[int] | None = None, fresh: bool = True
+) -> None:
     """Record the permissions of every dashboard person in ``guild`` (of ``only`` of them):
     after a role or the owner changed, or when the guild became available (catching up on
-    what happened while the worker was away). Someone the member cache does not hold is no
-    member once the guild is chunked; before that, they are left as they are."""
+    what happened while the worker was away; ``fresh`` False: the list of people may be up to
+    `PEOPLE_KEPT_SECONDS` old). Someone the member cache does not hold is no member once the
+    guild is chunked; before that, they are left as they are."""
     try:
-        people = await _people.get()
+        people = await _people.get(fresh=fresh)
     except Exception:
         logger.warning("could not read the dashboard's people", exc_info=True)
         return

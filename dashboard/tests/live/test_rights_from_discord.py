@@ -13,8 +13,15 @@ from django.test import Client
 
 from accounts.models import GuildRight
 from accounts.tests.discord_login import discord_login, discord_login_settings
-from chat.sandbox.demo import DEMO_GUILD_ID, DEMO_HELPER_ROLE_ID, DEMO_MODERATOR_ROLE_ID
+from chat.sandbox.demo import (
+    DEMO_GUILD_ID,
+    DEMO_HELPER_ROLE_ID,
+    DEMO_MODERATOR_ROLE_ID,
+    DEMO_USER_IDS,
+)
 from chat.tests.e2e.conftest import ALICE, eventually
+
+CAROL = DEMO_USER_IDS["carol"]
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,5 +91,37 @@ async def test_a_role_removed_in_discord_is_gone_within_a_minute_then_the_person
 def _role_is(role: str | None):
     async def check() -> bool:
         return await _role_of_alice() == role
+
+    return check
+
+
+async def test_a_role_edited_in_discord_takes_its_right_from_everyone_holding_it(
+    dashboard_on_world, settings
+):
+    world = dashboard_on_world
+    discord_login_settings(settings, world.sandbox)
+    await world.start_worker()
+    client = Client()
+    assert (await discord_login(client, CAROL)).status_code == 302
+    assert await _role_of(CAROL) == "moderator"
+
+    world.sandbox.sandbox.role_edit(DEMO_GUILD_ID, DEMO_HELPER_ROLE_ID, permissions=1 << 10)
+
+    await eventually(_role_of_is(CAROL, None), within=WITHIN)
+    response = await sync_to_async(client.get)(f"/guilds/{DEMO_GUILD_ID}/")
+    assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+@sync_to_async
+def _role_of(user_id: int) -> str | None:
+    right = GuildRight.objects.filter(
+        user__socialaccount__uid=str(user_id), guild_id=DEMO_GUILD_ID
+    ).first()
+    return right.role if right else None
+
+
+def _role_of_is(user_id: int, role: str | None):
+    async def check() -> bool:
+        return await _role_of(user_id) == role
 
     return check
