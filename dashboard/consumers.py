@@ -213,11 +213,11 @@ class OverviewConsumer(_LiveConsumer):
 
 def _overview_fragment(rights: GuildRights) -> str:
     """The overview's partials: the person's guilds; workers and shards for operators."""
-    overview = selectors.overview(rights=rights)
+    names = NameBook()
     context = {
-        "overview": overview,
+        "overview": selectors.overview_shown(selectors.overview(rights=rights), names),
         "scale": scale_out() if rights.operator else None,
-        "names": selectors.overview_names(overview, NameBook()),
+        "names": names,
         "oob": True,
     }
     html = render_to_string("dashboard/_overview.html", context)

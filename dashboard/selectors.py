@@ -14,7 +14,9 @@ blacklisted) are never shown by their words: their unread messages appear as cou
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import hashlib
 import re
 import threading
 from collections import OrderedDict
@@ -41,7 +43,7 @@ from chat.models import (
 )
 from chat.pipeline.items import ItemTag
 from chat.pipeline.triggers import TurnReason
-from dashboard.names import Member, NameBook, guild_members
+from dashboard.names import Member, NameBook, ShownName, guild_members
 from personas.models import ChannelConfig, GuildConfig, Persona
 
 MEDIA_KEY = re.compile(r"\bmedia_\d+\b")
@@ -319,6 +321,8 @@ class GuildOverview:
     shard: int | None = None
     shard_count: int | None = None
     serving: tuple[WorkerShards, ...] = ()
+    version: str = ""
+    """A digest of everything the guild's card shows (`overview_shown`; empty: not made)."""
 
 
 LATEST_TURNS = 5
@@ -459,15 +463,60 @@ def newest_turns(
     return by_guild
 
 
-def overview_names(overview: Iterable[GuildOverview], book: NameBook) -> NameBook:
-    """``book`` with the names of every trigger author the overview shows read at once."""
+def overview_shown(overview: Iterable[GuildOverview], book: NameBook) -> tuple[GuildOverview, ...]:
+    """The overview as its cards show it: every trigger author's name read into ``book`` at
+    once, and each row's ``version``, a digest of everything its card shows (names as
+    ``book`` gives them), by which a card rendered once is kept (``{% kept %}``,
+    `dashboard.templatetags.turns`) until any of it changes."""
+    rows = tuple(overview)
     book.prefetch_users(
         t.trigger_author_id
-        for row in overview
+        for row in rows
         for t in (*row.latest_turns, *row.errors)
         if t.trigger_author_id
     )
-    return book
+    return tuple(dataclasses.replace(row, version=_card_version(row, book)) for row in rows)
+
+
+def _card_version(row: GuildOverview, book: NameBook) -> str:
+    def shown(name: ShownName) -> tuple:
+        return (name.text, name.known, name.hidden, name.avatar_url)
+
+    card = (
+        row.guild.guild_id,
+        row.guild.name,
+        [(p.name, p.is_main) for p in row.guild.personas.all()],
+        row.workers,
+        row.latency_ms,
+        row.shard,
+        row.shard_count,
+        [(w.holder, w.label) for w in row.serving],
+        [
+            (
+                c.channel_id,
+                c.mode,
+                c.unread,
+                c.queued,
+                c.loop_state,
+                shown(book.channel(c.channel_id)),
+            )
+            for c in row.channels
+        ],
+        [
+            (
+                t.pk,
+                t.persona_name,
+                t.status,
+                shown(book.channel(t.channel_id)),
+                t.created_at.isoformat(),
+                getattr(t, "excerpt", None),
+                shown(book.user(t.trigger_author_id)) if t.trigger_author_id else None,
+            )
+            for t in row.latest_turns
+        ],
+        [(t.pk, t.persona_name, t.error) for t in row.errors],
+    )
+    return hashlib.blake2b(repr(card).encode(), digest_size=16).hexdigest()
 
 
 def overview_channel_ids(*, rights: GuildRights) -> list[int]:

@@ -63,7 +63,7 @@ from dashboard.lorebook_editor import (
 from dashboard.lorebook_editor import rows_for as lorebook_rows_for
 from dashboard.names import name_book
 from dashboard.scaleout import scale_out
-from dashboard.selectors import overview_names
+from dashboard.selectors import overview_shown
 from personas import cards
 from personas.audit import field_changes
 from personas.config_schema import (
@@ -113,11 +113,11 @@ def index(request: HttpRequest) -> HttpResponse:
     latest turns and errors; live over ``/ws/overview/``. A person sees their guilds only;
     workers and shards are for operators."""
     rights = request_rights(request)
-    overview = live_selectors.overview(rights=rights)
+    names = name_book(request)
     context = {
-        "overview": overview,
+        "overview": overview_shown(live_selectors.overview(rights=rights), names),
         "scale": scale_out() if rights.operator else None,
-        "names": overview_names(overview, name_book(request)),
+        "names": names,
     }
     return render(request, "dashboard/index.html", context)
 
