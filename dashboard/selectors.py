@@ -335,8 +335,18 @@ def overview(*, rights: GuildRights, now: dt.datetime | None = None) -> tuple[Gu
     failures. A handful of reads for all guilds together, whatever their number
     (`newest_turns`)."""
     now = now or timezone.now()
-    personas = Prefetch("personas", queryset=Persona.objects.order_by("-is_main", "name"))
-    guilds = list(rights.scope(GuildConfig.objects.order_by("name")).prefetch_related(personas))
+    # What the cards show of a guild and its personas (not their prompts, lorebooks, presets).
+    personas = Prefetch(
+        "personas",
+        queryset=Persona.objects.only("id", "guild_id", "name", "is_main").order_by(
+            "-is_main", "name"
+        ),
+    )
+    guilds = list(
+        rights.scope(
+            GuildConfig.objects.only("id", "guild_id", "name").order_by("name")
+        ).prefetch_related(personas)
+    )
     if not guilds:
         return ()
     ids = [guild.guild_id for guild in guilds]
