@@ -27,6 +27,7 @@ MODULES = (
     "benchmarks.metrics",
     "benchmarks.moderation",
     "benchmarks.persona_tests",
+    "benchmarks.tenancy",
 )
 
 

@@ -9,6 +9,8 @@ Groups:
     ``bot.control`` (`CONTROL_GROUP`): messages to the bot workers (``config.changed``).
     ``dashboard.overview`` (`OVERVIEW_GROUP`): worker heartbeats (``worker.pulse``) and shard
         leases taken or released (``shard.lease``).
+    ``person.<user id>`` (`person_group`): a dashboard person's rights changed
+        (``rights.changed``); their open pages check what they may still see.
 
 On the wire an update is a dict ``{"type": "<update type>", **payload}`` (Channels' convention: a
 consumer method named after the type with dots as underscores receives it, ``turn.finished`` →
@@ -48,6 +50,11 @@ def channel_group(channel_id: int) -> str:
     return f"channel.{channel_id}"
 
 
+def person_group(user_id: int) -> str:
+    """The group of one dashboard person's sockets."""
+    return f"person.{user_id}"
+
+
 class LiveUpdateType(StrEnum):
     LOOP_STATE = "loop.state"
     LOOP_STEP = "loop.step"
@@ -59,6 +66,7 @@ class LiveUpdateType(StrEnum):
     CONFIG_CHANGED = "config.changed"
     WORKER_PULSE = "worker.pulse"
     SHARD_LEASE = "shard.lease"
+    RIGHTS_CHANGED = "rights.changed"
 
 
 class LoopStateName(StrEnum):
@@ -164,6 +172,16 @@ class ShardLeaseChanged(LiveUpdate):
     fence: int | None
 
 
+@dataclass(frozen=True)
+class RightsChanged(LiveUpdate):
+    """A person's guild rights changed (``guild_ids``: the guilds whose role changed or went);
+    ``ended``: they have none left and their sessions ended."""
+
+    type: ClassVar[LiveUpdateType] = LiveUpdateType.RIGHTS_CHANGED
+    guild_ids: list[str]
+    ended: bool = False
+
+
 _BY_TYPE: dict[str, type[LiveUpdate]] = {
     str(cls.type): cls
     for cls in (
@@ -177,6 +195,7 @@ _BY_TYPE: dict[str, type[LiveUpdate]] = {
         ConfigChanged,
         WorkerPulse,
         ShardLeaseChanged,
+        RightsChanged,
     )
 }
 

@@ -68,8 +68,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.discord",
     "personas",
     "chat",
+    "accounts",
     "dashboard",
 ]
 
@@ -80,6 +85,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -100,6 +106,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "dashboard.access.roles",
+                "accounts.context.login_options",
             ],
         },
     },
@@ -323,6 +330,56 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "dashboard:index"
 LOGOUT_REDIRECT_URL = "login"
+
+# Log in with Discord (DESIGN §3b): django-allauth's Discord provider, offered on the login page
+# when the application's OAuth2 credentials are set. Its URLs follow DISCORD_OAUTH_AUTHORIZE_URL
+# and DISCORD_API_BASE, so the sandbox can stand in for Discord. People's rights per guild come
+# from Discord (accounts/): at login, from the worker's gateway, and refreshed by Celery beat
+# every DISCORD_RIGHTS_REFRESH_SECONDS with their stored token.
+DISCORD_CLIENT_ID = env_str("DISCORD_CLIENT_ID")
+DISCORD_CLIENT_SECRET = env_str("DISCORD_CLIENT_SECRET")
+if bool(DISCORD_CLIENT_ID) != bool(DISCORD_CLIENT_SECRET):
+    missing = "DISCORD_CLIENT_SECRET" if DISCORD_CLIENT_ID else "DISCORD_CLIENT_ID"
+    raise ImproperlyConfigured(
+        f"{missing} is empty: Log in with Discord needs both DISCORD_CLIENT_ID and "
+        "DISCORD_CLIENT_SECRET (the application's OAuth2 credentials), or neither"
+    )
+DISCORD_LOGIN_ENABLED = bool(DISCORD_CLIENT_ID)
+DISCORD_OAUTH_AUTHORIZE_URL = env_url(
+    "DISCORD_OAUTH_AUTHORIZE_URL", "https://discord.com/oauth2/authorize", schemes=("http", "https")
+)
+DISCORD_RIGHTS_REFRESH_SECONDS = env_positive_float("DISCORD_RIGHTS_REFRESH_SECONDS", 30.0)
+if DISCORD_RIGHTS_REFRESH_SECONDS > 30:
+    raise ImproperlyConfigured(
+        "DISCORD_RIGHTS_REFRESH_SECONDS must be at most 30: a right lost in Discord is lost on "
+        f"the dashboard within 60 s (got {DISCORD_RIGHTS_REFRESH_SECONDS:g})"
+    )
+CELERY_BEAT_SCHEDULE["discord-rights-refresh"] = {
+    "task": "accounts.tasks.guild_rights_refresh_task",
+    "schedule": DISCORD_RIGHTS_REFRESH_SECONDS,
+}
+SOCIALACCOUNT_PROVIDERS = {
+    "discord": {
+        "provider_class": "accounts.adapter.DashboardDiscordProvider",
+        "APPS": (
+            [{"client_id": DISCORD_CLIENT_ID, "secret": DISCORD_CLIENT_SECRET}]
+            if DISCORD_LOGIN_ENABLED
+            else []
+        ),
+        "SCOPE": ["identify", "guilds"],
+    }
+}
+SOCIALACCOUNT_ADAPTER = "accounts.adapter.DashboardSocialAdapter"
+ACCOUNT_ADAPTER = "accounts.adapter.DashboardAccountAdapter"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = False
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = False
+SOCIALACCOUNT_EMAIL_REQUIRED = False
+SOCIALACCOUNT_QUERY_EMAIL = False
+SOCIALACCOUNT_EMAIL_VERIFICATION = "none"
+SOCIALACCOUNT_STORE_TOKENS = True
+SOCIALACCOUNT_LOGIN_ON_GET = False
+ACCOUNT_EMAIL_VERIFICATION = "none"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -17,6 +17,7 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("metrics", metrics, name="metrics"),
+    path("", include("accounts.urls")),
     path("", include("dashboard.urls")),
     # Uploaded avatars, in development only (DEBUG); production serves MEDIA_ROOT elsewhere.
     *static(settings.MEDIA_URL, document_root=settings.MEDIA_ROOT),

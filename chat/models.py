@@ -261,6 +261,14 @@ class Turn(models.Model):
         indexes = [
             models.Index(fields=["channel_id", "-created_at"]),
             models.Index(fields=["trigger_message_id"], name="turn_trigger_message"),
+            # The overview's latest turns and failures of each guild a person may see.
+            models.Index(fields=["guild_id", "-created_at"], name="turn_guild_recent"),
+            models.Index(
+                fields=["guild_id", "-created_at"],
+                condition=Q(status="failed"),
+                name="turn_guild_failed",
+            ),
+            models.Index(fields=["channel_id"], condition=Q(status="running"), name="turn_running"),
         ]
         constraints = [
             models.CheckConstraint(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from accounts.selectors import GuildRights
 from chat.models import DoctorReport
 from chat.pipeline.going_live import Check, invite_url
 from chat.selectors.going_live import (
@@ -17,6 +18,7 @@ from chat.selectors.going_live import (
     latest_doctor_report,
     turn_refusals,
 )
+from dashboard.selectors import visible_turns
 from personas.models import GuildConfig
 
 PENDING_FOR = dt.timedelta(minutes=5)
@@ -38,9 +40,14 @@ class DeploymentStatus:
     refusals: list[RefusalTally]
 
 
-def deployment_status(*, now: dt.datetime) -> DeploymentStatus:
+def deployment_status(*, now: dt.datetime, rights: GuildRights) -> DeploymentStatus:
+    """The card as ``rights`` may see it: an operator every line; anyone else only the lines
+    and refused turns of the guilds they have a right in (the deployment's own lines, the
+    token and the intents, the model, the database, are the operator's)."""
     report = latest_doctor_report()
     checks = [Check.from_json(c) for c in report.checks] if report else []
+    if not rights.unrestricted:
+        checks = [c for c in checks if c.guild_id is not None and rights.may_view(c.guild_id)]
     pending = doctor_run_pending(since=now - PENDING_FOR)
     waiting = DoctorReport.objects.filter(ok=None, created_at__lt=now - PENDING_FOR)
     if report is not None:
@@ -51,7 +58,7 @@ def deployment_status(*, now: dt.datetime) -> DeploymentStatus:
         passing=[c for c in checks if c.ok],
         pending=pending,
         stalled=None if pending else waiting.order_by("-created_at").first(),
-        refusals=turn_refusals(since=now - REFUSALS_FOR),
+        refusals=turn_refusals(since=now - REFUSALS_FOR, turns=visible_turns(rights)),
     )
 
 
@@ -81,7 +88,8 @@ def guild_presence(*, guild: GuildConfig, now: dt.datetime) -> GuildPresence:
 
 def unconfigured_bot_guilds(*, now: dt.datetime) -> list[tuple[int, str]]:
     """The guilds the bot is in that no configuration names yet, by name (empty when
-    nothing tells which guilds the bot is in)."""
+    nothing tells which guilds the bot is in). Adding a guild is the operators': they alone
+    are shown this."""
     known = guilds_the_bot_is_in(now=now) or {}
     configured = set(GuildConfig.objects.values_list("guild_id", flat=True))
     return sorted(

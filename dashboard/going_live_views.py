@@ -12,12 +12,13 @@ from chat.models import DoctorReport
 from chat.services.doctor import doctor_report_begin
 from chat.tasks import doctor_task
 from dashboard import going_live
-from dashboard.access import admin_required, is_admin, viewer_required
+from dashboard.access import editor_required, request_rights, viewer_required
 
 
 def _card(request: HttpRequest) -> HttpResponse:
-    status = going_live.deployment_status(now=timezone.now())
-    context = {"status": status, "is_admin": is_admin(request.user)}
+    rights = request_rights(request)
+    status = going_live.deployment_status(now=timezone.now(), rights=rights)
+    context = {"status": status, "is_admin": rights.changes_any}
     return render(request, "dashboard/_deployment.html", context)
 
 
@@ -29,10 +30,12 @@ def deployment_card(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-@admin_required
+@editor_required
 def deployment_check(request: HttpRequest) -> HttpResponse:
-    """Ask Celery for a deployment check now (admins): a report row marks it running until the
-    task fills it in. Answers the card (htmx), else goes back to the overview."""
+    """Ask Celery for a deployment check now (anyone who may change a guild's configuration:
+    the check reads Discord and changes nothing; the card shows each person their own guilds'
+    lines): a report row marks it running until the task fills it in. Answers the card
+    (htmx), else goes back to the overview."""
     with transaction.atomic():
         report = doctor_report_begin(
             origin=DoctorReport.Origin.DASHBOARD, requested_by=request.user.get_username()

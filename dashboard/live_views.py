@@ -3,8 +3,10 @@ and the sandbox playground.
 
 Function views, one template per screen; every piece that changes live is a partial that the
 page, htmx responses and the websocket consumers (`dashboard.consumers`) render alike. Every
-screen is for admins and moderators (`viewer_required`), the playground for admins only. None
-of them changes what the bot does: the preview and the replay are dry runs.
+screen is for admins and moderators (`viewer_required`), of the guilds they may see: a channel,
+turn or message of any other guild answers 404 (`dashboard.access`); the playground is for
+operators only. None of them changes what the bot does: the preview and the replay are dry
+runs.
 """
 
 from __future__ import annotations
@@ -18,19 +20,27 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from chat import selectors as chat_selectors
-from chat.models import TURN_REASON_CHOICES, MessageIndex, Turn
+from chat.models import TURN_REASON_CHOICES, Turn
 from chat.pipeline.types import HistoryMessage
+from chat.selectors.message_trace import message_record
 from chat.why import WhyAnswer, why_message
 from dashboard import playground as sandbox_playground
 from dashboard import selectors
-from dashboard.access import admin_required, viewer_required
+from dashboard.access import (
+    NOT_FOUND,
+    channel_access,
+    operator_required,
+    request_rights,
+    turn_access,
+    viewer_required,
+)
 from dashboard.ids import parse_id
 from dashboard.names import NameBook, picked_user_id
 from dashboard.preview import (
@@ -57,7 +67,8 @@ PAGE_SIZE = 25
 def channel_live(request: HttpRequest, channel_id: int) -> HttpResponse:
     """The channel's window as the bot sees it, the unread pool, loop state and planner steps;
     updated over ``/ws/channels/<id>/``."""
-    window = selectors.channel_window(channel_id=channel_id)
+    channel_access(request, channel_id)
+    window = selectors.channel_window(rights=request_rights(request), channel_id=channel_id)
     personas = _personas_for(window.guild)
     return render(
         request,
@@ -81,7 +92,9 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     request the persona would send now in answer to the channel's newest message (or if that
     user said that text now, or to that message), as a dry run. ``as`` is a user id, a member's
     name, or ``name (id)`` as the page's member list offers it."""
-    window = selectors.channel_window(channel_id=channel_id)
+    channel_access(request, channel_id)
+    rights = request_rights(request)
+    window = selectors.channel_window(rights=rights, channel_id=channel_id)
     personas = _personas_for(window.guild)
     persona = request.GET.get("persona", "").strip() or (personas[0].name if personas else "")
     as_raw = request.GET.get("as", "").strip()
@@ -89,7 +102,9 @@ def channel_preview(request: HttpRequest, channel_id: int) -> HttpResponse:
     message_raw = request.GET.get("message", "").strip()
     wants_json = request.GET.get("format") == "json"
     people = selectors.channel_people(
-        channel_id=channel_id, guild_id=window.guild.guild_id if window.guild else None
+        rights=rights,
+        channel_id=channel_id,
+        guild_id=window.guild.guild_id if window.guild else None,
     )
     context = {
         "channel_id": channel_id,
@@ -181,7 +196,9 @@ def preview_data_context(data: dict[str, Any]) -> dict[str, Any]:
 @require_GET
 @viewer_required
 def turn_list(request: HttpRequest) -> HttpResponse:
-    """Turns, newest first, filtered by guild, channel, persona, status, reason and date."""
+    """The person's turns, newest first, filtered by guild, channel, persona, status, reason
+    and date."""
+    rights = request_rights(request)
     filters = selectors.TurnFilters(
         guild=parse_id(request.GET.get("guild")),
         channel=parse_id(request.GET.get("channel")),
@@ -191,7 +208,8 @@ def turn_list(request: HttpRequest) -> HttpResponse:
         since=_date(request.GET.get("since")),
         until=_date(request.GET.get("until")),
     )
-    page = Paginator(selectors.turns_filtered(filters), PAGE_SIZE).get_page(request.GET.get("page"))
+    turns = selectors.turns_filtered(filters, rights=rights)
+    page = Paginator(turns, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(
@@ -201,11 +219,11 @@ def turn_list(request: HttpRequest) -> HttpResponse:
             "page": page,
             "filters": filters,
             "query": query.urlencode(),
-            "guilds": selectors.guild_filter_choices(),
-            "channels": selectors.turn_channel_ids(),
+            "guilds": selectors.guild_filter_choices(rights=rights),
+            "channels": selectors.turn_channel_ids(rights=rights),
             "statuses": Turn.Status.choices,
             "reasons": TURN_REASON_CHOICES,
-            "personas": sorted(set(Persona.objects.values_list("name", flat=True))),
+            "personas": selectors.persona_name_choices(rights=rights),
         },
     )
 
@@ -215,8 +233,8 @@ def turn_list(request: HttpRequest) -> HttpResponse:
 def turn_detail(request: HttpRequest, turn_id: int) -> HttpResponse:
     """One turn as a trace: why it ran, its window and context items, the exact request,
     each attempt, the reply and its messages, timings and tokens; and the replay form."""
-    turn = get_object_or_404(Turn, pk=turn_id)
-    return render(request, "dashboard/turn.html", _turn_context(turn))
+    turn = turn_access(request, turn_id)
+    return render(request, "dashboard/turn.html", _turn_context(request, turn))
 
 
 @require_GET
@@ -225,7 +243,7 @@ def turn_withheld(request: HttpRequest, turn_id: int) -> HttpResponse:
     """What moderation kept from Discord on the turn (the flagged texts and the reply as the
     model wrote it): shown only when a moderator asks, never on the turn page itself (a turn
     that withheld nothing says so). Answers the partial to htmx, the page otherwise."""
-    turn = get_object_or_404(Turn, pk=turn_id)
+    turn = turn_access(request, turn_id)
     context = {"turn": turn, "withheld": selectors.withheld_texts(turn)}
     if request.htmx:
         return render(request, "dashboard/_turn_withheld.html", context)
@@ -236,8 +254,9 @@ def turn_withheld(request: HttpRequest, turn_id: int) -> HttpResponse:
 @viewer_required
 def turn_replay_view(request: HttpRequest, turn_id: int) -> HttpResponse:
     """Replay the turn as another persona and/or model, as a dry run (never delivered; the
-    model is asked only when ``ask_model`` is checked). Answers the replay partial."""
-    turn = get_object_or_404(Turn, pk=turn_id)
+    model is asked only when ``ask_model`` is checked). Answers the replay partial. The
+    personas it may be replayed as are its channel's (`preview_prepare` finds no other)."""
+    turn = turn_access(request, turn_id)
     persona = request.POST.get("persona", "").strip() or turn.persona_name
     model = request.POST.get("model", "").strip()
     ask_model = request.POST.get("ask_model") in ("on", "1", "true")
@@ -250,12 +269,12 @@ def turn_replay_view(request: HttpRequest, turn_id: int) -> HttpResponse:
         context["replay_error"] = str(problem)
     if request.htmx:
         return render(request, "dashboard/_replay_result.html", context)
-    return render(request, "dashboard/turn.html", {**_turn_context(turn), **context})
+    return render(request, "dashboard/turn.html", {**_turn_context(request, turn), **context})
 
 
-def _turn_context(turn: Turn) -> dict[str, Any]:
+def _turn_context(request: HttpRequest, turn: Turn) -> dict[str, Any]:
     detail = turn.reason_detail or {}
-    guild_personas = Persona.objects.filter(guild__guild_id=turn.guild_id).order_by("name")
+    guild_personas = selectors.turn_personas(rights=request_rights(request), turn=turn)
     return {
         "turn": turn,
         "reason_json": json.dumps(detail, indent=2, ensure_ascii=False),
@@ -291,15 +310,18 @@ def _message_url(guild_id: int | None, channel_id: int, message_id) -> str:
 @viewer_required
 def why_view(request: HttpRequest) -> HttpResponse:
     """``?message=<id>[&format=json]``: each persona's answer to "did you reply, and why
-    (not)?"."""
+    (not)?". A message of a guild the person has no right in answers 404, as one nothing is
+    recorded of does for anyone but an operator."""
+    rights = request_rights(request)
     raw = request.GET.get("message", "").strip()
     answer = error = None
     if raw:
         message_id = parse_id(raw)
         if message_id is not None:
+            _message_access(request, message_id)
             answer = why_message(
                 message_id=message_id,
-                bot_user_id=_bot_user_id(),
+                bot_user_id=selectors.bot_user_id(),
                 now=timezone.now(),
                 fetch=_fetch_over_rest,
             )
@@ -316,10 +338,22 @@ def why_view(request: HttpRequest) -> HttpResponse:
             "message_id": raw,
             "answer": answer,
             "error": error,
-            "recent": selectors.recent_messages(),
+            "recent": selectors.recent_messages(rights=rights),
         },
         status=400 if error else 200,
     )
+
+
+def _message_access(request: HttpRequest, message_id: int) -> None:
+    """Http404 unless the person may see the message's channel (its guild, or for a direct
+    message the guild of the persona answering it); operators see any message, recorded or
+    not."""
+    rights = request_rights(request)
+    if rights.unrestricted:
+        return
+    record = message_record(message_id=message_id)
+    if record.channel_id is None or not selectors.may_view_channel(rights, record.channel_id):
+        raise Http404(NOT_FOUND)
 
 
 def _why_json(answer: WhyAnswer) -> dict[str, Any]:
@@ -374,7 +408,8 @@ def _playground_command(
     context = {"command_answer": answer, "command_error": error}
     if request.htmx:
         return render(request, "dashboard/_playground_command_answer.html", context)
-    window = selectors.channel_window(channel_id=channel_id) if channel_id else None
+    rights = request_rights(request)
+    window = selectors.channel_window(rights=rights, channel_id=channel_id) if channel_id else None
     return render(
         request,
         "dashboard/playground.html",
@@ -397,17 +432,11 @@ def _fetch_over_rest(channel_id: int, message_id: int) -> HistoryMessage | None:
     return async_to_sync(message_fetch)(channel_id=channel_id, message_id=message_id)
 
 
-def _bot_user_id() -> int | None:
-    """The bot account's id, as recorded by the main persona's deliveries."""
-    row = MessageIndex.objects.filter(webhook_id__isnull=True, author_id__isnull=False).first()
-    return row.author_id if row else None
-
-
 # --- Playground ----------------------------------------------------------------------------------
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@operator_required
 def playground(request: HttpRequest) -> HttpResponse:
     """A sandbox channel as a conversation: its messages as a chat (each with its author,
     avatar and time; persona replies arrive live over ``/ws/playground/<id>/``), a box to type
@@ -452,7 +481,8 @@ def playground(request: HttpRequest) -> HttpResponse:
         if error is None:
             query = urlencode({"channel": channel_id, "as": author_id})
             return redirect(f"{reverse('dashboard:playground')}?{query}#playground-chat")
-    window = selectors.channel_window(channel_id=channel_id) if channel_id else None
+    rights = request_rights(request)
+    window = selectors.channel_window(rights=rights, channel_id=channel_id) if channel_id else None
     return render(
         request,
         "dashboard/playground.html",
@@ -484,9 +514,7 @@ def _playground_chat_context(channel_id: int, *, oob: bool = False) -> dict[str,
 
 
 def _personas_for(guild: GuildConfig | None) -> list[Persona]:
-    if guild is None:
-        return []
-    return list(guild.personas.filter(enabled=True).order_by("-is_main", "name"))
+    return selectors.speaking_personas(guild=guild) if guild is not None else []
 
 
 def _date(value: str | None) -> dt.date | None:

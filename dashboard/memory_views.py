@@ -15,9 +15,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat.models import Document, Memory, Turn
+from chat.models import Document, Memory
 from chat.pipeline.recall import MemoryKind, RecallScope
-from chat.pipeline.triggers import TurnReason
 from chat.services.memory_documents import DocumentRefused, document_delete, document_upload
 from chat.services.memory_recall import memory_search
 from chat.services.memory_store import (
@@ -30,7 +29,8 @@ from chat.services.memory_store import (
     scope_of,
 )
 from chat.tasks import document_embed_task
-from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard import selectors
+from dashboard.access import guild_access, require_change, viewer_required
 from personas.models import GuildConfig, Persona
 
 SEARCH_RESULTS = 50
@@ -43,11 +43,11 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's memories. ``?q=`` ranks them as a turn would (every memory eligible, scores
     shown); ``?user=`` and ``?persona=`` filter. An admin's POST adds one (source ``admin``):
     ``kind`` (personal, guild, persona), ``user_id`` or ``persona_id``, ``text``."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    personas = list(Persona.objects.filter(guild=guild).order_by("name"))
+    guild = guild_access(request, guild_id)
+    personas = selectors.guild_personas_by_name(guild=guild)
     error = ""
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         try:
             memory_add(
                 scope=_posted_scope(request, guild, personas),
@@ -62,7 +62,7 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     user_id = _int(request.GET.get("user"))
     persona_id = _int(request.GET.get("persona"))
-    rows = Memory.objects.filter(guild_id=guild_id).select_related("persona")
+    rows = selectors.guild_memories(guild=guild).select_related("persona")
     if user_id is not None:
         rows = rows.filter(kind=MemoryKind.PERSONAL, user_id=user_id)
     if persona_id is not None:
@@ -70,19 +70,17 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     scores = {}
     if query:
         ranked = memory_search(
-            guild_id=guild_id,
+            guild_id=guild.guild_id,
             query=query,
             k=SEARCH_RESULTS,
-            scope=_filter_scope(guild_id, user_id),
+            scope=_filter_scope(guild, user_id),
         )
         scores = {memory.record.id: memory for memory in ranked}
         by_id = {row.id: row for row in rows.filter(id__in=list(scores))}
         memories = [by_id[i] for i in scores if i in by_id]
     else:
         memories = list(rows.order_by("kind", "user_id", "-updated_at"))
-    extractions = Turn.objects.filter(guild_id=guild_id, reason=TurnReason.EXTRACTION).order_by(
-        "-created_at"
-    )[:EXTRACTIONS_SHOWN]
+    extractions = selectors.guild_extractions(guild=guild, limit=EXTRACTIONS_SHOWN)
     return render(
         request,
         "dashboard/memory_list.html",
@@ -95,7 +93,7 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
             "persona_filter": persona_id,
             "personas": personas,
             "extractions": extractions,
-            "embedding": _embedding_progress(guild_id),
+            "embedding": _embedding_progress(guild),
             "error": error,
             "posted": request.POST if error else {},
         },
@@ -104,10 +102,11 @@ def memory_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 
 
 @require_POST
-@admin_required
+@viewer_required
 def memory_edit(request: HttpRequest, guild_id: int, memory_id: int) -> HttpResponse:
     """An admin's edit of one memory's text (re-embedded, within its scope's length)."""
-    memory = get_object_or_404(Memory, pk=memory_id, guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
+    memory = get_object_or_404(selectors.guild_memories(guild=guild), pk=memory_id)
     try:
         memory_update(memory_id=memory.id, text=request.POST.get("text", ""))
     except MemoryRefused as refusal:
@@ -118,9 +117,10 @@ def memory_edit(request: HttpRequest, guild_id: int, memory_id: int) -> HttpResp
 
 
 @require_POST
-@admin_required
+@viewer_required
 def memory_delete(request: HttpRequest, guild_id: int, memory_id: int) -> HttpResponse:
-    memory = get_object_or_404(Memory, pk=memory_id, guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
+    memory = get_object_or_404(selectors.guild_memories(guild=guild), pk=memory_id)
     memory_forget(scope=scope_of(memory), memory_id=memory.id)
     messages.success(request, "Deleted the memory.")
     return redirect("dashboard:memory_list", guild_id=guild_id)
@@ -145,14 +145,12 @@ def _posted_scope(request: HttpRequest, guild: GuildConfig, personas: list[Perso
     raise MemoryRefused("choose whom the memory is about: a person, the server or a persona")
 
 
-def _filter_scope(guild_id: int, user_id: int | None) -> RecallScope | None:
+def _filter_scope(guild: GuildConfig, user_id: int | None) -> RecallScope | None:
     """With a person filter, rank as a turn holding only that person (and their proxied
     members) would; otherwise every memory."""
     if user_id is None:
         return None
-    members = Memory.objects.filter(guild_id=guild_id, user_id=user_id).values_list(
-        "member_id", flat=True
-    )
+    members = selectors.person_members(guild=guild, user_id=user_id)
     people = frozenset({(user_id, ""), *((user_id, member) for member in members)})
     return RecallScope(persona_id=None, people=people, kinds=frozenset({MemoryKind.PERSONAL}))
 
@@ -170,10 +168,10 @@ def document_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's documents and their embedding progress; an admin's POST uploads one
     (``file``): read now (a broken file is refused with the reason, nothing stored), cut and
     embedded by Celery after the commit."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     error = ""
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         upload = request.FILES.get("file")
         if upload is None:
             error = "Choose a file to upload."
@@ -181,7 +179,7 @@ def document_list(request: HttpRequest, guild_id: int) -> HttpResponse:
             try:
                 with transaction.atomic():
                     document = document_upload(
-                        guild_id=guild_id, name=upload.name, data=upload.read()
+                        guild_id=guild.guild_id, name=upload.name, data=upload.read()
                     )
                     transaction.on_commit(lambda: document_embed_task.delay(document.id))
             except DocumentRefused as refusal:
@@ -192,7 +190,7 @@ def document_list(request: HttpRequest, guild_id: int) -> HttpResponse:
     return render(
         request,
         "dashboard/document_list.html",
-        {"guild": guild, "section": "documents", "error": error, **_documents(guild_id)},
+        {"guild": guild, "section": "documents", "error": error, **_documents(guild)},
         status=400 if error else 200,
     )
 
@@ -201,32 +199,31 @@ def document_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 @viewer_required
 def document_rows(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The documents table alone (htmx polls it while a document is being embedded)."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    return render(
-        request, "dashboard/_document_rows.html", {"guild": guild, **_documents(guild_id)}
-    )
+    guild = guild_access(request, guild_id)
+    return render(request, "dashboard/_document_rows.html", {"guild": guild, **_documents(guild)})
 
 
 @require_POST
-@admin_required
+@viewer_required
 def document_remove(request: HttpRequest, guild_id: int, document_id: int) -> HttpResponse:
-    document = get_object_or_404(Document, pk=document_id, guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
+    document = get_object_or_404(selectors.guild_documents(guild=guild), pk=document_id)
     document_delete(document_id=document.id)
     messages.success(request, f"Deleted {document.name}.")
     return redirect("dashboard:document_list", guild_id=guild_id)
 
 
-def _documents(guild_id: int) -> dict:
-    documents = list(Document.objects.filter(guild_id=guild_id).order_by("-created_at"))
+def _documents(guild: GuildConfig) -> dict:
+    documents = list(selectors.guild_documents(guild=guild).order_by("-created_at"))
     busy = any(d.status in (Document.Status.PENDING, Document.Status.EMBEDDING) for d in documents)
     return {"documents": documents, "busy": busy}
 
 
-def _embedding_progress(guild_id: int) -> dict:
+def _embedding_progress(guild: GuildConfig) -> dict:
     """How many of the guild's memories have a vector of the configured model (after a change
     of model, the background task embeds the rest)."""
     model = default_embedding_model().name
-    rows = Memory.objects.filter(guild_id=guild_id)
+    rows = selectors.guild_memories(guild=guild)
     return {
         "model": model,
         "total": rows.count(),

@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 import chat.metrics  # noqa: F401  (the product's series, exported at zero before any event)
-from dashboard.access import is_admin
+from dashboard.access import request_rights
 
 BEARER = "Bearer "
 
@@ -42,7 +42,7 @@ def _refusal(request: HttpRequest) -> HttpResponse | None:
         return HttpResponse(
             "the metrics token is not valid\n", status=403, content_type="text/plain"
         )
-    if is_admin(request.user):
+    if request_rights(request).operator:
         return None
     if request.user.is_authenticated:
         return HttpResponse(

@@ -13,9 +13,9 @@
 - a **result's request**: the prompt preview's page sections for that request;
 - **Save as test case** on a turn's page.
 
-A guild's sets are its admins' only: every view is ``admin_required``, and a persona, case,
-run or result is found through the guild and persona of its URL (`_persona`), so one of
-another guild answers 404.
+A guild's sets are its admins' only: a persona, case, run or result is found through the guild
+and persona of its URL (`_persona`, through `dashboard.access.guild_access`), so one of a guild
+the person has no right in answers 404 and a moderator of the guild gets 403.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat.models import PersonaTestResult, PersonaTestRun, Turn
+from chat.models import PersonaTestResult, PersonaTestRun
 from chat.pipeline.persona_checks import DiffKind, word_diff
 from chat.services.persona_test_report import CaseOutcome, run_outcomes
 from chat.services.persona_test_runs import (
@@ -46,7 +46,7 @@ from chat.services.persona_test_runs import (
 )
 from chat.services.persona_tests import case_from_turn, mentioned_user_ids
 from chat.tasks import persona_test_run_task
-from dashboard.access import admin_required
+from dashboard.access import guild_access, require_change, turn_access, viewer_required
 from dashboard.form_posts import form_status
 from dashboard.forms import PersonaForm
 from dashboard.live_views import preview_data_context
@@ -64,12 +64,12 @@ from personas.selectors import persona_cases_file
 RUNS_SHOWN = 20
 
 
-def _persona(guild_id: int, persona_id: int) -> Persona:
-    """The persona of the URL, in the URL's guild; 404 otherwise (the one lookup every view
-    of a persona's tests goes through)."""
-    return get_object_or_404(
-        Persona.objects.select_related("guild"), pk=persona_id, guild__guild_id=guild_id
-    )
+def _persona(request: HttpRequest, guild_id: int, persona_id: int) -> Persona:
+    """The persona of the URL, in the URL's guild, which the person may change; 404 for a
+    guild they have no right in or a persona not of it, 403 for a moderator (the one lookup
+    every view of a persona's tests goes through)."""
+    guild = guild_access(request, guild_id, change=True)
+    return get_object_or_404(Persona.objects.select_related("guild"), pk=persona_id, guild=guild)
 
 
 def _tests_url(persona: Persona) -> str:
@@ -80,10 +80,10 @@ def _tests_url(persona: Persona) -> str:
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@viewer_required
 def persona_tests(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """The persona's test set and runs; a POST adds a case written by hand."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     form = CaseForm()
     if request.method == "POST":
         form = CaseForm(request.POST)
@@ -126,13 +126,13 @@ def _tests_page(
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@viewer_required
 def persona_test_case(
     request: HttpRequest, guild_id: int, persona_id: int, case_id: int
 ) -> HttpResponse:
     """One case: its form (keys it does not show kept as they are) and what it was saved
     with (a baseline, memories, notes)."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     case = get_object_or_404(PersonaTestCase, pk=case_id, persona=persona)
     form = CaseForm(stored=case.spec)
     if request.method == "POST":
@@ -157,11 +157,11 @@ def persona_test_case(
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_test_case_delete(
     request: HttpRequest, guild_id: int, persona_id: int, case_id: int
 ) -> HttpResponse:
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     case = get_object_or_404(PersonaTestCase, pk=case_id, persona=persona)
     persona_case_delete(case=case, actor=request.user)
     messages.success(request, f"Deleted the case “{case.name}”.")
@@ -169,11 +169,11 @@ def persona_test_case_delete(
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_tests_import(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """Import a test file into the guild's sets: every case checked and its persona found
     first (a case of another guild is refused as one of no guild), then all written or none."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     file_form = TestFileForm(request.POST, request.FILES)
     if not file_form.is_valid():
         return _tests_page(request, persona, file_form=file_form)
@@ -191,10 +191,10 @@ def persona_tests_import(request: HttpRequest, guild_id: int, persona_id: int) -
 
 
 @require_GET
-@admin_required
+@viewer_required
 def persona_tests_export(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """The persona's cases as a test file (what the import and ``personatest`` read)."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     body = json.dumps(persona_cases_file(personas=[persona]), indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = content_disposition_header(True, f"{persona.name}-tests.json")
@@ -205,14 +205,14 @@ def persona_tests_export(request: HttpRequest, guild_id: int, persona_id: int) -
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_tests_run(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """Start a run of the persona's set. From the Tests page: against the saved persona
     (``saved``) and/or another model (``model``), ``repeat`` times. From the persona's page
     (``draft``): its form's unsaved values, checked as a save would check them (a refused
     field is shown on the persona's page, nothing run), and with ``saved`` the saved persona
     beside them."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     draft = request.POST.get("draft") == "1"
     draft_row = None
     if draft:
@@ -260,14 +260,14 @@ def _run_of(persona: Persona, run_id: int) -> PersonaTestRun:
 
 
 @require_GET
-@admin_required
+@viewer_required
 def persona_test_run(
     request: HttpRequest, guild_id: int, persona_id: int, run_id: int
 ) -> HttpResponse:
     """A run: its progress while it runs, its results once done; ``?compare=<run id>`` (an
     earlier run of the persona) sets that run's replies beside. htmx asks for the body alone
     (the progress bar's poll)."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     run = _run_of(persona, run_id)
     compare = None
     compare_raw = request.GET.get("compare", "").strip()
@@ -358,13 +358,13 @@ def _case_rows(
 
 
 @require_GET
-@admin_required
+@viewer_required
 def persona_test_result_request(
     request: HttpRequest, guild_id: int, persona_id: int, run_id: int, result_id: int
 ) -> HttpResponse:
     """A result's request, shown by the prompt preview's own sections (tokens by section,
     the items with the cacheable prefix, the exact body)."""
-    persona = _persona(guild_id, persona_id)
+    persona = _persona(request, guild_id, persona_id)
     run = _run_of(persona, run_id)
     result = get_object_or_404(PersonaTestResult, pk=result_id, run=run)
     if not result.prompt_record:
@@ -384,12 +384,12 @@ def persona_test_result_request(
 
 
 @require_POST
-@admin_required
+@viewer_required
 def turn_save_case(request: HttpRequest, turn_id: int) -> HttpResponse:
     """Freeze a turn as a case of its persona: its window read again from Discord as the
     history, its trigger, notes, recalled memories and lorebook entries, its reply as the
     baseline (`chat.services.persona_tests.case_from_turn`); then the case's page."""
-    turn = get_object_or_404(Turn, pk=turn_id)
+    turn = turn_access(request, turn_id)
     back = redirect("dashboard:turn", turn_id=turn.pk)
     persona = (
         Persona.objects.select_related("guild").filter(pk=turn.persona_id).first()
@@ -399,6 +399,7 @@ def turn_save_case(request: HttpRequest, turn_id: int) -> HttpResponse:
     if persona is None or persona.guild.guild_id != turn.guild_id:
         messages.error(request, "Save as test case: this turn's persona is gone.")
         return back
+    require_change(request, persona.guild.guild_id)
     if turn.trigger_message_id is None:
         messages.error(request, "Save as test case: this turn answered no message.")
         return back

@@ -18,7 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
-from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard import selectors
+from dashboard.access import change_author, guild_access, require_change, viewer_required
 from dashboard.form_posts import form_saved, form_status, posted_with
 from dashboard.forms import BlockForm, ChannelForm, SpecForm, UserPrivacyForm
 from dashboard.names import guild_members
@@ -118,6 +119,11 @@ USERS = RowKind(
 )
 
 
+def guild_rows(kind: RowKind, guild: GuildConfig) -> models.QuerySet:
+    """The guild's rows of ``kind`` (every lookup of a row starts here)."""
+    return selectors.guild_rows(guild=guild, model=kind.model)
+
+
 def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any) -> SpecForm:
     if kind is BLOCKS:
         kwargs["persona_names"] = persona_names(guild=guild)
@@ -129,17 +135,17 @@ def _row_form(kind: RowKind, guild: GuildConfig, data: Any = None, **kwargs: Any
 @viewer_required
 def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpResponse:
     """The guild's rows of one kind; admins add one (or update it, by its id) below."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     form = _row_form(kind, guild)
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         form = _row_form(kind, guild, request.POST)
         if form.is_valid() and form_saved(
-            form, lambda: kind.save(guild, form.spec, None, request.user)
+            form, lambda: kind.save(guild, form.spec, None, change_author(request))
         ):
             messages.success(request, kind.saved)
             return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
-    rows = kind.model.objects.filter(guild=guild).order_by(*kind.ordering)
+    rows = guild_rows(kind, guild).order_by(*kind.ordering)
     return render(
         request,
         "dashboard/guild_rows.html",
@@ -160,15 +166,15 @@ def rows_page(request: HttpRequest, guild_id: int, kind: RowKind) -> HttpRespons
 def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) -> HttpResponse:
     """One row: its settings (read-only for moderators), saved by admins."""
     ((_, row_id),) = url_id.items()
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    row = get_object_or_404(kind.model, guild=guild, **{kind.lookup: row_id})
+    guild = guild_access(request, guild_id)
+    row = get_object_or_404(guild_rows(kind, guild), **{kind.lookup: row_id})
     form = _row_form(kind, guild, instance=row)
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         data = posted_with(request, **{kind.fixed: str(row_id)}) if kind.fixed else request.POST
         form = _row_form(kind, guild, data, instance=row)
         if form.is_valid() and form_saved(
-            form, lambda: kind.save(guild, form.spec, row, request.user)
+            form, lambda: kind.save(guild, form.spec, row, change_author(request))
         ):
             messages.success(request, kind.saved)
             return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)
@@ -188,10 +194,11 @@ def row_page(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) 
 
 
 @require_POST
-@admin_required
+@viewer_required
 def row_delete(request: HttpRequest, guild_id: int, kind: RowKind, **url_id: int) -> HttpResponse:
     ((_, row_id),) = url_id.items()
-    row = get_object_or_404(kind.model, guild__guild_id=guild_id, **{kind.lookup: row_id})
-    config_row_delete(instance=row, actor=request.user)
+    guild = guild_access(request, guild_id, change=True)
+    row = get_object_or_404(guild_rows(kind, guild), **{kind.lookup: row_id})
+    config_row_delete(instance=row, actor=change_author(request))
     messages.success(request, "Removed.")
     return redirect(f"dashboard:{kind.name}_list", guild_id=guild_id)

@@ -95,6 +95,7 @@ urlpatterns = [
         memory_views.memory_delete,
         name="memory_delete",
     ),
+    path(guild + "audit/", views.guild_audit_view, name="audit"),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
     path("lorebook/test/", views.lorebook_test, name="lorebook_test"),

@@ -1,9 +1,11 @@
 """Dashboard pages. Function views; each screen has one template, live pieces are partials.
 
-Every page needs a login (``viewer_required``: admins and moderators); everything that changes
-configuration is a POST behind ``admin_required``, so a moderator's POST answers 403. Saves go
-through ``personas.services``: one transaction each, logged, and announced to running bot
-workers after the commit.
+Every page needs a login (``viewer_required``: people with a right in some guild) and shows
+only what the person may see: a guild they have no right in answers 404 (`guild_access`), as
+one that does not exist. Everything that changes configuration is a POST that needs the
+guild's admin right (``guild_access(..., change=True)``), so a moderator's POST answers 403.
+Saves go through ``personas.services``: one transaction each, recorded in the guild's audit
+trail with the person who made them, and announced to running bot workers after the commit.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.db import connection
 from django.http import (
     Http404,
@@ -34,7 +37,15 @@ from chat.runtime import discord_rest_port
 from chat.selectors.lore import lorebook_from_stored
 from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
-from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard.access import (
+    change_author,
+    editor_required,
+    guild_access,
+    operator_required,
+    request_rights,
+    require_change,
+    viewer_required,
+)
 from dashboard.form_posts import form_status, posted_with
 from dashboard.forms import (
     CardUploadForm,
@@ -50,10 +61,14 @@ from dashboard.lorebook_editor import (
     book_from_rows,
 )
 from dashboard.lorebook_editor import rows_for as lorebook_rows_for
+from dashboard.names import name_book
 from dashboard.scaleout import scale_out
+from dashboard.selectors import overview_shown
 from personas import cards
+from personas.audit import field_changes
 from personas.config_schema import (
     CONFIG_FILE_MAX_BYTES,
+    ConfigDocument,
     ConfigError,
     GuildSpec,
     LorebookSpec,
@@ -62,9 +77,10 @@ from personas.config_schema import (
     parse_config_bytes,
     parse_config_row,
 )
-from personas.models import ChannelConfig, GuildConfig, Persona
-from personas.selectors import config_changes, config_export
+from personas.models import ChangeKind, GuildConfig, Persona
+from personas.selectors import config_changes, config_export, guild_audit, guild_audit_people
 from personas.services import (
+    audit_record,
     config_import,
     config_row_delete,
     guild_save,
@@ -94,24 +110,30 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def index(request: HttpRequest) -> HttpResponse:
     """The overview: every worker with its shard leases and a reshard in progress; per guild,
     the worker's shards and latency, each channel's queue, unread pool and loop state, the
-    latest turns and errors; live over ``/ws/overview/``."""
-    context = {"overview": live_selectors.overview(), "scale": scale_out()}
+    latest turns and errors; live over ``/ws/overview/``. A person sees their guilds only;
+    workers and shards are for operators."""
+    rights = request_rights(request)
+    names = name_book(request)
+    context = {
+        "overview": overview_shown(live_selectors.overview(rights=rights), names),
+        "scale": scale_out() if rights.operator else None,
+        "names": names,
+    }
     return render(request, "dashboard/index.html", context)
 
 
 @require_http_methods(["GET", "POST"])
-@viewer_required
+@operator_required
 def guild_new(request: HttpRequest) -> HttpResponse:
-    """Add a guild by its Discord id (admins)."""
+    """Add a guild by its Discord id (operators)."""
     form = GuildForm(initial={"timezone": "UTC", "message_fetch_limit": 80, "note_depth": 4})
     if request.method == "POST":
-        require_admin(request)
         form = GuildForm(request.POST)
         if form.is_valid():
-            if GuildConfig.objects.filter(guild_id=int(form.spec.id)).exists():
+            if live_selectors.guild_configured(guild_id=int(form.spec.id)):
                 form.add_error("guild_id", "a guild with this id is already configured")
             else:
-                guild = guild_save(spec=form.spec, actor=request.user)
+                guild = guild_save(spec=form.spec, actor=change_author(request))
                 messages.success(request, f"Added {guild.name}.")
                 return redirect("dashboard:guild", guild_id=guild.guild_id)
     return render(request, "dashboard/guild_new.html", {"form": form}, status=form_status(form))
@@ -121,13 +143,13 @@ def guild_new(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's own settings: name, timezone, fetch limit, guild note."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     form = GuildForm(instance=guild)
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         form = GuildForm(posted_with(request, guild_id=str(guild.guild_id)), instance=guild)
         if form.is_valid():
-            guild_save(spec=form.spec, actor=request.user)
+            guild_save(spec=form.spec, actor=change_author(request))
             messages.success(request, "Saved the guild settings.")
             return redirect("dashboard:guild", guild_id=guild.guild_id)
     return render(
@@ -144,13 +166,13 @@ def guild_detail(request: HttpRequest, guild_id: int) -> HttpResponse:
 @require_GET
 @viewer_required
 def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     return render(
         request,
         "dashboard/persona_list.html",
         {
             "guild": guild,
-            "personas": guild.personas.order_by("-is_main", "name"),
+            "personas": live_selectors.guild_personas_listed(guild=guild),
             "card_form": CardUploadForm(),
             "section": "personas",
         },
@@ -160,16 +182,20 @@ def persona_list(request: HttpRequest, guild_id: int) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 @viewer_required
 def persona_new(request: HttpRequest, guild_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id)
     return _persona_edit(request, guild, None)
 
 
 @require_http_methods(["GET", "POST"])
 @viewer_required
 def persona_detail(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
-    persona = get_object_or_404(Persona, pk=persona_id, guild=guild)
-    return _persona_edit(request, guild, persona)
+    guild = guild_access(request, guild_id)
+    return _persona_edit(request, guild, _persona_of(guild, persona_id))
+
+
+def _persona_of(guild: GuildConfig, persona_id: int) -> Persona:
+    """The guild's persona ``persona_id``; Http404 for any other id."""
+    return get_object_or_404(live_selectors.guild_personas_listed(guild=guild), pk=persona_id)
 
 
 def _persona_edit(
@@ -179,12 +205,13 @@ def _persona_edit(
     and goes to its page, or shows the form with the problems."""
     form = PersonaForm(instance=persona)
     if request.method == "POST":
-        require_admin(request)
+        require_change(request, guild.guild_id)
         form = PersonaForm(request.POST, instance=persona)
         if form.is_valid():
             try:
+                _dm_handover_allowed(request, guild, wanted=form.spec.answers_dms)
                 saved = persona_save(
-                    guild=guild, spec=form.spec, persona=persona, actor=request.user
+                    guild=guild, spec=form.spec, persona=persona, actor=change_author(request)
                 )
             except ConfigError as error:
                 form.add_problems(error.problems)
@@ -212,7 +239,7 @@ def persona_page(
         "token_count": _token_counter().count(system_prompt),
         "tokenizer": _token_counter().name,
         "changes": config_changes(instance=persona) if persona else [],
-        "greet_channels": ChannelConfig.objects.filter(guild=guild) if persona else [],
+        "greet_channels": live_selectors.guild_channels(guild=guild) if persona else [],
         "greeting": persona.first_mes if persona else "",
         "section": "personas",
     }
@@ -220,16 +247,16 @@ def persona_page(
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_delete(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
-    config_row_delete(instance=persona, actor=request.user)
+    persona = _persona_of(guild_access(request, guild_id, change=True), persona_id)
+    config_row_delete(instance=persona, actor=change_author(request))
     messages.success(request, f"Deleted {persona.name}.")
     return redirect("dashboard:persona_list", guild_id=guild_id)
 
 
 @require_POST
-@admin_required
+@editor_required
 def token_count(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the token count of the posted ``system_prompt``, with the pipeline's tokenizer."""
     counter = _token_counter()
@@ -244,11 +271,12 @@ def token_count(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_POST
-@admin_required
+@viewer_required
 def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """Have the persona post a greeting (its first message) in one of the guild's channels,
     recorded as a turn; then show that turn."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
+    persona = _persona_of(guild, persona_id)
     channel_raw = request.POST.get("channel_id", "").strip()
     # An alternate greeting's button sends it as ``greeting``; else the (edited) text box.
     text = request.POST.get("greeting") or request.POST.get("text", "")
@@ -259,15 +287,17 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     if not text.strip() or len(text.strip()) > GREETING_MAX:
         messages.error(request, f"Greeting: write 1 to {GREETING_MAX:,} characters.")
         return back
+    channel_id = int(channel_raw)
+    rights = request_rights(request)
+    if not rights.unrestricted and live_selectors.channel_guild(channel_id=channel_id) != guild_id:
+        messages.error(request, "Greeting: that channel is not one of this guild's.")
+        return back
+    author = change_author(request, kind=ChangeKind.GREETING)
 
     async def greet():
         async with discord_rest_port() as port:
             return await persona_greet(
-                port=port,
-                persona=persona,
-                channel_id=int(channel_raw),
-                text=text,
-                by=request.user.get_username(),
+                port=port, persona=persona, channel_id=channel_id, text=text, by=author.name
             )
 
     try:
@@ -275,6 +305,23 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
     except DiscordUnavailable as error:
         messages.error(request, f"Greeting: Discord cannot be reached ({error}).")
         return back
+    audit_record(
+        author=author,
+        guild_id=guild.guild_id,
+        action="posted",
+        object_type="persona",
+        object_pk=str(persona.pk),
+        object_label=persona.name,
+        changes=field_changes(
+            ["channel", "greeting", "turn"],
+            {},
+            {
+                "channel": str(channel_id),
+                "greeting": text.strip(),
+                "turn": f"{turn.pk} ({turn.status})",
+            },
+        ),
+    )
     if turn.status == turn.Status.REPLIED:
         messages.success(request, f"{persona.name} greeted the channel.")
     else:
@@ -283,12 +330,12 @@ def persona_greet_view(request: HttpRequest, guild_id: int, persona_id: int) -> 
 
 
 @require_POST
-@admin_required
+@viewer_required
 def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """Assign an uploaded SillyTavern Chat Completion preset (its exported JSON file) to the
     persona: the persona's row with the preset, checked by the import's rules and saved as
     one (a problem names its path in the preset; nothing is saved then)."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    persona = _persona_of(guild_access(request, guild_id, change=True), persona_id)
     back = redirect("dashboard:persona", guild_id=guild_id, persona_id=persona.pk)
     upload = request.FILES.get("preset")
     if upload is None:
@@ -308,7 +355,8 @@ def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> 
     try:
         spec = parse_config_row("personas", {**row, "chat_preset": preset})
         assert isinstance(spec, PersonaSpec)
-        persona_save(guild=persona.guild, spec=spec, persona=persona, actor=request.user)
+        author = change_author(request, kind=ChangeKind.UPLOAD, via=upload.name or "preset")
+        persona_save(guild=persona.guild, spec=spec, persona=persona, actor=author)
     except ConfigError as error:
         for path, message in error.problems[:10]:
             messages.error(request, f"Preset: {path}: {message}")
@@ -318,19 +366,20 @@ def chat_preset_upload(request: HttpRequest, guild_id: int, persona_id: int) -> 
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@viewer_required
 def lorebook_editor(request: HttpRequest, guild_id: int, persona_id: int) -> HttpResponse:
     """A persona's lorebook, one row per entry (`dashboard.lorebook_editor`), with the test
-    box; saving checks the book with the persona's row by the import's rules."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
-    return _lorebook_editor(request, persona.guild, persona)
+    box; saving checks the book with the persona's row by the import's rules. For the guild's
+    admins."""
+    guild = guild_access(request, guild_id, change=True)
+    return _lorebook_editor(request, guild, _persona_of(guild, persona_id))
 
 
 @require_http_methods(["GET", "POST"])
-@admin_required
+@viewer_required
 def guild_lorebook_editor(request: HttpRequest, guild_id: int) -> HttpResponse:
     """The guild's lorebook (shared by its personas), as `lorebook_editor` edits a persona's."""
-    return _lorebook_editor(request, get_object_or_404(GuildConfig, guild_id=guild_id), None)
+    return _lorebook_editor(request, guild_access(request, guild_id, change=True), None)
 
 
 def _lorebook_editor(
@@ -377,16 +426,18 @@ def _lorebook_save(
         row = {key: value for key, value in exported.items() if key not in collections}
         guild_spec = parse_config_row(None, {**row, "lorebook": book})
         assert isinstance(guild_spec, GuildSpec)
-        guild_save(spec=guild_spec, actor=request.user)
+        guild_save(spec=guild_spec, actor=change_author(request, via="lorebook editor"))
         return
     [row] = [row for row in exported["personas"] if row["name"] == persona.name]
     spec = parse_config_row("personas", {**row, "lorebook": book})
     assert isinstance(spec, PersonaSpec)
-    persona_save(guild=guild, spec=spec, persona=persona, actor=request.user)
+    persona_save(
+        guild=guild, spec=spec, persona=persona, actor=change_author(request, via="lorebook editor")
+    )
 
 
 @require_POST
-@admin_required
+@editor_required
 def lorebook_test(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: which entries of the posted ``lorebook`` (the editor's JSON, saved or not) the
     posted ``messages`` (one a line, newest last) would activate, on which key, and what the
@@ -421,14 +472,14 @@ def _int_or(value: str | None, default: int) -> int:
 
 
 @require_GET
-@admin_required
+@editor_required
 def sample_row(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: one empty sample dialogue row, appended by the "Add a row" button."""
     return render(request, "dashboard/_sample_row.html", {"row": {"role": "user", "content": ""}})
 
 
 @require_GET
-@admin_required
+@editor_required
 def avatar_preview(request: HtmxHttpRequest) -> HttpResponse:
     """htmx: the avatar preview for the typed ``avatar_url`` (nothing when it is not a URL)."""
     url = request.GET.get("avatar_url", "").strip()
@@ -449,14 +500,49 @@ def _token_counter() -> TokenCounter:
     return default_token_counter()
 
 
+# --- The audit trail -----------------------------------------------------------------------------
+
+AUDIT_PAGE_SIZE = 50
+
+
+@require_GET
+@viewer_required
+def guild_audit_view(request: HttpRequest, guild_id: int) -> HttpResponse:
+    """The guild's audit trail, newest first: every configuration change with its author,
+    how it was made and each field's before and after; ``?person=`` (a key the filter
+    offers) and ``?kind=`` (dashboard, upload, importconfig, command, greeting) narrow it."""
+    guild = guild_access(request, guild_id)
+    person = request.GET.get("person", "").strip()
+    kind = request.GET.get("kind", "").strip()
+    kind = kind if kind in ChangeKind.values else ""
+    changes = guild_audit(guild_id=guild.guild_id, person=person, kind=kind)
+    page = Paginator(changes, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "dashboard/audit.html",
+        {
+            "guild": guild,
+            "section": "audit",
+            "page": page,
+            "person": person,
+            "kind": kind,
+            "kinds": ChangeKind.choices,
+            "people": guild_audit_people(guild_id=guild.guild_id),
+            "query": query.urlencode(),
+        },
+    )
+
+
 # --- Character cards ----------------------------------------------------------------------------
 
 
 @require_POST
-@admin_required
+@viewer_required
 def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
     """Create a persona from a SillyTavern character card (V2/V3 JSON, or PNG)."""
-    guild = get_object_or_404(GuildConfig, guild_id=guild_id)
+    guild = guild_access(request, guild_id, change=True)
     form = CardUploadForm(request.POST, request.FILES)
     if form.is_valid():
         try:
@@ -464,7 +550,9 @@ def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
                 guild=guild,
                 data=form.cleaned_data["file"].read(),
                 media_base_url=request.build_absolute_uri(settings.MEDIA_URL),
-                actor=request.user,
+                actor=change_author(
+                    request, kind=ChangeKind.UPLOAD, via=form.cleaned_data["file"].name or "card"
+                ),
             )
         except cards.CardError as error:
             form.add_error("file", str(error))
@@ -479,7 +567,7 @@ def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
         "dashboard/persona_list.html",
         {
             "guild": guild,
-            "personas": guild.personas.order_by("-is_main", "name"),
+            "personas": live_selectors.guild_personas_listed(guild=guild),
             "card_form": form,
             "section": "personas",
         },
@@ -491,7 +579,7 @@ def card_import(request: HttpRequest, guild_id: int) -> HttpResponse:
 @viewer_required
 def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) -> HttpResponse:
     """The persona as a SillyTavern V2 card: ``json``, or ``png`` (the card in a tEXt chunk)."""
-    persona = get_object_or_404(Persona, pk=persona_id, guild__guild_id=guild_id)
+    persona = _persona_of(guild_access(request, guild_id), persona_id)
     card = cards.card_from_persona(persona)
     filename = f"{persona.name}.{fmt}"
     if fmt == "json":
@@ -511,11 +599,58 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
 # --- The configuration file ---------------------------------------------------------------------
 
 
+def _upload_allowed(request: HttpRequest, document: ConfigDocument) -> None:
+    """Raise ConfigError naming every guild of the file the person may not change (the file is
+    then refused whole, nothing written), and a DM role it would take from another guild's
+    persona they may not change."""
+    rights = request_rights(request)
+    problems = [
+        (f"guilds[{g}].id", f"{spec.id} is not a guild you may change; nothing was imported")
+        for g, spec in enumerate(document.guilds)
+        if not rights.may_change(int(spec.id))
+    ]
+    if not problems:
+        listed = {int(spec.id) for spec in document.guilds}
+        for g, spec in enumerate(document.guilds):
+            for p, persona in enumerate(spec.personas):
+                if persona.answers_dms and _dm_holder_elsewhere(request, listed):
+                    problems.append((f"guilds[{g}].personas[{p}].answers_dms", DM_ELSEWHERE))
+    if problems:
+        raise ConfigError(problems)
+
+
+DM_ELSEWHERE = (
+    "a persona of another guild answers direct messages; only someone who may change that "
+    "guild can hand the role over"
+)
+
+
+def _dm_holder_elsewhere(request: HttpRequest, guild_ids: set[int]) -> bool:
+    """The persona answering DMs now is of a guild outside ``guild_ids`` that the person may
+    not change."""
+    holder = live_selectors.dm_guild_id()
+    return (
+        holder is not None
+        and holder not in guild_ids
+        and not request_rights(request).may_change(holder)
+    )
+
+
+def _dm_handover_allowed(request: HttpRequest, guild: GuildConfig, *, wanted: bool) -> None:
+    """ConfigError when making a persona of ``guild`` answer DMs would take the role from
+    another guild's persona the person may not change."""
+    if wanted and _dm_holder_elsewhere(request, {guild.guild_id}):
+        raise ConfigError([("answers_dms", DM_ELSEWHERE)])
+
+
 @require_GET
 @viewer_required
 def config_export_view(request: HttpRequest) -> HttpResponse:
-    """Download what ``exportconfig`` prints."""
-    body = json.dumps(config_export(), indent=2, ensure_ascii=False)
+    """Download what ``exportconfig`` prints, of the guilds the person may see (an operator:
+    every guild)."""
+    rights = request_rights(request)
+    guild_ids = None if rights.unrestricted else sorted(rights.roles)
+    body = json.dumps(config_export(guild_ids=guild_ids), indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = 'attachment; filename="guilds.json"'
     return response
@@ -525,13 +660,15 @@ def config_export_view(request: HttpRequest) -> HttpResponse:
 @viewer_required
 def config_import_view(request: HttpRequest) -> HttpResponse:
     """Upload a configuration file; shows ``importconfig``'s report, or its problems (with
-    JSON paths) and changes nothing."""
+    JSON paths) and changes nothing. A file that touches a guild the person may not change is
+    refused whole, naming it."""
     form = ConfigUploadForm()
     problems: list[tuple[str, str]] = []
     summary = ""
     status = 200
     if request.method == "POST":
-        require_admin(request)
+        if not request_rights(request).changes_any:
+            require_change(request, None)
         form = ConfigUploadForm(request.POST, request.FILES)
         status = 400
         if form.is_valid():
@@ -540,8 +677,10 @@ def config_import_view(request: HttpRequest) -> HttpResponse:
                 document = parse_config_bytes(
                     upload.read(CONFIG_FILE_MAX_BYTES + 1), source=upload.name
                 )
+                _upload_allowed(request, document)
+                author = change_author(request, kind=ChangeKind.UPLOAD, via=upload.name or "")
                 report = config_import(
-                    data=document, prune=form.cleaned_data["prune"], actor=request.user
+                    data=document, prune=form.cleaned_data["prune"], actor=author
                 )
             except ConfigError as error:
                 problems = error.problems

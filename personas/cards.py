@@ -42,7 +42,7 @@ import io
 import json
 import re
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlparse
 
 from django.conf import settings
@@ -53,10 +53,7 @@ from PIL.PngImagePlugin import PngInfo
 
 from personas.config_schema import ConfigError, PersonaSpec, decode_json_file, parse_config_row
 from personas.models import GuildConfig, Persona
-from personas.services import persona_save
-
-if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+from personas.services import Actor, persona_save
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CARD_SPECS = {"chara_card_v2", "chara_card_v3"}
@@ -396,7 +393,7 @@ def card_import(
     guild: GuildConfig,
     data: bytes,
     media_base_url: str,
-    actor: AbstractBaseUser | None = None,
+    actor: Actor = None,
 ) -> Persona:
     """Create a new persona in ``guild`` from a card file.
 

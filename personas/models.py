@@ -13,6 +13,7 @@ import zoneinfo
 from collections.abc import Mapping
 from enum import StrEnum
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxLengthValidator, MaxValueValidator, MinValueValidator
 from django.db import models
@@ -567,6 +568,65 @@ class ConfigVersion(models.Model):
 
     def __str__(self) -> str:
         return f"configuration of {self.guild_id} at {self.stamp}"
+
+
+class ChangeKind(models.TextChoices):
+    """How a configuration change was made."""
+
+    DASHBOARD = "dashboard", "dashboard form"
+    UPLOAD = "upload", "upload"
+    IMPORTCONFIG = "importconfig", "importconfig"
+    COMMAND = "command", "slash command"
+    GREETING = "greeting", "greeting"
+
+
+class ConfigChange(models.Model):
+    """The audit trail: one change of one guild's configuration (a row created, updated or
+    deleted, a greeting posted, a channel reset), who made it and how, and what changed, field
+    by field (``changes``: ``[{"field", "before", "after"}]``, values as JSON; a long value is
+    cut at `AUDIT_VALUE_MAX` characters).
+
+    Who: ``actor`` (a dashboard account: a staff user or a person logged in with Discord),
+    ``actor_discord_id`` (their Discord user id, or a slash command's caller), ``actor_name``
+    (the name shown when neither says more, e.g. the shell user of ``importconfig``).
+    ``actor_key`` groups one person's changes for the audit page's filter. ``via`` says more of
+    how: the uploaded file's name, the command (``/privacy``), the form.
+    """
+
+    guild_id = models.PositiveBigIntegerField()
+    kind = models.CharField(max_length=12, choices=ChangeKind.choices)
+    action = models.CharField(max_length=8)
+    object_type = models.CharField(max_length=12)
+    object_pk = models.CharField(max_length=40, blank=True)
+    object_label = models.CharField(max_length=200)
+    changes = models.JSONField(default=list, blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_discord_id = models.PositiveBigIntegerField(null=True, blank=True)
+    actor_name = models.CharField(max_length=150)
+    actor_key = models.CharField(max_length=64)
+    via = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=ChangeKind.values), name="config_change_kind_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["guild_id", "-created_at", "-id"], name="config_change_recent"),
+            models.Index(fields=["object_type", "object_pk"], name="config_change_object"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name} {self.action} {self.object_type} {self.object_label}"
+
+
+AUDIT_VALUE_MAX = 20_000
+"""Characters of one before or after value the audit trail keeps (a lorebook can be larger)."""
 
 
 # A persona's test cases live in their own module; imported here so that Django registers them.

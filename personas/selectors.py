@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.contrib.admin.models import LogEntry
-from django.contrib.contenttypes.models import ContentType
 from django.db import models
 from django.db.models import Prefetch
 
@@ -19,8 +17,17 @@ from personas.config_fields import (
     row_from_instance,
 )
 from personas.config_schema import CONFIG_VERSION
-from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
+from personas.models import Block, ChannelConfig, ConfigChange, GuildConfig, Persona, UserPrivacy
 from personas.models_cases import PersonaTestCase
+
+AUDITED_TYPES: dict[type[models.Model], str] = {
+    GuildConfig: "guild",
+    Persona: "persona",
+    ChannelConfig: "channel",
+    Block: "block",
+    UserPrivacy: "user",
+}
+"""The name of each configured row's type in the audit trail."""
 
 
 def config_export(*, guild_ids: Iterable[int] | None = None) -> dict:
@@ -85,13 +92,39 @@ def persona_names(*, guild: GuildConfig) -> list[str]:
     return list(guild.personas.order_by("-is_main", "name").values_list("name", flat=True))
 
 
-def config_changes(*, instance: models.Model, limit: int = 10) -> list[LogEntry]:
-    """The latest recorded changes of one configuration row, newest first (with their user)."""
+def config_changes(*, instance: models.Model, limit: int = 10) -> list[ConfigChange]:
+    """The latest recorded changes of one configuration row, newest first (the audit trail's
+    rows for it, with their author's account)."""
+    object_type = AUDITED_TYPES[type(instance)]
     return list(
-        LogEntry.objects.filter(
-            content_type=ContentType.objects.get_for_model(type(instance)),
-            object_id=str(instance.pk),
-        )
-        .select_related("user")
-        .order_by("-action_time", "-id")[:limit]
+        ConfigChange.objects.filter(object_type=object_type, object_pk=str(instance.pk))
+        .select_related("actor")
+        .order_by("-created_at", "-id")[:limit]
     )
+
+
+def guild_audit(
+    *, guild_id: int, person: str = "", kind: str = ""
+) -> models.QuerySet[ConfigChange]:
+    """The guild's audit trail, newest first; ``person`` (an ``actor_key``) and ``kind`` (a
+    `ChangeKind` value) narrow it when set."""
+    changes = ConfigChange.objects.filter(guild_id=guild_id).select_related("actor")
+    if person:
+        changes = changes.filter(actor_key=person)
+    if kind:
+        changes = changes.filter(kind=kind)
+    return changes.order_by("-created_at", "-id")
+
+
+def guild_audit_people(*, guild_id: int) -> list[tuple[str, str, int | None]]:
+    """Everyone in the guild's audit trail, for its filter: (key, name, Discord id), by
+    name."""
+    rows = (
+        ConfigChange.objects.filter(guild_id=guild_id)
+        .values_list("actor_key", "actor_name", "actor_discord_id")
+        .order_by("actor_key", "-id")
+    )
+    people: dict[str, tuple[str, str, int | None]] = {}
+    for key, name, discord_id in rows:
+        people.setdefault(key, (key, name, discord_id))
+    return sorted(people.values(), key=lambda person: person[1].casefold())

@@ -9,10 +9,13 @@ Two ways in, one set of rules and one write path:
   dashboard's forms), and ``config_row_delete`` deletes one persona, channel, block or user
   row.
 
-Every service writes in one transaction, records who changed what (Django's ``LogEntry``, when
-an ``actor`` is given) in that same transaction, and after the commit tells running bot workers
-``config.changed`` (write, then notify). Nothing is written, logged or announced when nothing
-differs.
+Every service writes in one transaction and, when an ``actor`` is given (a `ChangeAuthor`, or
+a dashboard account), records in that same transaction who changed what: one row of the
+guild's audit trail per row written (`ConfigChange`: the author, how, and every field's before
+and after; `audit_record` records a greeting or a channel reset the same way), and Django's
+``LogEntry`` for the admin's history when the author has an account. After the commit it tells
+running bot workers ``config.changed`` (write, then notify). Nothing is written, recorded or
+announced when nothing differs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
@@ -30,6 +33,7 @@ from django.db import DatabaseError, connection, models, transaction
 from pydantic import BaseModel
 
 from botproject.live_updates import CONTROL_GROUP, ConfigChanged, publish_live_update_on_commit
+from personas.audit import ChangeAuthor, author_of, field_changes, row_values
 from personas.case_schema import PersonaCaseSpec, case_json
 from personas.config_fields import (
     BLOCK_SETTINGS,
@@ -54,17 +58,21 @@ from personas.config_schema import (
 from personas.models import (
     Block,
     ChannelConfig,
+    ConfigChange,
     GuildConfig,
     Persona,
     PrivacySource,
     UserPrivacy,
 )
 from personas.models_cases import PersonaTestCase
+from personas.selectors import AUDITED_TYPES
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
 M = TypeVar("M", bound=models.Model)
+Actor: TypeAlias = "ChangeAuthor | AbstractBaseUser | None"
+"""Who makes a change: a `ChangeAuthor`, or a dashboard account (a form's change)."""
 
 
 class _Find:
@@ -75,11 +83,12 @@ class _Find:
 class ImportReport:
     """What an import did, counted per model: ``{"Persona": {"created": 1, "updated": 0, …}}``.
 
-    ``changes`` lists each row written: (instance, outcome, names of the fields that changed).
+    ``changes`` lists each row written: (instance, outcome, names of the fields that changed,
+    and each field's ``{"field", "before", "after"}``).
     """
 
     counts: dict[str, Counter] = field(default_factory=dict)
-    changes: list[tuple[models.Model, str, list[str]]] = field(default_factory=list)
+    changes: list[tuple[models.Model, str, list[str], list[dict]]] = field(default_factory=list)
 
     def record(
         self,
@@ -87,10 +96,11 @@ class ImportReport:
         outcome: str,
         instance: models.Model | None = None,
         fields: list[str] | None = None,
+        diff: list[dict] | None = None,
     ) -> None:
         self.counts.setdefault(model.__name__, Counter())[outcome] += 1
         if instance is not None and outcome in ("created", "updated", "deleted"):
-            self.changes.append((instance, outcome, list(fields or [])))
+            self.changes.append((instance, outcome, list(fields or []), list(diff or [])))
 
     @property
     def changed(self) -> bool:
@@ -107,9 +117,7 @@ class ImportReport:
         return "\n".join(lines)
 
 
-def config_import(
-    *, data: object, prune: bool = False, actor: AbstractBaseUser | None = None
-) -> ImportReport:
+def config_import(*, data: object, prune: bool = False, actor: Actor = None) -> ImportReport:
     """Import a configuration document (format version 1) into the database.
 
     ``data`` is the decoded JSON. The whole document is validated first (ConfigError lists every
@@ -172,7 +180,7 @@ def _saving(path: str) -> Iterator[None]:
 # --- One row at a time (the dashboard's forms) ---------------------------------------------------
 
 
-def guild_save(*, spec: GuildSpec, actor: AbstractBaseUser | None = None) -> GuildConfig:
+def guild_save(*, spec: GuildSpec, actor: Actor = None) -> GuildConfig:
     """Create or update one guild's own settings (name, timezone, fetch limit, guild note).
 
     The spec's personas, channels, blocks and users are ignored: they have their own services.
@@ -191,7 +199,7 @@ def persona_save(
     guild: GuildConfig,
     spec: PersonaSpec,
     persona: Persona | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: Actor = None,
 ) -> Persona:
     """Create a persona (``persona`` is None) or update ``persona``, which may be renamed.
 
@@ -231,9 +239,7 @@ def persona_draft(*, persona: Persona, spec: PersonaSpec) -> Persona:
     return Persona(pk=persona.pk, guild=persona.guild, **_persona_values(spec))
 
 
-def channel_save(
-    *, guild: GuildConfig, spec: ChannelSpec, actor: AbstractBaseUser | None = None
-) -> ChannelConfig:
+def channel_save(*, guild: GuildConfig, spec: ChannelSpec, actor: Actor = None) -> ChannelConfig:
     """Create or update a channel of ``guild`` by its id.
 
     Raises ConfigError (path ``id``) when that channel belongs to another guild.
@@ -257,7 +263,7 @@ def block_save(
     guild: GuildConfig,
     spec: BlockSpec,
     block: Block | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: Actor = None,
 ) -> Block:
     """Create a block, or update ``block`` (its persona, user and type may change too).
 
@@ -296,7 +302,7 @@ def user_privacy_save(
     *,
     guild: GuildConfig,
     spec: UserSpec,
-    actor: AbstractBaseUser | None = None,
+    actor: Actor = None,
     set_by: PrivacySource = PrivacySource.ADMIN,
 ) -> UserPrivacy:
     """Set a user's privacy level and blacklist flag in ``guild`` (one row per guild and user);
@@ -314,7 +320,7 @@ def user_privacy_save(
 
 
 def config_row_delete(
-    *, instance: Persona | ChannelConfig | Block | UserPrivacy, actor: AbstractBaseUser | None
+    *, instance: Persona | ChannelConfig | Block | UserPrivacy, actor: Actor
 ) -> None:
     """Delete one configured row (a persona's blocks go with it), log it and notify workers."""
     guild = instance.guild
@@ -327,19 +333,71 @@ def config_row_delete(
 # --- Shared steps ---------------------------------------------------------------------------------
 
 
-def _finish(report: ImportReport, *, actor: AbstractBaseUser | None, guild_ids: list[str]) -> None:
-    """Inside the write's transaction: log the changes, and notify workers after the commit."""
+def _finish(report: ImportReport, *, actor: Actor, guild_ids: list[str]) -> None:
+    """Inside the write's transaction: record the changes in the audit trail (and the admin's
+    history), and notify workers after the commit."""
     if not report.changed:
         return
-    if actor is not None:
-        for instance, outcome, fields in report.changes:
-            _log_change(actor, instance, outcome, fields)
+    author = author_of(actor)
+    if author is not None:
+        for instance, outcome, fields, diff in report.changes:
+            _audit_row(author, instance, outcome, diff)
+            if author.user_id is not None:
+                _log_change(author.user_id, instance, outcome, fields)
     publish_live_update_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
 
 
-def _log_change(
-    actor: AbstractBaseUser, instance: models.Model, outcome: str, fields: list[str]
-) -> None:
+def audit_record(
+    *,
+    author: ChangeAuthor,
+    guild_id: int,
+    action: str,
+    object_type: str,
+    object_label: str,
+    object_pk: str = "",
+    changes: list[dict] | None = None,
+) -> ConfigChange:
+    """Record one change that is not a configured row's save in the guild's audit trail: a
+    greeting posted, a channel reset (``changes`` as `field_changes` makes them)."""
+    return ConfigChange.objects.create(
+        guild_id=guild_id,
+        kind=author.kind,
+        action=action,
+        object_type=object_type,
+        object_pk=object_pk,
+        object_label=object_label[:200],
+        changes=changes or [],
+        actor_id=author.user_id,
+        actor_discord_id=author.discord_id,
+        actor_name=author.name[:150],
+        actor_key=author.key,
+        via=author.via[:200],
+    )
+
+
+def _audit_row(author: ChangeAuthor, instance: models.Model, outcome: str, diff: list[dict]):
+    """One audit row for one configured row written."""
+    guild_id = instance.guild_id if isinstance(instance, GuildConfig) else instance.guild.guild_id
+    if isinstance(instance, GuildConfig | Persona):
+        label = instance.name
+    elif isinstance(instance, ChannelConfig):
+        label = str(instance.channel_id)
+    elif isinstance(instance, UserPrivacy):
+        label = str(instance.user_id)
+    else:
+        label = str(instance)
+    audit_record(
+        author=author,
+        guild_id=guild_id,
+        action=outcome,
+        object_type=AUDITED_TYPES[type(instance)],
+        object_pk=str(instance.pk),
+        object_label=label,
+        changes=diff,
+    )
+
+
+def _log_change(user_id: int, instance: models.Model, outcome: str, fields: list[str]) -> None:
     """One ``LogEntry`` in the admin's own message format (so the admin's history reads it)."""
     flag, message = {
         "created": (ADDITION, [{"added": {}}]),
@@ -347,7 +405,7 @@ def _log_change(
         "deleted": (DELETION, [{"deleted": {}}]),
     }[outcome]
     LogEntry.objects.create(
-        user_id=actor.pk,
+        user_id=user_id,
         content_type=ContentType.objects.get_for_model(type(instance)),
         object_id=str(instance.pk),
         object_repr=str(instance)[:200],
@@ -516,7 +574,8 @@ def _upsert(
     instance = model.objects.filter(**lookup).first() if existing is _Find else existing
     if instance is None:
         instance = model.objects.create(**lookup, **values)
-        report.record(model, "created", instance)
+        after = _recorded(instance)
+        report.record(model, "created", instance, diff=field_changes(after, {}, after))
         return instance
     _write(instance, report, values)
     return instance
@@ -526,10 +585,12 @@ def _write(instance: M, report: ImportReport, values: dict) -> None:
     """Set ``values`` on ``instance`` and save it when any differs; records the outcome."""
     changed = [name for name, value in values.items() if getattr(instance, name) != value]
     if changed:
+        before = {name: getattr(instance, name) for name in changed}
         for name in changed:
             setattr(instance, name, values[name])
         instance.save()
-        report.record(type(instance), "updated", instance, changed)
+        diff = field_changes(changed, before, values)
+        report.record(type(instance), "updated", instance, changed, diff)
     else:
         report.record(type(instance), "unchanged")
 
@@ -537,14 +598,22 @@ def _write(instance: M, report: ImportReport, values: dict) -> None:
 def _prune(queryset: models.QuerySet, report: ImportReport) -> None:
     for instance in queryset:
         pk = instance.pk
+        before = _recorded(instance)
         instance.delete()
         instance.pk = pk  # kept for the change log
-        report.record(type(instance), "deleted", instance)
+        report.record(type(instance), "deleted", instance, diff=field_changes(before, before, {}))
+
+
+def _recorded(instance: models.Model) -> dict:
+    """The row's fields that hold a value, as a creation or a deletion records them."""
+    return {k: v for k, v in row_values(instance).items() if v not in (None, "", [], {})}
 
 
 __all__ = [
+    "ChangeAuthor",
     "ConfigDocument",
     "ImportReport",
+    "audit_record",
     "block_save",
     "channel_save",
     "config_import",

@@ -24,6 +24,7 @@ from chat.gateway.adapter import RECENT_DELIVERIES, DiscordAdapter
 from chat.gateway.limits import SharedLimits, session_starts_check
 from chat.gateway.names import channel_names, guild_name, guild_names, member_names
 from chat.gateway.proxies import ProxyResolver
+from chat.gateway.rights import member_permissions, rights_observe, rights_observe_people
 from chat.loop.intake import Intake
 from chat.loop.scheduler import Scheduler
 from chat.services.discord_names import NameRecord, names_record
@@ -292,12 +293,17 @@ class PersonaBotClient(discord.AutoShardedClient):
 
     async def on_guild_available(self, guild: discord.Guild) -> None:
         await self._record_names(guild_names(guild))
+        await rights_observe_people(guild, fresh=False)
 
     async def on_guild_join(self, guild: discord.Guild) -> None:
         await self._record_names(guild_names(guild))
+        await rights_observe_people(guild, fresh=False)
 
     async def on_guild_update(self, before: discord.Guild, after: discord.Guild) -> None:
         await self._record_names([guild_name(after)])
+        if before.owner_id != after.owner_id:
+            owners = {i for i in (before.owner_id, after.owner_id) if i is not None}
+            await rights_observe_people(after, only=owners)
 
     async def on_guild_channel_create(self, channel: discord.abc.GuildChannel) -> None:
         await self._record_names(channel_names([channel]))
@@ -318,6 +324,20 @@ class PersonaBotClient(discord.AutoShardedClient):
 
     async def on_member_update(self, before: discord.Member, after: discord.Member) -> None:
         await self._record_names(member_names([after]))
+        if before.guild_permissions != after.guild_permissions:
+            await rights_observe(after.guild.id, {after.id: member_permissions(after)})
+
+    # -- the dashboard's rights (chat.gateway.rights) ----------------------------------------
+
+    async def on_raw_member_remove(self, payload: discord.RawMemberRemoveEvent) -> None:
+        await rights_observe(payload.guild_id, {payload.user.id: None})
+
+    async def on_guild_role_update(self, before: discord.Role, after: discord.Role) -> None:
+        if before.permissions != after.permissions:
+            await rights_observe_people(after.guild)
+
+    async def on_guild_role_delete(self, role: discord.Role) -> None:
+        await rights_observe_people(role.guild)
 
     async def _record_names(self, names: list[NameRecord]) -> None:
         """Store names for the dashboard; a failure is logged and never stops the gateway."""

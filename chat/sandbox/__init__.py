@@ -9,6 +9,7 @@ harness. Modules:
 - `rest`      the REST routes; `traffic` their front door (counts, faults, rate limits)
 - `gateway`   the websocket gateway: sessions, sequence numbers, resume, sharding, intents
 - `control`   the `/_sandbox` HTTP API and its client, for tests and other processes
+- `oauth`     Discord's OAuth2 code flow: the consent page, tokens, ``users/@me/guilds``
 - `server`    `SandboxServer`, serving all of the above on one port
 - `demo`      the demo world `runsandbox` serves
 

@@ -8,7 +8,7 @@ name them across restarts:
               (#after-dark is marked NSFW: moderation lets sexual and violent replies through
               there, `chat.pipeline.moderation`)
     users     alice  bob  carol                       DEMO_USER_IDS["alice"], …
-    role      Moderators (alice): Manage Messages, Manage Server
+    roles     Moderators (alice): Manage Messages, Manage Server; Helpers (carol): Manage Messages
     bot       Tomori                                  DEMO_BOT_ID
 """
 
@@ -41,8 +41,13 @@ DEMO_USER_IDS = {"alice": _demo_id(20), "bob": _demo_id(21), "carol": _demo_id(2
 DEMO_MODERATOR_ROLE_ID = _demo_id(30)
 DEMO_MODERATORS = ("alice",)
 """Members holding the Moderators role (Manage Messages, Manage Server): they may run /reset,
-/prompt and "Why (not)?"."""
+/prompt and "Why (not)?"; on the dashboard (Log in with Discord) they are the guild's admins."""
 MODERATOR_PERMISSIONS = (1 << 13) | (1 << 5)
+DEMO_HELPER_ROLE_ID = _demo_id(31)
+DEMO_HELPERS = ("carol",)
+"""Members holding the Helpers role (Manage Messages): the guild's moderators on the dashboard.
+bob holds no role: the dashboard shows him no guild."""
+HELPER_PERMISSIONS = 1 << 13
 
 _CHANNEL_TOPICS = {
     "general": "Talk to the personas here.",
@@ -72,9 +77,12 @@ def demo_sandbox(
         permissions=MODERATOR_PERMISSIONS,
         role_id=DEMO_MODERATOR_ROLE_ID,
     )
+    helpers = sandbox.add_role(
+        DEMO_GUILD_ID, "Helpers", permissions=HELPER_PERMISSIONS, role_id=DEMO_HELPER_ROLE_ID
+    )
     for name, user_id in DEMO_USER_IDS.items():
         sandbox.add_user(name, user_id=user_id, global_name=name.capitalize())
-        sandbox.add_member(
-            DEMO_GUILD_ID, user_id, role_ids=[moderators] if name in DEMO_MODERATORS else []
-        )
+        roles = [moderators] if name in DEMO_MODERATORS else []
+        roles += [helpers] if name in DEMO_HELPERS else []
+        sandbox.add_member(DEMO_GUILD_ID, user_id, role_ids=roles)
     return sandbox

@@ -28,6 +28,7 @@ from aiohttp import BodyPartReader, web
 
 from chat.sandbox import schemas
 from chat.sandbox.errors import DiscordAPIError, invalid_form_body, invalid_json
+from chat.sandbox.oauth import OAuthError
 from chat.sandbox.records import Upload
 from chat.sandbox.responses import json_response, no_content
 from chat.sandbox.state import (
@@ -145,8 +146,21 @@ async def discord_errors(request: web.Request, handler: Handler) -> web.StreamRe
         return json_response(body, status=500)
 
 
+OAUTH_ROUTES = frozenset({"/oauth2/token", "/oauth2/token/revoke"})
+"""Authenticated by the application's client credentials, not the bot token."""
+BEARER_ROUTES = frozenset({"/users/@me", "/users/@me/guilds"})
+"""Answered for a person with ``Authorization: Bearer <OAuth2 access token>`` too."""
+OAUTH_USER = web.RequestKey("oauth_user", int)
+"""The person a Bearer token authenticated (absent: the bot)."""
+
+
 def _is_public(route: str) -> bool:
-    return route == "/gateway" or "{webhook_token}" in route or "{interaction_token}" in route
+    return (
+        route == "/gateway"
+        or route in OAUTH_ROUTES
+        or "{webhook_token}" in route
+        or "{interaction_token}" in route
+    )
 
 
 def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Application:
@@ -154,7 +168,15 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
 
     @web.middleware
     async def bot_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.match_info.route.resource is None or _is_public(traffic.route_template(request)):
+        route = traffic.route_template(request)
+        if request.match_info.route.resource is None or _is_public(route):
+            return await handler(request)
+        authorization = request.headers.get("Authorization", "")
+        if route in BEARER_ROUTES and authorization.startswith("Bearer "):
+            person = sandbox.oauth.user_of(authorization.removeprefix("Bearer "))
+            if person is None:
+                return json_response({"message": "401: Unauthorized", "code": 0}, status=401)
+            request[OAUTH_USER] = person
             return await handler(request)
         expected = f"Bot {sandbox.token}"
         if not secrets.compare_digest(request.headers.get("Authorization", ""), expected):
@@ -201,7 +223,39 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     # --- session
     @routes.get("/users/@me")
     async def current_user(request: web.Request) -> web.Response:
+        person = request.get(OAUTH_USER)
+        if person is not None:
+            return json_response({**sandbox.user(person), "locale": "en-US", "mfa_enabled": False})
         return json_response(sandbox.current_user())
+
+    @routes.get("/users/@me/guilds")
+    async def current_user_guilds(request: web.Request) -> web.Response:
+        query = schemas.parse(schemas.GuildsQuery, request.query)
+        guilds = sandbox.user_guilds(request.get(OAUTH_USER, bot_id))
+        if query.after is not None:
+            guilds = [g for g in guilds if int(g["id"]) > query.after]
+        if query.before is not None:
+            guilds = [g for g in guilds if int(g["id"]) < query.before]
+        return json_response(guilds[: query.limit])
+
+    # --- OAuth2 (`chat.sandbox.oauth`)
+    @routes.post("/oauth2/token")
+    async def oauth_token(request: web.Request) -> web.Response:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        try:
+            grant = sandbox.oauth.exchange(form, request.headers.get("Authorization", ""))
+        except OAuthError as error:
+            return json_response(error.body(), status=error.status)
+        return json_response(grant)
+
+    @routes.post("/oauth2/token/revoke")
+    async def oauth_revoke(request: web.Request) -> web.Response:
+        form = {k: str(v) for k, v in (await request.post()).items()}
+        try:
+            sandbox.oauth.revoke(form, request.headers.get("Authorization", ""))
+        except OAuthError as error:
+            return json_response(error.body(), status=error.status)
+        return json_response({})
 
     @routes.post("/users/@me/channels")
     async def open_dm(request: web.Request) -> web.Response:
@@ -211,10 +265,6 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     @routes.get("/users/{user_id}")
     async def get_user(request: web.Request) -> web.Response:
         return json_response(sandbox.user(snowflake_param(request, "user_id")))
-
-    @routes.get("/users/@me/guilds")
-    async def current_user_guilds(request: web.Request) -> web.Response:
-        return json_response(sandbox.bot_guilds())
 
     @routes.get("/oauth2/applications/@me")
     @routes.get("/applications/@me")
@@ -257,6 +307,30 @@ def rest_app(sandbox: Sandbox, traffic: Traffic, gateway: GatewayInfo) -> web.Ap
     async def get_member(request: web.Request) -> web.Response:
         guild_id = _guild_of_bot(request)
         return json_response(sandbox.member(guild_id, snowflake_param(request, "user_id")))
+
+    @routes.delete("/guilds/{guild_id}/members/{user_id}")
+    async def kick_member(request: web.Request) -> web.Response:
+        guild_id = snowflake_param(request, "guild_id")
+        sandbox.member_remove(guild_id, snowflake_param(request, "user_id"))
+        return no_content()
+
+    @routes.put("/guilds/{guild_id}/members/{user_id}/roles/{role_id}")
+    async def add_member_role(request: web.Request) -> web.Response:
+        guild_id, user_id = (
+            snowflake_param(request, "guild_id"),
+            snowflake_param(request, "user_id"),
+        )
+        sandbox.member_role_add(guild_id, user_id, snowflake_param(request, "role_id"))
+        return no_content()
+
+    @routes.delete("/guilds/{guild_id}/members/{user_id}/roles/{role_id}")
+    async def remove_member_role(request: web.Request) -> web.Response:
+        guild_id, user_id = (
+            snowflake_param(request, "guild_id"),
+            snowflake_param(request, "user_id"),
+        )
+        sandbox.member_role_remove(guild_id, user_id, snowflake_param(request, "role_id"))
+        return no_content()
 
     # --- channels and messages
     def _channel_for_bot(request: web.Request, *needed: int) -> int:

@@ -134,6 +134,15 @@ class HistoryQuery(_Schema):
     after: Snowflake | None = None
 
 
+class GuildsQuery(_Schema):
+    """`GET /users/@me/guilds`: up to ``limit`` guilds (200 at most) after or before an id."""
+
+    limit: Annotated[int, Field(ge=1, le=200)] = 200
+    before: Snowflake | None = None
+    after: Snowflake | None = None
+    with_counts: bool = False
+
+
 def _discord_error(error: ErrorDetails) -> tuple[str, str]:
     """`(code, message)` for one pydantic error, in Discord's vocabulary."""
     ctx = error.get("ctx", {})

@@ -4,6 +4,7 @@ One aiohttp server carries everything:
 
 - `/api/v10/...`  Discord's REST API (`chat.sandbox.rest`), behind `Traffic`;
 - `/gateway`      the gateway websocket (`chat.sandbox.gateway`);
+- `/oauth2/authorize`  the OAuth2 consent page ("Log in with Discord", `chat.sandbox.oauth`);
 - `/attachments/{channel_id}/{attachment_id}/{filename}?ex=…&hm=…`  uploaded files (the "CDN";
   URLs are signed and expire like Discord's, see `Sandbox.attachment_url_lifetime`);
 - `/_sandbox/...` the control API for tests and other processes (`chat.sandbox.control`);
@@ -30,6 +31,7 @@ from aiohttp import web
 from chat.llm.fake_moderation import FakeModeration
 from chat.sandbox.control import control_app
 from chat.sandbox.gateway import Gateway, GatewaySettings, IdentifyRecord
+from chat.sandbox.oauth import authorize_routes
 from chat.sandbox.rest import GatewayInfo, discord_errors, rest_app, snowflake_param
 from chat.sandbox.state import Sandbox
 from chat.sandbox.traffic import (
@@ -116,6 +118,7 @@ class SandboxServer:
         )
         app.add_subapp("/_sandbox", control_app(self))
         app.router.add_get(GATEWAY_PATH, gateway.handle)
+        app.add_routes(authorize_routes(self.sandbox))
         app.router.add_get(
             "/attachments/{channel_id}/{attachment_id}/{filename:.+}",
             self._serve_attachment,
@@ -174,6 +177,12 @@ class SandboxServer:
         """The moderation service for `MODERATION_BASE_URL`, e.g.
         http://127.0.0.1:8765/moderation/v1."""
         return self.base_url + MODERATION_PREFIX
+
+    @property
+    def oauth_authorize_url(self) -> str:
+        """The consent page for `DISCORD_OAUTH_AUTHORIZE_URL`, e.g.
+        http://127.0.0.1:8765/oauth2/authorize."""
+        return self.base_url + "/oauth2/authorize"
 
     @property
     def gateway_url(self) -> str:

@@ -27,6 +27,7 @@ from chat.sandbox.errors import (
     unknown,
 )
 from chat.sandbox.interactions import Interactions
+from chat.sandbox.oauth import OAuthGrants
 from chat.sandbox.payloads import (
     attachment_payload,
     channel_payload,
@@ -186,6 +187,8 @@ class Sandbox:
         self.bot_user_id = self.add_user(bot_name, user_id=bot_user_id, bot=True)
         self.interactions = Interactions(self)
         """Application commands and the interactions users start (`Interactions`)."""
+        self.oauth = OAuthGrants(self, clock=clock)
+        """The OAuth2 codes and tokens people got to log in elsewhere (`OAuthGrants`)."""
 
     def add_link_preview(
         self, url: str, *, title: str, description: str = "", kind: str = "article"
@@ -599,6 +602,66 @@ class Sandbox:
         """The application's flags from now on (which privileged intents it may ask for)."""
         self.application_flags = flags
 
+    def member_role_add(self, guild_id: int, user_id: int, role_id: int) -> None:
+        """Give the member a role (`PUT /guilds/{g}/members/{u}/roles/{r}`); dispatches
+        GUILD_MEMBER_UPDATE with the member's roles now, as Discord does."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        self._role(guild, role_id)
+        if role_id not in member.role_ids:
+            member.role_ids.append(role_id)
+        self._member_updated(guild.id, member)
+
+    def member_role_remove(self, guild_id: int, user_id: int, role_id: int) -> None:
+        """Take a role from the member (`DELETE /guilds/{g}/members/{u}/roles/{r}`); dispatches
+        GUILD_MEMBER_UPDATE with the member's roles now."""
+        guild = self._guild(guild_id)
+        member = self._member(guild, user_id)
+        self._role(guild, role_id)
+        member.role_ids = [r for r in member.role_ids if r != role_id]
+        self._member_updated(guild.id, member)
+
+    def member_remove(self, guild_id: int, user_id: int) -> None:
+        """The member leaves, is kicked (`DELETE /guilds/{g}/members/{u}`) or banned; dispatches
+        GUILD_MEMBER_REMOVE with the guild and the user."""
+        guild = self._guild(guild_id)
+        self._member(guild, user_id)
+        del guild.members[user_id]
+        data = {"guild_id": str(guild_id), "user": user_payload(self._user(user_id))}
+        self._publish("GUILD_MEMBER_REMOVE", data, guild_id)
+
+    def role_edit(self, guild_id: int, role_id: int, *, permissions: int) -> None:
+        """An admin changes a role's permissions; dispatches GUILD_ROLE_UPDATE."""
+        guild = self._guild(guild_id)
+        role = self._role(guild, role_id)
+        role.permissions = permissions
+        data = {"guild_id": str(guild_id), "role": role_payload(role)}
+        self._publish("GUILD_ROLE_UPDATE", data, guild_id)
+
+    def user_guilds(self, user_id: int) -> list[dict[str, Any]]:
+        """What `GET /users/@me/guilds` answers for ``user_id``: each guild they are a member
+        of, oldest first, with ``owner`` and their ``permissions`` there (a string)."""
+        return [
+            {
+                "id": str(guild.id),
+                "name": guild.name,
+                "icon": None,
+                "banner": None,
+                "owner": guild.owner_id == user_id,
+                "permissions": str(self.member_permissions(guild.id, user_id)),
+                "features": [],
+            }
+            for guild in sorted(self._guilds.values(), key=lambda g: g.id)
+            if user_id in guild.members
+        ]
+
+    @staticmethod
+    def _role(guild: Guild, role_id: int) -> GuildRole:
+        try:
+            return guild.roles[role_id]
+        except KeyError:
+            raise unknown(ErrorCode.UNKNOWN_ROLE) from None
+
     def member_permissions(self, guild_id: int, user_id: int) -> int:
         """The member's permissions in the guild: @everyone's and their roles' together; every
         permission for the owner or an administrator (channel overwrites: see
@@ -749,24 +812,12 @@ class Sandbox:
     def user(self, user_id: int) -> dict[str, Any]:
         return user_payload(self._user(user_id))
 
+    def users(self) -> list[dict[str, Any]]:
+        """Every user of the world, bots included, in the order they were made."""
+        return [user_payload(user) for user in self._users.values()]
+
     def guild(self, guild_id: int) -> dict[str, Any]:
         return guild_payload(self._guild(guild_id))
-
-    def bot_guilds(self) -> list[dict[str, Any]]:
-        """``GET /users/@me/guilds``: the partial guilds the bot is a member of."""
-        return [
-            {
-                "id": str(guild.id),
-                "name": guild.name,
-                "icon": None,
-                "banner": None,
-                "owner": guild.owner_id == self.bot_user_id,
-                "permissions": str(self.member_permissions(guild.id, self.bot_user_id)),
-                "features": [],
-            }
-            for guild in self._guilds.values()
-            if self.bot_user_id in guild.members
-        ]
 
     def guild_roles(self, guild_id: int) -> list[dict[str, Any]]:
         """``GET /guilds/{id}/roles``."""

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import QuerySet
 
 from chat.models import DiscordName, DoctorReport, Turn, WorkerHeartbeat
 from chat.pipeline.going_live import ChannelDuties, invite_permissions
@@ -90,11 +91,12 @@ class RefusalTally:
     latest_turn_id: int
 
 
-def turn_refusals(*, since: dt.datetime) -> list[RefusalTally]:
-    """The turns since ``since`` whose delivery Discord refused (50001/50013), counted by
-    channel and permission, most turns first."""
+def turn_refusals(*, since: dt.datetime, turns: QuerySet[Turn] | None = None) -> list[RefusalTally]:
+    """The turns since ``since`` (of ``turns``: default all) whose delivery Discord refused
+    (50001/50013), counted by channel and permission, most turns first."""
+    turns = Turn.objects.all() if turns is None else turns
     rows = (
-        Turn.objects.filter(created_at__gte=since)
+        turns.filter(created_at__gte=since)
         .exclude(discord_refusal={})
         .order_by("-created_at")
         .values_list("pk", "discord_refusal")

@@ -48,9 +48,10 @@ from chat.services.turn_record import turn_records_redact, turn_records_scrub
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
 from chat.why import MessageFetch, why_message
+from personas.audit import ChangeAuthor, field_changes
 from personas.config_schema import UserSpec
 from personas.models import GuildConfig, PrivacySource, UserPrivacy
-from personas.services import user_privacy_save
+from personas.services import audit_record, user_privacy_save
 
 ADMINISTRATOR = 1 << 3
 MANAGE_GUILD = 1 << 5
@@ -151,7 +152,8 @@ def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
     long-term ones about them, and the short-term memories of their direct messages); ``full``
     also their messages still waiting in the event queue or an unread pool. Running workers are
     told after the commit, as for a dashboard change, so the next message is judged by the new
-    level. Raises `CommandRefused` for a level that is not one of minimal, partial, full, or an
+    level. The change is recorded in the guild's audit trail as the caller's (``/privacy``).
+    Raises `CommandRefused` for a level that is not one of minimal, partial, full, or an
     unconfigured guild.
     """
     try:
@@ -174,7 +176,12 @@ def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
             memories = Memory.objects.filter(
                 kind=Memory.Kind.PERSONAL, user_id=user_id, guild_id=guild_id
             ).count()
-        user_privacy_save(guild=guild, spec=spec, set_by=PrivacySource.USER)
+        user_privacy_save(
+            guild=guild,
+            spec=spec,
+            set_by=PrivacySource.USER,
+            actor=ChangeAuthor.command(discord_id=user_id, command="/privacy"),
+        )
         if private:
             memories += ShortTermMemory.objects.filter(user_id=user_id).delete()[0]
         if wanted is PrivacyLevel.FULL:
@@ -399,13 +406,26 @@ def channel_reset(
     *, guild_id: int, channel_id: int, user_id: int, marker_id: int, permissions: int
 ) -> ChannelResetMarker:
     """Store the channel's reset marker (replacing an older one): every persona's next window
-    starts after ``marker_id``. Needs Manage Messages."""
+    starts after ``marker_id``; recorded in the guild's audit trail. Needs Manage Messages."""
     require_permission(permissions, MANAGE_MESSAGES)
     _guild(guild_id)
     with transaction.atomic():
+        before = ChannelResetMarker.objects.filter(channel_id=channel_id).first()
         marker, _ = ChannelResetMarker.objects.update_or_create(
             channel_id=channel_id,
             defaults={"guild_id": guild_id, "marker_id": marker_id, "reset_by": user_id},
+        )
+        audit_record(
+            author=ChangeAuthor.command(discord_id=user_id, command="/reset"),
+            guild_id=guild_id,
+            action="reset",
+            object_type="channel",
+            object_label=str(channel_id),
+            changes=field_changes(
+                ["history starts after message"],
+                {"history starts after message": before.marker_id if before else None},
+                {"history starts after message": marker_id},
+            ),
         )
     return marker
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("botproject", "chat", "personas", "dashboard")
+PACKAGES = ("botproject", "chat", "personas", "accounts", "dashboard")
 
 # The flow, lowest first: a module may import modules of its own level or below.
 LAYERS: dict[str, int] = {
@@ -41,6 +41,11 @@ LAYERS: dict[str, int] = {
     "botproject.settings_test": 1,
     "botproject.live_updates": 1,
     "botproject.failures": 1,
+    "accounts.models": 1,
+    "accounts.roles": 1,
+    "accounts.selectors": 1,
+    "accounts.migrations": 1,
+    "accounts.apps": 1,
     "chat.services": 2,
     "chat.why": 2,
     "chat.leases": 2,
@@ -48,6 +53,8 @@ LAYERS: dict[str, int] = {
     "personas.services": 2,
     "personas.case_services": 2,
     "personas.cards": 2,
+    "accounts.services": 2,
+    "accounts.discord_api": 2,
     "chat.loop": 3,
     "chat.gateway": 4,
     "chat.worker": 5,
@@ -57,6 +64,7 @@ LAYERS: dict[str, int] = {
     "chat.management": 5,
     "personas.management": 5,
     "dashboard": 5,
+    "accounts": 5,
     "botproject.celery": 5,
     "botproject.celery_metrics": 5,
     "botproject.urls": 5,

@@ -22,7 +22,8 @@ def _shared(context: template.Context) -> dict[str, Any]:
 def deployment_card(context: template.Context) -> dict[str, Any]:
     """The latest deployment check, its failing lines linked to their guild or channel, the
     invite link, the turns Discord refused, and (admins) "Check now"."""
-    return {**_shared(context), "status": going_live.deployment_status(now=timezone.now())}
+    status = going_live.deployment_status(now=timezone.now(), rights=context["rights"])
+    return {**_shared(context), "status": status}
 
 
 @register.inclusion_tag("dashboard/_guild_presence.html", takes_context=True)

@@ -22,6 +22,7 @@ PUBLIC = {"healthz"}
 # GET-only views (downloads and pages); every other URL changes or may change configuration
 # on POST.
 GET_ONLY = {
+    "audit",
     "index",
     "persona_list",
     "card_export",
@@ -42,11 +43,12 @@ GET_ONLY = {
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
-# Screens for admins alone.
+# Screens for admins alone (the playground and adding a guild: operators alone).
 ADMIN_SCREENS = {
     "playground",
     "lorebook_editor",
     "guild_lorebook_editor",
+    "guild_new",
     # A guild's persona tests are its admins' alone.
     "persona_tests",
     "persona_test_case",

@@ -178,10 +178,9 @@ def test_editing_renames_and_making_main_demotes_the_old_main_in_one_save(
     assert Block.objects.get(user_id=1300000000000000002).persona == anon
     page = admin_client.get(reverse("dashboard:persona", args=[guild.guild_id, anon.pk]))
     changes = page.context["changes"]
-    assert changes[0].user == admin_user
-    assert (
-        "name" in changes[0].get_change_message() and "is_main" in changes[0].get_change_message()
-    )
+    assert changes[0].actor == admin_user
+    assert {"field": "name", "before": "Anon", "after": "Anon Chihaya"} in changes[0].changes
+    assert {"field": "is_main", "before": False, "after": True} in changes[0].changes
     assert "ada" in page.content.decode()
 
 

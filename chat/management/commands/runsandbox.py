@@ -103,6 +103,10 @@ class Command(BaseCommand):
             f"  export DISCORD_TOKEN={server.token}\n"
             f"  export PLURALKIT_API_BASE={server.pluralkit_api_base}\n"
             f"  export MODERATION_BASE_URL={server.moderation_base_url}\n"
+            "Log in to the dashboard with Discord (as alice, bob or carol):\n"
+            f"  export DISCORD_OAUTH_AUTHORIZE_URL={server.oauth_authorize_url}\n"
+            f"  export DISCORD_CLIENT_ID={server.sandbox.oauth.client_id}\n"
+            f"  export DISCORD_CLIENT_SECRET={server.sandbox.oauth.client_secret}\n"
             "Speak as a demo user:\n"
             f"  python manage.py sandboxsay --url {server.base_url} --channel general "
             '--as alice "hello"\n'

@@ -29,14 +29,14 @@ def _claim(holder: str, shard_ids: tuple[int, ...], count: int) -> int | None:
     return shard_leases_claim(shards=ShardSet(ids=shard_ids, count=count), holder=holder, ttl=TTL)
 
 
-async def test_a_moderator_watches_leases_move_through_a_reshard(
+async def test_an_operator_watches_leases_move_through_a_reshard(
     world, live_site, browser, screenshots
 ):
-    await sync_to_async(_create_user)("mo", moderator=True)
+    await sync_to_async(_create_user)("op", staff=True)
     await world.start_worker(shard_ids=[X], shard_count=2)
     beat = await eventually(lambda: WorkerHeartbeat.objects.afirst())
     worker = beat.holder
-    page = await log_in(browser, live_site, "mo", None)
+    page = await log_in(browser, live_site, "op", None)
     await page.add_init_script(COUNT_SOCKETS)
     await page.goto(f"{live_site}/")
     await eventually(lambda: _sockets_opened(page))

@@ -11,7 +11,7 @@ from django.urls import reverse
 from chat.models import MessageIndex, Turn
 from chat.tests.e2e.conftest import BOB, DEMO_BOT_ID, GENERAL, eventually
 from dashboard.tests.live.conftest import make_client
-from personas.models import GuildConfig, Persona
+from personas.models import ConfigChange, GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,6 +42,10 @@ async def test_a_persona_greets_a_channel_and_remembers_it_as_its_own_line(dashb
     assert turn.delivered_message_ids == [posted["id"]]
     index = await sync_to_async(MessageIndex.objects.get)(message_id=int(posted["id"]))
     assert index.persona_id == turn.persona_id
+    change = await sync_to_async(ConfigChange.objects.get)(kind="greeting")
+    assert (change.action, change.object_label, change.actor_name) == ("posted", "Tomori", "ad")
+    assert {"field": "greeting", "before": None, "after": GREETING} in change.changes
+    assert {"field": "channel", "before": None, "after": str(GENERAL)} in change.changes
 
     await world.start_worker()
     world.say("tomori, thank you", author=BOB)

@@ -8,6 +8,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from accounts.selectors import GuildRights
 from chat.models import EventQueue, Turn, UnreadEvent, WorkerHeartbeat
 from chat.services.commands import channel_reset
 from chat.tests.privacy import user_privacy
@@ -190,11 +191,13 @@ def test_turn_filters_narrow_the_list(moderator_client, recorded):
         status=Turn.Status.FAILED,
         error="the model did not answer",
     )
-    assert turns_filtered(TurnFilters(persona="anon")).count() == 1
-    assert turns_filtered(TurnFilters(status="replied")).get() == recorded
-    assert turns_filtered(TurnFilters(reason="mention")).count() == 1
-    assert turns_filtered(TurnFilters(since=dt.date(2000, 1, 1))).count() == 2
-    assert turns_filtered(TurnFilters(until=dt.date(2000, 1, 1))).count() == 0
+    everyone = GuildRights(moderator_everywhere=True)
+    assert turns_filtered(TurnFilters(persona="anon"), rights=everyone).count() == 1
+    assert turns_filtered(TurnFilters(status="replied"), rights=everyone).get() == recorded
+    assert turns_filtered(TurnFilters(reason="mention"), rights=everyone).count() == 1
+    assert turns_filtered(TurnFilters(since=dt.date(2000, 1, 1)), rights=everyone).count() == 2
+    assert turns_filtered(TurnFilters(until=dt.date(2000, 1, 1)), rights=everyone).count() == 0
+    assert turns_filtered(TurnFilters(), rights=GuildRights()).count() == 0
     html = moderator_client.get("/turns/?status=failed").content.decode()
     assert "the model did not answer" in html and "I am fine." not in html
     html = moderator_client.get(f"/turns/?channel={CHANNEL}&persona=Tomori").content.decode()

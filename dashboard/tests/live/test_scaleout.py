@@ -81,10 +81,8 @@ def test_leases_under_two_counts_show_the_reshard_and_the_unowned_shards(reshard
     ]
 
 
-def test_a_moderator_reads_the_reshard_on_the_overview_without_javascript(
-    moderator_client, resharding
-):
-    html = moderator_client.get("/").content.decode()
+def test_an_operator_reads_the_reshard_on_the_overview_without_javascript(admin_client, resharding):
+    html = admin_client.get("/").content.decode()
     panel = html.split('id="scale-out"', 1)[1].split("</section>", 1)[0]
     text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", panel))
 
@@ -105,8 +103,13 @@ def _worker_row(html: str, holder: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip()
 
 
+def test_workers_and_shards_are_for_operators_only(moderator_client, resharding):
+    html = moderator_client.get("/").content.decode()
+    assert 'id="scale-out"' not in html and NEW not in html and "Workers and shards" not in html
+
+
 def test_a_standby_worker_is_listed_with_the_shards_it_waits_for_and_whom_for(
-    moderator_client, resharding
+    admin_client, resharding
 ):
     worker_standby_record(holder=STANDBY, shards=ShardSet(ids=(0, 1), count=4), waiting_for=[OLD])
 
@@ -118,7 +121,7 @@ def test_a_standby_worker_is_listed_with_the_shards_it_waits_for_and_whom_for(
     ]
     assert (scale.workers[2].standby_for, scale.workers[2].waiting_for) == ((0, 1), (OLD,))
 
-    html = moderator_client.get("/").content.decode()
+    html = admin_client.get("/").content.decode()
     assert '<span class="lease-state standby">standby</span>' in html
     row = _worker_row(html, STANDBY)
     assert f"stands by for 0, 1 of 4 waiting for {OLD} no live lease" in row
@@ -126,10 +129,10 @@ def test_a_standby_worker_is_listed_with_the_shards_it_waits_for_and_whom_for(
     assert "serving" in _worker_row(html, OLD) and "stands by" not in _worker_row(html, OLD)
 
 
-def test_a_standby_no_worker_holds_the_shards_of_says_so(moderator_client):
+def test_a_standby_no_worker_holds_the_shards_of_says_so(admin_client):
     worker_standby_record(holder=STANDBY, shards=ShardSet(ids=(3,), count=4), waiting_for=[])
 
-    row = _worker_row(moderator_client.get("/").content.decode(), STANDBY)
+    row = _worker_row(admin_client.get("/").content.decode(), STANDBY)
 
     assert "standby" in row and "stands by for 3 of 4 no worker holds it yet" in row
 
@@ -159,7 +162,7 @@ def test_a_worker_with_leases_and_no_heartbeat_is_connecting_and_one_count_is_no
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_overview_socket_pushes_a_lease_taken_and_released(guild_async):
-    session = await sync_to_async(_session_cookie)("mo", moderator=True)
+    session = await sync_to_async(_session_cookie)("ada", staff=True)
     socket = _socket("/ws/overview/", session)
     connected, _ = await socket.connect()
     assert connected
@@ -182,7 +185,7 @@ async def test_the_overview_socket_pushes_a_lease_taken_and_released(guild_async
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_overview_socket_pushes_a_standby_and_its_turn_to_serve(guild_async):
-    session = await sync_to_async(_session_cookie)("mo", moderator=True)
+    session = await sync_to_async(_session_cookie)("ada", staff=True)
     socket = _socket("/ws/overview/", session)
     connected, _ = await socket.connect()
     assert connected

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import getpass
 import sys
 from pathlib import Path
 from typing import BinaryIO
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from personas.audit import ChangeAuthor
 from personas.config_schema import CONFIG_FILE_MAX_BYTES, ConfigError, parse_config_bytes
+from personas.models import ChangeKind
 from personas.services import config_import
 
 
@@ -34,11 +37,20 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read {source}: {error.strerror or error}") from None
         try:
             document = parse_config_bytes(raw, source=source)
-            report = config_import(data=document, prune=prune)
+            report = config_import(data=document, prune=prune, actor=_shell_author(source))
         except ConfigError as error:
             error.source = error.source or source
             raise CommandError(error.report()) from None
         self.stdout.write(report.summary())
+
+
+def _shell_author(source: str) -> ChangeAuthor:
+    """Who the audit trail names for this import: the shell's user, and the file."""
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):
+        who = "unknown"
+    return ChangeAuthor(kind=ChangeKind.IMPORTCONFIG, name=f"{who} (shell)", via=source)
 
 
 def _read_file(path: Path) -> bytes:
