@@ -396,10 +396,10 @@ def turn_save_case(request: HttpRequest, turn_id: int) -> HttpResponse:
         if turn.persona_id
         else None
     )
+    require_change(request, turn.guild_id or (persona.guild.guild_id if persona else None))
     if persona is None or persona.guild.guild_id != turn.guild_id:
         messages.error(request, "Save as test case: this turn's persona is gone.")
         return back
-    require_change(request, persona.guild.guild_id)
     if turn.trigger_message_id is None:
         messages.error(request, "Save as test case: this turn answered no message.")
         return back

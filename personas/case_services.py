@@ -26,10 +26,10 @@ from personas.case_schema import CaseFile, PersonaCaseSpec, case_json
 from personas.config_schema import ConfigError
 from personas.models import GuildConfig, Persona
 from personas.models_cases import PersonaTestCase
-from personas.services import ImportReport, _log_change, _prune, _upsert, case_upsert
+from personas.services import Actor, ImportReport, _prune, _upsert, case_upsert, report_audit
 
 if TYPE_CHECKING:
-    from django.contrib.auth.models import AbstractBaseUser
+    pass
 
 
 def persona_case_save(
@@ -39,7 +39,7 @@ def persona_case_save(
     case: PersonaTestCase | None = None,
     author_ids: Mapping[str, int] | None = None,
     source_turn_id: int | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: Actor = None,
 ) -> PersonaTestCase:
     """Create a case of ``persona`` (``case`` None) or replace ``case`` with ``spec``.
 
@@ -66,7 +66,7 @@ def persona_case_save(
     return saved
 
 
-def persona_case_delete(*, case: PersonaTestCase, actor: AbstractBaseUser | None = None) -> None:
+def persona_case_delete(*, case: PersonaTestCase, actor: Actor = None) -> None:
     """Delete one case (its earlier runs keep what they ran)."""
     report = ImportReport()
     with transaction.atomic():
@@ -74,12 +74,10 @@ def persona_case_delete(*, case: PersonaTestCase, actor: AbstractBaseUser | None
         _logged(report, actor=actor)
 
 
-def _logged(report: ImportReport, *, actor: AbstractBaseUser | None) -> None:
-    """Inside the write's transaction: log the changes as the configuration's are. No worker
-    is told: a test set is nothing a turn reads."""
-    if actor is not None:
-        for instance, outcome, fields in report.changes:
-            _log_change(actor, instance, outcome, fields)
+def _logged(report: ImportReport, *, actor: Actor) -> None:
+    """Inside the write's transaction: the changes in the guild's audit trail, as the
+    configuration's are. No worker is told: a test set is nothing a turn reads."""
+    report_audit(report, actor=actor)
 
 
 def cases_resolve(document: CaseFile, *, guild_ids: Collection[int] | None = None) -> list[Persona]:
@@ -148,7 +146,7 @@ def persona_cases_import(
     *,
     document: CaseFile,
     guild_ids: Collection[int] | None = None,
-    actor: AbstractBaseUser | None = None,
+    actor: Actor = None,
 ) -> CasesImport:
     """Write every case of a parsed test file into its persona's set, in one transaction: a
     case is matched by its persona and name (ignoring case) and written only when it differs,

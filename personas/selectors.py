@@ -26,6 +26,7 @@ AUDITED_TYPES: dict[type[models.Model], str] = {
     ChannelConfig: "channel",
     Block: "block",
     UserPrivacy: "user",
+    PersonaTestCase: "test case",
 }
 """The name of each configured row's type in the audit trail."""
 

@@ -338,13 +338,20 @@ def _finish(report: ImportReport, *, actor: Actor, guild_ids: list[str]) -> None
     history), and notify workers after the commit."""
     if not report.changed:
         return
-    author = author_of(actor)
-    if author is not None:
-        for instance, outcome, fields, diff in report.changes:
-            _audit_row(author, instance, outcome, diff)
-            if author.user_id is not None:
-                _log_change(author.user_id, instance, outcome, fields)
+    report_audit(report, actor=actor)
     publish_live_update_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
+
+
+def report_audit(report: ImportReport, *, actor: Actor) -> None:
+    """Inside the write's transaction: each row ``report`` wrote, in the audit trail (and the
+    admin's history for a dashboard account); nothing when nobody is named."""
+    author = author_of(actor)
+    if author is None:
+        return
+    for instance, outcome, fields, diff in report.changes:
+        _audit_row(author, instance, outcome, diff)
+        if author.user_id is not None:
+            _log_change(author.user_id, instance, outcome, fields)
 
 
 def audit_record(
@@ -377,9 +384,16 @@ def audit_record(
 
 def _audit_row(author: ChangeAuthor, instance: models.Model, outcome: str, diff: list[dict]):
     """One audit row for one configured row written."""
-    guild_id = instance.guild_id if isinstance(instance, GuildConfig) else instance.guild.guild_id
+    if isinstance(instance, GuildConfig):
+        guild_id = instance.guild_id
+    elif isinstance(instance, PersonaTestCase):
+        guild_id = instance.persona.guild.guild_id
+    else:
+        guild_id = instance.guild.guild_id
     if isinstance(instance, GuildConfig | Persona):
         label = instance.name
+    elif isinstance(instance, PersonaTestCase):
+        label = f"{instance.persona.name}: {instance.name}"
     elif isinstance(instance, ChannelConfig):
         label = str(instance.channel_id)
     elif isinstance(instance, UserPrivacy):

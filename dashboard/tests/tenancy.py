@@ -15,8 +15,19 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from accounts.models import GuildRole
 from accounts.tests.people import client_of, discord_person
-from chat.models import Document, EventQueue, Memory, Turn, UnreadEvent
+from chat.models import (
+    DoctorReport,
+    Document,
+    EventQueue,
+    Memory,
+    PersonaTestResult,
+    PersonaTestRun,
+    Turn,
+    UnreadEvent,
+)
+from chat.pipeline.going_live import Check
 from personas.models import Block, GuildConfig, Persona
+from personas.models_cases import PersonaTestCase
 from personas.services import config_import
 
 GUILD_A = 1100000000000000101
@@ -29,6 +40,7 @@ MESSAGE_A, MESSAGE_B, MESSAGE_DM = 1400000000000000101, 1400000000000000202, 140
 
 SECRETS = (
     "Owlette",
+    "B-ONLY deployment line",
     "Night Owls Lodge",
     "B-ONLY reply",
     "B-ONLY message",
@@ -48,15 +60,17 @@ NOT_GUILD_DATA = {
     "dashboard:sample_row": "an empty form row",
     "dashboard:avatar_preview": "an <img> of the URL typed",
     "dashboard:lorebook_test": "activates the posted lorebook on the posted lines",
+    "dashboard:deployment_check": "queues a deployment check; the card it answers is a list",
 }
 """Routes that hold nothing of any guild, and why. Django's admin (``admin:``) is for staff
 only: anyone else is sent to its login page."""
 
-OPERATOR_ONLY = {"dashboard:playground", "dashboard:guild_new"}
+OPERATOR_ONLY = {"dashboard:playground", "dashboard:guild_new", "metrics"}
 """Screens only operators open: everyone else gets 403, whatever the object."""
 
 LISTS = {
     "dashboard:index",
+    "dashboard:deployment",
     "dashboard:turn_list",
     "dashboard:why",
     "dashboard:config_export",
@@ -146,7 +160,36 @@ def two_guilds() -> Tenancy:
             size=5,
             text="Rules",
         )
+        case = PersonaTestCase.objects.create(
+            persona=persona,
+            name=f"{word} case",
+            spec={"name": f"{word} case", "message": {"author": "someone", "content": "hi"}},
+        )
+        run = PersonaTestRun.objects.create(
+            guild_id=guild_id, persona=persona, persona_name=persona_name, origin="dashboard"
+        )
+        result = PersonaTestResult.objects.create(
+            run=run,
+            case=case,
+            case_name=case.name,
+            persona_name=persona_name,
+            target="saved",
+            prompt_record={
+                "request": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                "items": [],
+                "tokens": {"total": 1, "budget": 1000, "by_tag": {}, "counter": "o200k"},
+                "truncation": {
+                    "batches": 0,
+                    "removed_entries": 0,
+                    "removed_message_ids": [],
+                    "warning": None,
+                },
+            },
+        )
         values[key] = {
+            "case_id": case.pk,
+            "run_id": run.pk,
+            "result_id": result.pk,
             "guild_id": guild_id,
             "persona_id": persona.pk,
             "channel_id": channel,
@@ -168,6 +211,17 @@ def two_guilds() -> Tenancy:
         reply_text="B-ONLY DM reply",
     )
     values["b"]["dm_turn_id"] = dm.pk
+    DoctorReport.objects.create(
+        origin=DoctorReport.Origin.SCHEDULE,
+        ok=False,
+        checks=[
+            Check(f"#{name}", False, f"{word} deployment line", guild, channel).as_json()
+            for name, word, guild, channel in (
+                ("larks", "A-ONLY", GUILD_A, CHANNEL_A),
+                ("owls", "B-ONLY", GUILD_B, CHANNEL_B),
+            )
+        ],
+    )
     person = discord_person(PERSON, {GUILD_A: GuildRole.ADMIN}, name="Ada of A")
     return Tenancy(person=person, client=client_of(person), a=values["a"], b=values["b"])
 
