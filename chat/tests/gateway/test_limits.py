@@ -4,6 +4,7 @@ the global REST limit counted across processes."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
 
 import pytest
@@ -64,20 +65,32 @@ async def test_a_bucket_is_held_longer_than_discords_pause(redis, token):
 
 
 async def test_the_rest_limit_is_shared_by_every_process_of_the_bot(redis, token):
-    limiters = [RestRateLimiter(redis, token=token, per_second=5, window_ms=300) for _ in range(2)]
+    waited: list[int] = []  # per request: how many times the limiter made it wait
+
+    def limiter() -> RestRateLimiter:
+        async def sleep(seconds: float) -> None:
+            waited[current.get()] += 1
+            await asyncio.sleep(seconds)
+
+        return RestRateLimiter(redis, token=token, per_second=5, window_ms=300, sleep=sleep)
+
+    current: contextvars.ContextVar[int] = contextvars.ContextVar("request")
+    limiters = [limiter(), limiter()]
     loop = asyncio.get_running_loop()
     started = loop.time()
     done: list[float] = []
 
-    async def request(limiter: RestRateLimiter) -> None:
-        await limiter.acquire()
+    async def request(n: int) -> None:
+        current.set(n)
+        await limiters[n % 2].acquire()
         done.append(loop.time() - started)
 
-    await asyncio.gather(*(request(limiters[i % 2]) for i in range(12)))
+    waited.extend([0] * 12)
+    await asyncio.gather(*(request(n) for n in range(12)))
 
     done.sort()
-    assert done[4] < 0.25  # the first five at once
-    assert done[5] >= 0.29  # the sixth waits for the window, whichever process asks
+    assert sum(1 for n in waited if n == 0) == 5  # five at once, whichever process asks
+    assert done[5] >= 0.29  # the sixth waits for the window
     assert done[10] >= 0.59
 
 
