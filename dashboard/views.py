@@ -34,7 +34,7 @@ from chat.runtime import discord_rest_port
 from chat.selectors.lore import lorebook_from_stored
 from chat.services.greeting import GREETING_MAX, persona_greet
 from dashboard import selectors as live_selectors
-from dashboard.access import admin_required, require_admin, viewer_required
+from dashboard.access import admin_required, is_admin, require_admin, viewer_required
 from dashboard.form_posts import form_status, posted_with
 from dashboard.forms import (
     CardUploadForm,
@@ -512,8 +512,8 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
 @require_GET
 @viewer_required
 def config_export_view(request: HttpRequest) -> HttpResponse:
-    """Download what ``exportconfig`` prints."""
-    body = json.dumps(config_export(), indent=2, ensure_ascii=False)
+    """Download what ``exportconfig`` prints; the price table only for operators."""
+    body = json.dumps(config_export(prices=is_admin(request.user)), indent=2, ensure_ascii=False)
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = 'attachment; filename="guilds.json"'
     return response

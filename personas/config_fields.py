@@ -112,6 +112,7 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
     Setting("lorebook", "lorebook", to_column=_dumped_json),
     Setting("planner_model", "planner_model", to_column=_none_as_empty, to_json=_empty_as_none),
     Setting("chat_preset", "chat_preset", to_column=_dumped_json),
+    Setting("limits", "limits", to_column=_dumped_json),
 )
 """A guild's own settings (its personas, channels, blocks and users have tables of their own)."""
 
@@ -151,6 +152,7 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("llm.verbatim_tool_nudge", "verbatim_tool_nudge"),
     Setting("lorebook", "lorebook", to_column=_dumped_json),
     Setting("chat_preset", "chat_preset", to_column=_dumped_json),
+    Setting("limits", "limits", to_column=_dumped_json),
 )
 
 CHANNEL_SETTINGS: tuple[Setting, ...] = (

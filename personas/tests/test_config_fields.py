@@ -24,7 +24,7 @@ from personas.config_schema import BlockSpec, ChannelSpec, GuildSpec, PersonaSpe
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy
 
 ROW_COLLECTIONS = {"personas", "channels", "blocks", "users"}
-STORED_WHOLE = {"lorebook", "chat_preset"}
+STORED_WHOLE = {"lorebook", "chat_preset", "limits"}
 """Objects kept whole in one JSON column."""
 NOT_SETTINGS = {"id", "guild", "created_at", "updated_at", "set_by"}
 """Columns that are no key of a row: the primary key, the owning guild, timestamps, who set a
