@@ -18,6 +18,12 @@ from chat.fields import CompressedJSONField
 
 # Imported here so that Django registers them with the app.
 from chat.models_memory import Document, DocumentChunk, Memory, MemoryVersion  # noqa: F401
+from chat.models_spend import (  # noqa: F401
+    SpendCounter,
+    SpendReservation,
+    UsageDay,
+    UserTurnWindow,
+)
 from chat.pipeline.memory import MAX_SUMMARY_CHARS, MemoryState
 from chat.pipeline.triggers import TurnReason
 from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona

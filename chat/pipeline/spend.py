@@ -31,6 +31,21 @@ from decimal import Decimal
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
+
+class CallKind(StrEnum):
+    """What a model call was for: a persona's reply (its first call), a follow-up after tool
+    results, an image or animation analysed for a tool, the autonomous planner, a memory
+    extraction or refresh, a document's passages embedded."""
+
+    REPLY = "reply"
+    TOOL = "tool"
+    VISION = "vision"
+    PLANNER = "planner"
+    EXTRACTION = "extraction"
+    REFRESH = "refresh"
+    EMBEDDING = "embedding"
+
+
 MILLION = Decimal(1_000_000)
 USD_PLACES = Decimal("0.000000000001")
 """Costs are kept to twelve decimal places: a price has at most six, per million tokens."""
