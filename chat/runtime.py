@@ -48,6 +48,7 @@ from chat.ports import (
 )
 from chat.sandbox.control import ControlClient, ControlError
 from chat.services.configuration_cache import ChannelConfigurations
+from chat.services.spend import Spend
 from chat.services.turn_request import TurnCaches, TurnRuntime
 from chat.windows import WindowRegistry
 
@@ -81,9 +82,15 @@ def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
     no vision model is configured (the tool is then never offered)."""
     if not settings.LLM_VISION_MODEL:
         return None
+    endpoint = settings.LLM_VISION_BASE_URL or settings.LLM_BASE_URL
     return VisionModel(
         client=client,
-        model=ModelSpec(settings.LLM_VISION_MODEL, supports_vision=True, max_output_tokens=600),
+        model=ModelSpec(
+            settings.LLM_VISION_MODEL,
+            supports_vision=True,
+            max_output_tokens=600,
+            asks_cost=selectors.endpoint_reports_cost(endpoint),
+        ),
     )
 
 
@@ -109,17 +116,20 @@ def gateway_runtime(
     ``process_youtube_video`` (None: not offered), and as many warm contexts
     as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before each planner step (the
     port's acts are fenced by the port itself, `chat.leases.FencedPort`). The channel loops
-    read configurations through a `ChannelConfigurations` kept for the runtime's life."""
+    read configurations through a `ChannelConfigurations` kept for the runtime's life; every
+    model call is counted, and checked against the limits, through its `Spend`."""
+    token_counter = default_token_counter()
     return TurnRuntime(
         fence=fence,
         port=port,
         windows=windows,
         llm=runner,
-        token_counter=default_token_counter(),
+        token_counter=token_counter,
         vision=vision,
         videos=videos,
         caches=TurnCaches(warm_contexts=settings.WORKER_WARM_CONTEXTS),
         configurations=ChannelConfigurations(),
+        spend=Spend(token_counter=token_counter),
     )
 
 
@@ -148,7 +158,8 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
     """A runtime for a process with no gateway that asks the model (Celery's memory refresh
     and extraction):
     a REST-only port with the guild's channel and role names loaded, a fresh window registry,
-    and an unstreamed attempt runner on ``LLM_BASE_URL``. Everything closes on exit.
+    and an unstreamed attempt runner on ``LLM_BASE_URL``, its calls counted (and checked
+    against the limits) through a `Spend`. Everything closes on exit.
 
     Raises what `discord_rest_port` and `llm_client_from_settings` raise.
     """
@@ -160,6 +171,7 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
             windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
             llm=AttemptRunner(client=client, stream=False),
             token_counter=default_token_counter(),
+            spend=Spend(token_counter=default_token_counter()),
         )
 
 

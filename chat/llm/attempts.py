@@ -71,7 +71,7 @@ from chat.llm.base import (
     ToolCallStarted,
     Usage,
 )
-from chat.llm.metering import UNMETERED, CallCharge, CallMeter, SpendRefused
+from chat.llm.metering import UNMETERED, CallCharge, CallMeter, Refusal, SpendRefused
 from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
 from chat.llm.streaming import ReplyStream, Restart
 from chat.llm.tools import ToolBox, ToolName
@@ -182,7 +182,7 @@ class AttemptRunner:
         except LLMError as error:
             return exchange.result(reply_text="", error=error)
         except SpendRefused as refused:
-            return exchange.result(reply_text="", refusal=refused.reason)
+            return exchange.result(reply_text="", refusal=refused.refusal)
         return exchange.result(reply_text=reply)
 
     def stream_turn(
@@ -363,7 +363,7 @@ class _Exchange:
         return text
 
     def result(
-        self, *, reply_text: str, error: LLMError | None = None, refusal: str | None = None
+        self, *, reply_text: str, error: LLMError | None = None, refusal: Refusal | None = None
     ) -> TurnCompletion:
         usage = sum((record.usage for record in self._records), self._tool_usage)
         return TurnCompletion(

@@ -11,6 +11,7 @@ needs Django.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -19,13 +20,21 @@ from chat.llm.base import Completion, ModelRequest
 from chat.pipeline.spend import CallKind, CostSource, TokenUsage
 
 
-class SpendRefused(Exception):
-    """A limit said no before a model was called: ``reason`` says which, as the turn record
-    and the why page give it."""
+@dataclass(frozen=True)
+class Refusal:
+    """Why a limit said no before a model was called: ``reason`` as the turn record and the
+    why page give it, and when the budget that said no renews (None: unknown)."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    reason: str
+    renews_at: dt.datetime | None = None
+
+
+class SpendRefused(Exception):
+    """A limit said no before a model was called (`Refusal`)."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.reason)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)

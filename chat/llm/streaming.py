@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from chat.llm.base import LLMError
-from chat.llm.metering import SpendRefused
+from chat.llm.metering import Refusal, SpendRefused
 
 if TYPE_CHECKING:
     from chat.llm.attempts import _Exchange
@@ -40,7 +40,7 @@ class ReplyStream:
     ) -> None:
         self._exchange = exchange
         self._error: LLMError | None = None
-        self._refusal: str | None = None
+        self._refusal: Refusal | None = None
         self._given: list[str] = []
         self._iterator = self._iterate(exchange.converse(toolbox, delivered))
 
@@ -61,7 +61,7 @@ class ReplyStream:
             except LLMError as error:
                 self._error = error
             except SpendRefused as refused:
-                self._refusal = refused.reason
+                self._refusal = refused.refusal
 
     async def stop(self, reason: str) -> None:
         """Cancel the model call; the reply ends with the text given so far (``reason`` is

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chat.llm.base import LLMError, Usage
-from chat.llm.metering import CallCharge
+from chat.llm.metering import CallCharge, Refusal
 
 
 @dataclass(frozen=True)
@@ -68,4 +68,4 @@ class TurnCompletion:
     warnings: tuple[str, ...] = ()
     error: LLMError | None = None
     tool_calls: tuple[AttemptRecord, ...] = ()
-    refusal: str | None = None
+    refusal: Refusal | None = None

@@ -38,7 +38,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from chat.llm.base import ChatRequest, Completion, ModelRequest, TextCompletionRequest
-from chat.llm.metering import CallCharge, SpendRefused
+from chat.llm.metering import CallCharge, Refusal, SpendRefused
 from chat.models_spend import (
     NOBODY,
     PICO,
@@ -546,9 +546,9 @@ class SpendMeter:
                 waited += spend.wait_poll_s
                 now = spend.clock()
                 continue
-            reason = spend.reason(result, site=site, now=now)
-            spend.refused(site=site, kind=kind, reason=reason)
-            raise SpendRefused(reason)
+            refusal = spend.refusal(result, site=site, now=now)
+            spend.refused(site=site, kind=kind, reason=refusal.reason)
+            raise SpendRefused(refusal)
 
     async def settle(
         self, ticket: object, *, completion: Completion | None, received: str
@@ -650,11 +650,14 @@ class Spend:
         """The meter of one turn (planner step, memory task) of ``site``."""
         return SpendMeter(self, site, prompt_tokens=prompt_tokens)
 
-    def reason(self, decision: SpendDecision, *, site: SpendSite, now: dt.datetime) -> str:
-        """The sentence a refusal is recorded with (`refusal_reason`)."""
-        periods = spend_periods(now, site.zone)
-        kind = decision.kind or BudgetKind.TOKENS_PER_DAY
-        return refusal_reason(decision, renews_at=periods.renews_at(kind), zone=site.zone)
+    def refusal(self, decision: SpendDecision, *, site: SpendSite, now: dt.datetime) -> Refusal:
+        """The refusal ``decision`` makes: its sentence (`refusal_reason`) and when the budget
+        that said no renews."""
+        renews_at = spend_periods(now, site.zone).renews_at(
+            decision.kind or BudgetKind.TOKENS_PER_DAY
+        )
+        reason = refusal_reason(decision, renews_at=renews_at, zone=site.zone)
+        return Refusal(reason, renews_at if decision.verdict is Verdict.REFUSE else None)
 
     def refused(self, *, site: SpendSite, kind: CallKind | None, reason: str) -> None:
         """Every refusal by a limit passes here (a budget's, before a call of ``kind``; a
@@ -667,11 +670,16 @@ class Spend:
             reason,
         )
 
-    async def state(self, site: SpendSite) -> SpendDecision:
-        """Whether a call of ``site`` could start now (no reservation)."""
+    async def spent(self, site: SpendSite) -> Refusal | None:
+        """Whether a budget of ``site`` is spent now (read without a reservation: what a
+        background task asks before it prepares anything); None: a call could start."""
         if not site.limited:
-            return SpendDecision(Verdict.ALLOW)
-        return await sync_to_async(spend_state)(site=site, now=self.clock())
+            return None
+        now = self.clock()
+        decision = await sync_to_async(spend_state)(site=site, now=now)
+        if decision.verdict is not Verdict.REFUSE:
+            return None
+        return self.refusal(decision, site=site, now=now)
 
     async def user_turn(
         self, *, site: SpendSite, limit: UserTurnsLimit | None, message_id: int

@@ -112,10 +112,11 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
 
 
 def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
-    """The model exchange: one JSON object per model call, the summed token usage (None when
-    the provider reported none), the exact body of the final attempt, the reply, the error and
-    the completion's warnings after the context's."""
-    turn.attempts = [record.as_json() for record in completion.attempts]
+    """The model exchange: one JSON object per model call (the tools' own calls after the
+    attempts; each with its kind and cost), the summed token usage (None when the provider
+    reported none), the exact body of the final attempt, the reply, the error and the
+    completion's warnings after the context's."""
+    turn.attempts = [record.as_json() for record in (*completion.attempts, *completion.tool_calls)]
     turn.prompt_tokens = completion.usage.prompt_tokens
     turn.completion_tokens = completion.usage.completion_tokens
     turn.cached_prompt_tokens = completion.usage.cached_prompt_tokens

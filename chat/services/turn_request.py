@@ -16,6 +16,7 @@ from chat.caches import BoundedCache
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
+from chat.llm.metering import UNMETERED, CallMeter
 from chat.llm.tools import ToolBox, VideoTranscripts, VisionModel
 from chat.pipeline.context import TurnContext, TurnInput
 from chat.pipeline.recall import RecalledMemory
@@ -25,6 +26,7 @@ from chat.pipeline.types import HistoryMessage
 from chat.pipeline.window_reuse import RestReason
 from chat.ports import UNFENCED, DiscordPort, LeaseFence
 from chat.selectors import ChannelConfiguration, ChannelSettings, channel_configuration
+from chat.services.spend import Spend
 from chat.windows import WindowRegistry
 from personas.models import Persona
 
@@ -123,6 +125,9 @@ class TurnRuntime:
     configurations: ConfigurationRead = channel_configuration
     """How the channel loops read a channel's configuration for each pass and batch: a fresh
     read, or the worker's `chat.services.configuration_cache.ChannelConfigurations`."""
+    spend: Spend = field(default_factory=Spend)
+    """Spend and rate limits: every model call of a turn is counted (and may be refused)
+    through a meter it builds (`chat.services.spend`)."""
 
     @property
     def runner(self) -> AttemptRunner:
@@ -157,6 +162,14 @@ class TurnRequest:
         return self.configuration.settings
 
     @property
+    def user_id(self) -> int | None:
+        """The person whose message caused the turn (a proxy's sender); None for a turn that
+        answers no message or answers another persona."""
+        if TurnReason(self.reason).answers_no_message or self.trigger.author.persona_name:
+            return None
+        return self.trigger.accountable_user_id
+
+    @property
     def memory_user_id(self) -> int | None:
         """Whose short-term memory the turn uses: in a DM the user's (the trigger's accountable
         account); in a guild channel None (one memory per guild, channel and persona)."""
@@ -170,7 +183,8 @@ class PreparedTurn:
     ``body`` is the exact Chat Completions body the first model attempt sends; ``render`` and
     ``toolbox`` let the attempt runner re-render it per attempt (fallback model, shorter
     history). ``rest_reason`` is why the window was read from Discord (None: reused);
-    ``window`` is what the turn record keeps of how the window was read and anchored.
+    ``window`` is what the turn record keeps of how the window was read and anchored;
+    ``meter`` counts the turn's model calls against its budgets (a dry run's counts nothing).
     """
 
     request: TurnRequest
@@ -186,3 +200,4 @@ class PreparedTurn:
     participant_ms: float
     build_ms: float
     recalled: tuple[RecalledMemory, ...] = ()
+    meter: CallMeter = UNMETERED

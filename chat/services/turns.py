@@ -23,13 +23,17 @@ from asgiref.sync import sync_to_async
 from chat import selectors
 from chat.llm.attempts import request_body
 from chat.llm.base import Message
+from chat.llm.metering import UNMETERED
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
 from chat.pipeline.recall import memory_line
+from chat.pipeline.spend import CallKind
+from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_stream import reply_stream_deliver
+from chat.services.spend import guild_limits_from_stored, spend_site
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     turn_attachment_urls_refresh,
@@ -48,6 +52,7 @@ from chat.services.turn_lifecycle import (
     turn_start,
 )
 from chat.services.turn_record import ms_since, turn_context_record
+from chat.services.turn_refusal import turn_refuse_budget, turn_refuse_user_turns
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turn_tools import turn_toolbox
 from personas.models import DeliveryMode
@@ -78,7 +83,9 @@ async def turn_prepare(
     With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
     warm contexts are untouched, no row is written and no live update published; the result is the
     same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
-    dry run. Raises what the port or the database raise (a caller records the failure).
+    dry run. The prepared turn's ``meter`` counts its model calls against its guild's and
+    persona's budgets (a dry run's counts nothing). Raises what the port or the database raise
+    (a caller records the failure).
     """
     channel, persona, trigger = request.channel, request.persona, request.trigger
     now = runtime.clock()
@@ -109,12 +116,23 @@ async def turn_prepare(
         runtime.caches.remember_context(channel.channel_id, persona.id, context)
 
     models = selectors.persona_model_specs(persona)
-    render = turn_renderer(
-        context,
-        limit=channel.fetch_limit,
-        budget=context_budget(persona.context_window, persona.max_output_tokens),
+    budget = context_budget(persona.context_window, persona.max_output_tokens)
+    render = turn_renderer(context, limit=channel.fetch_limit, budget=budget)
+    site = (
+        None
+        if dry_run
+        else spend_site(
+            configuration=request.configuration, persona=persona, user_id=request.user_id
+        )
     )
-    toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id)
+    meter = (
+        runtime.spend.meter(
+            site, prompt_tokens=min(budget, sum(item.tokens for item in context.items))
+        )
+        if site is not None
+        else UNMETERED
+    )
+    toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id, meter=meter)
     return PreparedTurn(
         request=request,
         turn_input=turn_input,
@@ -129,6 +147,7 @@ async def turn_prepare(
         participant_ms=participant_ms,
         build_ms=build_ms,
         recalled=recalled,
+        meter=meter,
     )
 
 
@@ -139,7 +158,9 @@ async def turn_run(
 
     Steps (each change of the turn's status is `chat.services.turn_lifecycle`'s, which
     publishes the live updates):
-        1. Record the turn as running (``turn.started``).
+        1. Record the turn as running (``turn.started``). A user past the guild's
+           ``user_turns`` ends it ``refused`` here, with a ⏳ reaction
+           (`chat.services.turn_refusal`).
         2. `turn_prepare` it; record its context (window, items, request: ``window.changed``).
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
@@ -147,7 +168,8 @@ async def turn_run(
            A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
            model writes: ``abort_if`` is asked before the first piece goes out.
         5. The turn ends (``turn.finished``); a delivered reply counts toward short-term memory
-           maintenance.
+           maintenance. A spent budget that refused the first model call ends it ``refused``,
+           with the channel's notice or a 💤 reaction.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
     they never raise out of here except for cancellation and `LeaseLost` (the turn ends
     ``aborted``, its trigger left unread for the worker that owns the channel now).
@@ -155,6 +177,8 @@ async def turn_run(
     channel, persona = request.channel, request.persona
     turn = await turn_start(request)
     try:
+        if not await _user_turn_taken(runtime, request, turn):
+            return turn
         if persona.delivery_mode != DeliveryMode.WHOLE:
             # A streamed reply types from the start of its turn (the history read and the
             # prompt build included) until its last piece is out.
@@ -175,10 +199,13 @@ async def turn_run(
                     render=prepared.render,
                     persona_name=persona.name,
                     toolbox=prepared.toolbox,
+                    meter=prepared.meter,
                 )
             await turn_exchange_recorded(turn, completion)
             abort_reason = await abort_if() if abort_if and completion.error is None else None
-            if abort_reason:
+            if completion.refusal is not None:
+                await turn_refuse_budget(runtime, request, turn, refusal=completion.refusal)
+            elif abort_reason:
                 await turn_aborted(turn, reason=abort_reason)
             else:
                 await reply_deliver(runtime, request, turn, completion)
@@ -208,6 +235,23 @@ async def turn_run(
         elif turn.status == Turn.Status.RUNNING:
             await turn_failed(turn, error=cause)
     return turn
+
+
+async def _user_turn_taken(runtime: TurnRuntime, request: TurnRequest, turn: Turn) -> bool:
+    """Count the turn's trigger against its guild's ``user_turns``; False when the user is
+    past it (the turn ends ``refused``, their message gets ⏳, no model is asked)."""
+    guild = request.channel.guild or request.persona.guild
+    limit = guild_limits_from_stored(guild.limits).user_turns
+    site = spend_site(
+        configuration=request.configuration, persona=request.persona, user_id=request.user_id
+    )
+    if limit is None or site is None:
+        return True
+    reason = await runtime.spend.user_turn(site=site, limit=limit, message_id=request.trigger.id)
+    if reason is None:
+        return True
+    await turn_refuse_user_turns(runtime, request, turn, reason=reason)
+    return False
 
 
 async def _turn_settle_stopped(turn: Turn, reason: str, *, sent: bool) -> None:
@@ -240,15 +284,21 @@ async def turn_ask(
 ) -> tuple[Turn, TurnCompletion]:
     """A background turn that asks the persona's models ``messages`` as written, with no tools
     (a memory refresh, a memory extraction). Steps: start the `Turn` (running), record the
-    context ``prepared`` read and the request, ask, record the exchange. Returns the running
-    turn and the completion: the caller judges the reply and ends the turn
-    (`chat.services.turn_lifecycle`)."""
+    context ``prepared`` read and the request, ask (counted as the request's reason: a
+    ``refresh`` or an ``extraction``), record the exchange. Returns the running turn and the
+    completion (``refusal`` set when a spent budget refused the call): the caller judges the
+    reply and ends the turn (`chat.services.turn_lifecycle`)."""
     turn = await turn_start(request)
     turn_context_record(turn, prepared)
     turn.request = {"messages": messages}
     turn.tool_allowlist = []
+    site = spend_site(configuration=request.configuration, persona=request.persona)
     completion = await runtime.runner.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona_name
+        models=prepared.models,
+        render=lambda plan: messages,
+        persona_name=persona_name,
+        meter=runtime.spend.meter(site) if site is not None else UNMETERED,
+        kind=CallKind.EXTRACTION if request.reason == TurnReason.EXTRACTION else CallKind.REFRESH,
     )
     await turn_exchange_recorded(turn, completion)
     return turn, completion

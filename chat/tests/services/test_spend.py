@@ -276,14 +276,16 @@ async def test_the_meter_refuses_a_turns_first_call_once_spent_and_waits_out_res
     meter = spend.meter(site(tokens_per_day=1000))
     with pytest.raises(SpendRefused) as refused:
         await meter.reserve(request_of("hello"), kind=CallKind.REPLY, admitted=False)
-    assert refused.value.reason.startswith("the guild's budget of 1,000 tokens a day is spent")
+    assert refused.value.refusal.reason.startswith(
+        "the guild's budget of 1,000 tokens a day is spent"
+    )
     # A retry of a turn let in is counted, never refused.
     await meter.reserve(request_of("hello", max_output=999), kind=CallKind.REPLY, admitted=True)
 
     busy = spend.meter(site(tokens_per_day=2000))
     with pytest.raises(SpendRefused) as held:  # 1,000 used + 1,000 held by the call above:
         await busy.reserve(request_of("hi"), kind=CallKind.REPLY, admitted=False)
-    assert "held by calls in flight" in held.value.reason
+    assert "held by calls in flight" in held.value.refusal.reason
 
 
 async def sync_record(prompt: int) -> None:
