@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, path
 
-from dashboard import live_views, memory_views, row_views, views
+from dashboard import live_views, memory_views, row_views, usage_views, views
 
 app_name = "dashboard"
 
@@ -65,6 +65,8 @@ urlpatterns = [
         memory_views.memory_delete,
         name="memory_delete",
     ),
+    path(guild + "usage/", usage_views.guild_usage, name="usage"),
+    path("usage/", usage_views.all_usage, name="usage_all"),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
     path("lorebook/test/", views.lorebook_test, name="lorebook_test"),

@@ -33,11 +33,13 @@ GET_ONLY = {
     "turn",
     "why",
     "document_rows",
+    "usage",
+    "usage_all",
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
 # Screens for admins alone.
-ADMIN_SCREENS = {"playground", "lorebook_editor", "guild_lorebook_editor"}
+ADMIN_SCREENS = {"playground", "lorebook_editor", "guild_lorebook_editor", "usage_all"}
 # htmx helpers that exist only for the edit forms (admins).
 ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview", "lorebook_test"}
 POST_ONLY = {
