@@ -6,7 +6,7 @@ a ``<title>`` saying its numbers."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from dashboard.usage_report import Row, format_usd
@@ -48,6 +48,7 @@ class Chart:
     ticks: tuple[tuple[float, str], ...]
     days: tuple[tuple[float, str], ...]
     baseline: float
+    legend: tuple[tuple[str, str], ...] = ()
     left: int = LEFT
 
 
@@ -65,8 +66,8 @@ def token_chart(days: Sequence[Row]) -> Chart:
         )
         for row in days
     ]
-    return _chart(
-        "Tokens per day: uncached prompt, cached prompt, output",
+    chart = _chart(
+        "Tokens per day",
         values,
         peak,
         lambda row: (
@@ -77,6 +78,8 @@ def token_chart(days: Sequence[Row]) -> Chart:
         ),
         lambda value: f"{value:,.0f}",
     )
+    legend = (("uncached", "uncached prompt"), ("cached", "cached prompt"), ("output", "output"))
+    return replace(chart, legend=legend)
 
 
 def cost_chart(days: Sequence[Row]) -> Chart:

@@ -37,3 +37,9 @@ def in_zone(value: dt.datetime, zone: str) -> str:
 def usd_text(value: str | None) -> str:
     """A stored cost (a decimal string) without its trailing zeros."""
     return "" if value is None else format_usd(Decimal(value))
+
+
+@register.filter
+def count(value: int) -> str:
+    """A count with thousands separators (``12,345``)."""
+    return f"{int(value):,}"
