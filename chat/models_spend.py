@@ -29,7 +29,10 @@ PICO = 10**12
 """Costs are stored as whole picodollars (US dollars × 10¹², the twelve places a cost is kept
 to): integer sums are exact on every database, where decimal sums in SQLite are not."""
 NOBODY = 0
-"""``user_id`` of a call no person's message caused (and of everyone with full privacy)."""
+"""``user_id`` of a call no person's message caused."""
+ANONYMOUS = 1
+"""``user_id`` the calls of people who chose full privacy are folded into (no Discord id is
+1): their own ids are kept nowhere."""
 
 
 def _usd_pico() -> models.PositiveBigIntegerField:
@@ -43,7 +46,8 @@ class UsageDay(models.Model):
     cost unknown, not zero) or had their tokens counted by the tokenizer (``estimated_calls``).
     ``channel_id`` is 0 for calls of no channel (a document's embedding), ``persona_name``
     empty for calls of no persona (the planner, a document's embedding), ``user_id`` `NOBODY`
-    for calls no person's message caused. Added to as calls happen, never rebuilt from
+    for calls no person's message caused and `ANONYMOUS` for those of people who chose full
+    privacy since. Added to as calls happen, never rebuilt from
     turns."""
 
     guild_id = models.PositiveBigIntegerField()

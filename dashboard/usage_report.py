@@ -20,6 +20,7 @@ from django.db.models import Q, QuerySet, Sum
 from django.utils import timezone
 
 from chat.models_spend import (
+    ANONYMOUS,
     CALL_KIND_LABELS,
     NOBODY,
     PICO,
@@ -287,7 +288,7 @@ def _sorted(grouped: Iterable[dict]) -> list[tuple[dict, Totals]]:
 def _user_rows(grouped: list[dict], names: NameBook) -> list[Row]:
     """Users by name; nobody's calls (background work) in a row of their own; every user with
     full privacy merged into one anonymous row (no id, no name)."""
-    names.prefetch_users(r["user_id"] for r in grouped if r["user_id"] != NOBODY)
+    names.prefetch_users(r["user_id"] for r in grouped if r["user_id"] not in (NOBODY, ANONYMOUS))
     named: list[Row] = []
     hidden = Totals()
     for row, totals in _sorted(grouped):
@@ -295,11 +296,10 @@ def _user_rows(grouped: list[dict], names: NameBook) -> list[Row]:
         if user_id == NOBODY:
             named.append(Row(None, "(no one: background work and the planner)", totals))
             continue
-        shown = names.user(user_id)
-        if shown.hidden:
+        if user_id == ANONYMOUS or names.user(user_id).hidden:
             hidden = hidden + totals
         else:
-            named.append(Row(user_id, shown.text, totals))
+            named.append(Row(user_id, names.user(user_id).text, totals))
     if hidden.calls:
         named.append(Row(None, f"({FULL_PRIVACY_LABEL}: everyone, together)", hidden))
     return sorted(named, key=lambda row: (-row.totals.tokens, -row.totals.calls))
@@ -432,10 +432,12 @@ def usage_csv_rows(
     rows = UsageDay.objects.filter(guild_id=guild.guild_id, day__gte=start, day__lte=end).order_by(
         "day", "channel_id", "persona_name", "user_id", "kind", "model"
     )
-    names.prefetch_users({r.user_id for r in rows if r.user_id != NOBODY})
+    names.prefetch_users({r.user_id for r in rows if r.user_id not in (NOBODY, ANONYMOUS)})
     for row in rows:
         if row.user_id == NOBODY:
             user = ""
+        elif row.user_id == ANONYMOUS:
+            user = FULL_PRIVACY_LABEL
         else:
             shown = names.user(row.user_id)
             user = FULL_PRIVACY_LABEL if shown.hidden else shown.text

@@ -40,6 +40,7 @@ from django.utils import timezone
 from chat.llm.base import ChatRequest, Completion, ModelRequest, TextCompletionRequest
 from chat.llm.metering import CallCharge, Refusal, SpendRefused
 from chat.models_spend import (
+    ANONYMOUS,
     NOBODY,
     PICO,
     SpendCounter,
@@ -415,8 +416,11 @@ def _counters_add(site: SpendSite, periods: SpendPeriods, counted: Counted) -> N
         )
 
 
+_ROLLUP_KEY = ("guild_id", "day", "channel_id", "persona_name", "user_id", "kind", "model")
+_ROLLUP_AMOUNTS = (*_ADDED, "unpriced_calls", "estimated_calls")
+
+
 def _rollup_add(site: SpendSite, day: dt.date, counted: Counted) -> None:
-    table = UsageDay._meta.db_table
     key = [
         site.guild_id,
         day,
@@ -426,16 +430,36 @@ def _rollup_add(site: SpendSite, day: dt.date, counted: Counted) -> None:
         str(counted.kind),
         counted.model[:200],
     ]
-    columns = (*_ADDED, "unpriced_calls", "estimated_calls")
-    amounts = [*_amounts(counted), 1 if counted.tokens.estimated else 0]
+    _rollup_upsert(key, [*_amounts(counted), 1 if counted.tokens.estimated else 0])
+
+
+def _rollup_upsert(key: Sequence[object], amounts: Sequence[int]) -> None:
+    """Add ``amounts`` (`_ROLLUP_AMOUNTS`) to the rollup row of ``key`` (`_ROLLUP_KEY`), made
+    when missing: one statement."""
+    table = UsageDay._meta.db_table
+    columns = _ROLLUP_AMOUNTS
     with connection.cursor() as cursor:
         cursor.execute(
             f"INSERT INTO {table} (guild_id, day, channel_id, persona_name, user_id, kind, model, "
             f"{', '.join(columns)}) VALUES ({', '.join(['%s'] * (len(key) + len(amounts)))}) "
-            "ON CONFLICT (guild_id, day, channel_id, persona_name, user_id, kind, model) "
+            f"ON CONFLICT ({', '.join(_ROLLUP_KEY)}) "
             f"DO UPDATE SET {_added(table, columns)}",
             [*key, *amounts],
         )
+
+
+def usage_forget_user(*, guild_id: int, user_id: int) -> int:
+    """Someone chose full privacy in the guild: fold their rollup rows into the anonymous
+    person's (`ANONYMOUS`: the totals stay, their id goes) and drop their window of recent
+    triggers. Call it in the caller's transaction; returns how many rows were folded."""
+    rows = list(UsageDay.objects.select_for_update().filter(guild_id=guild_id, user_id=user_id))
+    for row in rows:
+        key = [getattr(row, name) for name in _ROLLUP_KEY]
+        key[_ROLLUP_KEY.index("user_id")] = ANONYMOUS
+        _rollup_upsert(key, [getattr(row, name) for name in _ROLLUP_AMOUNTS])
+    UsageDay.objects.filter(id__in=[row.id for row in rows]).delete()
+    UserTurnWindow.objects.filter(guild_id=guild_id, user_id=user_id).delete()
+    return len(rows)
 
 
 def spend_record(*, site: SpendSite, now: dt.datetime, counted: Counted) -> None:
