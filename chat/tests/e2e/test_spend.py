@@ -99,6 +99,10 @@ async def test_a_spent_day_refuses_with_one_notice_then_rests_and_holds_after_a_
         True,
         False,
     )
+    why = await sync_to_async(why_json)(third["id"])
+    [tomori] = [a for a in why["answers"] if a["persona"] == "Tomori"]
+    assert not tomori["replied"]
+    assert tomori["why"].startswith("No model was asked: a limit said no: the guild's budget")
 
     # Another guild's budget is its own.
     world.llm.enqueue(answer("elsewhere answer"))
@@ -143,6 +147,16 @@ async def test_a_users_fifth_trigger_in_the_window_calls_nothing_and_another_use
     await eventually(lambda: len(world.bot_messages(GENERAL)) == 5)
     await world.drained()
     assert world.bot_messages(GENERAL)[4]["content"] == "answer 5"
+
+
+def why_json(message_id: str) -> dict:
+    """The why page's answer for a message, as a moderator asks it."""
+    staff, _ = User.objects.get_or_create(username="operator", defaults={"is_staff": True})
+    client = Client()
+    client.force_login(staff)
+    response = client.get(reverse("dashboard:why") + f"?message={message_id}&format=json")
+    assert response.status_code == 200
+    return response.json()
 
 
 def usage_json(guild_id: int) -> dict:
