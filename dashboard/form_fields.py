@@ -342,7 +342,7 @@ class LimitsField(forms.Field):
                 entry: Any = text
             elif not text.strip():
                 entry = None
-            elif part.kind == "number" and text.strip().isdigit():
+            elif part.kind == "number" and text.strip().lstrip("-").isdigit():
                 entry = int(text.strip())
             else:
                 entry = text.strip()

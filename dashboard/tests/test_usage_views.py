@@ -17,6 +17,7 @@ from django.utils import timezone
 from chat.models import DiscordName, Turn
 from chat.pipeline.spend import CallCost, CallKind, CostSource, TokenUsage
 from chat.services.spend import Counted, guild_site, spend_record
+from dashboard.tests.submitted_form import submitted_form
 from personas.models import GuildConfig, Persona
 
 pytestmark = pytest.mark.django_db
@@ -234,3 +235,31 @@ def test_the_turn_page_shows_each_calls_cost(guild, moderator_client):
     assert "Nothing was counted" in rows[0]
     assert "$0.000123" in rows[1] and "700 / 200 / 30" in rows[1]
     assert "unknown" in rows[2] and "(estimated)" in rows[2] and "vision" in rows[2]
+
+
+def test_an_admin_changes_the_limits_on_the_guild_page_and_bad_values_are_refused(
+    guild, admin_client, moderator_client
+):
+    url = reverse("dashboard:guild", args=[guild.guild_id])
+    posted = submitted_form(admin_client.get(url).content.decode())
+    assert posted["limits_tokens_per_day"] == ["200000"]
+
+    for field, value, says in [
+        ("limits_tokens_per_day", "-5", "greater than or equal to 0"),
+        ("limits_usd_per_month", "lots", "valid decimal"),
+        ("limits_user_turns_per_seconds", "", "limits.user_turns.per_seconds: is required"),
+    ]:
+        response = admin_client.post(url, {**posted, field: [value]})
+        page = response.content.decode()
+        assert response.status_code == 400, field
+        assert says in page, (field, page[page.find("errorlist") : page.find("errorlist") + 300])
+        guild.refresh_from_db()
+        assert guild.limits["tokens_per_day"] == 200000  # nothing saved
+
+    response = admin_client.post(url, {**posted, "limits_tokens_per_day": ["300000"]})
+    assert response.status_code == 302
+    guild.refresh_from_db()
+    assert guild.limits["tokens_per_day"] == 300000
+    assert guild.limits["user_turns"] == {"count": 5, "per_seconds": 60}
+    shown = moderator_client.get(url).content.decode()
+    assert "Tokens a day: 300000" in shown and "Triggers per user: 5" in shown
