@@ -231,6 +231,12 @@ class Turn(models.Model):
     build_ms = models.FloatField(null=True, blank=True)
     llm_ms = models.FloatField(null=True, blank=True)
     deliver_ms = models.FloatField(null=True, blank=True)
+    limits_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Spend and rate limits: the user's turns counted, each model call reserved "
+        "and settled (waits for calls in flight included); not part of llm_ms",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -311,6 +311,7 @@ class _Exchange:
         self._meter = meter
         self._kind = kind
         self._admitted = False
+        self._meter_s = 0.0
         self._tool_calls: list[AttemptRecord] = []
         self._models = models
         self._render = render
@@ -376,6 +377,7 @@ class _Exchange:
             error=error,
             tool_calls=tuple(self._tool_calls),
             refusal=refusal,
+            meter_ms=self._meter_s * 1000,
         )
 
     async def _call(
@@ -430,7 +432,11 @@ class _Exchange:
             )
             self._request = request.body()
             kind = self._kind if round_number == 0 else CallKind.TOOL
-            ticket = await self._meter.reserve(request, kind=kind, admitted=self._admitted)
+            metering = time.perf_counter()
+            try:
+                ticket = await self._meter.reserve(request, kind=kind, admitted=self._admitted)
+            finally:
+                self._meter_s += time.perf_counter() - metering
             self._admitted = True
             started = time.perf_counter()
             completion: Completion | None = None
@@ -499,7 +505,11 @@ class _Exchange:
     async def _settle(
         self, ticket: object, completion: Completion | None, received: str
     ) -> CallCharge | None:
-        return await self._meter.settle(ticket, completion=completion, received=received)
+        metering = time.perf_counter()
+        try:
+            return await self._meter.settle(ticket, completion=completion, received=received)
+        finally:
+            self._meter_s += time.perf_counter() - metering
 
     def _pause_after(
         self, error: LLMError, attempt_number: int, empty_retried: bool

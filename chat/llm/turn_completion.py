@@ -57,7 +57,9 @@ class TurnCompletion:
     model call of the turn, tools' own calls included; ``request`` is the exact body of the final
     attempt; ``llm_ms`` is the wall time of the whole exchange, pauses and tools included;
     ``tool_calls`` are the calls the tools made themselves (the vision model's);
-    ``refusal`` is set when a limit refused the turn's first call (then no model was asked).
+    ``refusal`` is set when a limit refused the turn's first call (then no model was asked);
+    ``meter_ms`` is the part of ``llm_ms`` spent reserving and settling the calls against the
+    budgets (waits for calls in flight included).
     """
 
     reply_text: str
@@ -69,3 +71,4 @@ class TurnCompletion:
     error: LLMError | None = None
     tool_calls: tuple[AttemptRecord, ...] = ()
     refusal: Refusal | None = None
+    meter_ms: float = 0.0

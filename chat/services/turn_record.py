@@ -121,7 +121,8 @@ def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
     turn.completion_tokens = completion.usage.completion_tokens
     turn.cached_prompt_tokens = completion.usage.cached_prompt_tokens
     turn.request = completion.request or turn.request
-    turn.llm_ms = completion.llm_ms
+    turn.llm_ms = completion.llm_ms - completion.meter_ms
+    turn.limits_ms = (turn.limits_ms or 0.0) + completion.meter_ms
     turn.reply_text = completion.reply_text
     turn.error = str(completion.error) if completion.error is not None else ""
     turn.warnings = [*turn.warnings, *completion.warnings]

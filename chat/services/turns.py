@@ -247,7 +247,9 @@ async def _user_turn_taken(runtime: TurnRuntime, request: TurnRequest, turn: Tur
     )
     if limit is None or site is None:
         return True
+    started = time.perf_counter()
     reason = await runtime.spend.user_turn(site=site, limit=limit, message_id=request.trigger.id)
+    turn.limits_ms = ms_since(started)
     if reason is None:
         return True
     await turn_refuse_user_turns(runtime, request, turn, reason=reason)
