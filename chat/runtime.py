@@ -129,7 +129,7 @@ def gateway_runtime(
         videos=videos,
         caches=TurnCaches(warm_contexts=settings.WORKER_WARM_CONTEXTS),
         configurations=ChannelConfigurations(),
-        spend=Spend(token_counter=token_counter),
+        spend=Spend(token_counter=token_counter, own_thread=True),
     )
 
 

@@ -23,10 +23,12 @@ from chat.pipeline.spend import CallKind, CostSource, TokenUsage
 @dataclass(frozen=True)
 class Refusal:
     """Why a limit said no before a model was called: ``reason`` as the turn record and the
-    why page give it, and when the budget that said no renews (None: unknown)."""
+    why page give it, which limit (``limit``: ``budget`` or ``user_turns``) and when the budget
+    that said no renews (None: unknown, or not a budget)."""
 
     reason: str
     renews_at: dt.datetime | None = None
+    limit: str = "budget"
 
 
 class SpendRefused(Exception):

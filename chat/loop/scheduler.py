@@ -98,7 +98,8 @@ class Scheduler:
         self.wake()
 
     async def stop(self) -> None:
-        """Cancel the consumer and every channel loop, and wait for them to end."""
+        """Cancel the consumer and every channel loop, and wait for them to end; then close
+        the database connections of the queue's and the spend counters' threads."""
         self._stopping = True
         tasks = [
             t for t in (self._consumer, *self._loops.values(), *self._publishing) if t is not None
@@ -109,6 +110,7 @@ class Scheduler:
         self._loops.clear()
         await self._counts.close()
         await self._on_queue_thread(connections.close_all)()
+        await self._runtime.spend.close()
 
     def wake(self) -> None:
         """New events are in the queue."""

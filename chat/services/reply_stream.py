@@ -22,7 +22,7 @@ from chat.services.turn_lifecycle import (
     turn_replied,
 )
 from chat.services.turn_record import turn_completion_record
-from chat.services.turn_refusal import turn_refuse_budget
+from chat.services.turn_refusal import turn_refuse
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from personas.models import DeliveryMode
 
@@ -61,8 +61,8 @@ async def reply_stream_deliver(
         5. A model failure before anything was sent ends the turn as a whole reply's does
            (``failed``, one failure notice); after, the sent pieces stand, `CUT_NOTICE` follows
            them, and the turn is ``replied`` with the error kept. A piece Discord refuses
-           ends the reply there the same way, without a notice. A spent budget that refused
-           the first call ends the turn ``refused`` (`chat.services.turn_refusal`).
+           ends the reply there the same way, without a notice. A limit that refused the
+           first call ends the turn ``refused`` (`chat.services.turn_refusal`).
     """
     persona = request.persona
     delivery = _StreamDelivery(runtime, request, turn, abort_if)
@@ -91,7 +91,7 @@ async def reply_stream_deliver(
     turn_completion_record(turn, completion)
     turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
     if completion.refusal is not None:
-        await turn_refuse_budget(runtime, request, turn, refusal=completion.refusal)
+        await turn_refuse(runtime, request, turn, refusal=completion.refusal)
         return
     if delivery.refusal:
         await turn_aborted(turn, reason=delivery.refusal)

@@ -28,13 +28,14 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from asgiref.sync import sync_to_async
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from chat.llm.base import ChatRequest, Completion, ModelRequest, TextCompletionRequest
@@ -146,10 +147,18 @@ class SpendSite:
     user_id: int = NOBODY
     guild_budget: BudgetLimits = field(default_factory=BudgetLimits)
     persona_budget: BudgetLimits = field(default_factory=BudgetLimits)
+    user_turns: UserTurnsLimit | None = None
+    """The guild's ``user_turns``, counted against ``user_id`` (when someone's message caused
+    the call)."""
 
     @property
     def limited(self) -> bool:
+        """Whether a budget applies (a call reserves its bound)."""
         return self.guild_budget.limited or self.persona_budget.limited
+
+    @property
+    def counts_user_turns(self) -> bool:
+        return self.user_turns is not None and self.user_id not in (NOBODY, ANONYMOUS)
 
 
 def spend_site(
@@ -189,6 +198,7 @@ def guild_site(
         persona_budget=budget_from_stored(persona.limits)
         if persona is not None
         else BudgetLimits(),
+        user_turns=limits.user_turns,
     )
 
 
@@ -228,6 +238,17 @@ def prices_table() -> dict[str, Price]:
 
 
 # --- The counters (sync: run them on the database thread) -----------------------------------
+
+
+def _commit_without_flush() -> None:
+    """In a PostgreSQL transaction: commit it without waiting for its WAL to reach the disk
+    (``synchronous_commit`` off for this transaction alone). A counter's commit then costs
+    about a tenth of a millisecond instead of a disk flush; what a crash of the database
+    server itself could lose is its last fraction of a second of counting (never a half-written
+    row). A worker's crash loses nothing. SQLite's WAL is already not flushed per commit."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,20 +348,60 @@ def spend_views(
     return views
 
 
+@dataclass(frozen=True, slots=True)
+class UserTurnAsk:
+    """A turn's first call also counts its trigger (``message_id``, at ``at`` epoch
+    seconds) against the site's ``user_turns``."""
+
+    message_id: int
+    at: float
+
+
 def spend_reserve(
-    *, site: SpendSite, bound: CallBound, now: dt.datetime, force: bool = False
-) -> Reservation | SpendDecision:
-    """Reserve ``bound`` for one call of ``site`` if its budgets let it start (``force``: it
-    starts anyway, a call of a turn already let in). Returns the `Reservation`, or the
-    decision that kept it out (``REFUSE``: spent; ``WAIT``: reservations in flight fill it).
-    Atomic across processes: the counter rows are locked for the whole judgement."""
+    *,
+    site: SpendSite,
+    bound: CallBound,
+    now: dt.datetime,
+    force: bool = False,
+    user_turn: UserTurnAsk | None = None,
+) -> Reservation | SpendDecision | UserTurnDecision:
+    """Let one call of ``site`` start if its limits allow, in one transaction:
+
+    1. With ``user_turn`` (a turn's first call, someone's message): lock the user's window of
+       recent triggers; a user past ``user_turns`` is refused (the `UserTurnDecision`).
+    2. When a budget applies: lock its counter rows, sum the reservations in flight, judge
+       (`spend_decision`); a spent (``REFUSE``) or busy (``WAIT``) budget is returned as its
+       decision, the trigger not counted.
+    3. Count the trigger in the window and reserve ``bound``; returns the `Reservation` (its
+       id None when no budget applies).
+
+    ``force`` (a call of a turn already let in) skips 1 and 2. Atomic across processes: the
+    rows are locked for the whole judgement."""
     periods = spend_periods(now, site.zone)
     with transaction.atomic():
-        if not force:
+        _commit_without_flush()
+        window: tuple[int, tuple[UserTurnSlot, ...]] | None = None
+        turn: UserTurnDecision | None = None
+        if user_turn is not None and not force and site.counts_user_turns:
+            assert site.user_turns is not None
+            window = _window_taken(site.guild_id, site.user_id)
+            turn = user_turn_decision(
+                slots=window[1],
+                message_id=user_turn.message_id,
+                now=user_turn.at,
+                limit=site.user_turns,
+            )
+            if not turn.allowed:
+                return turn
+        if site.limited and not force:
             used = _counters_taken(site, periods)
             decision = spend_decision(spend_views(site, used, _reserved(site, now)))
             if decision.verdict is not Verdict.ALLOW:
                 return decision
+        if window is not None and turn is not None and turn.slots != window[1]:
+            _window_store(window[0], turn.slots)
+        if not site.limited:
+            return Reservation(None, periods)
         row = SpendReservation.objects.create(
             guild_id=site.guild_id,
             persona_id=site.persona_id,
@@ -370,6 +431,7 @@ def spend_settle(
     counters of ``periods`` (the guild's, and the persona's when it has one) and to the day's
     rollup row."""
     with transaction.atomic():
+        _commit_without_flush()
         if reservation is not None and reservation.id is not None:
             SpendReservation.objects.filter(id=reservation.id).delete()
         _counters_add(site, periods, counted)
@@ -501,24 +563,33 @@ def user_turn_take(
 ) -> UserTurnDecision:
     """Judge one trigger of ``user_id`` in ``guild_id`` against ``limit`` and count it when it
     is let in, under the lock of the user's window row (atomic across processes)."""
-    table = UserTurnWindow._meta.db_table
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (guild_id, user_id, slots) VALUES (%s, %s, %s) "
-                f"ON CONFLICT (guild_id, user_id) DO UPDATE SET slots = {table}.slots "
-                "RETURNING id, slots",
-                [guild_id, user_id, "[]"],
-            )
-            row_id, stored = cursor.fetchone()
-        stored = UserTurnWindow._meta.get_field("slots").from_db_value(stored, None, connection)
-        slots = tuple(UserTurnSlot(int(m), float(at)) for m, at in stored or [])
+        _commit_without_flush()
+        row_id, slots = _window_taken(guild_id, user_id)
         decision = user_turn_decision(slots=slots, message_id=message_id, now=now, limit=limit)
         if decision.slots != slots:
-            UserTurnWindow.objects.filter(id=row_id).update(
-                slots=[[s.message_id, s.at] for s in decision.slots]
-            )
+            _window_store(row_id, decision.slots)
     return decision
+
+
+def _window_taken(guild_id: int, user_id: int) -> tuple[int, tuple[UserTurnSlot, ...]]:
+    """The user's window row (made when missing) locked until the transaction ends, in one
+    statement: its id and its slots."""
+    table = UserTurnWindow._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (guild_id, user_id, slots) VALUES (%s, %s, %s) "
+            f"ON CONFLICT (guild_id, user_id) DO UPDATE SET slots = {table}.slots "
+            "RETURNING id, slots",
+            [guild_id, user_id, "[]"],
+        )
+        row_id, stored = cursor.fetchone()
+    stored = UserTurnWindow._meta.get_field("slots").from_db_value(stored, None, connection)
+    return row_id, tuple(UserTurnSlot(int(m), float(at)) for m, at in stored or [])
+
+
+def _window_store(row_id: int, slots: Sequence[UserTurnSlot]) -> None:
+    UserTurnWindow.objects.filter(id=row_id).update(slots=[[s.message_id, s.at] for s in slots])
 
 
 # --- The meter ---------------------------------------------------------------------------------
@@ -539,60 +610,91 @@ class SpendMeter:
     the rollups. ``prompt_tokens`` is the prompt's count when the caller knows it (a persona
     turn's context); else the meter counts the request's text."""
 
-    def __init__(self, spend: Spend, site: SpendSite, *, prompt_tokens: int | None = None):
+    def __init__(
+        self,
+        spend: Spend,
+        site: SpendSite,
+        *,
+        prompt_tokens: int | None = None,
+        trigger_id: int | None = None,
+    ):
         self._spend = spend
         self.site = site
         self._prompt_tokens = prompt_tokens
+        self._trigger_id = trigger_id
 
     async def reserve(self, request: ModelRequest, *, kind: CallKind, admitted: bool) -> object:
-        """Reserve the call's bound (module docstring); raises `SpendRefused` when a budget is
-        spent, or stays held by calls in flight for `WAIT_MAX_S`, and the call is the turn's
-        first (``admitted`` False)."""
+        """Let the call start (module docstring): the turn's first call (``admitted`` False)
+        also counts its trigger against the guild's ``user_turns``; a call reserves its bound
+        when a budget applies. Raises `SpendRefused` for a user past their turns, a spent
+        budget, or one held by calls in flight for `WAIT_MAX_S` (a first call only). A call
+        no limit applies to costs no trip to the database."""
         spend, site = self._spend, self.site
-        price = await sync_to_async(spend.prices.price)(request.model.name)
-        now = spend.clock()
-        if not site.limited:
-            return _Ticket(request, kind, price, None, spend_periods(now, site.zone))
+        counts_turn = not admitted and self._trigger_id is not None and site.counts_user_turns
+        if not site.limited and not counts_turn:
+            periods = spend_periods(spend.clock(), site.zone)
+            return _Ticket(request, kind, None, None, periods)
+        waited = 0.0
+        while True:
+            now = spend.clock()
+            ask = UserTurnAsk(self._trigger_id, now.timestamp()) if counts_turn else None
+            price, result = await spend.on_thread(self._reserve_priced)(request, now, admitted, ask)
+            if isinstance(result, Reservation):
+                return _Ticket(request, kind, price, result, result.periods)
+            if isinstance(result, UserTurnDecision):
+                refusal = spend.user_turns_refusal(result, site=site)
+            elif result.verdict is Verdict.WAIT and waited < spend.max_wait_s:
+                await asyncio.sleep(spend.wait_poll_s)
+                waited += spend.wait_poll_s
+                continue
+            else:
+                refusal = spend.refusal(result, site=site, now=now)
+            spend.refused(site=site, kind=kind, reason=refusal.reason)
+            raise SpendRefused(refusal)
+
+    def _reserve_priced(
+        self, request: ModelRequest, now: dt.datetime, force: bool, ask: UserTurnAsk | None
+    ) -> tuple[Price | None, Reservation | SpendDecision | UserTurnDecision]:
+        """On the spend thread: the model's price, then `spend_reserve` of the call's bound."""
+        price = self._spend.prices.price(request.model.name)
         bound = call_bound(
-            prompt_tokens=self._prompt_estimate(request),
+            prompt_tokens=self._prompt_estimate(request) if self.site.limited else 0,
             max_output_tokens=request.model.max_output_tokens,
             price=price,
         )
-        waited = 0.0
-        while True:
-            result = await sync_to_async(spend_reserve)(
-                site=site, bound=bound, now=now, force=admitted
-            )
-            if isinstance(result, Reservation):
-                return _Ticket(request, kind, price, result, result.periods)
-            if result.verdict is Verdict.WAIT and waited < spend.max_wait_s:
-                await asyncio.sleep(spend.wait_poll_s)
-                waited += spend.wait_poll_s
-                now = spend.clock()
-                continue
-            refusal = spend.refusal(result, site=site, now=now)
-            spend.refused(site=site, kind=kind, reason=refusal.reason)
-            raise SpendRefused(refusal)
+        reserved = spend_reserve(site=self.site, bound=bound, now=now, force=force, user_turn=ask)
+        return price, reserved
 
     async def settle(
         self, ticket: object, *, completion: Completion | None, received: str
     ) -> CallCharge | None:
-        """Count the call (module docstring); None when nothing came back (the reservation is
-        only released)."""
+        """Count the call (module docstring): one trip to the database. None when nothing came
+        back (the reservation is only released)."""
         assert isinstance(ticket, _Ticket)
+        spend = self._spend
         if completion is None and not received:
             if ticket.reservation is not None:
-                await sync_to_async(spend_release)(reservation=ticket.reservation)
+                await spend.on_thread(spend_release)(reservation=ticket.reservation)
             return None
-        tokens = self._usage(ticket.request, completion, received)
         reported = completion.usage.cost if completion is not None else None
-        cost = call_cost(tokens, price=ticket.price, reported_usd=reported)
+        return await spend.on_thread(self._settle_priced)(ticket, completion, received, reported)
+
+    def _settle_priced(
+        self,
+        ticket: _Ticket,
+        completion: Completion | None,
+        received: str,
+        reported: Decimal | None,
+    ) -> CallCharge:
+        """On the spend thread: the call's tokens and cost, added by `spend_settle`."""
+        tokens = self._usage(ticket.request, completion, received)
+        price = ticket.price
+        if ticket.reservation is None:
+            price = self._spend.prices.price(ticket.request.model.name)
+        cost = call_cost(tokens, price=price, reported_usd=reported)
         counted = Counted(ticket.kind, ticket.request.model.name, tokens, cost)
-        await sync_to_async(spend_settle)(
-            site=self.site,
-            reservation=ticket.reservation,
-            periods=ticket.periods,
-            counted=counted,
+        spend_settle(
+            site=self.site, reservation=ticket.reservation, periods=ticket.periods, counted=counted
         )
         return CallCharge(ticket.kind, tokens, cost.usd, cost.source)
 
@@ -669,10 +771,34 @@ class Spend:
     clock: Callable[[], dt.datetime] = timezone.now
     wait_poll_s: float = WAIT_POLL_S
     max_wait_s: float = WAIT_MAX_S
+    own_thread: bool = False
+    """Run the counters' statements on a thread (and database connection) of their own, so
+    a busy worker's turns never queue them behind their other database work (the worker's
+    runtime does; close it with `close`). False: the caller's sync thread."""
+    _executor: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
 
-    def meter(self, site: SpendSite, *, prompt_tokens: int | None = None) -> SpendMeter:
-        """The meter of one turn (planner step, memory task) of ``site``."""
-        return SpendMeter(self, site, prompt_tokens=prompt_tokens)
+    def on_thread(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        """``func`` as a coroutine function run where the counters' statements run."""
+        if not self.own_thread:
+            return sync_to_async(func)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spend-db")
+        return sync_to_async(func, thread_sensitive=False, executor=self._executor)
+
+    async def close(self) -> None:
+        """Close the spend thread's database connection and the thread (nothing when it has
+        none)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await sync_to_async(connections.close_all, thread_sensitive=False, executor=executor)()
+            executor.shutdown(wait=False)
+
+    def meter(
+        self, site: SpendSite, *, prompt_tokens: int | None = None, trigger_id: int | None = None
+    ) -> SpendMeter:
+        """The meter of one turn (planner step, memory task) of ``site``; ``trigger_id``, the
+        message that caused it, is counted against ``user_turns`` by its first call."""
+        return SpendMeter(self, site, prompt_tokens=prompt_tokens, trigger_id=trigger_id)
 
     def refusal(self, decision: SpendDecision, *, site: SpendSite, now: dt.datetime) -> Refusal:
         """The refusal ``decision`` makes: its sentence (`refusal_reason`) and when the budget
@@ -700,32 +826,18 @@ class Spend:
         if not site.limited:
             return None
         now = self.clock()
-        decision = await sync_to_async(spend_state)(site=site, now=now)
+        decision = await self.on_thread(spend_state)(site=site, now=now)
         if decision.verdict is not Verdict.REFUSE:
             return None
         return self.refusal(decision, site=site, now=now)
 
-    async def user_turn(
-        self, *, site: SpendSite, limit: UserTurnsLimit | None, message_id: int
-    ) -> str | None:
-        """Count one trigger of ``site``'s user against ``limit``: None when it is let in
-        (no limit, nobody's message, or room in the window), else the reason it is not."""
-        if limit is None or site.user_id == NOBODY:
-            return None
-        now = self.clock()
-        decision = await sync_to_async(user_turn_take)(
-            guild_id=site.guild_id,
-            user_id=site.user_id,
-            message_id=message_id,
-            now=now.timestamp(),
-            limit=limit,
-        )
-        if decision.allowed:
-            return None
+    def user_turns_refusal(self, decision: UserTurnDecision, *, site: SpendSite) -> Refusal:
+        """The refusal of a user past ``user_turns`` (``decision`` refused their trigger)."""
+        assert site.user_turns is not None
+        limit = site.user_turns
         retry = dt.timedelta(seconds=round(decision.retry_after or 0))
-        reason = (
+        return Refusal(
             f"this user's {limit.count} triggers every {limit.per_seconds} s are used up "
-            f"(the next one in {retry})"
+            f"(the next one in {retry})",
+            limit="user_turns",
         )
-        self.refused(site=site, kind=None, reason=reason)
-        return reason

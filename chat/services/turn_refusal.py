@@ -39,6 +39,16 @@ NOTICE_LOOKBACK = dt.timedelta(days=31)
 """How far back a channel's turns are read to tell whether its notice was sent."""
 
 
+async def turn_refuse(
+    runtime: TurnRuntime, request: TurnRequest, turn: Turn, *, refusal: Refusal
+) -> None:
+    """End ``turn`` refused by the limit ``refusal`` names, answered as that limit is."""
+    if refusal.limit == "user_turns":
+        await turn_refuse_user_turns(runtime, request, turn, reason=refusal.reason)
+    else:
+        await turn_refuse_budget(runtime, request, turn, refusal=refusal)
+
+
 async def turn_refuse_user_turns(
     runtime: TurnRuntime, request: TurnRequest, turn: Turn, *, reason: str
 ) -> None:

@@ -33,7 +33,7 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_stream import reply_stream_deliver
-from chat.services.spend import guild_limits_from_stored, spend_site
+from chat.services.spend import spend_site
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     turn_attachment_urls_refresh,
@@ -52,7 +52,7 @@ from chat.services.turn_lifecycle import (
     turn_start,
 )
 from chat.services.turn_record import ms_since, turn_context_record
-from chat.services.turn_refusal import turn_refuse_budget, turn_refuse_user_turns
+from chat.services.turn_refusal import turn_refuse
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turn_tools import turn_toolbox
 from personas.models import DeliveryMode
@@ -127,7 +127,9 @@ async def turn_prepare(
     )
     meter = (
         runtime.spend.meter(
-            site, prompt_tokens=min(budget, sum(item.tokens for item in context.items))
+            site,
+            prompt_tokens=min(budget, sum(item.tokens for item in context.items)),
+            trigger_id=trigger.id if request.user_id is not None else None,
         )
         if site is not None
         else UNMETERED
@@ -158,9 +160,7 @@ async def turn_run(
 
     Steps (each change of the turn's status is `chat.services.turn_lifecycle`'s, which
     publishes the live updates):
-        1. Record the turn as running (``turn.started``). A user past the guild's
-           ``user_turns`` ends it ``refused`` here, with a ⏳ reaction
-           (`chat.services.turn_refusal`).
+        1. Record the turn as running (``turn.started``).
         2. `turn_prepare` it; record its context (window, items, request: ``window.changed``).
         3. Ask the model (retries, fallbacks, tool rounds) while typing.
         4. Unless ``abort_if`` now gives a reason (the turn ends ``aborted``, undelivered),
@@ -168,8 +168,9 @@ async def turn_run(
            A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
            model writes: ``abort_if`` is asked before the first piece goes out.
         5. The turn ends (``turn.finished``); a delivered reply counts toward short-term memory
-           maintenance. A spent budget that refused the first model call ends it ``refused``,
-           with the channel's notice or a 💤 reaction.
+           maintenance. A limit that refused the first model call ends it ``refused``
+           (`chat.services.turn_refusal`): a user past the guild's ``user_turns`` gets a ⏳
+           reaction, a spent budget the channel's notice or a 💤 reaction.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
     they never raise out of here except for cancellation and `LeaseLost` (the turn ends
     ``aborted``, its trigger left unread for the worker that owns the channel now).
@@ -177,8 +178,6 @@ async def turn_run(
     channel, persona = request.channel, request.persona
     turn = await turn_start(request)
     try:
-        if not await _user_turn_taken(runtime, request, turn):
-            return turn
         if persona.delivery_mode != DeliveryMode.WHOLE:
             # A streamed reply types from the start of its turn (the history read and the
             # prompt build included) until its last piece is out.
@@ -204,7 +203,7 @@ async def turn_run(
             await turn_exchange_recorded(turn, completion)
             abort_reason = await abort_if() if abort_if and completion.error is None else None
             if completion.refusal is not None:
-                await turn_refuse_budget(runtime, request, turn, refusal=completion.refusal)
+                await turn_refuse(runtime, request, turn, refusal=completion.refusal)
             elif abort_reason:
                 await turn_aborted(turn, reason=abort_reason)
             else:
@@ -235,25 +234,6 @@ async def turn_run(
         elif turn.status == Turn.Status.RUNNING:
             await turn_failed(turn, error=cause)
     return turn
-
-
-async def _user_turn_taken(runtime: TurnRuntime, request: TurnRequest, turn: Turn) -> bool:
-    """Count the turn's trigger against its guild's ``user_turns``; False when the user is
-    past it (the turn ends ``refused``, their message gets ⏳, no model is asked)."""
-    guild = request.channel.guild or request.persona.guild
-    limit = guild_limits_from_stored(guild.limits).user_turns
-    site = spend_site(
-        configuration=request.configuration, persona=request.persona, user_id=request.user_id
-    )
-    if limit is None or site is None:
-        return True
-    started = time.perf_counter()
-    reason = await runtime.spend.user_turn(site=site, limit=limit, message_id=request.trigger.id)
-    turn.limits_ms = ms_since(started)
-    if reason is None:
-        return True
-    await turn_refuse_user_turns(runtime, request, turn, reason=reason)
-    return False
 
 
 async def _turn_settle_stopped(turn: Turn, reason: str, *, sent: bool) -> None:

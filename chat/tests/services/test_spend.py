@@ -33,6 +33,7 @@ from chat.services.spend import (
     Reservation,
     Spend,
     SpendSite,
+    UserTurnAsk,
     reservations_prune,
     spend_record,
     spend_reserve,
@@ -57,7 +58,9 @@ async def _close_thread_connections():
     await sync_to_async(connections.close_all)()
 
 
-def site(tokens_per_day=None, usd_per_month=None, *, persona_budget=None, **fields) -> SpendSite:
+def site(
+    tokens_per_day=None, usd_per_month=None, *, persona_budget=None, user_turns=None, **fields
+) -> SpendSite:
     return SpendSite(
         guild_id=GUILD,
         zone=fields.pop("zone", UTC),
@@ -70,6 +73,7 @@ def site(tokens_per_day=None, usd_per_month=None, *, persona_budget=None, **fiel
             usd_per_month=Decimal(usd_per_month) if usd_per_month else None,
         ),
         persona_budget=persona_budget or BudgetLimits(),
+        user_turns=user_turns,
     )
 
 
@@ -326,3 +330,25 @@ def test_concurrent_reservations_overspend_by_at_most_one_call():
     used = counter("day").tokens
     assert 5_000 - bound <= used <= 5_000 + bound
     assert not SpendReservation.objects.exists()
+
+
+def test_a_first_call_counts_its_trigger_unless_a_limit_keeps_it_out():
+    turns = UserTurnsLimit(count=1, per_seconds=60)
+    spent = site(tokens_per_day=100, user_turns=turns)
+    spend_record(site=spent, now=NOW, counted=counted(prompt=100, completion=0))
+    ask = UserTurnAsk(message_id=11, at=NOW.timestamp())
+
+    refused = spend_reserve(site=spent, bound=CallBound(1, None), now=NOW, user_turn=ask)
+    assert refused.verdict is Verdict.REFUSE
+    assert UserTurnWindow.objects.get().slots == []  # a refused trigger takes no slot
+
+    open_site = site(user_turns=turns)
+    let_in = spend_reserve(site=open_site, bound=CallBound(1, None), now=NOW, user_turn=ask)
+    assert isinstance(let_in, Reservation) and let_in.id is None  # no budget: nothing reserved
+    again = spend_reserve(
+        site=open_site,
+        bound=CallBound(1, None),
+        now=NOW,
+        user_turn=UserTurnAsk(message_id=12, at=NOW.timestamp() + 1),
+    )
+    assert not again.allowed and again.retry_after == pytest.approx(59)
