@@ -166,13 +166,19 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
     async with discord_rest_port() as port, llm_client_from_settings() as client:
         if guild_id is not None:
             await port.load_directory(guild_id)
-        yield TurnRuntime(
-            port=port,
-            windows=WindowRegistry(fetch_history=port.fetch_history, cache_view=port.cache_view),
-            llm=AttemptRunner(client=client, stream=False),
-            token_counter=default_token_counter(),
-            spend=Spend(token_counter=default_token_counter()),
-        )
+        spend = Spend(token_counter=default_token_counter())
+        try:
+            yield TurnRuntime(
+                port=port,
+                windows=WindowRegistry(
+                    fetch_history=port.fetch_history, cache_view=port.cache_view
+                ),
+                llm=AttemptRunner(client=client, stream=False),
+                token_counter=default_token_counter(),
+                spend=spend,
+            )
+        finally:
+            await spend.close()  # every call counted before the task ends
 
 
 HistoryRead = Callable[[int, int], Awaitable[list[HistoryMessage]]]

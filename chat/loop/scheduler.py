@@ -133,13 +133,14 @@ class Scheduler:
             self.schedule(channel_id)
 
     async def idle(self) -> None:
-        """Wait until the queue is consumed, every pool that grew has its loop scheduled, and
-        no channel loop runs (used by tests)."""
+        """Wait until the queue is consumed, every pool that grew has its loop scheduled, no
+        channel loop runs and every model call is counted (used by tests)."""
         while True:
             await asyncio.sleep(0.05)
             ready = await sync_to_async(event_queue_has_ready)(shards=self._shards)
             busy = self._loops or self._publishing
             if not busy and not ready and not self._wakeup.is_set():
+                await self._runtime.spend.settled()
                 return
 
     # -- consumption -------------------------------------------------------------------------

@@ -2,9 +2,9 @@
 
 The rules are pure (`chat.pipeline.spend`); this module keeps the counts they read:
 
-- `spend_reserve`: before a model call, in one transaction: take the budget's counter rows
-  (an upsert that locks them: every reservation of a guild waits for the one before it, in any
-  process), sum the reservations in flight, judge (`spend_decision`), and insert this call's
+- `spend_reserve`: before a model call, in one transaction: take the guild's reservation lock
+  (every reservation of a guild waits for the one before it, in any process), sum the
+  reservations in flight, read the counters, judge (`spend_decision`), and insert this call's
   reservation (its upper bound) when it may start.
 - `spend_settle`: after the call, in one transaction: delete its reservation, add what it used
   to the counters (the guild's and the persona's, for the day and the month) and to the day's
@@ -27,6 +27,7 @@ import asyncio
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,6 +87,9 @@ WAIT_POLL_S = 0.1
 """How often a call waiting for reservations in flight asks again."""
 WAIT_MAX_S = 30.0
 """How long a call waits for reservations in flight before it is refused."""
+PRICE_RECHECK_S = 1.0
+"""A worker reads the price table's stamp at most once a second: a changed price applies to
+calls within a second."""
 IMAGE_PART_TOKENS = 1_000
 """What an image part of a request is reserved as (providers count 85 to about 1,500)."""
 DEFAULT_NOTICE = "({persona} is resting: this server's model budget is spent. It renews {renews}.)"
@@ -207,20 +211,31 @@ def guild_site(
 
 class PriceBook:
     """The operator's price table (`ModelPrice`), read once and kept while its stamp
-    (`PRICES_VERSION_KEY`) stands: one primary-key read per question. Safe from threads."""
+    (`PRICES_VERSION_KEY`) stands; the stamp is read at most once every ``recheck_s`` seconds
+    (0: on every question), so a changed price applies within that. Safe from threads."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, recheck_s: float = 0.0) -> None:
         self._stamp: str | None = None
         self._prices: dict[str, Price] = {}
+        self._checked = -float("inf")
+        self._recheck_s = recheck_s
         self._lock = threading.Lock()
+
+    @property
+    def fresh(self) -> bool:
+        """Whether `price` would answer without reading the database now."""
+        return time.monotonic() - self._checked < self._recheck_s
 
     def price(self, model: str) -> Price | None:
         """The price of ``model`` (its name exactly as requests send it); None: no price."""
-        stamp = config_versions([PRICES_VERSION_KEY])[PRICES_VERSION_KEY]
+        if not self.fresh:
+            stamp = config_versions([PRICES_VERSION_KEY])[PRICES_VERSION_KEY]
+            with self._lock:
+                if stamp != self._stamp:
+                    self._prices = prices_table()
+                    self._stamp = stamp
+                self._checked = time.monotonic()
         with self._lock:
-            if stamp != self._stamp:
-                self._prices = prices_table()
-                self._stamp = stamp
             return self._prices.get(model)
 
 
@@ -242,13 +257,30 @@ def prices_table() -> dict[str, Price]:
 
 def _commit_without_flush() -> None:
     """In a PostgreSQL transaction: commit it without waiting for its WAL to reach the disk
-    (``synchronous_commit`` off for this transaction alone). A counter's commit then costs
+    (``synchronous_commit`` off for this transaction alone; the spend thread's own connection
+    has it off for its whole session, `_counting_connection`). A counter's commit then costs
     about a tenth of a millisecond instead of a disk flush; what a crash of the database
     server itself could lose is its last fraction of a second of counting (never a half-written
     row). A worker's crash loses nothing. SQLite's WAL is already not flushed per commit."""
-    if connection.vendor == "postgresql":
+    if connection.vendor != "postgresql" or _counting_session():
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+
+def _counting_session() -> bool:
+    """Whether this thread's connection is the spend thread's, with commits unflushed."""
+    return getattr(connection, "spend_session", None) is connection.connection is not None
+
+
+def _counting_connection() -> None:
+    """On the spend thread: its connection commits without a disk flush for its whole
+    session (it runs the counters' statements alone), set once per connection."""
+    if connection.vendor == "postgresql" and not _counting_session():
+        connection.ensure_connection()
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            cursor.execute("SET synchronous_commit TO OFF")
+        connection.spend_session = connection.connection  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,27 +306,39 @@ def _counter_keys(site: SpendSite, periods: SpendPeriods) -> list[tuple[int, int
     ]
 
 
-def _counters_taken(site: SpendSite, periods: SpendPeriods) -> dict[tuple[int, str], SpendCount]:
-    """Make sure the call's counter rows exist and lock them (until the transaction ends),
-    in one statement; returns what each has used, by (persona id, period)."""
-    table = SpendCounter._meta.db_table
-    keys = _counter_keys(site, periods)
-    values = ", ".join(["(%s, %s, %s, %s, 0, 0, 0, 0, 0, 0)"] * len(keys))
+SPEND_LOCK_NAMESPACE = 0x7370656E  # "spen"
+"""The first key of the PostgreSQL advisory lock a guild's reservations take (the second is
+the guild's id folded to 32 bits: two guilds that share one only wait for each other)."""
+
+
+def _guild_lock(guild_id: int) -> None:
+    """Take the guild's reservation lock until the transaction ends: reservations of one
+    guild are judged one at a time, in any process, while settlements (which add to the
+    counters and drop reservations) go on beside them. PostgreSQL: a transaction-level
+    advisory lock; SQLite: its one writer at a time already orders them."""
+    if connection.vendor != "postgresql":
+        return
+    folded = (guild_id ^ (guild_id >> 32)) & 0x7FFFFFFF
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (guild_id, persona_id, period, starts_on, calls, "
-            "prompt_tokens, cached_prompt_tokens, completion_tokens, usd_pico, unpriced_calls) "
-            f"VALUES {values} ON CONFLICT (guild_id, persona_id, period, starts_on) "
-            f"DO UPDATE SET calls = {table}.calls "
-            "RETURNING persona_id, period, prompt_tokens, completion_tokens, usd_pico",
-            [value for key in keys for value in key],
-        )
-        rows = cursor.fetchall()
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SPEND_LOCK_NAMESPACE, folded])
+
+
+def _counters_read(site: SpendSite, periods: SpendPeriods) -> dict[tuple[int, str], SpendCount]:
+    """What each of the call's counters has used (a counter not made yet: nothing), by
+    (persona id, period)."""
+    keys = _counter_keys(site, periods)
+    rows = SpendCounter.objects.filter(
+        guild_id=site.guild_id,
+        persona_id__in={owner for _, owner, _, _ in keys},
+        starts_on__in={periods.day, periods.month},
+    ).values_list(
+        "persona_id", "period", "starts_on", "prompt_tokens", "completion_tokens", "usd_pico"
+    )
+    wanted = {(owner, period, start) for _, owner, period, start in keys}
     return {
-        (int(owner), str(period)): SpendCount(
-            tokens=int(prompt) + int(completion), usd=Decimal(int(pico)) / PICO
-        )
-        for owner, period, prompt, completion, pico in rows
+        (owner, period): SpendCount(tokens=prompt + completion, usd=Decimal(pico) / PICO)
+        for owner, period, start, prompt, completion, pico in rows
+        if (owner, period, start) in wanted
     }
 
 
@@ -369,14 +413,15 @@ def spend_reserve(
 
     1. With ``user_turn`` (a turn's first call, someone's message): lock the user's window of
        recent triggers; a user past ``user_turns`` is refused (the `UserTurnDecision`).
-    2. When a budget applies: lock its counter rows, sum the reservations in flight, judge
-       (`spend_decision`); a spent (``REFUSE``) or busy (``WAIT``) budget is returned as its
-       decision, the trigger not counted.
+    2. When a budget applies: take the guild's reservation lock (`_guild_lock`), sum the
+       reservations in flight and read the counters, judge (`spend_decision`); a spent
+       (``REFUSE``) or busy (``WAIT``) budget is returned as its decision, the trigger not
+       counted.
     3. Count the trigger in the window and reserve ``bound``; returns the `Reservation` (its
        id None when no budget applies).
 
-    ``force`` (a call of a turn already let in) skips 1 and 2. Atomic across processes: the
-    rows are locked for the whole judgement."""
+    ``force`` (a call of a turn already let in) skips 1 and 2. Atomic across processes: a
+    guild's reservations are judged one at a time."""
     periods = spend_periods(now, site.zone)
     with transaction.atomic():
         _commit_without_flush()
@@ -394,8 +439,11 @@ def spend_reserve(
             if not turn.allowed:
                 return turn
         if site.limited and not force:
-            used = _counters_taken(site, periods)
-            decision = spend_decision(spend_views(site, used, _reserved(site, now)))
+            _guild_lock(site.guild_id)
+            # Reservations first, then the counters: a settlement committing in between is
+            # then counted twice (used, and still reserved), never not at all.
+            reserved = _reserved(site, now)
+            decision = spend_decision(spend_views(site, _counters_read(site, periods), reserved))
             if decision.verdict is not Verdict.ALLOW:
                 return decision
         if window is not None and turn is not None and turn.slots != window[1]:
@@ -668,33 +716,28 @@ class SpendMeter:
     async def settle(
         self, ticket: object, *, completion: Completion | None, received: str
     ) -> CallCharge | None:
-        """Count the call (module docstring): one trip to the database. None when nothing came
-        back (the reservation is only released)."""
+        """Count the call (module docstring): its charge is worked out now; the counters and
+        the rollup take it on the spend thread in the background (the turn goes on at once).
+        None when nothing came back (its reservation is released)."""
         assert isinstance(ticket, _Ticket)
         spend = self._spend
         if completion is None and not received:
             if ticket.reservation is not None:
-                await spend.on_thread(spend_release)(reservation=ticket.reservation)
+                spend.background(spend_release, reservation=ticket.reservation)
             return None
-        reported = completion.usage.cost if completion is not None else None
-        return await spend.on_thread(self._settle_priced)(ticket, completion, received, reported)
-
-    def _settle_priced(
-        self,
-        ticket: _Ticket,
-        completion: Completion | None,
-        received: str,
-        reported: Decimal | None,
-    ) -> CallCharge:
-        """On the spend thread: the call's tokens and cost, added by `spend_settle`."""
         tokens = self._usage(ticket.request, completion, received)
         price = ticket.price
         if ticket.reservation is None:
-            price = self._spend.prices.price(ticket.request.model.name)
+            price = await spend.price(ticket.request.model.name)
+        reported = completion.usage.cost if completion is not None else None
         cost = call_cost(tokens, price=price, reported_usd=reported)
         counted = Counted(ticket.kind, ticket.request.model.name, tokens, cost)
-        spend_settle(
-            site=self.site, reservation=ticket.reservation, periods=ticket.periods, counted=counted
+        spend.background(
+            spend_settle,
+            site=self.site,
+            reservation=ticket.reservation,
+            periods=ticket.periods,
+            counted=counted,
         )
         return CallCharge(ticket.kind, tokens, cost.usd, cost.source)
 
@@ -766,30 +809,66 @@ class Spend:
     counted with, the clock, how long a call waits for reservations in flight. Builds the
     meters of its runtime's turns; `chat.runtime` makes one per runtime."""
 
-    prices: PriceBook = field(default_factory=PriceBook)
+    prices: PriceBook = field(default_factory=lambda: PriceBook(recheck_s=PRICE_RECHECK_S))
     token_counter: TokenCounter = field(default_factory=default_token_counter)
     clock: Callable[[], dt.datetime] = timezone.now
     wait_poll_s: float = WAIT_POLL_S
     max_wait_s: float = WAIT_MAX_S
     own_thread: bool = False
-    """Run the counters' statements on a thread (and database connection) of their own, so
-    a busy worker's turns never queue them behind their other database work (the worker's
-    runtime does; close it with `close`). False: the caller's sync thread."""
-    _executor: ThreadPoolExecutor | None = field(default=None, init=False, repr=False)
+    """Run the counters' statements on threads (and database connections) of their own, so a
+    busy worker's turns never queue them behind their other database work: one thread lets
+    calls in (`spend_reserve`, one at a time, so a worker's reservations never wait for each
+    other's row locks), one settles them (the worker's runtime does; close it with
+    `close`). False: the caller's sync thread for both."""
+    _lanes: dict[str, ThreadPoolExecutor] = field(default_factory=dict, init=False, repr=False)
+    _pending: set[asyncio.Task[Any]] = field(default_factory=set, init=False, repr=False)
 
-    def on_thread(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        """``func`` as a coroutine function run where the counters' statements run."""
+    def on_thread(self, func: Callable[..., Any], *, lane: str = "reserve") -> Callable[..., Any]:
+        """``func`` as a coroutine function run where the counters' statements of ``lane``
+        (``reserve`` or ``settle``) run."""
         if not self.own_thread:
             return sync_to_async(func)
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spend-db")
-        return sync_to_async(func, thread_sensitive=False, executor=self._executor)
+        executor = self._lanes.get(lane)
+        if executor is None:
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spend-{lane}")
+            self._lanes[lane] = executor
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            _counting_connection()
+            return func(*args, **kwargs)
+
+        return sync_to_async(counted, thread_sensitive=False, executor=executor)
+
+    def background(self, func: Callable[..., Any], **kwargs: Any) -> None:
+        """Run ``func(**kwargs)`` on the settle lane without waiting for it (`settled` waits
+        for every such call; a failure is logged: the counts it carried are lost)."""
+        task = asyncio.get_running_loop().create_task(self.on_thread(func, lane="settle")(**kwargs))
+        self._pending.add(task)
+        task.add_done_callback(self._settled_one)
+
+    def _settled_one(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("a model call could not be counted", exc_info=task.exception())
+
+    async def settled(self) -> None:
+        """Wait until every call settled in the background is in the counters and rollups."""
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+
+    async def price(self, model: str) -> Price | None:
+        """``model``'s price, from the price book (a trip to the database only when it is due
+        to check the table's stamp)."""
+        if self.prices.fresh:
+            return self.prices.price(model)
+        return await self.on_thread(self.prices.price)(model)
 
     async def close(self) -> None:
-        """Close the spend thread's database connection and the thread (nothing when it has
-        none)."""
-        executor, self._executor = self._executor, None
-        if executor is not None:
+        """Settle what is pending, then close the spend threads' database connections and
+        the threads (nothing when it has none)."""
+        await self.settled()
+        lanes, self._lanes = self._lanes, {}
+        for executor in lanes.values():
             await sync_to_async(connections.close_all, thread_sensitive=False, executor=executor)()
             executor.shutdown(wait=False)
 

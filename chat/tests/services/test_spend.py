@@ -225,11 +225,12 @@ def request_of(text: str, max_output: int = 50) -> ChatRequest:
 
 async def test_the_meter_counts_what_the_provider_reported_and_prices_it():
     await ModelPrice.objects.acreate(model="gpt-4o-mini", input="1", cached_input="0.5", output="2")
-    meter = Spend(clock=lambda: NOW).meter(site())
-    ticket = await meter.reserve(request_of("hello"), kind=CallKind.REPLY, admitted=False)
     reported = Usage(prompt_tokens=1000, completion_tokens=100, cached_prompt_tokens=400)
-
+    spend = Spend(clock=lambda: NOW)
+    meter = spend.meter(site())
+    ticket = await meter.reserve(request_of("hello"), kind=CallKind.REPLY, admitted=False)
     charge = await meter.settle(ticket, completion=Completion("hi", usage=reported), received="hi")
+    await spend.settled()
 
     assert charge.usd == Decimal("0.001000000000")  # 600 × 1 + 400 × 0.5 + 100 × 2, per million
     assert charge.source is CostSource.PRICES and not charge.tokens.estimated
@@ -254,6 +255,7 @@ async def test_a_call_without_reported_usage_is_counted_by_the_tokenizer_and_mar
     ticket = await meter.reserve(request, kind=CallKind.REPLY, admitted=False)
 
     charge = await meter.settle(ticket, completion=Completion("a short answer"), received="")
+    await spend.settled()
 
     counter = spend.token_counter
     assert charge.tokens.estimated
@@ -265,11 +267,13 @@ async def test_a_call_without_reported_usage_is_counted_by_the_tokenizer_and_mar
 
 
 async def test_a_failed_call_releases_its_reservation_and_counts_nothing():
-    meter = Spend(clock=lambda: NOW).meter(site(tokens_per_day=10_000))
+    spend = Spend(clock=lambda: NOW)
+    meter = spend.meter(site(tokens_per_day=10_000))
     ticket = await meter.reserve(request_of("hello"), kind=CallKind.REPLY, admitted=False)
     assert await SpendReservation.objects.acount() == 1
 
     assert await meter.settle(ticket, completion=None, received="") is None
+    await spend.settled()
     assert not await SpendReservation.objects.aexists()
     assert not await UsageDay.objects.aexists()
 
