@@ -129,10 +129,16 @@ class SpendCounter(models.Model):
 
 
 class SpendReservation(models.Model):
-    """A model call in flight: the upper bound it reserved against its guild's budgets (and
-    its persona's, ``persona_id``; 0: none), for the day and month it started in. Deleted when
-    the call settles; one a stopped process never settled lapses at ``expires_at``."""
+    """A model call in flight: the upper bound it holds against its guild's budgets (and
+    its persona's, ``persona_id``; 0: none), for the day and month it started in, written as
+    the call starts and deleted when it settles (``ticket`` names it): what the usage page
+    shows as reserved, and what a process that starts no call of its own (a background task
+    asking whether the budget is spent) sees of the others'. A process judges its own calls
+    on its in-memory holds (`chat.services.spend.SpendLedger`). One a stopped process never
+    settled lapses at ``expires_at``."""
 
+    ticket = models.CharField(max_length=32, unique=True)
+    holder = models.CharField(max_length=32, help_text="The process that holds it")
     guild_id = models.PositiveBigIntegerField()
     persona_id = models.PositiveBigIntegerField(default=0)
     day = models.DateField()

@@ -2,32 +2,36 @@
 
 The rules are pure (`chat.pipeline.spend`); this module keeps the counts they read:
 
-- `spend_reserve`: before a model call, in one transaction: take the guild's reservation lock
-  (every reservation of a guild waits for the one before it, in any process), sum the
-  reservations in flight, read the counters, judge (`spend_decision`), and insert this call's
-  reservation (its upper bound) when it may start.
-- `spend_settle`: after the call, in one transaction: delete its reservation, add what it used
-  to the counters (the guild's and the persona's, for the day and the month) and to the day's
-  rollup row (guild, channel, persona, user, kind, model). Integer sums in single statements
-  (``INSERT … ON CONFLICT DO UPDATE``): exact on PostgreSQL and SQLite.
+- A call is let in on what the counters say its budgets used (one read) plus what this
+  process's calls in flight hold (`SpendLedger`, in memory: judged and held with no await in
+  between, so a process never starts two calls on the same headroom). Calls of other processes
+  in flight are not seen: each process may start one call the others would have refused, so a
+  budget is overspent by at most one turn per process, whatever the concurrency.
+- `spend_settle`: after the call, in the background, in one transaction: its reservation row
+  goes, what it used is added to the day's rollup row (guild, channel, persona, user, kind,
+  model) and to the counters (the guild's and the persona's, for the day and the month), then
+  its hold is released. Integer sums in single statements (``INSERT … ON CONFLICT DO
+  UPDATE``): exact on PostgreSQL and SQLite.
 - `user_turn_take`: a user's sliding window of triggers, taken and judged
-  (`user_turn_decision`) under the row's lock.
+  (`user_turn_decision`) under the row's lock, in any process.
 
 `SpendMeter` is the `chat.llm.metering.CallMeter` of one turn (or planner step, memory task): it
-prices each call (`PriceBook`: the operator's table, kept while its stamp stands), reserves its
-bound, waits while only reservations in flight fill a budget, and settles with the provider's
-usage (else the tokenizer's count, marked estimated). `Spend` builds meters for a runtime and
-answers the questions asked before a turn (may this user trigger one more? is the budget
-spent?). Every refusal goes through `Spend.refused`, the one place it is logged (and counted).
+prices each call (`PriceBook`: the operator's table, kept while its stamp stands), lets it in
+(or waits while only calls in flight fill a budget), and settles it with the provider's usage
+(else the tokenizer's count, marked estimated). `Spend` builds meters for a runtime and answers
+the question a background task asks before it prepares anything (is the budget spent?). Every
+refusal goes through `Spend.refused`, the one place it is logged (and counted).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import datetime as dt
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,6 +91,9 @@ WAIT_POLL_S = 0.1
 """How often a call waiting for reservations in flight asks again."""
 WAIT_MAX_S = 30.0
 """How long a call waits for reservations in flight before it is refused."""
+RESERVE_THREADS = 4
+"""Threads (each with its database connection) a worker's first calls are let in on: they
+take no lock but a user's window row, so a burst's first calls go side by side."""
 PRICE_RECHECK_S = 1.0
 """A worker reads the price table's stamp at most once a second: a changed price applies to
 calls within a second."""
@@ -283,13 +290,82 @@ def _counting_connection() -> None:
         connection.spend_session = connection.connection  # type: ignore[attr-defined]
 
 
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """A call let in: its reservation row (None: nothing reserved, no budget applies) and the
-    periods it counts in (a call settles in the day it started)."""
+@dataclass(eq=False)
+class Hold:
+    """A call this process let in, its bound held against its guild's (and persona's)
+    budgets until it settles; ``ticket`` names its reservation row (the usage page's
+    "reserved"), ``periods`` the day and month it counts in (a call settles in the day it
+    started)."""
 
-    id: int | None
+    guild_id: int
+    persona_id: int
+    tokens: int
+    usd: Decimal
     periods: SpendPeriods
+    holder: str
+    ticket: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+class SpendLedger:
+    """The calls in flight of one process (one event loop), held against their budgets.
+
+    A call is judged on what the counters say was used and what other processes' calls hold
+    (their reservation rows, read from the database) plus these holds; a hold is released
+    once its settlement is committed. A read of the counters that began before a release could
+    miss the settlement, so until every such read has ended the released hold still counts
+    (at its bound): no call is counted neither as used nor as held.
+    """
+
+    def __init__(self) -> None:
+        self.holder = uuid.uuid4().hex
+        """Names this process's reservation rows (its own calls count through the ledger)."""
+        self._epoch = 0
+        self._live: dict[int, set[Hold]] = {}
+        self._released: list[tuple[int, Hold]] = []
+        self._reading: collections.Counter[int] = collections.Counter()
+
+    def read_started(self) -> int:
+        """A read of the counters begins: returns its epoch for `held` and `read_done`."""
+        self._reading[self._epoch] += 1
+        return self._epoch
+
+    def read_done(self, epoch: int) -> None:
+        self._reading[epoch] -= 1
+        if not self._reading[epoch]:
+            del self._reading[epoch]
+        self._prune()
+
+    def held(self, guild_id: int, *, since: int) -> dict[int, tuple[int, Decimal]]:
+        """What the guild's calls hold, summed per persona id (tokens, US dollars): the live
+        holds, and those released after the read of epoch ``since`` began."""
+        holds = [
+            *self._live.get(guild_id, ()),
+            *(
+                hold
+                for epoch, hold in self._released
+                if epoch > since and hold.guild_id == guild_id
+            ),
+        ]
+        sums: dict[int, tuple[int, Decimal]] = {}
+        for hold in holds:
+            tokens, usd = sums.get(hold.persona_id, (0, Decimal(0)))
+            sums[hold.persona_id] = (tokens + hold.tokens, usd + hold.usd)
+        return sums
+
+    def hold(self, held: Hold) -> None:
+        """Count ``held`` (a call just let in) against its budgets."""
+        self._live.setdefault(held.guild_id, set()).add(held)
+
+    def release(self, hold: Hold) -> None:
+        """The hold's settlement is committed (or its call used nothing)."""
+        self._live.get(hold.guild_id, set()).discard(hold)
+        self._epoch += 1
+        self._released.append((self._epoch, hold))
+        self._prune()
+
+    def _prune(self) -> None:
+        oldest = min(self._reading, default=self._epoch)
+        self._released = [(e, h) for e, h in self._released if e > oldest]
 
 
 def _counter_keys(site: SpendSite, periods: SpendPeriods) -> list[tuple[int, int, str, dt.date]]:
@@ -304,23 +380,6 @@ def _counter_keys(site: SpendSite, periods: SpendPeriods) -> list[tuple[int, int
             (SpendCounter.Period.MONTH, periods.month),
         )
     ]
-
-
-SPEND_LOCK_NAMESPACE = 0x7370656E  # "spen"
-"""The first key of the PostgreSQL advisory lock a guild's reservations take (the second is
-the guild's id folded to 32 bits: two guilds that share one only wait for each other)."""
-
-
-def _guild_lock(guild_id: int) -> None:
-    """Take the guild's reservation lock until the transaction ends: reservations of one
-    guild are judged one at a time, in any process, while settlements (which add to the
-    counters and drop reservations) go on beside them. PostgreSQL: a transaction-level
-    advisory lock; SQLite: its one writer at a time already orders them."""
-    if connection.vendor != "postgresql":
-        return
-    folded = (guild_id ^ (guild_id >> 32)) & 0x7FFFFFFF
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [SPEND_LOCK_NAMESPACE, folded])
 
 
 def _counters_read(site: SpendSite, periods: SpendPeriods) -> dict[tuple[int, str], SpendCount]:
@@ -342,10 +401,14 @@ def _counters_read(site: SpendSite, periods: SpendPeriods) -> dict[tuple[int, st
     }
 
 
-def _reserved(site: SpendSite, now: dt.datetime) -> dict[int, tuple[int, Decimal]]:
-    """The live reservations of the guild, summed per persona id: (tokens, US dollars)."""
+def _reserved(
+    site: SpendSite, now: dt.datetime, *, but: str = ""
+) -> dict[int, tuple[int, Decimal]]:
+    """The live reservations of the guild (those of holder ``but`` left out), summed per
+    persona id: (tokens, US dollars)."""
     rows = (
         SpendReservation.objects.filter(guild_id=site.guild_id, expires_at__gt=now)
+        .exclude(holder=but)
         .values_list("persona_id", "tokens", "usd_pico")
         .order_by()
     )
@@ -393,73 +456,75 @@ def spend_views(
 
 
 @dataclass(frozen=True, slots=True)
-class UserTurnAsk:
-    """A turn's first call also counts its trigger (``message_id``, at ``at`` epoch
-    seconds) against the site's ``user_turns``."""
+class FirstCallView:
+    """What a turn's first call is judged on: the trigger's count against ``user_turns``
+    (None: not counted), the counters' use and other processes' reservations."""
 
-    message_id: int
-    at: float
+    turn: UserTurnDecision | None
+    used: dict[tuple[int, str], SpendCount]
+    others: dict[int, tuple[int, Decimal]]
 
 
-def spend_reserve(
+def first_call_take(
     *,
     site: SpendSite,
-    bound: CallBound,
+    hold: Hold,
     now: dt.datetime,
-    force: bool = False,
-    user_turn: UserTurnAsk | None = None,
-) -> Reservation | SpendDecision | UserTurnDecision:
-    """Let one call of ``site`` start if its limits allow, in one transaction:
-
-    1. With ``user_turn`` (a turn's first call, someone's message): lock the user's window of
-       recent triggers; a user past ``user_turns`` is refused (the `UserTurnDecision`).
-    2. When a budget applies: take the guild's reservation lock (`_guild_lock`), sum the
-       reservations in flight and read the counters, judge (`spend_decision`); a spent
-       (``REFUSE``) or busy (``WAIT``) budget is returned as its decision, the trigger not
-       counted.
-    3. Count the trigger in the window and reserve ``bound``; returns the `Reservation` (its
-       id None when no budget applies).
-
-    ``force`` (a call of a turn already let in) skips 1 and 2. Atomic across processes: a
-    guild's reservations are judged one at a time."""
-    periods = spend_periods(now, site.zone)
+    trigger: int | None,
+) -> FirstCallView:
+    """A turn's first call, in one transaction: count its ``trigger`` in the user's window
+    (under the row's lock; a user past ``user_turns`` stops here, nothing written), write the
+    call's reservation row, then read other processes' reservations and the counters (in that
+    order: a settlement committing between them is counted twice, never not at all). The
+    caller judges on it with its own calls in flight, and gives the slot and the row back
+    (`first_call_give_back`) when the budget says no."""
     with transaction.atomic():
         _commit_without_flush()
-        window: tuple[int, tuple[UserTurnSlot, ...]] | None = None
-        turn: UserTurnDecision | None = None
-        if user_turn is not None and not force and site.counts_user_turns:
-            assert site.user_turns is not None
-            window = _window_taken(site.guild_id, site.user_id)
+        turn = None
+        if trigger is not None and site.user_turns is not None:
+            row_id, slots = _window_taken(site.guild_id, site.user_id)
             turn = user_turn_decision(
-                slots=window[1],
-                message_id=user_turn.message_id,
-                now=user_turn.at,
-                limit=site.user_turns,
+                slots=slots, message_id=trigger, now=now.timestamp(), limit=site.user_turns
             )
             if not turn.allowed:
-                return turn
-        if site.limited and not force:
-            _guild_lock(site.guild_id)
-            # Reservations first, then the counters: a settlement committing in between is
-            # then counted twice (used, and still reserved), never not at all.
-            reserved = _reserved(site, now)
-            decision = spend_decision(spend_views(site, _counters_read(site, periods), reserved))
-            if decision.verdict is not Verdict.ALLOW:
-                return decision
-        if window is not None and turn is not None and turn.slots != window[1]:
-            _window_store(window[0], turn.slots)
-        if not site.limited:
-            return Reservation(None, periods)
-        row = SpendReservation.objects.create(
-            guild_id=site.guild_id,
-            persona_id=site.persona_id,
-            day=periods.day,
-            month=periods.month,
-            tokens=bound.tokens,
-            usd_pico=int((bound.usd or Decimal(0)) * PICO),
-            expires_at=now + RESERVATION_TTL,
-        )
-    return Reservation(row.id, periods)
+                return FirstCallView(turn, {}, {})
+            if turn.slots != slots:
+                _window_store(row_id, turn.slots)
+        if site.limited:
+            reservation_record(hold=hold, expires_at=now + RESERVATION_TTL)
+            others = _reserved(site, now, but=hold.holder)
+            return FirstCallView(turn, _counters_read(site, hold.periods), others)
+    return FirstCallView(turn, {}, {})
+
+
+def first_call_give_back(*, site: SpendSite, hold: Hold, trigger: int | None) -> None:
+    """A first call a budget kept out: its reservation row goes and its trigger's slot is
+    given back (a refused trigger counts for nothing)."""
+    with transaction.atomic():
+        _commit_without_flush()
+        SpendReservation.objects.filter(ticket=hold.ticket).delete()
+        if trigger is not None and site.user_turns is not None:
+            row_id, slots = _window_taken(site.guild_id, site.user_id)
+            kept = tuple(slot for slot in slots if slot.message_id != trigger)
+            if kept != slots:
+                _window_store(row_id, kept)
+
+
+def reservation_record(*, hold: Hold, expires_at: dt.datetime) -> None:
+    """Write a hold's reservation row: what other processes see of the call, and the usage
+    page shows as reserved (a process that stops without settling it leaves it to lapse at
+    ``expires_at``)."""
+    SpendReservation.objects.create(
+        guild_id=hold.guild_id,
+        persona_id=hold.persona_id,
+        day=hold.periods.day,
+        month=hold.periods.month,
+        tokens=hold.tokens,
+        usd_pico=int(hold.usd * PICO),
+        expires_at=expires_at,
+        ticket=hold.ticket,
+        holder=hold.holder,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,23 +538,22 @@ class Counted:
 
 
 def spend_settle(
-    *, site: SpendSite, reservation: Reservation | None, periods: SpendPeriods, counted: Counted
+    *, site: SpendSite, hold: Hold | None, periods: SpendPeriods, counted: Counted
 ) -> None:
-    """Settle one call in one transaction: its reservation goes, what it used is added to the
-    counters of ``periods`` (the guild's, and the persona's when it has one) and to the day's
-    rollup row."""
+    """Settle one call in one transaction: its reservation row goes, what it used is added to
+    the counters of ``periods`` (the guild's, and the persona's when it has one) and to the
+    day's rollup row."""
     with transaction.atomic():
         _commit_without_flush()
-        if reservation is not None and reservation.id is not None:
-            SpendReservation.objects.filter(id=reservation.id).delete()
-        _counters_add(site, periods, counted)
+        if hold is not None:
+            SpendReservation.objects.filter(ticket=hold.ticket).delete()
         _rollup_add(site, periods.day, counted)
+        _counters_add(site, periods, counted)
 
 
-def spend_release(*, reservation: Reservation) -> None:
-    """Drop a reservation whose call used nothing (it failed before any answer)."""
-    if reservation.id is not None:
-        SpendReservation.objects.filter(id=reservation.id).delete()
+def spend_release(*, hold: Hold) -> None:
+    """Drop the reservation row of a call that used nothing (it failed before any answer)."""
+    SpendReservation.objects.filter(ticket=hold.ticket).delete()
 
 
 def _amounts(counted: Counted) -> list[int]:
@@ -573,11 +637,9 @@ def usage_forget_user(*, guild_id: int, user_id: int) -> int:
 
 
 def spend_record(*, site: SpendSite, now: dt.datetime, counted: Counted) -> None:
-    """Count a call that reserved nothing (no budget applies): the counters and rollup, in
-    the periods of ``now``."""
-    spend_settle(
-        site=site, reservation=None, periods=spend_periods(now, site.zone), counted=counted
-    )
+    """Count a call that held nothing (no budget applies, or a caller that waits for no
+    budget): the counters and rollup, in the periods of ``now``."""
+    spend_settle(site=site, hold=None, periods=spend_periods(now, site.zone), counted=counted)
 
 
 def spend_state(*, site: SpendSite, now: dt.datetime) -> SpendDecision:
@@ -648,7 +710,7 @@ class _Ticket:
     request: ModelRequest
     kind: CallKind
     price: Price | None
-    reservation: Reservation | None
+    hold: Hold | None
     periods: SpendPeriods
 
 
@@ -672,62 +734,96 @@ class SpendMeter:
         self._trigger_id = trigger_id
 
     async def reserve(self, request: ModelRequest, *, kind: CallKind, admitted: bool) -> object:
-        """Let the call start (module docstring): the turn's first call (``admitted`` False)
-        also counts its trigger against the guild's ``user_turns``; a call reserves its bound
-        when a budget applies. Raises `SpendRefused` for a user past their turns, a spent
-        budget, or one held by calls in flight for `WAIT_MAX_S` (a first call only). A call
-        no limit applies to costs no trip to the database."""
+        """Let the call start (module docstring): a turn's first call (``admitted`` False)
+        counts its trigger against the guild's ``user_turns`` and, when a budget applies, is
+        judged on the counters, other processes' reservations and this process's calls in
+        flight (`first_call_take`: one trip to the database); a user past their turns or a
+        spent budget refuses it, one held by calls in flight makes it wait for them (refused
+        after `WAIT_MAX_S`). A call under a budget then holds its bound until it settles.
+        Raises `SpendRefused`. A call no limit applies to costs no trip to the database."""
         spend, site = self._spend, self.site
-        counts_turn = not admitted and self._trigger_id is not None and site.counts_user_turns
-        if not site.limited and not counts_turn:
-            periods = spend_periods(spend.clock(), site.zone)
+        now = spend.clock()
+        periods = spend_periods(now, site.zone)
+        trigger = (
+            self._trigger_id
+            if not admitted and self._trigger_id is not None and site.counts_user_turns
+            else None
+        )
+        if not site.limited and trigger is None:
             return _Ticket(request, kind, None, None, periods)
-        waited = 0.0
-        while True:
-            now = spend.clock()
-            ask = UserTurnAsk(self._trigger_id, now.timestamp()) if counts_turn else None
-            price, result = await spend.on_thread(self._reserve_priced)(request, now, admitted, ask)
-            if isinstance(result, Reservation):
-                return _Ticket(request, kind, price, result, result.periods)
-            if isinstance(result, UserTurnDecision):
-                refusal = spend.user_turns_refusal(result, site=site)
-            elif result.verdict is Verdict.WAIT and waited < spend.max_wait_s:
-                await asyncio.sleep(spend.wait_poll_s)
-                waited += spend.wait_poll_s
-                continue
-            else:
-                refusal = spend.refusal(result, site=site, now=now)
-            spend.refused(site=site, kind=kind, reason=refusal.reason)
-            raise SpendRefused(refusal)
-
-    def _reserve_priced(
-        self, request: ModelRequest, now: dt.datetime, force: bool, ask: UserTurnAsk | None
-    ) -> tuple[Price | None, Reservation | SpendDecision | UserTurnDecision]:
-        """On the spend thread: the model's price, then `spend_reserve` of the call's bound."""
-        price = self._spend.prices.price(request.model.name)
+        price = await spend.price(request.model.name) if site.limited else None
         bound = call_bound(
-            prompt_tokens=self._prompt_estimate(request) if self.site.limited else 0,
+            prompt_tokens=self._prompt_estimate(request) if site.limited else 0,
             max_output_tokens=request.model.max_output_tokens,
             price=price,
         )
-        reserved = spend_reserve(site=self.site, bound=bound, now=now, force=force, user_turn=ask)
-        return price, reserved
+        if admitted:
+            hold = self._hold(bound, periods)
+            spend.ledger.hold(hold)
+            spend.background(reservation_record, hold=hold, expires_at=now + RESERVATION_TTL)
+            return _Ticket(request, kind, price, hold, periods)
+        waited = 0.0
+        while True:
+            hold = self._hold(bound, periods)
+            epoch = spend.ledger.read_started()
+            try:
+                view = await spend.on_thread(first_call_take)(
+                    site=site, hold=hold, now=now, trigger=trigger
+                )
+                held = spend.ledger.held(site.guild_id, since=epoch)
+            finally:
+                spend.ledger.read_done(epoch)
+            if view.turn is not None and not view.turn.allowed:
+                refusal = spend.user_turns_refusal(view.turn, site=site)
+                break
+            if not site.limited:
+                return _Ticket(request, kind, None, None, periods)
+            for owner, (tokens, usd) in view.others.items():
+                mine_tokens, mine_usd = held.get(owner, (0, Decimal(0)))
+                held[owner] = (mine_tokens + tokens, mine_usd + usd)
+            decision = spend_decision(spend_views(site, view.used, held))
+            if decision.verdict is Verdict.ALLOW:
+                spend.ledger.hold(hold)
+                return _Ticket(request, kind, price, hold, periods)
+            if decision.verdict is Verdict.WAIT and waited < spend.max_wait_s:
+                # The trigger keeps its slot; this try's row goes, the next writes its own.
+                spend.background(spend_release, hold=hold)
+                await asyncio.sleep(spend.wait_poll_s)
+                waited += spend.wait_poll_s
+                now = spend.clock()
+                periods = spend_periods(now, site.zone)
+                continue
+            spend.background(first_call_give_back, site=site, hold=hold, trigger=trigger)
+            refusal = spend.refusal(decision, site=site, now=now)
+            break
+        spend.refused(site=site, kind=kind, reason=refusal.reason)
+        raise SpendRefused(refusal)
+
+    def _hold(self, bound: CallBound, periods: SpendPeriods) -> Hold:
+        return Hold(
+            self.site.guild_id,
+            self.site.persona_id,
+            bound.tokens,
+            bound.usd or Decimal(0),
+            periods,
+            self._spend.ledger.holder,
+        )
 
     async def settle(
         self, ticket: object, *, completion: Completion | None, received: str
     ) -> CallCharge | None:
         """Count the call (module docstring): its charge is worked out now; the counters and
-        the rollup take it on the spend thread in the background (the turn goes on at once).
-        None when nothing came back (its reservation is released)."""
+        the rollup take it on the spend thread in the background (the turn goes on at once),
+        and its hold is released once they have. None when nothing came back."""
         assert isinstance(ticket, _Ticket)
         spend = self._spend
         if completion is None and not received:
-            if ticket.reservation is not None:
-                spend.background(spend_release, reservation=ticket.reservation)
+            if ticket.hold is not None:
+                spend.background(spend_release, hold=ticket.hold, then_release=ticket.hold)
             return None
         tokens = self._usage(ticket.request, completion, received)
         price = ticket.price
-        if ticket.reservation is None:
+        if ticket.hold is None:
             price = await spend.price(ticket.request.model.name)
         reported = completion.usage.cost if completion is not None else None
         cost = call_cost(tokens, price=price, reported_usd=reported)
@@ -735,9 +831,10 @@ class SpendMeter:
         spend.background(
             spend_settle,
             site=self.site,
-            reservation=ticket.reservation,
+            hold=ticket.hold,
             periods=ticket.periods,
             counted=counted,
+            then_release=ticket.hold,
         )
         return CallCharge(ticket.kind, tokens, cost.usd, cost.source)
 
@@ -816,10 +913,11 @@ class Spend:
     max_wait_s: float = WAIT_MAX_S
     own_thread: bool = False
     """Run the counters' statements on threads (and database connections) of their own, so a
-    busy worker's turns never queue them behind their other database work: one thread lets
-    calls in (`spend_reserve`, one at a time, so a worker's reservations never wait for each
-    other's row locks), one settles them (the worker's runtime does; close it with
-    `close`). False: the caller's sync thread for both."""
+    busy worker's turns never queue them behind their other database work:
+    `RESERVE_THREADS` let first calls in, one settles calls in the background (the worker's
+    runtime does; close it with `close`). False: the caller's sync thread for both."""
+    ledger: SpendLedger = field(default_factory=SpendLedger)
+    """This process's calls in flight."""
     _lanes: dict[str, ThreadPoolExecutor] = field(default_factory=dict, init=False, repr=False)
     _pending: set[asyncio.Task[Any]] = field(default_factory=set, init=False, repr=False)
 
@@ -830,7 +928,8 @@ class Spend:
             return sync_to_async(func)
         executor = self._lanes.get(lane)
         if executor is None:
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spend-{lane}")
+            threads = RESERVE_THREADS if lane == "reserve" else 1
+            executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"spend-{lane}")
             self._lanes[lane] = executor
 
         def counted(*args: Any, **kwargs: Any) -> Any:
@@ -839,10 +938,21 @@ class Spend:
 
         return sync_to_async(counted, thread_sensitive=False, executor=executor)
 
-    def background(self, func: Callable[..., Any], **kwargs: Any) -> None:
-        """Run ``func(**kwargs)`` on the settle lane without waiting for it (`settled` waits
-        for every such call; a failure is logged: the counts it carried are lost)."""
-        task = asyncio.get_running_loop().create_task(self.on_thread(func, lane="settle")(**kwargs))
+    def background(
+        self, func: Callable[..., Any], *, then_release: Hold | None = None, **kwargs: Any
+    ) -> None:
+        """Run ``func(**kwargs)`` on the settle lane without waiting for it, then release the
+        hold ``then_release`` (`settled` waits for every such call; a failure is logged: the
+        counts it carried are lost, the hold is released all the same)."""
+
+        async def run() -> None:
+            try:
+                await self.on_thread(func, lane="settle")(**kwargs)
+            finally:
+                if then_release is not None:
+                    self.ledger.release(then_release)
+
+        task = asyncio.get_running_loop().create_task(run())
         self._pending.add(task)
         task.add_done_callback(self._settled_one)
 
@@ -869,7 +979,16 @@ class Spend:
         await self.settled()
         lanes, self._lanes = self._lanes, {}
         for executor in lanes.values():
-            await sync_to_async(connections.close_all, thread_sensitive=False, executor=executor)()
+            threads = executor._max_workers
+            # One close per thread: the barrier keeps each on a thread of its own.
+            barrier = threading.Barrier(threads)
+
+            def close_this_thread(barrier: threading.Barrier = barrier) -> None:
+                barrier.wait(timeout=10)
+                connections.close_all()
+
+            closing = sync_to_async(close_this_thread, thread_sensitive=False, executor=executor)
+            await asyncio.gather(*(closing() for _ in range(threads)))
             executor.shutdown(wait=False)
 
     def meter(

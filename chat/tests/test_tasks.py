@@ -57,7 +57,13 @@ def test_the_prune_task_removes_expired_records_and_keeps_work_and_recent_ones(s
     SpendCounter.objects.create(guild_id=1, period="day", starts_on=year_ago, calls=3)
     for expires_at in (now - dt.timedelta(minutes=1), now + dt.timedelta(minutes=5)):
         SpendReservation.objects.create(
-            guild_id=1, day=year_ago, month=year_ago, tokens=10, expires_at=expires_at
+            ticket=str(expires_at.timestamp()),
+            holder="h",
+            guild_id=1,
+            day=year_ago,
+            month=year_ago,
+            tokens=10,
+            expires_at=expires_at,
         )
 
     deleted = records_prune_task.apply().get()

@@ -4,8 +4,8 @@ what a provider did not report."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
-import threading
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
@@ -18,7 +18,6 @@ from chat.llm.metering import SpendRefused
 from chat.models import SpendCounter, SpendReservation, UsageDay, UserTurnWindow
 from chat.pipeline.spend import (
     BudgetLimits,
-    CallBound,
     CallCost,
     CallKind,
     CostSource,
@@ -30,14 +29,10 @@ from chat.services.spend import (
     RESERVATION_TTL,
     Counted,
     PriceBook,
-    Reservation,
     Spend,
     SpendSite,
-    UserTurnAsk,
     reservations_prune,
     spend_record,
-    spend_reserve,
-    spend_settle,
     spend_state,
     user_turn_take,
 )
@@ -127,48 +122,71 @@ def test_kinds_users_and_channels_are_rows_of_their_own():
     assert counter("day", 7).calls == 3  # the planner's call is the guild's only
 
 
-def test_a_spent_budget_refuses_and_names_itself():
-    spend_record(site=site(), now=NOW, counted=counted(prompt=900, completion=100))
-
-    decision = spend_reserve(site=site(tokens_per_day=1000), bound=CallBound(10, None), now=NOW)
-
-    assert decision.verdict is Verdict.REFUSE
-    assert (decision.scope, int(decision.limit), int(decision.used)) == ("guild", 1000, 1000)
-    assert not SpendReservation.objects.exists()
-
-
-def test_reservations_in_flight_make_the_next_call_wait_then_settle():
-    limited = site(tokens_per_day=1000)
-    first = spend_reserve(site=limited, bound=CallBound(1000, None), now=NOW)
-    assert isinstance(first, Reservation)
-
-    second = spend_reserve(site=limited, bound=CallBound(10, None), now=NOW)
-    assert second.verdict is Verdict.WAIT
-    assert int(second.reserved) == 1000
-
-    spend_settle(site=limited, reservation=first, periods=first.periods, counted=counted())
-    assert not SpendReservation.objects.exists()
-    assert isinstance(spend_reserve(site=limited, bound=CallBound(10, None), now=NOW), Reservation)
-
-
-def test_a_call_of_a_turn_let_in_is_never_refused():
-    spend_record(site=site(), now=NOW, counted=counted(prompt=5000))
-    forced = spend_reserve(
-        site=site(tokens_per_day=10), bound=CallBound(10, None), now=NOW, force=True
+async def reserve(meter, text="hello", *, admitted=False, max_output=50):
+    return await meter.reserve(
+        request_of(text, max_output=max_output), kind=CallKind.REPLY, admitted=admitted
     )
-    assert isinstance(forced, Reservation)
 
 
-def test_a_personas_budget_refuses_it_alone():
+async def record(prompt: int, completion: int = 0, **site_fields) -> None:
+    await sync_to_async(spend_record)(
+        site=site(**site_fields),
+        now=NOW,
+        counted=counted(prompt=prompt, cached=0, completion=completion),
+    )
+
+
+async def test_a_spent_budget_refuses_a_first_call_and_names_itself():
+    await record(900, 100)
+    spend = Spend(clock=lambda: NOW)
+    meter = spend.meter(site(tokens_per_day=1000))
+
+    with pytest.raises(SpendRefused) as refused:
+        await reserve(meter)
+    await spend.settled()
+
+    assert refused.value.refusal.reason == (
+        "the guild's budget of 1,000 tokens a day is spent (1,000 used); "
+        "it renews at 2026-05-04 00:00 UTC"
+    )
+    assert refused.value.refusal.renews_at == dt.datetime(2026, 5, 4, tzinfo=dt.UTC)
+    assert not await SpendReservation.objects.aexists()
+
+
+async def test_calls_in_flight_make_the_next_wait_until_they_settle():
+    spend = Spend(clock=lambda: NOW, wait_poll_s=0.01, max_wait_s=0.05)
+    first = await reserve(spend.meter(site(tokens_per_day=1000)), max_output=999)
+    await spend.settled()
+    assert await SpendReservation.objects.acount() == 1  # the page's "reserved"
+
+    with pytest.raises(SpendRefused) as held:  # 1 + 999 held of 1,000: it waited, then gave up
+        await reserve(spend.meter(site(tokens_per_day=1000)))
+    assert "is held by calls in flight (0 used, 1,000 reserved)" in held.value.refusal.reason
+
+    await spend.meter(site(tokens_per_day=1000)).settle(
+        first, completion=Completion("hi", usage=Usage(10, 5, 0)), received="hi"
+    )
+    await spend.settled()
+    await reserve(spend.meter(site(tokens_per_day=1000)))  # 15 used: room again
+    assert await sync_to_async(lambda: counter("day").tokens)() == 15
+
+
+async def test_a_call_of_a_turn_let_in_is_never_refused():
+    await record(5000)
+    meter = Spend(clock=lambda: NOW).meter(site(tokens_per_day=10))
+    await reserve(meter, admitted=True)
+
+
+async def test_a_personas_budget_refuses_it_alone():
     tight = BudgetLimits(tokens_per_day=100)
-    spend_record(site=site(persona_budget=tight), now=NOW, counted=counted())
+    await record(120, persona_budget=tight)
+    spend = Spend(clock=lambda: NOW)
 
-    refused = spend_reserve(site=site(persona_budget=tight), bound=CallBound(1, None), now=NOW)
-    other = site(persona_id=8, persona_name="Anon", persona_budget=tight)
-    allowed = spend_reserve(site=other, bound=CallBound(1, None), now=NOW)
+    with pytest.raises(SpendRefused) as refused:
+        await reserve(spend.meter(site(persona_budget=tight)))
+    await reserve(spend.meter(site(persona_id=8, persona_name="Anon", persona_budget=tight)))
 
-    assert refused.verdict is Verdict.REFUSE and refused.scope == "Tomori"
-    assert isinstance(allowed, Reservation)
+    assert refused.value.refusal.reason.startswith("Tomori's budget of 100 tokens a day")
 
 
 def test_a_monthly_dollar_budget_counts_the_whole_month():
@@ -180,14 +198,19 @@ def test_a_monthly_dollar_budget_counts_the_whole_month():
     assert spend_state(site=site(usd_per_month="12"), now=next_month).verdict is Verdict.ALLOW
 
 
-def test_a_lapsed_reservation_holds_nothing_and_is_pruned():
-    limited = site(tokens_per_day=1000)
-    spend_reserve(site=limited, bound=CallBound(5000, None), now=NOW)
-    later = NOW + RESERVATION_TTL + dt.timedelta(seconds=1)
-
-    assert isinstance(spend_reserve(site=limited, bound=CallBound(1, None), now=later), Reservation)
-    assert reservations_prune(now=later) == 1
-    assert SpendReservation.objects.count() == 1  # the live one stays
+def test_a_lapsed_reservation_is_pruned_and_a_live_one_kept():
+    for n, expires_at in enumerate((NOW - dt.timedelta(seconds=1), NOW + RESERVATION_TTL)):
+        SpendReservation.objects.create(
+            ticket=f"t{n}",
+            holder="h",
+            guild_id=GUILD,
+            day=NOW.date(),
+            month=NOW.date(),
+            tokens=5,
+            expires_at=expires_at,
+        )
+    assert reservations_prune(now=NOW) == 1
+    assert list(SpendReservation.objects.values_list("ticket", flat=True)) == ["t1"]
 
 
 def test_a_users_fifth_trigger_is_refused_and_another_user_is_not():
@@ -270,89 +293,68 @@ async def test_a_failed_call_releases_its_reservation_and_counts_nothing():
     spend = Spend(clock=lambda: NOW)
     meter = spend.meter(site(tokens_per_day=10_000))
     ticket = await meter.reserve(request_of("hello"), kind=CallKind.REPLY, admitted=False)
+    await spend.settled()
     assert await SpendReservation.objects.acount() == 1
+    assert spend.ledger.held(GUILD, since=0)
 
     assert await meter.settle(ticket, completion=None, received="") is None
     await spend.settled()
+    assert not spend.ledger.held(GUILD, since=0)
     assert not await SpendReservation.objects.aexists()
     assert not await UsageDay.objects.aexists()
 
 
-async def test_the_meter_refuses_a_turns_first_call_once_spent_and_waits_out_reservations():
-    await sync_record(prompt=1000)
-    spend = Spend(clock=lambda: NOW, wait_poll_s=0.01, max_wait_s=0.05)
-    meter = spend.meter(site(tokens_per_day=1000))
-    with pytest.raises(SpendRefused) as refused:
-        await meter.reserve(request_of("hello"), kind=CallKind.REPLY, admitted=False)
-    assert refused.value.refusal.reason.startswith(
-        "the guild's budget of 1,000 tokens a day is spent"
-    )
-    # A retry of a turn let in is counted, never refused.
-    await meter.reserve(request_of("hello", max_output=999), kind=CallKind.REPLY, admitted=True)
+@pytest.mark.parametrize("processes", [1, 2])
+async def test_concurrent_first_calls_overspend_by_at_most_one_call_per_process(processes):
+    """60 turns of one guild start at once in ``processes`` processes (each its own ledger):
+    each first call waits its turn, uses its whole bound, settles. The guild ends within one
+    call per process of its budget, and every call past it was refused."""
+    limit, bound = 5_000, 300
+    spends = [Spend(clock=lambda: NOW, wait_poll_s=0.005) for _ in range(processes)]
+    started = refused = 0
 
-    busy = spend.meter(site(tokens_per_day=2000))
-    with pytest.raises(SpendRefused) as held:  # 1,000 used + 1,000 held by the call above:
-        await busy.reserve(request_of("hi"), kind=CallKind.REPLY, admitted=False)
-    assert "held by calls in flight" in held.value.refusal.reason
-
-
-async def sync_record(prompt: int) -> None:
-    await sync_to_async(spend_record)(
-        site=site(), now=NOW, counted=counted(prompt=prompt, completion=0)
-    )
-
-
-@pytest.mark.postgres_only(reason="several connections reserve at once; SQLite has one writer")
-def test_concurrent_reservations_overspend_by_at_most_one_call():
-    """Eight connections reserve and settle 80 calls of one guild at once; each call uses
-    what it reserved. The guild ends within one call of its budget."""
-    limited = site(tokens_per_day=5_000)
-    bound = 300
-    barrier = threading.Barrier(8)
-
-    def caller() -> None:
+    async def turn(n: int) -> None:
+        nonlocal started, refused
+        spend = spends[n % processes]
+        meter = spend.meter(site(tokens_per_day=limit), prompt_tokens=bound - 1)
         try:
-            barrier.wait()
-            for _ in range(10):
-                result = spend_reserve(site=limited, bound=CallBound(bound, None), now=NOW)
-                if isinstance(result, Reservation):
-                    spend_settle(
-                        site=limited,
-                        reservation=result,
-                        periods=result.periods,
-                        counted=counted(prompt=bound, cached=0, completion=0),
-                    )
-        finally:
-            connections.close_all()
+            ticket = await meter.reserve(
+                request_of("hi", max_output=1), kind=CallKind.REPLY, admitted=False
+            )
+        except SpendRefused:
+            refused += 1
+            return
+        started += 1
+        await asyncio.sleep(0.01)
+        usage = Usage(prompt_tokens=bound - 1, completion_tokens=1)
+        await meter.settle(ticket, completion=Completion("ok", usage=usage), received="ok")
 
-    threads = [threading.Thread(target=caller) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    await asyncio.gather(*(turn(n) for n in range(60)))
+    for spend in spends:
+        await spend.settled()
 
-    used = counter("day").tokens
-    assert 5_000 - bound <= used <= 5_000 + bound
-    assert not SpendReservation.objects.exists()
+    used = await sync_to_async(lambda: counter("day").tokens)()
+    assert used == started * bound
+    assert limit <= used <= limit + processes * bound
+    assert started + refused == 60 and refused >= 60 - (limit // bound + processes)
+    assert not await SpendReservation.objects.aexists()
 
 
-def test_a_first_call_counts_its_trigger_unless_a_limit_keeps_it_out():
+async def test_a_first_call_counts_its_trigger_unless_a_budget_keeps_it_out():
     turns = UserTurnsLimit(count=1, per_seconds=60)
-    spent = site(tokens_per_day=100, user_turns=turns)
-    spend_record(site=spent, now=NOW, counted=counted(prompt=100, completion=0))
-    ask = UserTurnAsk(message_id=11, at=NOW.timestamp())
+    await record(100, tokens_per_day=100, user_turns=turns)
+    spend = Spend(clock=lambda: NOW)
 
-    refused = spend_reserve(site=spent, bound=CallBound(1, None), now=NOW, user_turn=ask)
-    assert refused.verdict is Verdict.REFUSE
-    assert UserTurnWindow.objects.get().slots == []  # a refused trigger takes no slot
+    spent = spend.meter(site(tokens_per_day=100, user_turns=turns), trigger_id=11)
+    with pytest.raises(SpendRefused) as budget:
+        await reserve(spent)
+    await spend.settled()
+    assert budget.value.refusal.limit == "budget"
+    assert (await UserTurnWindow.objects.aget()).slots == []  # a refused trigger takes no slot
 
-    open_site = site(user_turns=turns)
-    let_in = spend_reserve(site=open_site, bound=CallBound(1, None), now=NOW, user_turn=ask)
-    assert isinstance(let_in, Reservation) and let_in.id is None  # no budget: nothing reserved
-    again = spend_reserve(
-        site=open_site,
-        bound=CallBound(1, None),
-        now=NOW,
-        user_turn=UserTurnAsk(message_id=12, at=NOW.timestamp() + 1),
-    )
-    assert not again.allowed and again.retry_after == pytest.approx(59)
+    await reserve(spend.meter(site(user_turns=turns), trigger_id=11))
+    with pytest.raises(SpendRefused) as past:
+        await reserve(spend.meter(site(user_turns=turns), trigger_id=12))
+    assert past.value.refusal.limit == "user_turns"
+    assert past.value.refusal.reason.startswith("this user's 1 triggers every 60 s are used up")
+    await reserve(spend.meter(site(user_turns=turns), trigger_id=11))  # a co-responder's turn
