@@ -81,7 +81,12 @@ class UsageDay(models.Model):
                 name="usage_day_key",
             ),
         ]
-        indexes = [models.Index(fields=["guild_id", "day"], name="usage_day_guild_day")]
+        indexes = [
+            models.Index(fields=["guild_id", "day"], name="usage_day_guild_day"),
+            models.Index(
+                fields=["day"], condition=Q(unpriced_calls__gt=0), name="usage_day_unpriced"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.guild_id} {self.day} {self.kind} {self.model}: {self.calls} calls"
@@ -117,6 +122,14 @@ class SpendCounter(models.Model):
             models.CheckConstraint(
                 condition=Q(period__in=["day", "month"]), name="spend_counter_period_valid"
             ),
+        ]
+        indexes = [
+            # Every guild's days at once (the operators' page).
+            models.Index(
+                fields=["starts_on"],
+                condition=Q(persona_id=0, period="day"),
+                name="spend_counter_guild_days",
+            )
         ]
 
     def __str__(self) -> str:

@@ -17,8 +17,10 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.db.models import Q, QuerySet, Sum
+from django.urls import reverse
 from django.utils import timezone
 
+from chat.models import DiscordName
 from chat.models_spend import (
     ANONYMOUS,
     CALL_KIND_LABELS,
@@ -373,14 +375,16 @@ def budget_states(*, guild: GuildConfig, now: dt.datetime) -> list[BudgetState]:
 
 @dataclass(frozen=True)
 class GuildTotal:
-    """One guild's totals over a range, for the operators' cross-guild view."""
+    """One guild's totals over a range, for the operators' cross-guild view; ``url`` its usage
+    page."""
 
     guild_id: int
     name: str
     totals: Totals
+    url: str = ""
 
 
-def all_guilds_usage(*, start: dt.date, end: dt.date, names: NameBook) -> list[GuildTotal]:
+def all_guilds_usage(*, start: dt.date, end: dt.date) -> list[GuildTotal]:
     """Every guild's totals over ``start``..``end`` (each in its own time zone's days), the
     most tokens first: one aggregate over the guilds' daily counters."""
     rows = (
@@ -393,7 +397,20 @@ def all_guilds_usage(*, start: dt.date, end: dt.date, names: NameBook) -> list[G
     )
     totals = [(row["guild_id"], Totals.of(row)) for row in rows]
     totals.sort(key=lambda pair: (-pair[1].tokens, pair[0]))
-    return [GuildTotal(guild_id, names.guild(guild_id).text, t) for guild_id, t in totals]
+    ids = [guild_id for guild_id, _ in totals]
+    # Every guild's name in two reads (what Discord calls it, else its configuration's name),
+    # not one per guild.
+    shown = dict(GuildConfig.objects.filter(guild_id__in=ids).values_list("guild_id", "name"))
+    shown |= dict(
+        DiscordName.objects.filter(kind=DiscordName.Kind.GUILD, discord_id__in=ids).values_list(
+            "discord_id", "name"
+        )
+    )
+    page = reverse("dashboard:usage", args=[0]).replace("/0/", "/{}/")  # one reversal, not 1,000
+    return [
+        GuildTotal(guild_id, shown.get(guild_id, str(guild_id)), t, page.format(guild_id))
+        for guild_id, t in totals
+    ]
 
 
 def unpriced_models(*, start: dt.date, end: dt.date) -> list[tuple[str, int]]:

@@ -76,10 +76,11 @@ def all_usage(request: HttpRequest) -> HttpResponse:
         )
     except RangeRefused as refused:
         return HttpResponse(f"Bad range: {refused}", status=400, content_type="text/plain")
-    guilds = all_guilds_usage(start=start, end=end, names=name_book(request))
+    guilds = all_guilds_usage(start=start, end=end)
     context = {
         "start": start,
         "end": end,
+        "range_query": f"from={start}&to={end}",
         "guilds": guilds,
         "prices": ModelPrice.objects.order_by("model"),
         "unpriced": unpriced_models(start=start, end=end),

@@ -474,10 +474,9 @@ def first_call_take(
 ) -> FirstCallView:
     """A turn's first call, in one transaction: count its ``trigger`` in the user's window
     (under the row's lock; a user past ``user_turns`` stops here, nothing written), write the
-    call's reservation row, then read other processes' reservations and the counters (in that
-    order: a settlement committing between them is counted twice, never not at all). The
-    caller judges on it with its own calls in flight, and gives the slot and the row back
-    (`first_call_give_back`) when the budget says no."""
+    call's reservation row, then read the counters and other processes' reservations
+    (`_budget_read`). The caller judges on it with its own calls in flight, and gives the slot
+    and the row back (`first_call_give_back`) when the budget says no."""
     with transaction.atomic():
         _commit_without_flush()
         turn = None
@@ -492,9 +491,44 @@ def first_call_take(
                 _window_store(row_id, turn.slots)
         if site.limited:
             reservation_record(hold=hold, expires_at=now + RESERVATION_TTL)
-            others = _reserved(site, now, but=hold.holder)
-            return FirstCallView(turn, _counters_read(site, hold.periods), others)
+            used, others = _budget_read(site, hold.periods, now, but=hold.holder)
+            return FirstCallView(turn, used, others)
     return FirstCallView(turn, {}, {})
+
+
+def _budget_read(
+    site: SpendSite, periods: SpendPeriods, now: dt.datetime, *, but: str
+) -> tuple[dict[tuple[int, str], SpendCount], dict[int, tuple[int, Decimal]]]:
+    """What the call's counters used and what other holders' live reservations hold (per
+    persona id), in one statement: one snapshot, so a settlement (its row gone and its use
+    counted, in one transaction) is seen whole or not at all."""
+    reservations, counters = SpendReservation._meta.db_table, SpendCounter._meta.db_table
+    keys = _counter_keys(site, periods)
+    owners = sorted({owner for _, owner, _, _ in keys})
+    marks = ", ".join(["%s"] * len(owners))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT persona_id, NULL, NULL, SUM(tokens), SUM(usd_pico) FROM {reservations} "
+            "WHERE guild_id = %s AND expires_at > %s AND holder <> %s GROUP BY persona_id "
+            "UNION ALL "
+            "SELECT persona_id, period, starts_on, prompt_tokens + completion_tokens, usd_pico "
+            f"FROM {counters} WHERE guild_id = %s AND persona_id IN ({marks}) "
+            "AND starts_on IN (%s, %s)",
+            [site.guild_id, now, but, site.guild_id, *owners, periods.day, periods.month],
+        )
+        rows = cursor.fetchall()
+    wanted = {(owner, period, start) for _, owner, period, start in keys}
+    used: dict[tuple[int, str], SpendCount] = {}
+    others: dict[int, tuple[int, Decimal]] = {}
+    for owner, period, start, tokens, pico in rows:
+        if period is None:
+            others[int(owner)] = (int(tokens), Decimal(int(pico)) / PICO)
+            continue
+        if isinstance(start, str):  # SQLite gives the date as written
+            start = dt.date.fromisoformat(start)
+        if (int(owner), period, start) in wanted:
+            used[(int(owner), period)] = SpendCount(int(tokens), Decimal(int(pico)) / PICO)
+    return used, others
 
 
 def first_call_give_back(*, site: SpendSite, hold: Hold, trigger: int | None) -> None:

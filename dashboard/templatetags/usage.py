@@ -7,8 +7,10 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
 
-from dashboard.usage_report import format_usd
+from dashboard.usage_report import Totals, format_usd
 
 register = template.Library()
 
@@ -43,3 +45,24 @@ def usd_text(value: str | None) -> str:
 def count(value: int) -> str:
     """A count with thousands separators (``12,345``)."""
     return f"{int(value):,}"
+
+
+@register.filter
+def cost(totals: Totals) -> SafeString:
+    """A total's cost as the usage pages show it: unknown when no call of it had a cost
+    (never $0), else the known dollars and how many more calls cost an unknown amount. A
+    filter rather than an included template: a year's table has hundreds of rows."""
+    known = totals.usd
+    if known is None:
+        return mark_safe(
+            '<span class="unknown" title="No price and no reported cost: unknown, not zero">'
+            "unknown</span>"
+        )
+    if not totals.unpriced_calls:
+        return format_html("{}", usd(known))
+    return format_html(
+        '{} <span class="muted" title="Calls of unknown cost: no price and no reported cost">'
+        "+ {} unknown</span>",
+        usd(known),
+        totals.unpriced_calls,
+    )
