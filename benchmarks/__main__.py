@@ -22,6 +22,8 @@ MODULES = (
     "benchmarks.recall",
     "benchmarks.lorebook",
     "benchmarks.streaming",
+    "benchmarks.spend",
+    "benchmarks.usage_page",
 )
 
 

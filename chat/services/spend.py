@@ -236,12 +236,20 @@ class PriceBook:
     def price(self, model: str) -> Price | None:
         """The price of ``model`` (its name exactly as requests send it); None: no price."""
         if not self.fresh:
-            stamp = config_versions([PRICES_VERSION_KEY])[PRICES_VERSION_KEY]
-            with self._lock:
-                if stamp != self._stamp:
-                    self._prices = prices_table()
-                    self._stamp = stamp
-                self._checked = time.monotonic()
+            self.refresh()
+        return self.cached(model)
+
+    def refresh(self) -> None:
+        """Read the table's stamp, and the table when it moved."""
+        stamp = config_versions([PRICES_VERSION_KEY])[PRICES_VERSION_KEY]
+        with self._lock:
+            if stamp != self._stamp:
+                self._prices = prices_table()
+                self._stamp = stamp
+            self._checked = time.monotonic()
+
+    def cached(self, model: str) -> Price | None:
+        """``model``'s price as last read (no database)."""
         with self._lock:
             return self._prices.get(model)
 
@@ -954,6 +962,7 @@ class Spend:
     """This process's calls in flight."""
     _lanes: dict[str, ThreadPoolExecutor] = field(default_factory=dict, init=False, repr=False)
     _pending: set[asyncio.Task[Any]] = field(default_factory=set, init=False, repr=False)
+    _refreshing: asyncio.Future[Any] | None = field(default=None, init=False, repr=False)
 
     def on_thread(self, func: Callable[..., Any], *, lane: str = "reserve") -> Callable[..., Any]:
         """``func`` as a coroutine function run where the counters' statements of ``lane``
@@ -1001,11 +1010,13 @@ class Spend:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def price(self, model: str) -> Price | None:
-        """``model``'s price, from the price book (a trip to the database only when it is due
-        to check the table's stamp)."""
-        if self.prices.fresh:
-            return self.prices.price(model)
-        return await self.on_thread(self.prices.price)(model)
+        """``model``'s price, from the price book: a trip to the database only when it is due
+        to check the table's stamp, and one for every call asking meanwhile."""
+        if not self.prices.fresh:
+            if self._refreshing is None or self._refreshing.done():
+                self._refreshing = asyncio.ensure_future(self.on_thread(self.prices.refresh)())
+            await asyncio.shield(self._refreshing)
+        return self.prices.cached(model)
 
     async def close(self) -> None:
         """Settle what is pending, then close the spend threads' database connections and
