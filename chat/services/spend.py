@@ -2,18 +2,19 @@
 
 The rules are pure (`chat.pipeline.spend`); this module keeps the counts they read:
 
-- A call is let in on what the counters say its budgets used (one read) plus what this
-  process's calls in flight hold (`SpendLedger`, in memory: judged and held with no await in
-  between, so a process never starts two calls on the same headroom). Calls of other processes
-  in flight are not seen: each process may start one call the others would have refused, so a
-  budget is overspent by at most one turn per process, whatever the concurrency.
+- `first_call_take`: a turn's first call, in one transaction: its trigger counted in the
+  user's window (`user_turn_decision`, under the row's lock, in any process), its reservation
+  row written, the counters and other processes' reservations read in one statement. The call
+  is judged on that plus what this process's calls in flight hold (`SpendLedger`, in memory:
+  judged and held with no await in between, so a process never starts two calls on the same
+  headroom). Two processes judging at the same instant may each start one call the other would
+  have refused: a budget is overspent by at most one turn per process, whatever the
+  concurrency. The calls after a turn's first hold their bound without being judged.
 - `spend_settle`: after the call, in the background, in one transaction: its reservation row
   goes, what it used is added to the day's rollup row (guild, channel, persona, user, kind,
   model) and to the counters (the guild's and the persona's, for the day and the month), then
   its hold is released. Integer sums in single statements (``INSERT … ON CONFLICT DO
   UPDATE``): exact on PostgreSQL and SQLite.
-- `user_turn_take`: a user's sliding window of triggers, taken and judged
-  (`user_turn_decision`) under the row's lock, in any process.
 
 `SpendMeter` is the `chat.llm.metering.CallMeter` of one turn (or planner step, memory task): it
 prices each call (`PriceBook`: the operator's table, kept while its stamp stands), lets it in
@@ -1053,8 +1054,8 @@ class Spend:
         return Refusal(reason, renews_at if decision.verdict is Verdict.REFUSE else None)
 
     def refused(self, *, site: SpendSite, kind: CallKind | None, reason: str) -> None:
-        """Every refusal by a limit passes here (a budget's, before a call of ``kind``; a
-        user's turns, ``kind`` None): the one place it is logged."""
+        """Every refusal by a limit (a budget's, a user's turns) of a call of ``kind`` passes
+        here: the one place it is logged."""
         logger.info(
             "refused in guild %s (channel %s, %s): %s",
             site.guild_id,
