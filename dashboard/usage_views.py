@@ -19,6 +19,7 @@ from dashboard.names import name_book
 from dashboard.usage_chart import cost_chart, token_chart
 from dashboard.usage_report import (
     RangeRefused,
+    Totals,
     all_guilds_usage,
     unpriced_models,
     usage_csv_rows,
@@ -65,10 +66,15 @@ def guild_usage(request: HttpRequest, guild_id: int) -> HttpResponse:
     return render(request, "dashboard/usage.html", context)
 
 
+GUILDS_SHOWN = 200
+"""Guilds the operators' page lists, the most tokens first (``?all=1``: every one)."""
+
+
 @require_GET
 @admin_required
 def all_usage(request: HttpRequest) -> HttpResponse:
-    """Every guild's totals over the range (operators), the price table and the models called
+    """Every guild's totals over the range (operators; the `GUILDS_SHOWN` that used the most
+    tokens, unless ``?all=1``, and the sum of all), the price table and the models called
     without a known cost."""
     try:
         start, end = usage_range(
@@ -77,11 +83,14 @@ def all_usage(request: HttpRequest) -> HttpResponse:
     except RangeRefused as refused:
         return HttpResponse(f"Bad range: {refused}", status=400, content_type="text/plain")
     guilds = all_guilds_usage(start=start, end=end)
+    shown = guilds if request.GET.get("all") else guilds[:GUILDS_SHOWN]
     context = {
         "start": start,
         "end": end,
         "range_query": f"from={start}&to={end}",
-        "guilds": guilds,
+        "guilds": shown,
+        "more": len(guilds) - len(shown),
+        "total": sum((guild.totals for guild in guilds), Totals()),
         "prices": ModelPrice.objects.order_by("model"),
         "unpriced": unpriced_models(start=start, end=end),
     }

@@ -182,6 +182,8 @@ def test_operators_see_every_guild_and_the_price_table(used, admin_client, moder
     page = admin_client.get(reverse("dashboard:usage_all")).content.decode()
 
     assert "Hoshimi Lounge" in page and "Elsewhere" in page
+    total = page.split('id="all-guilds-total"')[1].split("</tr>")[0]
+    assert "<td>7</td>" in total and "$1.00042" in total  # both guilds' calls and known cost
     assert "gpt-4o-mini" in page and "0.075" in page  # the fixture's prices
     assert "<code>mystery-7b</code>: 1 calls" in page
     assert moderator_client.get(reverse("dashboard:usage_all")).status_code == 403
