@@ -28,6 +28,8 @@ MODULES = (
     "benchmarks.moderation",
     "benchmarks.persona_tests",
     "benchmarks.tenancy",
+    "benchmarks.spend",
+    "benchmarks.usage_page",
 )
 
 

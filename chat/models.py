@@ -19,6 +19,12 @@ from chat.fields import CompressedJSONField
 # Imported here so that Django registers them with the app.
 from chat.models_memory import Document, DocumentChunk, Memory, MemoryVersion  # noqa: F401
 from chat.models_persona_tests import PersonaTestResult, PersonaTestRun  # noqa: F401
+from chat.models_spend import (  # noqa: F401
+    SpendCounter,
+    SpendReservation,
+    UsageDay,
+    UserTurnWindow,
+)
 from chat.pipeline.memory import MAX_SUMMARY_CHARS, MemoryState
 from chat.pipeline.triggers import TurnReason
 from personas.models import FETCH_LIMIT_MAX, FETCH_LIMIT_MIN, Persona
@@ -253,6 +259,12 @@ class Turn(models.Model):
     build_ms = models.FloatField(null=True, blank=True)
     llm_ms = models.FloatField(null=True, blank=True)
     deliver_ms = models.FloatField(null=True, blank=True)
+    limits_ms = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Spend and rate limits: the user's turns counted, each model call reserved "
+        "and settled (waits for calls in flight included); not part of llm_ms",
+    )
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

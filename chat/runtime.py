@@ -59,6 +59,7 @@ from chat.ports import (
 from chat.sandbox.control import ControlClient, ControlError
 from chat.services.configuration_cache import ChannelConfigurations
 from chat.services.memory_store import default_embedding_model
+from chat.services.spend import Spend
 from chat.services.turn_request import TurnCaches, TurnRuntime
 from chat.windows import WindowRegistry
 
@@ -92,9 +93,15 @@ def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
     no vision model is configured (the tool is then never offered)."""
     if not settings.LLM_VISION_MODEL:
         return None
+    endpoint = settings.LLM_VISION_BASE_URL or settings.LLM_BASE_URL
     return VisionModel(
         client=client,
-        model=ModelSpec(settings.LLM_VISION_MODEL, supports_vision=True, max_output_tokens=600),
+        model=ModelSpec(
+            settings.LLM_VISION_MODEL,
+            supports_vision=True,
+            max_output_tokens=600,
+            asks_cost=selectors.endpoint_reports_cost(endpoint),
+        ),
     )
 
 
@@ -192,7 +199,8 @@ def gateway_runtime(
     and as many warm contexts as ``WORKER_WARM_CONTEXTS`` are kept; ``fence`` is asked before
     each planner step (the port's acts are fenced by the port itself,
     `chat.leases.FencedPort`). The channel loops read configurations through a
-    `ChannelConfigurations` kept for the runtime's life."""
+    `ChannelConfigurations` kept for the runtime's life; every model call is counted, and
+    checked against the limits, through its `Spend`."""
     return TurnRuntime(
         fence=fence,
         port=port,
@@ -201,6 +209,7 @@ def gateway_runtime(
         caches=TurnCaches(warm_contexts=settings.WORKER_WARM_CONTEXTS),
         configurations=ChannelConfigurations(),
         **capabilities.runtime_fields(),
+        spend=Spend(token_counter=capabilities.token_counter, own_thread=True),
     )
 
 
@@ -230,8 +239,8 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
     and extraction):
     a REST-only port with the guild's channel and role names loaded, a fresh window registry
     (without a gateway: the channel's stored anchor says where its window starts), an
-    unstreamed attempt runner on ``LLM_BASE_URL`` and the settings' capabilities. Everything
-    closes on exit.
+    unstreamed attempt runner on ``LLM_BASE_URL`` and the settings' capabilities, its calls
+    counted (and checked against the limits) through a `Spend`. Everything closes on exit.
 
     Raises what `discord_rest_port` and `llm_client_from_settings` raise.
     """
@@ -240,6 +249,7 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
             await port.load_directory(guild_id)
         vision_client = vision_client_from_settings()
         capabilities = turn_capabilities_from_settings(vision_client=vision_client or client)
+        spend = Spend(token_counter=capabilities.token_counter)
         try:
             yield TurnRuntime(
                 port=port,
@@ -247,9 +257,11 @@ async def memory_runtime(*, guild_id: int | None) -> AsyncIterator[TurnRuntime]:
                     fetch_history=port.fetch_history, cache_view=port.cache_view, gateway=False
                 ),
                 llm=AttemptRunner(client=client, stream=False),
+                spend=spend,
                 **capabilities.runtime_fields(),
             )
         finally:
+            await spend.close()  # every call counted before the task ends
             await capabilities.aclose()
             if vision_client is not None:
                 await vision_client.aclose()

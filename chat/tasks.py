@@ -3,7 +3,8 @@
 Beat schedule (``CELERY_BEAT_SCHEDULE`` in settings):
 
 - ``records_prune_task`` hourly: turns, planner steps, message index and deduplication keys
-  past their retention;
+  past their retention, and budget reservations a stopped process never settled (the usage
+  rollups and counters are never pruned);
 - ``short_term_memory_maintenance_task`` every ``SHORT_TERM_MEMORY_MAINTENANCE_SECONDS``
   (300 s): clears expired memory and queues one ``short_term_memory_refresh_task`` per due
   memory whose channel has been quiet for ``SHORT_TERM_MEMORY_IDLE_SECONDS`` (600 s);
@@ -52,6 +53,7 @@ from chat.services.short_term_memory import (
     short_term_memory_expire,
     short_term_memory_release,
 )
+from chat.services.spend import reservations_prune
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +70,16 @@ def records_prune_task() -> dict[str, int]:
     Ready queue rows and turns still running or delivering are never touched. A failed run is
     not retried: the next hour's run does the same work.
     """
+    now = timezone.now()
     deleted = records_prune(
-        now=timezone.now(),
+        now=now,
         retention=Retention(
             turns=dt.timedelta(days=settings.TURN_RETENTION_DAYS),
             message_index=dt.timedelta(days=settings.MESSAGE_INDEX_RETENTION_DAYS),
             dedup_keys=dt.timedelta(days=settings.DEDUP_RETENTION_DAYS),
         ),
     )
+    deleted["spend_reservations"] = reservations_prune(now=now)
     logger.info("pruned records past their retention: %s", deleted)
     return deleted
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from django import forms
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 
 def unchanged(value: Any) -> Any:
@@ -217,3 +218,156 @@ class TextListField(forms.Field):
     def to_python(self, value: Any) -> list[str]:
         texts = [value] if isinstance(value, str) else list(value or [])
         return [unix_newlines(text) for text in texts if text.strip()]
+
+
+@dataclass(frozen=True)
+class LimitPart:
+    """One input of a `LimitsField`: the key it fills (``user_turns.count`` for a nested one),
+    its label and its input type (``number`` or ``text``; ``textarea`` for the notice)."""
+
+    key: str
+    label: str
+    kind: str = "number"
+    help: str = ""
+
+
+GUILD_LIMIT_PARTS = (
+    LimitPart("tokens_per_day", "Tokens a day", help="Prompt and reply tokens; empty: no limit"),
+    LimitPart("usd_per_month", "US dollars a month", "text", "e.g. 25.00; empty: no limit"),
+    LimitPart("user_turns.count", "Triggers per user", help="empty: no limit"),
+    LimitPart("user_turns.per_seconds", "… every (seconds)"),
+    LimitPart("notice", "Notice when the budget is spent", "textarea", "empty: the default text"),
+)
+PERSONA_LIMIT_PARTS = GUILD_LIMIT_PARTS[:2]
+
+
+class LimitInputs(dict):
+    """A `LimitsField`'s inputs by part key; as text (a moderator's read-only view), one line
+    per input that holds a value, or an empty string when none does."""
+
+    def __init__(self, values: dict[str, Any], parts: tuple[LimitPart, ...]) -> None:
+        super().__init__(values)
+        self.parts = parts
+
+    def __str__(self) -> str:
+        return "\n".join(
+            f"{part.label}: {self[part.key]}"
+            for part in self.parts
+            if self.get(part.key) not in (None, "")
+        )
+
+
+class LimitsWidget(forms.Widget):
+    """A `LimitsField`'s inputs, one labelled input per `LimitPart`, posted as
+    ``<name>_<key>``."""
+
+    def __init__(self, parts: tuple[LimitPart, ...], attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs)
+        self.parts = parts
+
+    def _input_name(self, name: str, part: LimitPart) -> str:
+        return f"{name}_{part.key.replace('.', '_')}"
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> LimitInputs:
+        return LimitInputs(
+            {part.key: data.get(self._input_name(name, part), "") for part in self.parts},
+            self.parts,
+        )
+
+    def value_omitted_from_data(self, data: Any, files: Any, name: str) -> bool:
+        return not any(self._input_name(name, part) in data for part in self.parts)
+
+    def render(
+        self, name: str, value: Any, attrs: dict[str, Any] | None = None, renderer: Any = None
+    ) -> str:
+        first_id = {**self.attrs, **(attrs or {})}.get("id") or f"id_{name}"
+        values = value if isinstance(value, dict) else {}
+        rows = []
+        for index, part in enumerate(self.parts):
+            input_id = first_id if index == 0 else f"{first_id}_{part.key.replace('.', '_')}"
+            text = "" if values.get(part.key) is None else str(values[part.key])
+            input_name = self._input_name(name, part)
+            if part.kind == "textarea":
+                control = format_html(
+                    '<textarea name="{}" id="{}" rows="2">\n{}</textarea>',
+                    input_name,
+                    input_id,
+                    text,
+                )
+            else:
+                control = format_html(
+                    '<input type="{}" name="{}" id="{}" value="{}"{}>',
+                    part.kind,
+                    input_name,
+                    input_id,
+                    text,
+                    mark_safe(' min="0" step="1"') if part.kind == "number" else "",
+                )
+            rows.append(
+                format_html(
+                    '<label for="{}">{}</label>{}{}',
+                    input_id,
+                    part.label,
+                    control,
+                    format_html(' <small class="muted">{}</small>', part.help) if part.help else "",
+                )
+            )
+        return format_html(
+            '<div class="limit-inputs">{}</div>',
+            format_html_join("", "<div>{}</div>", ((row,) for row in rows)),
+        )
+
+
+def limits_inputs(limits: dict[str, Any] | None, parts: tuple[LimitPart, ...]) -> LimitInputs:
+    """A stored limits object as a `LimitsField`'s inputs (by part key)."""
+    limits = limits or {}
+    values = {}
+    for part in parts:
+        value: Any = limits
+        for key in part.key.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        values[part.key] = value
+    return LimitInputs(values, parts)
+
+
+class LimitsField(forms.Field):
+    """A limits object (the configuration file's ``limits``) as labelled inputs. Numbers that
+    are whole are sent on as integers and anything else as typed, so the schema's rules (and
+    their messages) decide; every input empty: no limits (null)."""
+
+    def __init__(self, *, parts: tuple[LimitPart, ...], **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        self.parts = parts
+        super().__init__(widget=LimitsWidget(parts), **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, LimitInputs):
+            return value  # a bound form shows what was posted
+        return limits_inputs(value, self.parts)
+
+    def to_python(self, value: Any) -> dict[str, Any] | None:
+        typed = value if isinstance(value, dict) else {}
+        texts = {part.key: unix_newlines(str(typed.get(part.key) or "")) for part in self.parts}
+        if not any(text.strip() for text in texts.values()):
+            return None
+        limits: dict[str, Any] = {}
+        for part in self.parts:
+            text = texts[part.key]
+            if part.kind == "textarea":
+                entry: Any = text
+            elif not text.strip():
+                entry = None
+            elif part.kind == "number" and text.strip().lstrip("-").isdigit():
+                entry = int(text.strip())
+            else:
+                entry = text.strip()
+            parent, _, key = part.key.rpartition(".")
+            if parent:
+                limits.setdefault(parent, {})[key] = entry
+            else:
+                limits[key] = entry
+        turns = limits.get("user_turns")
+        if isinstance(turns, dict):
+            turns = {k: v for k, v in turns.items() if v is not None}
+            limits["user_turns"] = turns or None
+        return limits

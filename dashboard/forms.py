@@ -23,8 +23,11 @@ from django.db import models
 
 from chat.pipeline.types import BlockType, PrivacyLevel
 from dashboard.form_fields import (
+    GUILD_LIMIT_PARTS,
+    PERSONA_LIMIT_PARTS,
     ChatPresetField,
     JSONObjectField,
+    LimitsField,
     LorebookField,
     RepeatedTextarea,
     Shown,
@@ -148,7 +151,7 @@ class SpecForm(forms.Form):
             field = self.field_for(path)
             if field is None:
                 self.add_error(None, f"{path}: {message}" if path != "(row)" else message)
-            elif isinstance(self.fields[field], JSONObjectField) and path != field:
+            elif isinstance(self.fields[field], JSONObjectField | LimitsField) and path != field:
                 self.add_error(field, f"{path}: {message}")  # where, inside the JSON
             else:
                 self.add_error(field, message)
@@ -178,6 +181,7 @@ class GuildForm(SpecForm):
         "chat_preset": "chat_preset",
         "moderation": Shown("moderation", moderation_text, moderation_setting),
         "moderation_input": "moderation_input",
+        "limits": "limits",
     }
     error_fields = {"context_note": "note_text"}
 
@@ -214,6 +218,11 @@ class GuildForm(SpecForm):
         label="Check triggering messages",
         required=False,
         help_text="A message moderation flags is not answered and never shown to a model",
+    )
+    limits = LimitsField(
+        parts=GUILD_LIMIT_PARTS,
+        label="Spend and rate limits",
+        help_text="Counted in the guild's time zone; docs/spend.md",
     )
 
 
@@ -260,6 +269,7 @@ class PersonaForm(SpecForm):
         "verbatim_tool_nudge": "llm.verbatim_tool_nudge",
         "lorebook": "lorebook",
         "chat_preset": "chat_preset",
+        "limits": "limits",
     }
     error_fields = {"context_note": "note_text", "sample_dialogue": "sample_dialogue"}
 
@@ -402,6 +412,11 @@ class PersonaForm(SpecForm):
     )
     lorebook = LorebookField()
     chat_preset = ChatPresetField()
+    limits = LimitsField(
+        parts=PERSONA_LIMIT_PARTS,
+        label="The persona's own budget",
+        help_text="Counted besides the guild's; empty: only the guild's",
+    )
 
     def clean_fallback_models(self) -> Any:
         text = self.cleaned_data["fallback_models"]

@@ -653,6 +653,7 @@ def turn_timings(turn: Turn) -> list[dict[str, Any]]:
         ("history", turn.history_ms),
         ("participants", turn.participant_ms),
         ("build", turn.build_ms),
+        ("limits", turn.limits_ms),
         ("model", turn.llm_ms),
         ("delivery", turn.deliver_ms),
     ]

@@ -8,6 +8,7 @@ from dashboard import (
     memory_views,
     persona_test_views,
     row_views,
+    usage_views,
     views,
 )
 
@@ -96,6 +97,8 @@ urlpatterns = [
         name="memory_delete",
     ),
     path(guild + "audit/", views.guild_audit_view, name="audit"),
+    path(guild + "usage/", usage_views.guild_usage, name="usage"),
+    path("usage/", usage_views.all_usage, name="usage_all"),
     path("personas/token-count/", views.token_count, name="token_count"),
     path("personas/sample-row/", views.sample_row, name="sample_row"),
     path("lorebook/test/", views.lorebook_test, name="lorebook_test"),

@@ -601,14 +601,17 @@ def card_export(request: HttpRequest, guild_id: int, persona_id: int, fmt: str) 
 
 def _upload_allowed(request: HttpRequest, document: ConfigDocument) -> None:
     """Raise ConfigError naming every guild of the file the person may not change (the file is
-    then refused whole, nothing written), and a DM role it would take from another guild's
-    persona they may not change."""
+    then refused whole, nothing written), a price table from anyone but an operator (the
+    prices are the operator's: they pay the provider), and a DM role it would take from
+    another guild's persona they may not change."""
     rights = request_rights(request)
     problems = [
         (f"guilds[{g}].id", f"{spec.id} is not a guild you may change; nothing was imported")
         for g, spec in enumerate(document.guilds)
         if not rights.may_change(int(spec.id))
     ]
+    if document.prices is not None and not rights.operator:
+        problems.append(("prices", "only operators set prices; nothing was imported"))
     if not problems:
         listed = {int(spec.id) for spec in document.guilds}
         for g, spec in enumerate(document.guilds):
@@ -647,10 +650,12 @@ def _dm_handover_allowed(request: HttpRequest, guild: GuildConfig, *, wanted: bo
 @viewer_required
 def config_export_view(request: HttpRequest) -> HttpResponse:
     """Download what ``exportconfig`` prints, of the guilds the person may see (an operator:
-    every guild)."""
+    every guild, and the price table)."""
     rights = request_rights(request)
     guild_ids = None if rights.unrestricted else sorted(rights.roles)
-    body = json.dumps(config_export(guild_ids=guild_ids), indent=2, ensure_ascii=False)
+    body = json.dumps(
+        config_export(guild_ids=guild_ids, prices=rights.operator), indent=2, ensure_ascii=False
+    )
     response = HttpResponse(body, content_type="application/json")
     response["Content-Disposition"] = 'attachment; filename="guilds.json"'
     return response

@@ -21,6 +21,10 @@ def cross_reference_problems(document: ConfigDocument) -> Iterable[tuple[str, st
         ((f"guilds[{g}].id", guild.id) for g, guild in enumerate(document.guilds)), "guild id"
     )
     yield from _duplicates(
+        ((f"prices[{p}].model", price.model) for p, price in enumerate(document.prices or [])),
+        "price for a model",
+    )
+    yield from _duplicates(
         (
             (f"guilds[{g}].channels[{c}].id", channel.id)
             for g, guild in enumerate(document.guilds)

@@ -122,6 +122,7 @@ GUILD_SETTINGS: tuple[Setting, ...] = (
     Setting("chat_preset", "chat_preset", to_column=_dumped_json),
     Setting("moderation", "moderation", to_column=_moderation, to_json=_moderation),
     Setting("moderation_input", "moderation_input"),
+    Setting("limits", "limits", to_column=_dumped_json),
 )
 """A guild's own settings (its personas, channels, blocks and users have tables of their own)."""
 
@@ -161,6 +162,7 @@ PERSONA_SETTINGS: tuple[Setting, ...] = (
     Setting("llm.verbatim_tool_nudge", "verbatim_tool_nudge"),
     Setting("lorebook", "lorebook", to_column=_dumped_json),
     Setting("chat_preset", "chat_preset", to_column=_dumped_json),
+    Setting("limits", "limits", to_column=_dumped_json),
 )
 
 CHANNEL_SETTINGS: tuple[Setting, ...] = (

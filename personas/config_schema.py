@@ -42,6 +42,7 @@ from personas.config_values import (
     Depth,
     FetchLimit,
     Greeting,
+    LimitNotice,
     ModelName,
     Name,
     NoteText,
@@ -49,7 +50,12 @@ from personas.config_values import (
     SampleText,
     Snowflake,
     SystemPrompt,
+    TokensPerDay,
     TriggerWord,
+    UsdPerMillion,
+    UsdPerMonth,
+    UserTurnsCount,
+    UserTurnsSeconds,
     check_aware,
     check_timezone,
 )
@@ -76,6 +82,7 @@ from personas.models import (
     PERSONAS_PER_GUILD_MAX,
     PRESET_PROMPTS_MAX,
     PRESET_TEXT_MAX,
+    PRICES_MAX,
     SAMPLE_DIALOGUE_MAX,
     SHORT_TERM_MEMORY_REFRESH_EVERY_MAX,
     SYSTEM_PROMPT_MAX,
@@ -410,6 +417,46 @@ class ShortTermMemorySpec(_Strict):
     depth: Depth | None = None
 
 
+class BudgetSpec(_Strict):
+    """A budget (DESIGN §3b): tokens a day and US dollars a calendar month, in the guild's time
+    zone; a key left out (or null) is not limited."""
+
+    tokens_per_day: TokensPerDay | None = None
+    usd_per_month: UsdPerMonth | None = None
+
+
+class UserTurnsSpec(_Strict):
+    """At most ``count`` triggers of one user every ``per_seconds`` seconds."""
+
+    count: UserTurnsCount
+    per_seconds: UserTurnsSeconds
+
+
+class LimitsSpec(BudgetSpec):
+    """A guild's limits: its budget, a user's turns, and the notice a spent budget sends (the
+    first trigger in each channel gets it, from the main persona; empty: the default text)."""
+
+    user_turns: UserTurnsSpec | None = None
+    notice: LimitNotice = ""
+
+
+class UsdPerMillionSpec(_Strict):
+    """A model's prices per million tokens: prompt tokens (``input``), prompt tokens the
+    provider read from its cache (``cached_input``; null: ``input``'s price) and reply tokens
+    (``output``)."""
+
+    input: UsdPerMillion
+    cached_input: UsdPerMillion | None = None
+    output: UsdPerMillion
+
+
+class PriceSpec(_Strict):
+    """One row of the operator's price table: the model's name exactly as requests send it."""
+
+    model: ModelName
+    usd_per_million: UsdPerMillionSpec
+
+
 class PersonaSpec(_Strict):
     name: Name
     main: bool = False
@@ -441,6 +488,8 @@ class PersonaSpec(_Strict):
     tests: Annotated[list[PersonaCaseSpec], Field(max_length=CASES_PER_PERSONA_MAX)] | None = None
     """The persona's test cases (`personas.case_schema`); null or absent: left as they are
     (an import with ``--prune`` then deletes them)."""
+    limits: BudgetSpec | None = None
+    """The persona's own budget, counted besides the guild's (null: only the guild's)."""
 
 
 class ChannelSpec(_Strict):
@@ -485,6 +534,8 @@ class GuildSpec(_Strict):
     or the categories allowed in every channel of the guild."""
     moderation_input: bool = False
     """Check a triggering message too: a flagged one is not answered."""
+    limits: LimitsSpec | None = None
+    """Spend and rate limits (null: none)."""
     personas: Annotated[list[PersonaSpec], Field(max_length=PERSONAS_PER_GUILD_MAX)] = []
     channels: Annotated[list[ChannelSpec], Field(max_length=CHANNELS_PER_GUILD_MAX)] = []
     blocks: Annotated[list[BlockSpec], Field(max_length=BLOCKS_PER_GUILD_MAX)] = []
@@ -493,6 +544,8 @@ class GuildSpec(_Strict):
 
 class ConfigDocument(_Strict):
     version: Literal[1]
+    prices: Annotated[list[PriceSpec], Field(max_length=PRICES_MAX)] | None = None
+    """The operator's price table (null: left as it is)."""
     guilds: Annotated[list[GuildSpec], Field(max_length=GUILDS_MAX)]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import zoneinfo
+from decimal import Decimal
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, StringConstraints
@@ -16,14 +17,21 @@ from personas.models import (
     FETCH_LIMIT_MAX,
     FETCH_LIMIT_MIN,
     GREETING_MAX,
+    LIMIT_NOTICE_MAX,
     MODEL_NAME_MAX,
     NOTE_DEPTH_MAX,
     NOTE_TEXT_MAX,
     PERSONA_NAME_MAX,
     PREFILL_MAX,
+    PRICE_PER_MILLION_MAX,
     SAMPLE_CONTENT_MAX,
     SYSTEM_PROMPT_MAX,
+    TOKENS_PER_DAY_MAX,
     TRIGGER_LENGTH_MAX,
+    USD_DECIMAL_PLACES,
+    USD_PER_MONTH_MAX,
+    USER_TURNS_COUNT_MAX,
+    USER_TURNS_SECONDS_MAX,
 )
 
 SNOWFLAKE_MAX = 2**63 - 1
@@ -78,3 +86,18 @@ SystemPrompt = Annotated[str, StringConstraints(max_length=SYSTEM_PROMPT_MAX)]
 Prefill = Annotated[str, StringConstraints(max_length=PREFILL_MAX)]
 Greeting = Annotated[str, StringConstraints(max_length=GREETING_MAX)]
 BlockReason = Annotated[str, StringConstraints(max_length=BLOCK_REASON_MAX)]
+TokensPerDay = Annotated[int, Field(strict=True, ge=0, le=TOKENS_PER_DAY_MAX)]
+"""A day's tokens (prompt and reply); 0 lets no model call start."""
+UsdPerMonth = Annotated[
+    Decimal,
+    Field(ge=0, le=USD_PER_MONTH_MAX, decimal_places=USD_DECIMAL_PLACES, allow_inf_nan=False),
+]
+"""US dollars a calendar month: a number or a decimal string such as ``"25.00"``."""
+UserTurnsCount = Annotated[int, Field(strict=True, ge=1, le=USER_TURNS_COUNT_MAX)]
+UserTurnsSeconds = Annotated[int, Field(strict=True, ge=1, le=USER_TURNS_SECONDS_MAX)]
+LimitNotice = Annotated[str, StringConstraints(max_length=LIMIT_NOTICE_MAX)]
+UsdPerMillion = Annotated[
+    Decimal,
+    Field(ge=0, le=PRICE_PER_MILLION_MAX, decimal_places=USD_DECIMAL_PLACES, allow_inf_nan=False),
+]
+"""A price in US dollars per million tokens (0: free, e.g. a local model)."""

@@ -19,10 +19,13 @@ from collections.abc import Iterable
 from django.db import connection, models
 from django.db.models.signals import post_delete, post_save, pre_save
 
-from personas.models import Block, ChannelConfig, ConfigVersion, GuildConfig, Persona
+from personas.models import Block, ChannelConfig, ConfigVersion, GuildConfig, ModelPrice, Persona
 
 DM_VERSION_KEY = 0
 """The stamp DM configurations are also read at: it moves with every persona of any guild."""
+PRICES_VERSION_KEY = 1
+"""The stamp of the operator's price table (`ModelPrice`; no guild has id 1): it moves with
+every change of a price, so a process keeps the table while it stands."""
 
 CONFIGURATION_MODELS: tuple[type[models.Model], ...] = (GuildConfig, ChannelConfig, Persona, Block)
 
@@ -42,7 +45,11 @@ def config_versions_bump_all(**_: object) -> None:
     """Move every guild's stamp (and `DM_VERSION_KEY`): a running worker reads every
     configuration anew. Connected to ``post_migrate``, so a data migration that writes
     configuration with ``update``, ``bulk_*`` or SQL (no signals) is read all the same."""
-    keys = {*GuildConfig.objects.values_list("guild_id", flat=True), DM_VERSION_KEY}
+    keys = {
+        *GuildConfig.objects.values_list("guild_id", flat=True),
+        DM_VERSION_KEY,
+        PRICES_VERSION_KEY,
+    }
     ConfigVersion.objects.bulk_create(
         [ConfigVersion(guild_id=key) for key in keys], ignore_conflicts=True
     )
@@ -103,8 +110,16 @@ def _on_change(sender: type[models.Model], instance: models.Model, **kwargs: obj
         config_version_bump(key)
 
 
+def _on_price_change(**_: object) -> None:
+    config_version_bump(PRICES_VERSION_KEY)
+
+
 def connect_signals() -> None:
     """Connect the receivers (`personas.apps.PersonasConfig.ready`)."""
+    post_save.connect(_on_price_change, sender=ModelPrice, dispatch_uid="config_version_price")
+    post_delete.connect(
+        _on_price_change, sender=ModelPrice, dispatch_uid="config_version_price_del"
+    )
     for model in CONFIGURATION_MODELS:
         name = model._meta.model_name
         pre_save.connect(_on_pre_save, sender=model, dispatch_uid=f"config_version_was_{name}")

@@ -71,6 +71,15 @@ PERSONAS_PER_GUILD_MAX = 25
 CHANNELS_PER_GUILD_MAX = 500
 BLOCKS_PER_GUILD_MAX = 1_000
 USERS_PER_GUILD_MAX = 1_000
+# Spend and rate limits (DESIGN §3b): bounds past which a value is a typo, not a budget.
+TOKENS_PER_DAY_MAX = 10_000_000_000
+USD_PER_MONTH_MAX = 1_000_000  # US dollars
+USER_TURNS_COUNT_MAX = 10_000
+USER_TURNS_SECONDS_MAX = 31 * 86_400
+LIMIT_NOTICE_MAX = 500  # characters of the notice a spent budget sends
+PRICE_PER_MILLION_MAX = 10_000  # US dollars per million tokens
+PRICES_MAX = 500  # models in the price table
+USD_DECIMAL_PLACES = 6
 
 
 class JSONArrayLength(models.Func):
@@ -201,6 +210,12 @@ class GuildConfig(models.Model):
     moderation_input = models.BooleanField(
         default=False,
         help_text="Check a triggering message before answering it; a flagged one is not answered",
+    )
+    limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="Spend and rate limits as the configuration file writes them (DESIGN §3b): "
+        "tokens_per_day, usd_per_month, user_turns, notice; null: none",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -336,6 +351,12 @@ class Persona(models.Model):
         null=True,
         blank=True,
         help_text="A SillyTavern Chat Completion preset: the prompt's order and wording",
+    )
+    limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The persona's own budget (tokens_per_day, usd_per_month), counted besides "
+        "the guild's; null: only the guild's",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -627,6 +648,40 @@ class ConfigChange(models.Model):
 
 AUDIT_VALUE_MAX = 20_000
 """Characters of one before or after value the audit trail keeps (a lorebook can be larger)."""
+
+
+class ModelPrice(models.Model):
+    """One row of the operator's price table (the configuration file's ``prices``): what a
+    model costs in US dollars per million tokens, prompt tokens read from the provider's cache
+    priced apart (``cached_input``; null: at ``input``'s price). A call to a model without a
+    row costs what its provider reports, else an unknown amount (never zero)."""
+
+    model = models.CharField(max_length=MODEL_NAME_MAX, unique=True)
+    input = models.DecimalField(max_digits=12, decimal_places=USD_DECIMAL_PLACES)
+    cached_input = models.DecimalField(
+        max_digits=12, decimal_places=USD_DECIMAL_PLACES, null=True, blank=True
+    )
+    output = models.DecimalField(max_digits=12, decimal_places=USD_DECIMAL_PLACES)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(input__gte=0)
+                & Q(input__lte=PRICE_PER_MILLION_MAX)
+                & Q(output__gte=0)
+                & Q(output__lte=PRICE_PER_MILLION_MAX)
+                & (
+                    Q(cached_input__isnull=True)
+                    | (Q(cached_input__gte=0) & Q(cached_input__lte=PRICE_PER_MILLION_MAX))
+                ),
+                name="model_price_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.input}/{self.cached_input}/{self.output} USD per million"
 
 
 # A persona's test cases live in their own module; imported here so that Django registers them.

@@ -17,7 +17,15 @@ from personas.config_fields import (
     row_from_instance,
 )
 from personas.config_schema import CONFIG_VERSION
-from personas.models import Block, ChannelConfig, ConfigChange, GuildConfig, Persona, UserPrivacy
+from personas.models import (
+    Block,
+    ChannelConfig,
+    ConfigChange,
+    GuildConfig,
+    ModelPrice,
+    Persona,
+    UserPrivacy,
+)
 from personas.models_cases import PersonaTestCase
 
 AUDITED_TYPES: dict[type[models.Model], str] = {
@@ -31,12 +39,13 @@ AUDITED_TYPES: dict[type[models.Model], str] = {
 """The name of each configured row's type in the audit trail."""
 
 
-def config_export(*, guild_ids: Iterable[int] | None = None) -> dict:
-    """The configuration of the given guilds (all when ``None``) as a version-1 document.
+def config_export(*, guild_ids: Iterable[int] | None = None, prices: bool = True) -> dict:
+    """The configuration of the given guilds (all when ``None``) as a version-1 document, with
+    the operator's price table first when ``prices`` is set and it has rows.
 
     The result is what ``config_import`` accepts: importing it back changes nothing. Snowflakes
-    are strings; rows are ordered (personas main first, then by name; channels, blocks and users
-    by id) so the same database always exports the same bytes.
+    are strings; rows are ordered (prices by model; personas main first, then by name;
+    channels, blocks and users by id) so the same database always exports the same bytes.
     """
     guilds = GuildConfig.objects.order_by("guild_id").prefetch_related(
         Prefetch("personas", queryset=Persona.objects.order_by("-is_main", "name")),
@@ -50,7 +59,22 @@ def config_export(*, guild_ids: Iterable[int] | None = None) -> dict:
     )
     if guild_ids is not None:
         guilds = guilds.filter(guild_id__in=list(guild_ids))
-    return {"version": CONFIG_VERSION, "guilds": [_guild(guild) for guild in guilds]}
+    document: dict = {"version": CONFIG_VERSION}
+    table = [price_row(price) for price in ModelPrice.objects.order_by("model")] if prices else []
+    if table:
+        document["prices"] = table
+    document["guilds"] = [_guild(guild) for guild in guilds]
+    return document
+
+
+def price_row(price: ModelPrice) -> dict:
+    """A price table row as the configuration file writes it (prices as JSON numbers: six
+    decimal places at most, so each reads back as the same decimal)."""
+    per_million = {"input": float(price.input)}
+    if price.cached_input is not None:
+        per_million["cached_input"] = float(price.cached_input)
+    per_million["output"] = float(price.output)
+    return {"model": price.model, "usd_per_million": per_million}
 
 
 def _guild(guild: GuildConfig) -> dict:

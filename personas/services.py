@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
+from django.conf import settings
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db import DatabaseError, connection, models, transaction
@@ -52,6 +53,7 @@ from personas.config_schema import (
     ConfigError,
     GuildSpec,
     PersonaSpec,
+    PriceSpec,
     UserSpec,
     parse_config_document,
 )
@@ -60,6 +62,7 @@ from personas.models import (
     ChannelConfig,
     ConfigChange,
     GuildConfig,
+    ModelPrice,
     Persona,
     PrivacySource,
     UserPrivacy,
@@ -84,11 +87,14 @@ class ImportReport:
     """What an import did, counted per model: ``{"Persona": {"created": 1, "updated": 0, …}}``.
 
     ``changes`` lists each row written: (instance, outcome, names of the fields that changed,
-    and each field's ``{"field", "before", "after"}``).
+    and each field's ``{"field", "before", "after"}``); ``warnings`` are (JSON path, message)
+    pairs about what was imported all the same (a price for a model nothing uses, a monthly
+    budget that cannot count a model without a price).
     """
 
     counts: dict[str, Counter] = field(default_factory=dict)
     changes: list[tuple[models.Model, str, list[str], list[dict]]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
 
     def record(
         self,
@@ -107,14 +113,16 @@ class ImportReport:
         return any(c["created"] or c["updated"] or c["deleted"] for c in self.counts.values())
 
     def summary(self) -> str:
+        """The counts of what changed, then one ``warning:`` line per warning."""
+        warnings = [f"warning: {path}: {message}" for path, message in self.warnings]
         if not self.changed:
-            return "No changes: the database already matches the file."
+            return "\n".join(["No changes: the database already matches the file.", *warnings])
         lines = []
         for name, counter in sorted(self.counts.items()):
             parts = [f"{counter[k]} {k}" for k in ("created", "updated", "deleted") if counter[k]]
             if parts:
                 lines.append(f"{name}: {', '.join(parts)}")
-        return "\n".join(lines)
+        return "\n".join([*lines, *warnings])
 
 
 def config_import(*, data: object, prune: bool = False, actor: Actor = None) -> ImportReport:
@@ -130,6 +138,11 @@ def config_import(*, data: object, prune: bool = False, actor: Actor = None) -> 
     that are not in the file. With an ``actor``, every written row is logged as that user's
     change.
 
+    The file's ``prices`` (when given) replace the price table's rows of the models it names
+    (with ``prune``, the rows of models it does not name go). A price for a model that no
+    persona, planner or deployment setting uses, and a monthly budget over a model without a
+    price, are warnings (``ImportReport.warnings``), not problems.
+
     ``data`` may also be a ``ConfigDocument`` already validated by ``parse_config_bytes``. A
     database error while writing (a value the database refuses, the database going away)
     becomes a ConfigError naming the guild being saved. Imports are serialised
@@ -139,9 +152,13 @@ def config_import(*, data: object, prune: bool = False, actor: Actor = None) -> 
     report = ImportReport()
     with _saving(DOCUMENT), transaction.atomic():
         _serialise_imports()
+        if document.prices is not None:
+            with _saving("prices"):
+                _import_prices(document.prices, report=report, prune=prune)
         for g, guild_spec in enumerate(document.guilds):
             with _saving(f"guilds[{g}]"):
                 _import_guild(guild_spec, report=report, prune=prune)
+        report.warnings = price_warnings(document)
         _finish(report, actor=actor, guild_ids=[spec.id for spec in document.guilds])
     return report
 
@@ -454,6 +471,70 @@ def _user_values(spec: UserSpec) -> dict:
         **_columns(USER_SETTINGS, spec, key="user_id"),
         "set_by": PrivacySource.ADMIN,
     }
+
+
+def _import_prices(specs: list[PriceSpec], *, report: ImportReport, prune: bool) -> None:
+    for spec in specs:
+        prices = spec.usd_per_million
+        _upsert(
+            ModelPrice,
+            report,
+            lookup={"model": spec.model},
+            values={
+                "input": prices.input,
+                "cached_input": prices.cached_input,
+                "output": prices.output,
+            },
+        )
+    if prune:
+        _prune(ModelPrice.objects.exclude(model__in=[spec.model for spec in specs]), report)
+
+
+def price_warnings(document: ConfigDocument) -> list[tuple[str, str]]:
+    """What an imported document prices oddly (run after its rows are written, so the
+    database holds every guild's models): a price for a model that no persona (its model or a
+    fallback), planner or deployment setting (``LLM_MODEL``, ``LLM_PLANNER_MODEL``,
+    ``LLM_VISION_MODEL``, ``LLM_EMBEDDING_MODEL``) uses; and a guild's ``usd_per_month`` over a
+    model with no price (its calls cost what the provider reports, else an unknown amount,
+    which the monthly budget cannot count)."""
+    priced = set(ModelPrice.objects.values_list("model", flat=True))
+    deployment = {
+        settings.LLM_MODEL,
+        settings.LLM_PLANNER_MODEL,
+        settings.LLM_VISION_MODEL,
+        settings.LLM_EMBEDDING_MODEL,
+    }
+    used_by: dict[int, set[str]] = {}
+    for persona in Persona.objects.select_related("guild"):
+        models_of = used_by.setdefault(persona.guild.guild_id, set())
+        models_of.add(persona.llm_model or settings.LLM_MODEL)
+        models_of.update(f if isinstance(f, str) else f["model"] for f in persona.fallback_models)
+        if persona.guild.planner_model:
+            models_of.add(persona.guild.planner_model)
+    known = {name for names in used_by.values() for name in names} | deployment
+    warnings = [
+        (
+            f"prices[{p}].model",
+            f"no persona, planner or deployment setting uses {price.model!r} (a typo?); "
+            "its price is kept",
+        )
+        for p, price in enumerate(document.prices or [])
+        if price.model not in known
+    ]
+    for g, guild in enumerate(document.guilds):
+        if guild.limits is None or guild.limits.usd_per_month is None:
+            continue
+        unpriced = sorted(m for m in used_by.get(int(guild.id), set()) if m and m not in priced)
+        if unpriced:
+            names = ", ".join(repr(m) for m in unpriced)
+            warnings.append(
+                (
+                    f"guilds[{g}].limits.usd_per_month",
+                    f"{names} {'has' if len(unpriced) == 1 else 'have'} no price: their calls "
+                    "count against it only when the provider reports their cost",
+                )
+            )
+    return warnings
 
 
 def _import_guild(spec: GuildSpec, *, report: ImportReport, prune: bool) -> None:

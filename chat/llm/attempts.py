@@ -21,7 +21,10 @@ The steps:
    what it has, so a user who asked something always gets a reply.
 
 Every HTTP call is recorded (``AttemptRecord``); nothing raises for a model failure: a turn
-whose every model failed comes back with ``error`` set.
+whose every model failed comes back with ``error`` set. Every call passes the turn's
+``CallMeter`` (`chat.llm.metering`) just before it is sent and once it ended: a limit that
+refuses the turn's first call ends the turn with ``refusal`` set and no model asked; the calls
+after it (retries, fallbacks, tool rounds) are counted, never refused.
 
 ``AttemptRunner.stream_turn`` runs the same steps and gives the persona's words as the model
 writes them (``ReplyStream``), for delivery as they come:
@@ -69,11 +72,13 @@ from chat.llm.base import (
     ToolCallStarted,
     Usage,
 )
+from chat.llm.metering import UNMETERED, CallCharge, CallMeter, Refusal, SpendRefused
 from chat.llm.reply import settled_reply, strip_name_label, strip_reasoning
 from chat.llm.streaming import ReplyStream, Restart
 from chat.llm.tools import ToolBox, ToolName
 from chat.llm.turn_completion import AttemptRecord, TurnCompletion
 from chat.pipeline.instruct import InstructPrompt, instruct_prompt_from_messages
+from chat.pipeline.spend import CallKind
 
 MAX_TOOL_ROUNDS = 3
 """Rounds of tool calls per turn; the call after the last round offers no tools."""
@@ -148,17 +153,26 @@ class AttemptRunner:
         render: Render,
         persona_name: str,
         toolbox: ToolBox | None = None,
+        meter: CallMeter = UNMETERED,
+        kind: CallKind = CallKind.REPLY,
     ) -> TurnCompletion:
         """Get one reply for a persona turn (steps in the module docstring).
 
-        ``models`` is the persona's model followed by its fallbacks (at least one). Returns a
-        ``TurnCompletion``; raises only ``ValueError`` for an empty ``models`` and whatever
-        ``render`` or the toolbox's dependencies raise unexpectedly.
+        ``models`` is the persona's model followed by its fallbacks (at least one); ``meter``
+        counts each call as ``kind`` (a tool round's as ``tool``) and may refuse the first.
+        Returns a ``TurnCompletion``; raises only ``ValueError`` for an empty ``models`` and
+        whatever ``render`` or the toolbox's dependencies raise unexpectedly.
         """
         if not models:
             raise ValueError("complete_turn needs at least one model")
         exchange = _Exchange(
-            self, models=models, render=render, persona_name=persona_name, read=_whole
+            self,
+            models=models,
+            render=render,
+            persona_name=persona_name,
+            read=_whole,
+            meter=meter,
+            kind=kind,
         )
         reply = ""
         try:
@@ -168,6 +182,8 @@ class AttemptRunner:
                     reply = "" if isinstance(piece, Restart) else reply + piece
         except LLMError as error:
             return exchange.result(reply_text="", error=error)
+        except SpendRefused as refused:
+            return exchange.result(reply_text="", refusal=refused.refusal)
         return exchange.result(reply_text=reply)
 
     def stream_turn(
@@ -178,14 +194,22 @@ class AttemptRunner:
         persona_name: str,
         toolbox: ToolBox | None = None,
         delivered: Callable[[], bool] = lambda: False,
+        meter: CallMeter = UNMETERED,
     ) -> ReplyStream:
         """The reply of ``complete_turn``, given as the model writes it (module docstring,
         steps 6 and 7). ``delivered`` says whether any of the text given so far has been
-        delivered. Raises ``ValueError`` for an empty ``models``."""
+        delivered; ``meter`` counts the calls as ``complete_turn``'s does. Raises
+        ``ValueError`` for an empty ``models``."""
         if not models:
             raise ValueError("stream_turn needs at least one model")
         exchange = _Exchange(
-            self, models=models, render=render, persona_name=persona_name, read=_as_written
+            self,
+            models=models,
+            render=render,
+            persona_name=persona_name,
+            read=_as_written,
+            meter=meter,
+            kind=CallKind.REPLY,
         )
         return ReplyStream(exchange, toolbox, delivered)
 
@@ -280,9 +304,16 @@ class _Exchange:
         render: Render,
         persona_name: str,
         read: Read,
+        meter: CallMeter,
+        kind: CallKind,
     ) -> None:
         self._runner = runner
         self._read = read
+        self._meter = meter
+        self._kind = kind
+        self._admitted = False
+        self._meter_s = 0.0
+        self._tool_calls: list[AttemptRecord] = []
         self._models = models
         self._render = render
         self._persona_name = persona_name
@@ -333,7 +364,9 @@ class _Exchange:
             return "\n\n" + text
         return text
 
-    def result(self, *, reply_text: str, error: LLMError | None = None) -> TurnCompletion:
+    def result(
+        self, *, reply_text: str, error: LLMError | None = None, refusal: Refusal | None = None
+    ) -> TurnCompletion:
         usage = sum((record.usage for record in self._records), self._tool_usage)
         return TurnCompletion(
             reply_text=reply_text,
@@ -343,6 +376,9 @@ class _Exchange:
             llm_ms=(time.perf_counter() - self._started) * 1000,
             warnings=tuple(self._warnings),
             error=error,
+            tool_calls=tuple(self._tool_calls),
+            refusal=refusal,
+            meter_ms=self._meter_s * 1000,
         )
 
     async def _call(
@@ -396,6 +432,13 @@ class _Exchange:
                 stream=runner.stream,
             )
             self._request = request.body()
+            kind = self._kind if round_number == 0 else CallKind.TOOL
+            metering = time.perf_counter()
+            try:
+                ticket = await self._meter.reserve(request, kind=kind, admitted=self._admitted)
+            finally:
+                self._meter_s += time.perf_counter() - metering
+            self._admitted = True
             started = time.perf_counter()
             completion: Completion | None = None
             raw, given, calling = "", "", False
@@ -422,11 +465,14 @@ class _Exchange:
                     )
                 answer = self._judge(completion, prefill, tools_offered=bool(plan.tools))
             except LLMError as error:
+                charge = await self._settle(ticket, completion, raw)
                 if given and delivered():
-                    self._record(plan, round_number, started, completion, error)
+                    self._record(plan, round_number, started, completion, error, charge=charge)
                     raise
                 pause = self._pause_after(error, attempt_number, empty_retried)
-                self._record(plan, round_number, started, completion, error, pause or 0.0)
+                self._record(
+                    plan, round_number, started, completion, error, pause or 0.0, charge=charge
+                )
                 if given:
                     yield Restart(str(error))
                 if pause is None:
@@ -438,10 +484,15 @@ class _Exchange:
                     await runner.sleep(pause)
                 continue
             except BaseException:
-                # Stopped by the caller (the reply cap, a cancelled turn): the call is recorded.
-                self._record(plan, round_number, started, completion, outcome="stopped")
+                # Stopped by the caller (the reply cap, a cancelled turn): the call is recorded
+                # and counted with what it wrote so far.
+                charge = await asyncio.shield(self._settle(ticket, completion, raw))
+                self._record(
+                    plan, round_number, started, completion, outcome="stopped", charge=charge
+                )
                 raise
-            self._record(plan, round_number, started, completion)
+            charge = await self._settle(ticket, completion, raw)
+            self._record(plan, round_number, started, completion, charge=charge)
             # The rest of the text, whole: what was held, and what the end settled.
             rest = answer.reply[len(given) :] if answer.reply.startswith(given) else ""
             if rest and not answer.tool_calls:
@@ -451,6 +502,15 @@ class _Exchange:
             self._after_spoken_round = bool(given) and bool(answer.tool_calls)
             yield answer
             return
+
+    async def _settle(
+        self, ticket: object, completion: Completion | None, received: str
+    ) -> CallCharge | None:
+        metering = time.perf_counter()
+        try:
+            return await self._meter.settle(ticket, completion=completion, received=received)
+        finally:
+            self._meter_s += time.perf_counter() - metering
 
     def _pause_after(
         self, error: LLMError, attempt_number: int, empty_retried: bool
@@ -499,6 +559,7 @@ class _Exchange:
         results = await toolbox.run_round(answer.tool_calls)
         for call, result in zip(answer.tool_calls, results, strict=True):
             self._tool_usage += result.usage
+            self._tool_calls += result.calls
             exchange.append({"role": "tool", "tool_call_id": call.id, "content": result.content})
         return exchange
 
@@ -512,6 +573,7 @@ class _Exchange:
         wait_s: float = 0.0,
         *,
         outcome: str = "",
+        charge: CallCharge | None = None,
     ) -> None:
         self._records.append(
             AttemptRecord(
@@ -525,6 +587,7 @@ class _Exchange:
                 retry_after=error.retry_after if error is not None else None,
                 wait_s=wait_s,
                 usage=completion.usage if completion is not None else Usage(),
+                charge=charge,
             )
         )
         _count(self._records[-1])

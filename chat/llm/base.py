@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from chat.pipeline.instruct import BUILTIN_TEMPLATES, DEFAULT_TEMPLATE, InstructTemplate
 
@@ -53,6 +54,9 @@ class ModelSpec:
     context_window: int | None = None
     """A fallback model's own context window (tokens); None: the persona's. A smaller one gets
     its own budget: the attempt's history is truncated to it (DESIGN §5, "Budget")."""
+    asks_cost: bool = False
+    """Ask the provider to report each call's cost (``"usage": {"include": true}``, which
+    OpenRouter understands; other providers refuse unknown keys, so only there)."""
 
     def template(self) -> InstructTemplate:
         """The instruct template this model's prompt is written in."""
@@ -84,6 +88,8 @@ class TextCompletionRequest:
             body["stop"] = stop
         if self.stream:
             body["stream_options"] = {"include_usage": True}
+        if self.model.asks_cost:
+            body["usage"] = {"include": True}
         return body
 
 
@@ -105,7 +111,8 @@ class ChatRequest:
 
         ``max_tokens`` (not ``max_completion_tokens``) because every OpenAI-compatible server
         this product targets (Ollama, llama.cpp, vLLM, OpenRouter, OpenAI) accepts it. A
-        streaming request asks for a final usage chunk (``stream_options.include_usage``).
+        streaming request asks for a final usage chunk (``stream_options.include_usage``); a
+        model that ``asks_cost`` asks for the call's cost too (``usage.include``).
         """
         body: dict[str, Any] = {
             "model": self.model.name,
@@ -121,16 +128,21 @@ class ChatRequest:
             body["tool_choice"] = "auto"
         if self.stream:
             body["stream_options"] = {"include_usage": True}
+        if self.model.asks_cost:
+            body["usage"] = {"include": True}
         return body
 
 
 @dataclass(frozen=True)
 class Usage:
-    """Token counts as the provider reported them; ``None`` means "not reported", not zero."""
+    """Token counts as the provider reported them; ``None`` means "not reported", not zero.
+    ``cost`` is the call's cost in US dollars when the provider reports one (OpenRouter's
+    ``usage.cost``)."""
 
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cached_prompt_tokens: int | None = None
+    cost: Decimal | None = None
 
     def __add__(self, other: Usage) -> Usage:
         """Field-wise sum in which a missing count adds nothing (``None + None`` stays ``None``)."""
@@ -138,17 +150,24 @@ class Usage:
             prompt_tokens=_add_counts(self.prompt_tokens, other.prompt_tokens),
             completion_tokens=_add_counts(self.completion_tokens, other.completion_tokens),
             cached_prompt_tokens=_add_counts(self.cached_prompt_tokens, other.cached_prompt_tokens),
+            cost=_add_counts(self.cost, other.cost),
         )
 
-    def as_json(self) -> dict[str, int | None]:
-        return {
+    def as_json(self) -> dict[str, int | str | None]:
+        counts: dict[str, int | str | None] = {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
         }
+        if self.cost is not None:
+            counts["cost"] = str(self.cost)
+        return counts
 
 
-def _add_counts(left: int | None, right: int | None) -> int | None:
+_Count = TypeVar("_Count", int, Decimal)
+
+
+def _add_counts(left: _Count | None, right: _Count | None) -> _Count | None:
     if left is None:
         return right
     if right is None:

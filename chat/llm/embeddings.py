@@ -9,7 +9,8 @@ Four implementations:
 - `WordLlamaEmbeddings`: the lighter offline model (``OFFLINE_EMBEDDING_MODEL=wordllama``). The
   ``wordllama`` wheel ships its 256-dimension weights and tokenizer, loaded the same way.
 - `OpenAIEmbeddings`: any OpenAI-compatible ``POST {base_url}/embeddings`` endpoint
-  (``LLM_EMBEDDING_MODEL`` / ``LLM_EMBEDDING_BASE_URL``).
+  (``LLM_EMBEDDING_MODEL`` / ``LLM_EMBEDDING_BASE_URL``); a provider's model, so its calls are
+  counted (`OpenAIEmbeddings.embed_counted` gives the tokens the provider reported).
 - `HashingEmbeddings`: deterministic vectors from hashed words, for tests and the fake model
   server (texts that share words point the same way).
 
@@ -394,8 +395,22 @@ class _EmbeddingItem(BaseModel):
     embedding: list[float]
 
 
+class _EmbeddingUsage(BaseModel):
+    prompt_tokens: int | None = None
+
+
 class _EmbeddingResponse(BaseModel):
     data: list[_EmbeddingItem]
+    usage: _EmbeddingUsage | None = None
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A provider's embeddings: the vectors and the prompt tokens it reported for them (None:
+    it reported none)."""
+
+    vectors: np.ndarray
+    prompt_tokens: int | None
 
 
 class OpenAIEmbeddings:
@@ -420,14 +435,22 @@ class OpenAIEmbeddings:
         self._batch_size = batch_size
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        rows: list[list[float]] = []
-        for start in range(0, len(texts), self._batch_size):
-            rows.extend(self._batch(list(texts[start : start + self._batch_size])))
-        if not rows:
-            return np.zeros((0, 0), dtype=np.float32)
-        return unit_rows(np.array(rows, dtype=np.float32))
+        return self.embed_counted(texts).vectors
 
-    def _batch(self, texts: list[str]) -> list[list[float]]:
+    def embed_counted(self, texts: Sequence[str]) -> Embedded:
+        """`embed`, with the prompt tokens the provider reported (summed over the batches;
+        None when any batch reported none)."""
+        rows: list[list[float]] = []
+        tokens: int | None = 0
+        for start in range(0, len(texts), self._batch_size):
+            batch, counted = self._batch(list(texts[start : start + self._batch_size]))
+            rows.extend(batch)
+            tokens = tokens + counted if tokens is not None and counted is not None else None
+        if not rows:
+            return Embedded(np.zeros((0, 0), dtype=np.float32), tokens)
+        return Embedded(unit_rows(np.array(rows, dtype=np.float32)), tokens)
+
+    def _batch(self, texts: list[str]) -> tuple[list[list[float]], int | None]:
         try:
             response = httpx.post(
                 self._url,
@@ -452,7 +475,8 @@ class OpenAIEmbeddings:
             raise EmbeddingError(
                 f"{self._url} answered {len(items)} vectors for {len(texts)} texts"
             )
-        return [item.embedding for item in items]
+        reported = parsed.usage.prompt_tokens if parsed.usage is not None else None
+        return [item.embedding for item in items], reported
 
 
 def vector_bytes(vector: np.ndarray) -> bytes:

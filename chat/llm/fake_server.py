@@ -9,7 +9,8 @@ strings as a server does; the default answer quotes the prompt's last dialogue l
 `fake_moderation.FakeModeration`: ``moderation``) and ``GET /v1/models``. Every request is
 recorded in ``requests``. Each chat request takes the next item of the script, a queue of:
 
-- ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated);
+- ``Reply``: a text and/or tool calls (usage counts may be fixed, else they are estimated; a
+  ``cost`` is reported in the usage when given, as OpenRouter reports one);
 - ``Fault``: an HTTP error (500, 429 with ``Retry-After``, 401, …), a timeout (the server sleeps
   past the client's limit), a malformed JSON body, a stream cut off before ``[DONE]``, an empty
   answer, or a reasoning-only answer.
@@ -24,7 +25,7 @@ With the script empty, a ``responder`` (when given) chooses the answer from the 
 fake model <model>. You said: <the last user message>"; the introduction is a constructor
 argument (the demo says it is the demo model). Usage is always reported, cached prompt tokens
 included: the estimate counts the prefix a request shares with the previous one as cached, as a
-provider's prompt cache would.
+provider's prompt cache would; ``reported_usage`` lists every usage it reported.
 
 A ``guard`` (when given) reads every chat request body as it arrives; what it returns (a list of
 findings) is kept in ``guard_findings``. ``raw_discord_identifiers`` is the guard the end-to-end
@@ -116,6 +117,9 @@ class Reply:
     cached_prompt_tokens: int | None = None
     pace: StreamPace | None = None
     """How fast this answer is streamed; None: the server's pace."""
+    cost: float | None = None
+    """The call's cost reported in its usage (``usage.cost``, as OpenRouter reports it); None:
+    no cost reported."""
 
     @classmethod
     def calling(cls, name: str, arguments: str | dict[str, Any] = "{}") -> Reply:
@@ -210,6 +214,9 @@ class FakeLLMServer:
         """Seconds each embedding request waits before it is answered (a slow endpoint)."""
         self._guard = guard
         self.guard_findings: list[str] = []
+        self.reported_usage: list[dict[str, Any]] = []
+        """The usage of every chat and text completion answered with its usage (a whole
+        answer, or a stream that asked for it), in order: what a client could count."""
         self._responder = responder
         self._introduction = introduction
         self.base_url = ""
@@ -365,9 +372,11 @@ class FakeLLMServer:
             text=text,
             usage=self._usage(body, Reply(text)),
         )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include_usage or not body.get("stream"):
+            self.reported_usage.append(answer.usage)
         if not body.get("stream"):
             return web.json_response(answer.response())
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         events = [*answer.chunks(include_usage), "[DONE]"]
         return await _send_events(request, events, item.pace or self.pace, answer.words)
 
@@ -417,9 +426,11 @@ class FakeLLMServer:
             reply=reply,
             usage=self._usage(body, reply),
         )
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        if include_usage or not body.get("stream"):
+            self.reported_usage.append(answer.usage)
         if not body.get("stream"):
             return web.json_response(answer.response())
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         events = [*answer.chunks(include_usage), "[DONE]"]
         return await self._stream(request, events, reply.pace or self.pace, answer.words)
 
@@ -478,7 +489,7 @@ class FakeLLMServer:
         output = reply.text + "".join(arguments_text(call) for call in reply.tool_calls)
         prompt_tokens = _first_set(reply.prompt_tokens, len(prompt) // 4)
         completion_tokens = _first_set(reply.completion_tokens, len(output) // 4)
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
@@ -486,6 +497,9 @@ class FakeLLMServer:
                 "cached_tokens": _first_set(reply.cached_prompt_tokens, shared // 4)
             },
         }
+        if reply.cost is not None:
+            usage["cost"] = reply.cost
+        return usage
 
 
 async def _send_events(

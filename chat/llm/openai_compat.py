@@ -25,6 +25,7 @@ import math
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -437,10 +438,12 @@ def _usage(usage: _Usage | None) -> Usage:
     if usage is None:
         return Usage()
     details = usage.prompt_tokens_details
+    cost = usage.cost
     return Usage(
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
         cached_prompt_tokens=details.cached_tokens if details is not None else None,
+        cost=Decimal(str(cost)) if cost is not None and math.isfinite(cost) and cost >= 0 else None,
     )
 
 
@@ -452,6 +455,8 @@ class _Usage(BaseModel):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     prompt_tokens_details: _PromptTokensDetails | None = None
+    cost: float | None = None
+    """The call's cost in US dollars (OpenRouter's credits), when the provider reports it."""
 
 
 class _Function(BaseModel):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from chat.llm.base import LLMError
+from chat.llm.metering import Refusal, SpendRefused
 
 if TYPE_CHECKING:
     from chat.llm.tools import ToolBox
@@ -48,8 +49,9 @@ class ReplyStream:
 
     Iterate it for the reply's text pieces (``str``, in order; joined and stripped they are
     the reply) and ``Restart``s; then ``result()`` is the turn's record, as ``complete_turn``
-    returns it (``reply_text`` is the text given, ``error`` set when the model failed). Stop
-    early with ``stop``: the model call is cancelled.
+    returns it (``reply_text`` is the text given, ``error`` set when the model failed,
+    ``refusal`` when a limit refused the first call). Stop early with ``stop``: the model call
+    is cancelled.
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class ReplyStream:
     ) -> None:
         self._exchange = exchange
         self._error: LLMError | None = None
+        self._refusal: Refusal | None = None
         self._given: list[str] = []
         self._iterator = self._iterate(exchange.converse(toolbox, delivered))
 
@@ -76,6 +79,8 @@ class ReplyStream:
                     yield event
             except LLMError as error:
                 self._error = error
+            except SpendRefused as refused:
+                self._refusal = refused.refusal
 
     async def stop(self, reason: str) -> None:
         """Cancel the model call; the reply ends with the text given so far (``reason`` is
@@ -86,4 +91,4 @@ class ReplyStream:
     def result(self) -> TurnCompletion:
         """The turn's record so far (whole once the iteration has ended)."""
         text = "".join(self._given).strip()
-        return self._exchange.result(reply_text=text, error=self._error)
+        return self._exchange.result(reply_text=text, error=self._error, refusal=self._refusal)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,7 +42,16 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from chat.llm.base import ChatRequest, LLMClient, LLMError, ModelSpec, ToolCall, Usage
+from chat.llm.base import (
+    ChatRequest,
+    Completion,
+    LLMClient,
+    LLMError,
+    ModelSpec,
+    ToolCall,
+    Usage,
+)
+from chat.llm.metering import UNMETERED, CallMeter
 from chat.llm.reply import strip_reasoning
 from chat.llm.tool_arguments import (
     AnalyzeImageArguments,
@@ -54,9 +64,11 @@ from chat.llm.tool_arguments import (
     ToolArguments,
     UpdateShortTermMemoryArguments,
 )
+from chat.llm.turn_completion import AttemptRecord
 from chat.llm.video_transcripts import TranscriptUnavailable, VideoTranscript, youtube_video_id
 from chat.pipeline.markup import scrub_snowflakes
 from chat.pipeline.model_answers import problems_line
+from chat.pipeline.spend import CallKind
 from chat.pipeline.tools import ToolName
 
 TRANSCRIPT_LIMIT_CHARS = 12_000
@@ -268,10 +280,13 @@ class VisionModel:
 
 @dataclass(frozen=True)
 class ToolResult:
-    """The text handed back to the model, and the tokens a tool's own model call used."""
+    """The text handed back to the model, the tokens a tool's own model call used, and that
+    call as the turn records it (``calls``: the vision model's; empty for a tool that asks no
+    model)."""
 
     content: str
     usage: Usage = field(default_factory=Usage)
+    calls: tuple[AttemptRecord, ...] = ()
 
 
 # --- Running ------------------------------------------------------------------------------------
@@ -293,6 +308,7 @@ class ToolBox:
         videos: VideoTranscripts | None = None,
         stickers: StickerSender | None = None,
         read_limit_bytes: int = READ_FILE_LIMIT_BYTES,
+        meter: CallMeter = UNMETERED,
     ) -> None:
         self._attachments = attachments or {}
         self._reader = attachment_reader
@@ -304,6 +320,8 @@ class ToolBox:
         self._long_term = long_term_memory
         self._remembered = 0
         self._videos, self._stickers, self._sticker_sent = videos, stickers, False
+        self._meter = meter
+        self._rounds = 0
         configured = {
             ToolName.READ_FILE: attachment_reader is not None and attachments is not None,
             ToolName.REVEAL_MESSAGE_METADATA: message_metadata is not None,
@@ -336,6 +354,7 @@ class ToolBox:
     async def run_round(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Run one round's calls in order (so a second memory write sees the first); one result
         per call. Calls past ``MAX_CALLS_PER_ROUND`` are answered with an error, unrun."""
+        self._rounds += 1
         results = [await self.run(call) for call in calls[:MAX_CALLS_PER_ROUND]]
         refused = _result(error=f"at most {MAX_CALLS_PER_ROUND} tool calls are run per round")
         return results + [refused] * len(calls[MAX_CALLS_PER_ROUND:])
@@ -439,12 +458,14 @@ class ToolBox:
                 }
             ],
         )
-        try:
-            completion = await self._vision.client.complete(request)
-        except LLMError as error:
-            raise ToolError(f"the image could not be analysed ({error})") from error
+        completion, record = await self._ask_vision(request, "the image could not be analysed")
         analysis = strip_reasoning(completion.text).strip()
-        return _result(media_id=attachment.media_id, analysis=analysis, usage=completion.usage)
+        return _result(
+            media_id=attachment.media_id,
+            analysis=analysis,
+            usage=completion.usage,
+            calls=(record,),
+        )
 
     async def _process_gif(self, arguments: ProcessGifArguments) -> ToolResult:
         attachment = self._attachment(arguments.media_id)
@@ -472,17 +493,41 @@ class ToolBox:
         request = ChatRequest(
             model=self._vision.model, messages=[{"role": "user", "content": parts}]
         )
-        try:
-            completion = await self._vision.client.complete(request)
-        except LLMError as error:
-            raise ToolError(f"the animation could not be analysed ({error})") from error
+        completion, record = await self._ask_vision(request, "the animation could not be analysed")
         analysis = strip_reasoning(completion.text).strip()
         return _result(
             media_id=attachment.media_id,
             frames=len(frames),
             analysis=analysis,
             usage=completion.usage,
+            calls=(record,),
         )
+
+    async def _ask_vision(
+        self, request: ChatRequest, failure: str
+    ) -> tuple[Completion, AttemptRecord]:
+        """Ask the vision model ``request`` through the turn's meter (counted as ``vision``,
+        never refused: the turn was let in); returns its answer and the call's record. Raises
+        ``ToolError`` starting with ``failure`` when the model failed."""
+        assert self._vision is not None
+        ticket = await self._meter.reserve(request, kind=CallKind.VISION, admitted=True)
+        started = time.perf_counter()
+        try:
+            completion = await self._vision.client.complete(request)
+        except LLMError as error:
+            await self._meter.settle(ticket, completion=None, received="")
+            raise ToolError(f"{failure} ({error})") from error
+        charge = await self._meter.settle(ticket, completion=completion, received=completion.text)
+        record = AttemptRecord(
+            model=request.model.name,
+            tool_round=self._rounds,
+            shorten_batches=0,
+            latency_ms=(time.perf_counter() - started) * 1000,
+            outcome="ok",
+            usage=completion.usage,
+            charge=charge,
+        )
+        return completion, record
 
     async def _process_youtube_video(self, arguments: ProcessYoutubeVideoArguments) -> ToolResult:
         video_id = youtube_video_id(arguments.link)
@@ -528,6 +573,8 @@ def _parse_arguments(model: type[ToolArguments], raw: str) -> ToolArguments:
         raise ToolError(f"invalid arguments: {problems}") from error
 
 
-def _result(*, usage: Usage | None = None, **fields: Any) -> ToolResult:
+def _result(
+    *, usage: Usage | None = None, calls: tuple[AttemptRecord, ...] = (), **fields: Any
+) -> ToolResult:
     """A ``ToolResult`` whose content is ``fields`` as a JSON object."""
-    return ToolResult(json.dumps(fields, ensure_ascii=False), usage=usage or Usage())
+    return ToolResult(json.dumps(fields, ensure_ascii=False), usage=usage or Usage(), calls=calls)

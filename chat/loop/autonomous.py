@@ -27,6 +27,12 @@ messages arrive is dropped (the send safety check).
 
 Every step is recorded as a `PlannerStep` (prompt, raw decision, action, result, the persona
 turn it ran); the persona turn's ``reason_detail`` names its step.
+
+The planner's calls count against the guild's budget (as ``planner``). When it is spent no
+model is asked: the step is recorded as ``paused`` with the reason, the channel's first such
+step sends the spent budget's notice (`chat.services.turn_refusal`), and the loop stops; its
+unread messages wait, and the next arrival after the budget renews (or an admin raises it)
+plans again with all of them.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from asgiref.sync import sync_to_async
 from botproject.live_updates import LoopStep, channel_group, publish_live_update
 from chat import selectors
 from chat.caches import BoundedCache
+from chat.llm.metering import UNMETERED, Refusal
 from chat.models import Turn
 from chat.pipeline.planner import (
     ActionRecord,
@@ -61,6 +68,7 @@ from chat.pipeline.planner import (
     parse_planner_action,
     planner_named_user_ids,
 )
+from chat.pipeline.spend import CallKind
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import Author, HistoryMessage
 from chat.ports import DeliveryError
@@ -74,6 +82,8 @@ from chat.services.planner_steps import (
     planner_step_finish,
     planner_step_record,
 )
+from chat.services.spend import spend_site
+from chat.services.turn_refusal import budget_notice_due, budget_notice_send
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_run
 from personas.models import Persona
@@ -264,7 +274,8 @@ class AutonomousLoop:
         loop_id: str,
     ) -> PlannerAction | PlannerOutputError | None:
         """Ask the planner for one action and record the step; None when the model could not
-        be reached (the loop ends; the unread messages stay for the next loop)."""
+        be reached or a spent budget refused the call (the loop ends; the unread messages stay
+        for the next loop)."""
         channel = configuration.settings
         unread = await event_queue.unread_pool_without_superseded(
             port=self._runtime.port, channel_id=channel.channel_id
@@ -300,11 +311,17 @@ class AutonomousLoop:
         messages = prompt.messages
         step.refs = dict(prompt.refs)
         step.shown_unread = unread
+        site = spend_site(configuration=configuration, persona=None)
         completion = await self._runtime.runner.complete_turn(
             models=selectors.planner_model_specs(configuration),
             render=lambda plan: messages,
             persona_name="planner",
+            meter=self._runtime.spend.meter(site) if site is not None else UNMETERED,
+            kind=CallKind.PLANNER,
         )
+        if completion.refusal is not None:
+            await self._paused(configuration, completion.refusal, loop_id, iteration, unread)
+            return None
         if completion.error is not None:
             logger.warning("planner call failed in %s: %s", channel.channel_id, completion.error)
             await sync_to_async(planner_step_record)(
@@ -342,6 +359,42 @@ class AutonomousLoop:
             llm_ms=completion.llm_ms,
         )
         return action
+
+    async def _paused(
+        self,
+        configuration: ChannelConfiguration,
+        refusal: Refusal,
+        loop_id: str,
+        iteration: int,
+        unread: Sequence[HistoryMessage],
+    ) -> None:
+        """A spent budget refused the planner's call: record the step as ``paused`` with the
+        reason, and send the channel's notice when it is due (replying to the newest unread
+        message)."""
+        channel_id = configuration.channel_id
+        await self._runtime.fence.check(configuration.guild_id)
+        notice = await sync_to_async(budget_notice_due)(
+            channel_id=channel_id, now=self._runtime.clock()
+        )
+        reason = f"no model was asked: a limit said no: {refusal.reason}"
+        step_id = await sync_to_async(planner_step_record)(
+            channel_id=channel_id,
+            guild_id=configuration.guild_id,
+            loop_id=loop_id,
+            iteration=iteration,
+            prompt=[],
+            decision=f"({reason})",
+            action={"action": "paused", "refused": "budget", "notice": notice},
+            llm_ms=None,
+        )
+        await sync_to_async(planner_step_finish)(step_id=step_id, success=False, result=reason)
+        if notice:
+            await budget_notice_send(
+                self._runtime,
+                configuration,
+                refusal=refusal,
+                reply_to=unread[-1].id if unread else None,
+            )
 
     async def _dispatch(
         self,

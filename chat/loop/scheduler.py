@@ -98,7 +98,8 @@ class Scheduler:
         self.wake()
 
     async def stop(self) -> None:
-        """Cancel the consumer and every channel loop, and wait for them to end."""
+        """Cancel the consumer and every channel loop, and wait for them to end; then close
+        the database connections of the queue's and the spend counters' threads."""
         self._stopping = True
         tasks = [
             t for t in (self._consumer, *self._loops.values(), *self._publishing) if t is not None
@@ -109,6 +110,7 @@ class Scheduler:
         self._loops.clear()
         await self._counts.close()
         await self._on_queue_thread(connections.close_all)()
+        await self._runtime.spend.close()
 
     def wake(self) -> None:
         """New events are in the queue."""
@@ -131,13 +133,14 @@ class Scheduler:
             self.schedule(channel_id)
 
     async def idle(self) -> None:
-        """Wait until the queue is consumed, every pool that grew has its loop scheduled, and
-        no channel loop runs (used by tests)."""
+        """Wait until the queue is consumed, every pool that grew has its loop scheduled, no
+        channel loop runs and every model call is counted (used by tests)."""
         while True:
             await asyncio.sleep(0.05)
             ready = await sync_to_async(event_queue_has_ready)(shards=self._shards)
             busy = self._loops or self._publishing
             if not busy and not ready and not self._wakeup.is_set():
+                await self._runtime.spend.settled()
                 return
 
     # -- consumption -------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from chat.pipeline.types import (
     UserBlock,
 )
 from chat.selectors.model_specs import (  # noqa: F401 (the package's names)
+    endpoint_reports_cost,
     instruct_template,
     persona_model_specs,
     planner_model_specs,

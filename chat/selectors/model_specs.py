@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -77,9 +78,21 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
                 api=ModelApi(api),
                 instruct=instruct_template(template) if text_model else None,
                 context_window=window,
+                asks_cost=endpoint_reports_cost(settings.LLM_BASE_URL),
             )
         )
     return tuple(specs)
+
+
+COST_REPORTING_HOSTS = ("openrouter.ai",)
+"""Endpoints that report a call's cost when asked (``"usage": {"include": true}``); other
+OpenAI-compatible servers may refuse the unknown key, so it is sent only to these."""
+
+
+def endpoint_reports_cost(base_url: str) -> bool:
+    """Whether the endpoint at ``base_url`` is one that reports each call's cost."""
+    host = (urlsplit(base_url).hostname or "").lower()
+    return any(host == known or host.endswith("." + known) for known in COST_REPORTING_HOSTS)
 
 
 def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec, ...]:
@@ -100,6 +113,7 @@ def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec,
             merge_same_role=capabilities.merge_same_role,
             temperature=main.temperature,
             max_output_tokens=main.max_output_tokens,
+            asks_cost=endpoint_reports_cost(settings.LLM_BASE_URL),
         ),
     )
 

@@ -44,6 +44,7 @@ from chat.services.memory_store import MemoryRefused, MemoryScope
 from chat.services.memory_store import memory_add as store_memory_add
 from chat.services.memory_store import memory_forget as store_memory_forget
 from chat.services.short_term_memory import short_term_memories_forget_user
+from chat.services.spend import usage_forget_user
 from chat.services.turn_record import turn_records_redact, turn_records_scrub
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
@@ -196,6 +197,7 @@ def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
             )
             quoted = turn_records_redact(guild_id=guild_id, texts=summaries)
             turns = len(scrub.turn_ids | quoted)
+            usage_forget_user(guild_id=guild_id, user_id=user_id)
     return PrivacyChange(wanted, previous, memories, messages, turns, cleared)
 
 

@@ -4,7 +4,10 @@ embedded in the background; turns recall the passages like memories (`memory_rec
 - `document_upload(guild_id=…, name=…, data=…)`: read the file (size-capped; a file that cannot
   be read is refused with a sentence and nothing is stored) and store its text, pending.
 - `document_embed(document_id=…)`: cut the text into passages (`pipeline.documents`) and embed
-  them in batches, counting progress on the row (the Celery task runs it).
+  them in batches, counting progress on the row (the Celery task runs it). A provider's
+  embedding model (one that reports its tokens: `OpenAIEmbeddings`) is a model call like any
+  other: each batch counts against the guild's budget as ``embedding`` (a spent budget fails
+  the document with the reason); the offline model runs in this process and costs nothing.
 - `document_delete(document_id=…)`.
 """
 
@@ -16,12 +19,25 @@ from posixpath import splitext
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_bytes
 from chat.models import Document, DocumentChunk
 from chat.models_memory import memory_version_bump
 from chat.pipeline.documents import chunk_text
+from chat.pipeline.spend import CallKind, TokenUsage, Verdict, call_cost
+from chat.pipeline.tokens import default_token_counter
 from chat.services.memory_store import default_embedding_model
+from chat.services.spend import (
+    Counted,
+    Spend,
+    SpendSite,
+    guild_site,
+    prices_table,
+    spend_record,
+    spend_state,
+)
+from personas.models import GuildConfig
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +120,11 @@ def document_embed(*, document_id: int, embedder: EmbeddingModel | None = None) 
         document.chunks_total, document.chunks_done, document.error = len(passages), 0, ""
         document.save()
     chunks = list(document.chunks.order_by("position"))
+    site = _paying_site(document.guild_id, embedder)
     for start in range(0, len(chunks), EMBED_BATCH):
         batch = chunks[start : start + EMBED_BATCH]
         try:
-            vectors = embedder.embed([chunk.text for chunk in batch])
+            vectors = _embed_counted(embedder, [chunk.text for chunk in batch], site)
         except EmbeddingError as error:
             Document.objects.filter(id=document.id).update(
                 status=Document.Status.FAILED, error=str(error)
@@ -125,6 +142,50 @@ def document_embed(*, document_id: int, embedder: EmbeddingModel | None = None) 
         memory_version_bump(document.guild_id)
     document.refresh_from_db()
     return document
+
+
+def _paying_site(guild_id: int, embedder: EmbeddingModel) -> SpendSite | None:
+    """Who pays for the embedder's calls: the guild, when the embedder is a provider's (it
+    reports its tokens); None for the offline model."""
+    if getattr(embedder, "embed_counted", None) is None:
+        return None
+    guild = GuildConfig.objects.filter(guild_id=guild_id).first()
+    return guild_site(guild=guild) if guild is not None else None
+
+
+def _embed_counted(embedder: EmbeddingModel, texts: list[str], site: SpendSite | None):
+    """Embed one batch; with a paying ``site``: refused (`EmbeddingError`, permanent) while
+    its budget is spent, and counted as one ``embedding`` call (the provider's tokens, else
+    the tokenizer's)."""
+    if site is None:
+        return embedder.embed(texts)
+    now = timezone.now()
+    decision = spend_state(site=site, now=now) if site.limited else None
+    if decision is not None and decision.verdict is Verdict.REFUSE:
+        refusal = Spend().refusal(decision, site=site, now=now)
+        raise EmbeddingError(
+            f"a limit said no: {refusal.reason}; embed it again once the budget renews",
+            permanent=True,
+        )
+    embedded = embedder.embed_counted(texts)  # type: ignore[attr-defined]
+    reported = embedded.prompt_tokens
+    counter = default_token_counter()
+    tokens = TokenUsage(
+        prompt_tokens=reported if reported is not None else sum(counter.count(t) for t in texts),
+        estimated=reported is None,
+    )
+    price = prices_table().get(embedder.name)
+    spend_record(
+        site=site,
+        now=now,
+        counted=Counted(
+            CallKind.EMBEDDING,
+            embedder.name,
+            tokens,
+            call_cost(tokens, price=price, reported_usd=None),
+        ),
+    )
+    return embedded.vectors
 
 
 def document_delete(*, document_id: int) -> int:

@@ -32,7 +32,8 @@ from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import PrivacyLevel
 from chat.ports import DeliveryError
 from chat.services.memory_store import MemoryRefused, MemoryScope, memory_add
-from chat.services.turn_lifecycle import turn_failed, turn_replied
+from chat.services.spend import spend_site
+from chat.services.turn_lifecycle import turn_failed, turn_refused, turn_replied
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_ask, turn_prepare
 
@@ -43,8 +44,9 @@ KNOWN_FACTS_SHOWN = 40
 @dataclass(frozen=True)
 class Extraction:
     """What `memories_extract` did: ``extracted`` (``turn_id`` holds the record), ``skipped``
-    (nothing new, nobody to remember, the channel no longer served) or ``failed`` (``retry``:
-    a model or Discord failure worth another try)."""
+    (nothing new, nobody to remember, the channel no longer served), ``waiting`` (the guild's
+    budget is spent: the channel is read again once it renews) or ``failed`` (``retry``: a
+    model or Discord failure worth another try)."""
 
     status: str
     detail: str
@@ -53,10 +55,11 @@ class Extraction:
 
 
 def last_extracted_message_id(channel_id: int) -> int:
-    """The newest message the channel's last extraction read (0: none yet)."""
+    """The newest message the channel's last extraction read (0: none yet); an extraction
+    that failed, or that a spent budget refused, read nothing."""
     turn = (
         Turn.objects.filter(channel_id=channel_id, reason=TurnReason.EXTRACTION)
-        .exclude(status=Turn.Status.FAILED)
+        .exclude(status__in=[Turn.Status.FAILED, Turn.Status.REFUSED])
         .order_by("-id")
         .first()
     )
@@ -92,7 +95,7 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
 
     Steps:
         1. Skip when the guild or its personas are no longer configured, or nothing arrived
-           since the last extraction.
+           since the last extraction; wait (no turn) while the guild's budget is spent.
         2. `turn_prepare` a dry-run turn of the guild's main persona answering the newest
            message: the window, privacy, blacklist and blocks apply exactly as in a turn.
         3. Keep the lines holding messages newer than the last extraction; lines of people
@@ -105,7 +108,8 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
            bounds and privacy refuse); a fact about anyone else is refused.
         6. The turn ends ``replied`` with the stored and refused facts in its
            ``reason_detail``, or ``failed`` with the error (a model failure asks for a retry,
-           an answer that is not the JSON asked for does not).
+           an answer that is not the JSON asked for does not), or ``refused`` when the budget
+           was spent meanwhile (the extraction waits).
     """
     now = runtime.clock()
     configuration = await sync_to_async(selectors.channel_configuration)(
@@ -113,6 +117,10 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     )
     if configuration is None or not configuration.personas:
         return Extraction("skipped", "the channel is no longer served")
+    site = spend_site(configuration=configuration, persona=configuration.personas[0])
+    spent = await runtime.spend.spent(site) if site is not None else None
+    if spent is not None:
+        return Extraction("waiting", spent.reason)
     since = await sync_to_async(last_extracted_message_id)(channel_id)
     try:
         newest = await runtime.port.fetch_history(channel_id, 1)
@@ -156,6 +164,9 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     turn, completion = await turn_ask(
         runtime, request, prepared, messages=messages, persona_name=persona.name
     )
+    if completion.refusal is not None:
+        await turn_refused(turn, reason=f"a limit said no: {completion.refusal.reason}")
+        return Extraction("waiting", completion.refusal.reason, turn_id=turn.id)
     if completion.error is not None:
         await turn_failed(turn)
         return Extraction("failed", turn.error, turn_id=turn.id, retry=True)

@@ -28,7 +28,13 @@ from chat.services.short_term_memory import (
     short_term_memory_release,
     short_term_memory_write,
 )
-from chat.services.turn_lifecycle import turn_failed, turn_failed_now, turn_replied_now
+from chat.services.spend import spend_site
+from chat.services.turn_lifecycle import (
+    turn_failed,
+    turn_failed_now,
+    turn_refused,
+    turn_replied_now,
+)
 from chat.services.turn_request import TurnRequest, TurnRuntime
 from chat.services.turns import turn_ask, turn_prepare
 
@@ -36,8 +42,10 @@ from chat.services.turns import turn_ask, turn_prepare
 @dataclass(frozen=True)
 class MemoryRefresh:
     """What `short_term_memory_refresh` did: ``status`` is ``refreshed``, ``skipped`` (the row
-    is gone, no longer due, or its channel or persona is no longer served) or ``failed``;
-    ``retry`` says a failure is worth another try (the model or Discord failed for now)."""
+    is gone, no longer due, or its channel or persona is no longer served), ``waiting`` (the
+    guild's or the persona's budget is spent: maintenance queues it again later) or
+    ``failed``; ``retry`` says a failure is worth another try (the model or Discord failed for
+    now)."""
 
     status: str
     detail: str = ""
@@ -82,7 +90,8 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
         4. Save the summary (clipped), reset the raw turns, stamp the refresh; the turn ends
            ``replied`` with the summary as its reply (nothing is sent to Discord).
     A model failure ends the turn ``failed`` and asks for a retry; a Discord failure before
-    the turn asks for one too.
+    the turn asks for one too. A spent budget waits: nothing is read while it is spent, and a
+    call it refuses meanwhile ends the turn ``refused``.
     """
     now = runtime.clock()
     memory = await sync_to_async(short_term_memory_get)(memory_id=memory_id)
@@ -107,6 +116,10 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     )
     if configuration is None or all(p.id != persona.id for p in configuration.personas):
         return MemoryRefresh("skipped", "the channel or persona is no longer served")
+    site = spend_site(configuration=configuration, persona=persona)
+    spent = await runtime.spend.spent(site) if site is not None else None
+    if spent is not None:
+        return MemoryRefresh("waiting", spent.reason)
     try:
         newest = await runtime.port.fetch_history(memory.channel_id, 1)
     except DeliveryError as error:
@@ -158,6 +171,9 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
     turn, completion = await turn_ask(
         runtime, request, prepared, messages=messages, persona_name=persona.name
     )
+    if completion.refusal is not None:
+        await turn_refused(turn, reason=f"a limit said no: {completion.refusal.reason}")
+        return MemoryRefresh("waiting", completion.refusal.reason, turn_id=turn.id)
     summary = clip_summary(completion.reply_text)
     if completion.error is not None or not summary:
         await turn_failed(turn, error=turn.error or "the model gave an empty summary")

@@ -40,6 +40,7 @@ from chat.services.turn_lifecycle import (
     turn_replied,
 )
 from chat.services.turn_record import turn_completion_record, turn_refusal_record
+from chat.services.turn_refusal import turn_refuse
 from chat.services.turn_request import AbortCheck, PreparedTurn, TurnRequest, TurnRuntime
 from personas.models import DeliveryMode
 
@@ -86,6 +87,8 @@ async def reply_stream_deliver(
            the sent pieces stand, `CUT_NOTICE` follows them, and the turn is ``replied`` with
            the error kept. A piece Discord refuses ends the reply there the same way, without
            a notice.
+           A limit that refused the first call ends the turn ``refused``
+           (`chat.services.turn_refusal`).
     """
     persona = request.persona
     moderation = await reply_moderation_start(runtime=runtime, request=request, turn=turn)
@@ -96,6 +99,7 @@ async def reply_stream_deliver(
         persona_name=persona.name,
         toolbox=prepared.toolbox,
         delivered=lambda: delivery.committed,
+        meter=prepared.meter,
     )
     text = ""
     async with delivery.sending():
@@ -135,6 +139,9 @@ async def reply_stream_deliver(
     if delivery.sent and completion.error is not None and delivery.failure is None:
         await delivery.send(CUT_NOTICE)
     turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
+    if completion.refusal is not None:
+        await turn_refuse(runtime, request, turn, refusal=completion.refusal)
+        return
     if delivery.refusal:
         await turn_aborted(turn, reason=delivery.refusal)
         return

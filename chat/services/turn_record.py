@@ -117,15 +117,17 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
 
 
 def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
-    """The model exchange: one JSON object per model call, the summed token usage (None when
-    the provider reported none), the exact body of the final attempt, the reply, the error and
-    the completion's warnings after the context's."""
-    turn.attempts = [record.as_json() for record in completion.attempts]
+    """The model exchange: one JSON object per model call (the tools' own calls after the
+    attempts; each with its kind and cost), the summed token usage (None when the provider
+    reported none), the exact body of the final attempt, the reply, the error and the
+    completion's warnings after the context's."""
+    turn.attempts = [record.as_json() for record in (*completion.attempts, *completion.tool_calls)]
     turn.prompt_tokens = completion.usage.prompt_tokens
     turn.completion_tokens = completion.usage.completion_tokens
     turn.cached_prompt_tokens = completion.usage.cached_prompt_tokens
     turn.request = completion.request or turn.request
-    turn.llm_ms = completion.llm_ms
+    turn.llm_ms = completion.llm_ms - completion.meter_ms
+    turn.limits_ms = (turn.limits_ms or 0.0) + completion.meter_ms
     turn.reply_text = completion.reply_text
     turn.error = str(completion.error) if completion.error is not None else ""
     turn.warnings = [*turn.warnings, *completion.warnings]

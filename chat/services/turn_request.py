@@ -16,6 +16,7 @@ from chat.caches import BoundedCache
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec
 from chat.llm.embeddings import EmbeddingModel
+from chat.llm.metering import UNMETERED, CallMeter
 from chat.llm.moderation import ModerationClient
 from chat.llm.tools import ToolBox, VideoTranscripts, VisionModel
 from chat.pipeline.context import TurnContext, TurnInput
@@ -33,6 +34,7 @@ from chat.selectors import (
     user_standing,
 )
 from chat.selectors.notice_bodies import minimal_notice_bodies
+from chat.services.spend import Spend
 from chat.windows import WindowRegistry
 from personas.models import Persona
 
@@ -134,6 +136,9 @@ class TurnRuntime:
     configurations: ConfigurationRead = channel_configuration
     """How the channel loops read a channel's configuration for each pass and batch: a fresh
     read, or the worker's `chat.services.configuration_cache.ChannelConfigurations`."""
+    spend: Spend = field(default_factory=Spend)
+    """Spend and rate limits: every model call of a turn is counted (and may be refused)
+    through a meter it builds (`chat.services.spend`)."""
 
     @property
     def runner(self) -> AttemptRunner:
@@ -234,6 +239,14 @@ class TurnRequest:
         return self.configuration.settings
 
     @property
+    def user_id(self) -> int | None:
+        """The person whose message caused the turn (a proxy's sender); None for a turn that
+        answers no message or answers another persona."""
+        if TurnReason(self.reason).answers_no_message or self.trigger.author.persona_name:
+            return None
+        return self.trigger.accountable_user_id
+
+    @property
     def memory_user_id(self) -> int | None:
         """Whose short-term memory the turn uses: in a DM the user's (the trigger's accountable
         account); in a guild channel None (one memory per guild, channel and persona)."""
@@ -247,7 +260,8 @@ class PreparedTurn:
     ``body`` is the exact Chat Completions body the first model attempt sends; ``render`` and
     ``toolbox`` let the attempt runner re-render it per attempt (fallback model, shorter
     history). ``rest_reason`` is why the window was read from Discord (None: reused);
-    ``window`` is what the turn record keeps of how the window was read and anchored.
+    ``window`` is what the turn record keeps of how the window was read and anchored;
+    ``meter`` counts the turn's model calls against its budgets (a dry run's counts nothing).
     """
 
     request: TurnRequest
@@ -267,3 +281,4 @@ class PreparedTurn:
     """Of ``participant_ms`` (the reads run concurrently, so these may add up to more), by
     the `Turn` field that keeps each: ``hydration_ms``, ``url_refresh_ms``,
     ``image_hash_ms``, ``recall_ms``."""
+    meter: CallMeter = UNMETERED

@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 
 from chat import selectors
 from chat.llm.embeddings import EmbeddingModel
+from chat.llm.metering import UNMETERED, CallMeter
 from chat.llm.tools import MessageMetadata, ToolAttachment, ToolBox, ToolError
 from chat.models import Memory
 from chat.pipeline.context import TurnContext, TurnInput
@@ -36,8 +37,10 @@ def turn_toolbox(
     request: TurnRequest,
     *,
     turn_id: int | None,
+    meter: CallMeter = UNMETERED,
 ) -> ToolBox:
-    """The turn's tools: the pipeline's allowlist, each backed by what it needs."""
+    """The turn's tools: the pipeline's allowlist, each backed by what it needs; ``meter``
+    counts the calls a tool makes itself (the vision model's)."""
     messages = (*turn_input.history, *turn_input.reply_targets.values())
     files = {
         attachment.id: attachment
@@ -86,6 +89,7 @@ def turn_toolbox(
         stickers=_StickerSender(runtime, request, turn_id)
         if ToolName.SEND_STICKER in context.tools and request.configuration.guild_id is not None
         else None,
+        meter=meter,
     )
 
 

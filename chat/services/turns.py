@@ -20,13 +20,17 @@ import time
 from chat import selectors
 from chat.llm.attempts import request_body
 from chat.llm.base import Message
+from chat.llm.metering import UNMETERED
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
+from chat.pipeline.spend import CallKind
+from chat.pipeline.triggers import TurnReason
 from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_moderation import trigger_moderation_refusal
 from chat.services.reply_stream import reply_stream_deliver
+from chat.services.spend import spend_site
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     WindowReasons,
@@ -44,6 +48,7 @@ from chat.services.turn_lifecycle import (
     turn_start,
 )
 from chat.services.turn_record import ms_since, turn_context_record
+from chat.services.turn_refusal import turn_refuse
 from chat.services.turn_request import (
     AbortCheck,
     FixedInputs,
@@ -84,7 +89,9 @@ async def turn_prepare(
     With ``dry_run`` nothing changes: the anchor is not stored, the window registry and the
     warm contexts are untouched, no row is written and no live update published; the result is the
     same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
-    dry run. Raises what the port or the database raise (a caller records the failure).
+    dry run. The prepared turn's ``meter`` counts its model calls against its guild's and
+    persona's budgets (a dry run's counts nothing). Raises what the port or the database raise
+    (a caller records the failure).
     """
     channel, persona, trigger = request.channel, request.persona, request.trigger
     now = runtime.clock()
@@ -117,13 +124,27 @@ async def turn_prepare(
         runtime.caches.remember_context(channel.channel_id, persona.id, context)
 
     models = selectors.persona_model_specs(persona)
+    budget = context_budget(persona.context_window, persona.max_output_tokens)
     render = turn_renderer(
-        context,
-        limit=channel.fetch_limit,
-        budget=context_budget(persona.context_window, persona.max_output_tokens),
-        counter=runtime.token_counter,
+        context, limit=channel.fetch_limit, budget=budget, counter=runtime.token_counter
     )
-    toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id)
+    site = (
+        None
+        if dry_run
+        else spend_site(
+            configuration=request.configuration, persona=persona, user_id=request.user_id
+        )
+    )
+    meter = (
+        runtime.spend.meter(
+            site,
+            prompt_tokens=min(budget, sum(item.tokens for item in context.items)),
+            trigger_id=trigger.id if request.user_id is not None else None,
+        )
+        if site is not None
+        else UNMETERED
+    )
+    toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id, meter=meter)
     return PreparedTurn(
         request=request,
         turn_input=turn_input,
@@ -139,6 +160,7 @@ async def turn_prepare(
         build_ms=build_ms,
         recalled=participants.recalled,
         participant_timings=participants.timings,
+        meter=meter,
     )
 
 
@@ -170,7 +192,9 @@ async def turn_run(
            A persona whose delivery mode streams (`reply_stream_deliver`) does 3 and 4 as the
            model writes: ``abort_if`` is asked before the first piece goes out.
         5. The turn ends (``turn.finished``); a delivered reply counts toward short-term memory
-           maintenance.
+           maintenance. A limit that refused the first model call ends it ``refused``
+           (`chat.services.turn_refusal`): a user past the guild's ``user_turns`` gets a ⏳
+           reaction, a spent budget the channel's notice or a 💤 reaction.
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
     they never raise out of here except for cancellation and `LeaseLost` (the turn ends
     ``aborted``, its trigger left unread for the worker that owns the channel now).
@@ -198,10 +222,13 @@ async def turn_run(
                     render=prepared.render,
                     persona_name=persona.name,
                     toolbox=prepared.toolbox,
+                    meter=prepared.meter,
                 )
             await turn_exchange_recorded(turn, completion)
             abort_reason = await abort_if() if abort_if and completion.error is None else None
-            if abort_reason:
+            if completion.refusal is not None:
+                await turn_refuse(runtime, request, turn, refusal=completion.refusal)
+            elif abort_reason:
                 await turn_aborted(turn, reason=abort_reason)
             else:
                 await reply_deliver(runtime, request, turn, completion)
@@ -277,15 +304,21 @@ async def turn_ask(
 ) -> tuple[Turn, TurnCompletion]:
     """A background turn that asks the persona's models ``messages`` as written, with no tools
     (a memory refresh, a memory extraction). Steps: start the `Turn` (running), record the
-    context ``prepared`` read and the request, ask, record the exchange. Returns the running
-    turn and the completion: the caller judges the reply and ends the turn
-    (`chat.services.turn_lifecycle`)."""
+    context ``prepared`` read and the request, ask (counted as the request's reason: a
+    ``refresh`` or an ``extraction``), record the exchange. Returns the running turn and the
+    completion (``refusal`` set when a spent budget refused the call): the caller judges the
+    reply and ends the turn (`chat.services.turn_lifecycle`)."""
     turn = await turn_start(request)
     turn_context_record(turn, prepared)
     turn.request = {"messages": messages}
     turn.tool_allowlist = []
+    site = spend_site(configuration=request.configuration, persona=request.persona)
     completion = await runtime.runner.complete_turn(
-        models=prepared.models, render=lambda plan: messages, persona_name=persona_name
+        models=prepared.models,
+        render=lambda plan: messages,
+        persona_name=persona_name,
+        meter=runtime.spend.meter(site) if site is not None else UNMETERED,
+        kind=CallKind.EXTRACTION if request.reason == TurnReason.EXTRACTION else CallKind.REFRESH,
     )
     await turn_exchange_recorded(turn, completion)
     return turn, completion

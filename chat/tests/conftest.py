@@ -42,6 +42,7 @@ class FakeDiscord:
     cached: dict[int, list[HistoryMessage]] = field(default_factory=dict)
     places: dict[int, ChannelPlace] = field(default_factory=dict)
     delivered: list[tuple[Speaker, str, int | None, str | None]] = field(default_factory=list)
+    reactions: list[tuple[int, int, str]] = field(default_factory=list)
     edits: list[tuple[int, str]] = field(default_factory=list)
     nonce_seeds: list[str | None] = field(default_factory=list)
     refuse_delivery: DeliveryError | None = None
@@ -149,7 +150,7 @@ class FakeDiscord:
         self.edits.append((message_id, text))
 
     async def react(self, channel_id: int, message_id: int, emoji: str) -> None:
-        return None
+        self.reactions.append((channel_id, message_id, emoji))
 
     async def refresh_attachment_urls(self, urls: Sequence[str]) -> dict[str, str]:
         return {}

@@ -6,7 +6,16 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from chat.models import EventQueue, MessageIndex, ShortTermMemory, Turn, UnreadEvent
+from chat.models import (
+    EventQueue,
+    MessageIndex,
+    ShortTermMemory,
+    SpendCounter,
+    SpendReservation,
+    Turn,
+    UnreadEvent,
+    UsageDay,
+)
 from chat.pipeline.memory import RAW_TURNS_TTL
 from chat.selectors.short_term_memory import short_term_memories_due
 from chat.services.event_queue import OwnIdentity, event_ingest_many, event_queue_consume
@@ -43,10 +52,32 @@ def test_the_prune_task_removes_expired_records_and_keeps_work_and_recent_ones(s
     MessageIndex.objects.create(message_id=1, channel_id=1)
     MessageIndex.objects.create(message_id=2, channel_id=1)
     MessageIndex.objects.filter(message_id=1).update(created_at=now - dt.timedelta(days=91))
+    year_ago = (now - dt.timedelta(days=400)).date()
+    UsageDay.objects.create(guild_id=1, day=year_ago, kind="reply", model="m", calls=3)
+    SpendCounter.objects.create(guild_id=1, period="day", starts_on=year_ago, calls=3)
+    for expires_at in (now - dt.timedelta(minutes=1), now + dt.timedelta(minutes=5)):
+        SpendReservation.objects.create(
+            ticket=str(expires_at.timestamp()),
+            holder="h",
+            guild_id=1,
+            day=year_ago,
+            month=year_ago,
+            tokens=10,
+            expires_at=expires_at,
+        )
 
     deleted = records_prune_task.apply().get()
 
-    assert deleted == {"turns": 2, "planner_steps": 0, "message_index": 1, "dedup_keys": 1}
+    assert deleted == {
+        "turns": 2,
+        "planner_steps": 0,
+        "message_index": 1,
+        "dedup_keys": 1,
+        "spend_reservations": 1,
+    }
+    # Retention prunes turns, never the usage rollups or counters; a live reservation stays.
+    assert UsageDay.objects.get().calls == SpendCounter.objects.get().calls == 3
+    assert SpendReservation.objects.count() == 1
     assert list(EventQueue.objects.values_list("message_id", flat=True)) == [waiting.id]
     assert set(Turn.objects.values_list("id", flat=True)) == {
         turns["running"].id,

@@ -40,6 +40,8 @@ GET_ONLY = {
     "persona_tests_export",
     "persona_test_run",
     "persona_test_result_request",
+    "usage",
+    "usage_all",
 }
 # POSTs that change nothing (dry runs): every viewer may send them.
 VIEWER_POSTS = {"turn_replay"}
@@ -55,6 +57,7 @@ ADMIN_SCREENS = {
     "persona_tests_export",
     "persona_test_run",
     "persona_test_result_request",
+    "usage_all",
 }
 # htmx helpers that exist only for the edit forms (admins).
 ADMIN_HELPERS = {"token_count", "sample_row", "avatar_preview", "lorebook_test"}

@@ -102,6 +102,7 @@ PERSONA = {
     },
     "lorebook": LOREBOOK,
     "chat_preset": PRESET,
+    "limits": {"tokens_per_day": 5000, "usd_per_month": "3.50"},
 }
 DOCUMENT = {
     "version": 1,
@@ -115,6 +116,12 @@ DOCUMENT = {
             "lorebook": LOREBOOK,
             "chat_preset": PRESET,
             "planner_model": "qwen2.5:3b",
+            "limits": {
+                "tokens_per_day": 90000,
+                "usd_per_month": "12.5",
+                "user_turns": {"count": 3, "per_seconds": 45},
+                "notice": "Resting.\nBack tomorrow.",
+            },
             "personas": [
                 {"name": "Tomori", "main": True, "system_prompt": "You are Tomori."},
                 PERSONA,

@@ -30,7 +30,7 @@ from dashboard.tests.tenancy import (
     socket_leaks,
     two_guilds,
 )
-from personas.models import ConfigChange, GuildConfig, Persona
+from personas.models import ConfigChange, GuildConfig, ModelPrice, Persona
 
 pytestmark = pytest.mark.django_db
 
@@ -145,6 +145,22 @@ def test_an_upload_of_the_persons_own_guild_is_imported():
         1300000000000000777,
         "mine.json",
     )
+
+
+def test_a_guild_admins_upload_with_a_price_table_is_refused_whole():
+    tenancy = two_guilds()
+    exported = json.loads(tenancy.client.get(reverse("dashboard:config_export")).content)
+    assert "prices" not in exported  # the price table is the operators'
+    exported["guilds"][0]["name"] = "Renamed Larks"
+    exported["prices"] = [
+        {"model": "gpt-4o-mini", "usd_per_million": {"input": "0.01", "output": "0.02"}}
+    ]
+    upload = SimpleUploadedFile("cheap.json", json.dumps(exported).encode())
+    response = tenancy.client.post(reverse("dashboard:config_import"), {"file": upload})
+    assert response.status_code == 400
+    assert "only operators set prices" in response.content.decode()
+    assert GuildConfig.objects.get(guild_id=GUILD_A).name == "Day Larks Club"
+    assert not ModelPrice.objects.exists()
 
 
 def test_a_moderator_of_a_guild_sees_it_and_changes_nothing():

@@ -26,7 +26,7 @@ from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPriv
 ROW_COLLECTIONS = {"personas", "channels", "blocks", "users"}
 PERSONA_COLLECTIONS = {"tests"}
 """A persona's test cases: rows of their own table (`personas.models_cases`), not columns."""
-STORED_WHOLE = {"lorebook", "chat_preset"}
+STORED_WHOLE = {"lorebook", "chat_preset", "limits"}
 """Objects kept whole in one JSON column."""
 NOT_SETTINGS = {"id", "guild", "created_at", "updated_at", "set_by"}
 """Columns that are no key of a row: the primary key, the owning guild, timestamps, who set a

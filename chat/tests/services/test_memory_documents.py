@@ -6,10 +6,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from django.test import override_settings
 
-from chat.llm.embeddings import EmbeddingError, HashingEmbeddings
-from chat.models import Document, DocumentChunk
+from chat.llm.embeddings import EmbeddingError, HashingEmbeddings, OpenAIEmbeddings
+from chat.llm.fake_server import FakeLLMServer
+from chat.models import Document, DocumentChunk, UsageDay
 from chat.pipeline.documents import chunk_text
 from chat.pipeline.recall import MemoryKind
 from chat.services.memory_documents import (
@@ -20,6 +23,7 @@ from chat.services.memory_documents import (
     documents_embed_stale,
 )
 from chat.services.memory_recall import memories_recall_for_turn
+from personas.models import GuildConfig, ModelPrice
 
 pytestmark = pytest.mark.django_db
 
@@ -152,3 +156,40 @@ def test_a_change_of_model_embeds_the_documents_again():
     assert documents_embed_stale(embedder=other) == [document.id]
     assert set(DocumentChunk.objects.values_list("embedding_model", flat=True)) == {other.name}
     assert documents_embed_stale(embedder=other) == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_providers_embeddings_count_against_the_guild_and_a_spent_budget_stops_them():
+    guild = await GuildConfig.objects.acreate(guild_id=GUILD, name="Docs")
+    await ModelPrice.objects.acreate(model="embedder-3", input="0.02", output="0")
+    first = await sync_to_async(document_upload)(
+        guild_id=GUILD, name="a.md", data=b"the tea house opens at noon"
+    )
+    try:
+        async with FakeLLMServer() as server:
+            embedder = OpenAIEmbeddings(base_url=server.base_url, model="embedder-3")
+            done = await sync_to_async(document_embed)(document_id=first.id, embedder=embedder)
+            assert done.status == Document.Status.READY
+            [row] = [r async for r in UsageDay.objects.all()]
+            assert (row.kind, row.model, row.calls, row.estimated_calls) == (
+                "embedding",
+                "embedder-3",
+                1,
+                0,
+            )
+            assert row.prompt_tokens == 6  # what the provider reported for the passage
+            assert row.usd_pico == 6 * 2 * 10**4  # 6 tokens at $0.02 a million
+
+            guild.limits = {"tokens_per_day": 5, "usd_per_month": None}
+            await guild.asave()
+            second = await sync_to_async(document_upload)(guild_id=GUILD, name="b.md", data=b"more")
+            refused = await sync_to_async(document_embed)(document_id=second.id, embedder=embedder)
+            assert refused.status == Document.Status.FAILED
+            assert refused.error.startswith("a limit said no: the guild's budget of 5 tokens a day")
+            assert len(server.embedding_bodies) == 1  # the refused batch asked nothing
+
+        offline = await sync_to_async(document_upload)(guild_id=GUILD, name="c.md", data=b"local")
+        await sync_to_async(document_embed)(document_id=offline.id, embedder=HashingEmbeddings())
+        assert await UsageDay.objects.acount() == 1  # a model in this process costs nothing
+    finally:
+        await sync_to_async(connections.close_all)()

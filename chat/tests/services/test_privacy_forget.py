@@ -4,14 +4,18 @@ short-term memories."""
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from chat.models import ShortTermMemory, Turn
+from chat.models import ShortTermMemory, Turn, UsageDay, UserTurnWindow
+from chat.models_spend import ANONYMOUS
+from chat.pipeline.spend import CallCost, CallKind, TokenUsage
 from chat.pipeline.types import PrivacyLevel
 from chat.selectors import user_standing
 from chat.services.commands import privacy_set
+from chat.services.spend import Counted, guild_site, spend_record
 from chat.services.turn_record import REDACTED
 from personas.models import GuildConfig, Persona
 
@@ -121,3 +125,27 @@ def test_an_older_record_without_authors_loses_the_trigger_they_wrote(guilds):
     turn.refresh_from_db()
     assert [i["text"] for i in turn.context_items] == ["Bob: hey", REDACTED]
     assert turn.request["messages"][0]["content"] == f"Bob: hey\n{REDACTED}"
+
+
+def test_full_folds_their_usage_into_the_anonymous_row_and_keeps_the_totals(guilds):
+    a, b = guilds
+    now = timezone.now()
+
+    def call(guild: GuildConfig, user_id: int) -> None:
+        spend_record(
+            site=guild_site(guild=guild, channel_id=CHANNEL_A, user_id=user_id),
+            now=now,
+            counted=Counted(CallKind.REPLY, "m", TokenUsage(100, 0, 10), CallCost(Decimal("0.01"))),
+        )
+
+    for guild, user_id in ((a, ALICE), (a, ALICE), (a, BOB), (b, ALICE)):
+        call(guild, user_id)
+    UserTurnWindow.objects.create(guild_id=GUILD_A, user_id=ALICE, slots=[[1, 1.0]])
+
+    privacy_set(guild_id=GUILD_A, user_id=ALICE, level="full")
+
+    rows = UsageDay.objects.filter(guild_id=GUILD_A)
+    assert sorted(rows.values_list("user_id", "calls")) == [(ANONYMOUS, 2), (BOB, 1)]
+    assert rows.get(user_id=ANONYMOUS).usd_pico == 2 * 10**10
+    assert UsageDay.objects.get(guild_id=GUILD_B).user_id == ALICE  # another guild's stays
+    assert not UserTurnWindow.objects.filter(user_id=ALICE).exists()
