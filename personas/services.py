@@ -360,13 +360,15 @@ def _finish(report: ImportReport, *, actor: Actor, guild_ids: list[str]) -> None
 
 
 def report_audit(report: ImportReport, *, actor: Actor) -> None:
-    """Inside the write's transaction: each row ``report`` wrote, in the audit trail (and the
-    admin's history for a dashboard account); nothing when nobody is named."""
+    """Inside the write's transaction: each row of a guild ``report`` wrote, in that guild's
+    audit trail (and every row in the admin's history for a dashboard account); nothing when
+    nobody is named."""
     author = author_of(actor)
     if author is None:
         return
     for instance, outcome, fields, diff in report.changes:
-        _audit_row(author, instance, outcome, diff)
+        if type(instance) in AUDITED_TYPES:  # a guild's rows; the price table is no guild's
+            _audit_row(author, instance, outcome, diff)
         if author.user_id is not None:
             _log_change(author.user_id, instance, outcome, fields)
 

@@ -66,7 +66,7 @@ NOT_GUILD_DATA = {
 """Routes that hold nothing of any guild, and why. Django's admin (``admin:``) is for staff
 only: anyone else is sent to its login page."""
 
-OPERATOR_ONLY = {"dashboard:playground", "dashboard:guild_new", "metrics"}
+OPERATOR_ONLY = {"dashboard:playground", "dashboard:guild_new", "dashboard:usage_all", "metrics"}
 """Screens only operators open: everyone else gets 403, whatever the object."""
 
 LISTS = {
