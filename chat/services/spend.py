@@ -44,6 +44,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from chat import metrics
 from chat.llm.base import ChatRequest, Completion, ModelRequest, TextCompletionRequest
 from chat.llm.metering import CallCharge, Refusal, SpendRefused
 from chat.models_spend import (
@@ -818,6 +819,7 @@ class SpendMeter:
                 spend.ledger.read_done(epoch)
             if view.turn is not None and not view.turn.allowed:
                 refusal = spend.user_turns_refusal(view.turn, site=site)
+                limit = "user_turns"
                 break
             if not site.limited:
                 return _Ticket(request, kind, None, None, periods)
@@ -838,8 +840,9 @@ class SpendMeter:
                 continue
             spend.background(first_call_give_back, site=site, hold=hold, trigger=trigger)
             refusal = spend.refusal(decision, site=site, now=now)
+            limit = str(decision.kind or BudgetKind.TOKENS_PER_DAY)
             break
-        spend.refused(site=site, kind=kind, reason=refusal.reason)
+        spend.refused(site=site, kind=kind, reason=refusal.reason, limit=limit)
         raise SpendRefused(refusal)
 
     def _hold(self, bound: CallBound, periods: SpendPeriods) -> Hold:
@@ -870,6 +873,8 @@ class SpendMeter:
             price = await spend.price(ticket.request.model.name)
         reported = completion.usage.cost if completion is not None else None
         cost = call_cost(tokens, price=price, reported_usd=reported)
+        if cost.usd is not None:
+            metrics.model_cost_counted(model=ticket.request.model.name, usd=float(cost.usd))
         counted = Counted(ticket.kind, ticket.request.model.name, tokens, cost)
         spend.background(
             spend_settle,
@@ -1053,9 +1058,11 @@ class Spend:
         reason = refusal_reason(decision, renews_at=renews_at, zone=site.zone)
         return Refusal(reason, renews_at if decision.verdict is Verdict.REFUSE else None)
 
-    def refused(self, *, site: SpendSite, kind: CallKind | None, reason: str) -> None:
-        """Every refusal by a limit (a budget's, a user's turns) of a call of ``kind`` passes
-        here: the one place it is logged."""
+    def refused(self, *, site: SpendSite, kind: CallKind | None, reason: str, limit: str) -> None:
+        """Every refusal by a limit (``limit``: ``tokens_per_day``, ``usd_per_month`` or
+        ``user_turns``) of a call of ``kind`` passes here: the one place it is logged and
+        counted (`chat.metrics.BUDGET_REFUSALS`)."""
+        metrics.budget_refusal_counted(limit=limit)
         logger.info(
             "refused in guild %s (channel %s, %s): %s",
             site.guild_id,

@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from prometheus_client import REGISTRY
 
 from chat.llm.fake_server import Reply
 from chat.models import PlannerStep, Turn, UsageDay
@@ -68,7 +69,13 @@ async def add_other_guild(world) -> None:
     await sync_to_async(config_import)(data=document)
 
 
+def sample(name: str, **labels: str) -> float:
+    """The worker's (this process's) Prometheus series ``name`` now."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_a_spent_day_refuses_with_one_notice_then_rests_and_holds_after_a_restart(world):
+    refusals = sample("personabot_budget_refusals_total", limit="tokens_per_day")
     await add_other_guild(world)
     await limit(tokens_per_day=2 * (PROMPT + OUTPUT))
     world.llm.enqueue(answer("first answer"), answer("second answer"))
@@ -99,6 +106,7 @@ async def test_a_spent_day_refuses_with_one_notice_then_rests_and_holds_after_a_
         True,
         False,
     )
+    assert sample("personabot_budget_refusals_total", limit="tokens_per_day") - refusals == 2
     why = await sync_to_async(why_json)(third["id"])
     [tomori] = [a for a in why["answers"] if a["persona"] == "Tomori"]
     assert not tomori["replied"]
@@ -124,6 +132,7 @@ async def test_a_spent_day_refuses_with_one_notice_then_rests_and_holds_after_a_
 async def test_a_users_fifth_trigger_in_the_window_calls_nothing_and_another_user_is_answered(
     world,
 ):
+    refusals = sample("personabot_budget_refusals_total", limit="user_turns")
     await limit(user_turns={"count": 4, "per_seconds": 600})
     world.llm.enqueue(*[answer(f"answer {n}") for n in range(1, 6)])
     await world.start_worker()
@@ -142,6 +151,7 @@ async def test_a_users_fifth_trigger_in_the_window_calls_nothing_and_another_use
     assert turn.status == Turn.Status.REFUSED
     assert "this user's 4 triggers every 600 s are used up" in turn.error
     assert turn.reason_detail["limit"] == "user_turns"
+    assert sample("personabot_budget_refusals_total", limit="user_turns") - refusals == 1
 
     world.say("tomori, and me?", author=BOB)
     await eventually(lambda: len(world.bot_messages(GENERAL)) == 5)
@@ -171,6 +181,7 @@ def usage_json(guild_id: int) -> dict:
 async def test_the_usage_json_adds_up_what_the_model_reported_and_prices_it(world):
     model = "gpt-4o-mini"
     await ModelPrice.objects.acreate(model=model, input="0.15", cached_input="0.075", output="0.6")
+    counted = sample("personabot_model_cost_usd_total", model=model)
     world.llm.enqueue(
         answer("one", prompt_tokens=1200, cached_prompt_tokens=800, completion_tokens=40),
         answer("two", prompt_tokens=900, cached_prompt_tokens=0, completion_tokens=75),
@@ -219,6 +230,8 @@ async def test_the_usage_json_adds_up_what_the_model_reported_and_prices_it(worl
     turns = [t async for t in Turn.objects.order_by("id")]
     assert [Decimal(t.attempts[0]["usd"]) for t in turns] == [cost(u) for u in reported]
     assert turns[3].attempts[0]["cost_source"] == "provider"
+    added = sample("personabot_model_cost_usd_total", model=model) - counted
+    assert abs(Decimal(str(added)) - Decimal(totals["usd"])) < Decimal("1e-9")
 
 
 def raise_limit(guild_id: int, tokens_per_day: int) -> None:
