@@ -22,6 +22,7 @@ CALL_KIND_LABELS = {
     CallKind.EXTRACTION: "Memory extraction",
     CallKind.REFRESH: "Memory refresh",
     CallKind.EMBEDDING: "Document embedding",
+    CallKind.TEST: "Persona test",
 }
 CALL_KIND_CHOICES = [(str(kind), label) for kind, label in CALL_KIND_LABELS.items()]
 

@@ -348,9 +348,14 @@ async def discord_deployment() -> AsyncIterator[DiscordDeployment]:
 
 
 @contextlib.asynccontextmanager
-async def persona_test_runner() -> AsyncIterator[AttemptRunner]:
+async def persona_test_runner() -> AsyncIterator[tuple[AttemptRunner, Spend]]:
     """The attempt runner a persona test run asks its models with (``LLM_BASE_URL``, replies
-    unstreamed: the whole reply is checked); its client closes on exit. Raises
-    ``ImproperlyConfigured`` as `llm_client_from_settings` does."""
+    unstreamed: the whole reply is checked) and the `Spend` its calls are counted through;
+    both close on exit (every call counted). Raises ``ImproperlyConfigured`` as
+    `llm_client_from_settings` does."""
     async with llm_client_from_settings() as client:
-        yield AttemptRunner(client=client, stream=False)
+        spend = Spend(token_counter=default_token_counter())
+        try:
+            yield AttemptRunner(client=client, stream=False), spend
+        finally:
+            await spend.close()

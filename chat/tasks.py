@@ -227,10 +227,11 @@ async def persona_test_run_now(run_id: int) -> PersonaTestRun | None:
     ``JUDGE_MODEL``, the embedding model) and ``PERSONA_TEST_CONCURRENCY``; without a model
     endpoint the run fails saying so. The task and ``manage.py personatest`` run it this way."""
     try:
-        async with persona_test_runner() as runner:
+        async with persona_test_runner() as (runner, spend):
             run = await persona_test_run_execute(
                 run_id=run_id,
                 runner=runner,
+                spend=spend,
                 embeddings=default_embedding_model,
                 judge_model=settings.JUDGE_MODEL,
                 concurrency=settings.PERSONA_TEST_CONCURRENCY,

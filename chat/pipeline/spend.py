@@ -35,7 +35,8 @@ from zoneinfo import ZoneInfo
 class CallKind(StrEnum):
     """What a model call was for: a persona's reply (its first call), a follow-up after tool
     results, an image or animation analysed for a tool, the autonomous planner, a memory
-    extraction or refresh, a document's passages embedded."""
+    extraction or refresh, a document's passages embedded, a persona test run's reply or
+    judge's verdict."""
 
     REPLY = "reply"
     TOOL = "tool"
@@ -44,6 +45,7 @@ class CallKind(StrEnum):
     EXTRACTION = "extraction"
     REFRESH = "refresh"
     EMBEDDING = "embedding"
+    TEST = "test"
 
 
 MILLION = Decimal(1_000_000)

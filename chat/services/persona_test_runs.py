@@ -38,6 +38,7 @@ from django.utils import timezone
 from chat.llm.attempts import AttemptRunner, Render
 from chat.llm.base import ModelSpec, Usage
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel
+from chat.llm.metering import UNMETERED, CallMeter
 from chat.llm.tools import ToolAttachment, ToolBox, ToolError
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import PersonaTestResult, PersonaTestRun
@@ -51,6 +52,7 @@ from chat.pipeline.persona_checks import (
     similarity_check,
     text_checks,
 )
+from chat.pipeline.spend import CallKind
 from chat.pipeline.tokens import TokenCounter, default_token_counter
 from chat.pipeline.truncation import context_budget
 from chat.services.persona_tests import (
@@ -61,6 +63,7 @@ from chat.services.persona_tests import (
     lore_labels,
     persona_variant,
 )
+from chat.services.spend import Spend, SpendSite, guild_site
 from chat.services.turn_record import context_items_json
 from chat.services.turn_request import PreparedTurn
 from chat.services.turn_tools import MetadataLookup
@@ -257,18 +260,23 @@ def persona_test_run_refused(*, run_id: int, reason: str) -> PersonaTestRun | No
 async def persona_test_model_call(
     *,
     runner: AttemptRunner,
-    guild_id: int,
+    meter: CallMeter,
     models: Sequence[ModelSpec],
     render: Render,
     persona_name: str,
     toolbox: ToolBox | None = None,
 ) -> TurnCompletion:
     """Every model call of a persona test run (a persona's reply, a judge's verdict) is made
-    here, as kind ``test`` of the guild ``guild_id``: the one call site where a run's calls
-    are counted against the guild's spend limits. Returns the completion; a model's failure is
-    its ``error``, never raised."""
+    here, as kind ``test``, counted by ``meter`` against its guild's spend limits (the case's
+    guild and persona: `_Executor.meter`). Returns the completion; a model's failure is its
+    ``error`` and a limit's refusal its ``refusal`` (no model asked), never raised."""
     return await runner.complete_turn(
-        models=models, render=render, persona_name=persona_name, toolbox=toolbox
+        models=models,
+        render=render,
+        persona_name=persona_name,
+        toolbox=toolbox,
+        kind=CallKind.TEST,
+        meter=meter,
     )
 
 
@@ -281,6 +289,7 @@ async def persona_test_run_execute(
     concurrency: int = 8,
     now: dt.datetime | None = None,
     token_counter: TokenCounter | None = None,
+    spend: Spend | None = None,
 ) -> PersonaTestRun | None:
     """Run the queued run ``run_id`` to its end (steps in the module docstring) and return
     it; None when there is no such run, or it is not queued (already taken).
@@ -289,6 +298,8 @@ async def persona_test_run_execute(
     ``similar_to_baseline`` (asked only when a case has that check); ``judge_model`` answers
     the rubrics (empty: each case's persona's model); at most ``concurrency`` model calls are
     in flight at once. A case whose model fails records the error and the run goes on.
+    ``spend`` counts every call as kind ``test`` against its guild's limits (None: uncounted);
+    a call a limit refuses is that case's error.
     """
     run = await PersonaTestRun.objects.filter(pk=run_id).afirst()
     if run is None or run.status != PersonaTestRun.Status.QUEUED:
@@ -309,6 +320,7 @@ async def persona_test_run_execute(
         embeddings=embeddings,
         judge_model=judge_model,
         gate=gate,
+        spend=spend,
     )
     try:
         await asyncio.gather(*(executor.unit(unit) for unit in units))
@@ -337,6 +349,8 @@ class _Unit:
     case: RunCase
     target: Target
     turn: CaseTurn
+    site: SpendSite
+    """Who pays for the unit's calls: its case's guild and persona."""
 
 
 def _run_units(
@@ -385,7 +399,8 @@ def _run_units(
                 now=now,
                 token_counter=counter,
             )
-            units.append(_Unit(index=index, case=case, target=target, turn=turn))
+            site = guild_site(guild=guild, persona=saved)
+            units.append(_Unit(index=index, case=case, target=target, turn=turn, site=site))
     return units
 
 
@@ -396,6 +411,12 @@ class _Executor:
     embeddings: Callable[[], EmbeddingModel]
     judge_model: str
     gate: asyncio.Semaphore
+    spend: Spend | None = None
+
+    def meter(self, unit: _Unit) -> CallMeter:
+        """What counts one call of ``unit`` (its case's guild and persona pay; nobody's
+        message caused it); nothing counts without a `Spend`."""
+        return self.spend.meter(unit.site) if self.spend is not None else UNMETERED
 
     async def unit(self, unit: _Unit) -> None:
         """Prepare the case's request for the target, then make the run's repeats of it."""
@@ -416,7 +437,7 @@ class _Executor:
         async with self.gate:
             completion = await persona_test_model_call(
                 runner=self.runner,
-                guild_id=unit.case.guild_id,
+                meter=self.meter(unit),
                 models=prepared.models,
                 render=prepared.render,
                 persona_name=prepared.request.persona.name,
@@ -425,7 +446,10 @@ class _Executor:
         checks: list[CheckResult] = []
         usage = completion.usage
         calls = 1
-        if completion.error is None:
+        error = str(completion.error) if completion.error is not None else ""
+        if completion.refusal is not None:
+            error, calls = f"no model was asked: {completion.refusal.reason}", 0
+        elif completion.error is None:
             checks, judge_usage, judge_calls = await self.checks(unit, prepared, completion)
             usage, calls = usage + judge_usage, calls + judge_calls
         await sync_to_async(self._save)(
@@ -434,7 +458,7 @@ class _Executor:
             prepared,
             completion,
             checks,
-            error=str(completion.error) if completion.error is not None else "",
+            error=error,
             tool_calls=tools.calls,
             usage=usage,
             calls=calls,
@@ -482,11 +506,14 @@ class _Executor:
         async with self.gate:
             completion = await persona_test_model_call(
                 runner=self.runner,
-                guild_id=unit.case.guild_id,
+                meter=self.meter(unit),
                 models=(model,),
                 render=lambda plan: messages,
                 persona_name="judge",
             )
+        if completion.refusal is not None:
+            refused = f"the judge was not asked: {completion.refusal.reason}"
+            return CheckResult(CheckKind.JUDGE, rubric, None, refused), completion.usage
         if completion.error is not None:
             failed = CheckResult(
                 CheckKind.JUDGE, rubric, None, f"the judge model failed: {completion.error}"

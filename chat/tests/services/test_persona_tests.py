@@ -17,8 +17,9 @@ from chat.llm.attempts import AttemptRunner, RetryPolicy
 from chat.llm.embeddings import HashingEmbeddings
 from chat.llm.fake_server import FakeLLMServer, Fault, FaultKind, Reply
 from chat.llm.openai_compat import OpenAICompatibleClient
-from chat.models import Memory, PersonaTestRun
+from chat.models import Memory, PersonaTestRun, UsageDay
 from chat.pipeline.persona_checks import JUDGE_SYSTEM_PROMPT, json_differences
+from chat.pipeline.tokens import default_token_counter
 from chat.services.persona_test_runs import (
     RunCase,
     Target,
@@ -27,7 +28,9 @@ from chat.services.persona_test_runs import (
     persona_test_run_execute,
 )
 from chat.services.persona_tests import case_prepare, case_turn
+from chat.services.spend import Spend
 from personas.case_schema import PersonaCaseSpec
+from personas.config_version import config_version_bump
 from personas.models import GuildConfig, Persona
 from personas.selectors import config_export
 from personas.services import config_import
@@ -377,3 +380,53 @@ async def test_without_a_model_endpoint_the_run_fails_saying_so(demo, settings):
     assert run.status == PersonaTestRun.Status.FAILED
     assert run.error.startswith("LLM_BASE_URL is empty")
     assert await run.results.acount() == 0
+
+
+async def test_a_runs_calls_count_as_tests_against_the_guilds_budget_and_a_spent_one_refuses(
+    demo, model
+):
+    server, runner = model
+    await GuildConfig.objects.filter(guild_id=GUILD).aupdate(
+        limits={"tokens_per_day": 100, "usd_per_month": None, "user_turns": None, "notice": ""}
+    )
+    await sync_to_async(config_version_bump)(GUILD)
+    spend = Spend(token_counter=default_token_counter())
+    try:
+        first = await _run_counted(runner, spend, [CASE])
+        calls_before = len(server.chat_bodies)
+        second = await _run_counted(runner, spend, [CASE])
+    finally:
+        await spend.close()
+
+    assert [r.error for r in first] == [""]  # the day's first call fits
+    counted = [
+        (row.kind, row.calls, row.persona_name)
+        async for row in UsageDay.objects.filter(guild_id=GUILD)
+    ]
+    assert counted == [("test", 1, "Tomori")]
+    assert len(server.chat_bodies) == calls_before  # the spent budget asked no model
+    [refused] = second
+    assert refused.error.startswith("no model was asked: ") and "budget" in refused.error
+    assert refused.passed is None
+
+
+async def _run_counted(runner, spend, cases):
+    tomori = await _tomori()
+    run = await sync_to_async(persona_test_run_create)(
+        cases=[
+            RunCase(
+                spec=PersonaCaseSpec.model_validate(c),
+                persona_id=tomori.pk,
+                persona_name="Tomori",
+                guild_id=GUILD,
+            )
+            for c in cases
+        ],
+        targets=list(SAVED),
+        persona=tomori,
+    )
+    await persona_test_run_execute(
+        run_id=run.pk, runner=runner, embeddings=HashingEmbeddings, now=NOW, spend=spend
+    )
+    await spend.settled()
+    return await sync_to_async(lambda: list(run.results.order_by("id")))()
