@@ -48,18 +48,21 @@ FAST_WORKERS ?= 3
 test: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q --durations=25 -m "not serial" -n $(TEST_WORKERS) --dist loadfile
 	$(BIN)/python -m pytest -q --durations=5 -m serial
 
 test-fast: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q --durations=10 -m "not ($(SLOW_TIERS))" --hypothesis-profile=fast \
 		-n $(FAST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 format: $(VENV)/.installed
 	$(BIN)/ruff format .

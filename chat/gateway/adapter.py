@@ -22,7 +22,7 @@ import hashlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import discord
 import httpx
@@ -712,3 +712,10 @@ def _tls_context() -> ssl.SSLContext:
     bundle) for each client otherwise, about 100 ms of CPU, more than the rest of a turn's
     reads of its window put together."""
     return httpx.create_ssl_context()
+
+
+if TYPE_CHECKING:
+    from chat.ports import DiscordPort
+
+    def _adapter_is_a_port(adapter: DiscordAdapter) -> DiscordPort:
+        return adapter  # the type checker holds the adapter to the protocol

@@ -27,7 +27,7 @@ import discord
 from chat.gateway.adapter import DiscordAdapter
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.pipeline.types import NameDirectory
-from chat.ports import DiscordUnavailable
+from chat.ports import DiscordUnavailable, RestDiscordPort
 
 
 class RestDiscordAdapter(DiscordAdapter):
@@ -141,3 +141,7 @@ async def rest_port(
         yield adapter
     finally:
         await opened.__aexit__(None, None, None)
+
+
+def _rest_adapter_is_a_port(adapter: RestDiscordAdapter) -> RestDiscordPort:
+    return adapter  # the type checker holds the REST port to its protocol

@@ -168,7 +168,7 @@ def privacy_set(*, guild_id: int, user_id: int, level: str) -> PrivacyChange:
         row = UserPrivacy.objects.select_for_update().filter(guild=guild, user_id=user_id).first()
         previous = PrivacyLevel(row.level) if row else PrivacyLevel.MINIMAL
         blacklisted = row.blacklisted if row else False
-        spec = UserSpec(id=str(user_id), privacy=wanted.value, blacklisted=blacklisted)
+        spec = UserSpec(id=str(user_id), privacy=wanted, blacklisted=blacklisted)
         memories = messages = turns = cleared = 0
         private = wanted is not PrivacyLevel.MINIMAL
         if private:
@@ -221,7 +221,7 @@ def _privacy(user_id: int, guild_id: int) -> PrivacyLevel:
 
 LONG_TERM = "long-term"
 SHORT_TERM = "short-term"
-_SOURCES = {
+_SOURCES: dict[str, str] = {
     Memory.Source.COMMAND: "added by you with /memory",
     Memory.Source.TOOL: "remembered by a persona in conversation",
     Memory.Source.EXTRACTION: "noticed in conversation",
@@ -258,22 +258,27 @@ def memory_list(*, guild_id: int, user_id: int, now: dt.datetime) -> list[Memory
         items.append(
             MemoryItem(0, row.text, f"{origin}, {row.created_at:%Y-%m-%d}", LONG_TERM, row.id)
         )
-    rows = (
+    memories = (
         ShortTermMemory.objects.filter(user_id=user_id, persona__guild__guild_id=guild_id)
         .select_related("persona")
         .order_by("persona__name", "id")
     )
-    for row in rows:
-        if row.refreshed_at is None or now - row.refreshed_at >= SUMMARY_TTL:
+    for memory in memories:
+        persona = memory.persona
+        if persona is None or memory.refreshed_at is None:
             continue
-        where = f"{row.persona.name}'s short-term memory of your direct messages"
-        if row.summary.strip():
-            items.append(MemoryItem(0, row.summary.strip(), where, SHORT_TERM, row.id, "summary"))
-        categories = row.categories if isinstance(row.categories, dict) else {}
+        if now - memory.refreshed_at >= SUMMARY_TTL:
+            continue
+        where = f"{persona.name}'s short-term memory of your direct messages"
+        if memory.summary.strip():
+            items.append(
+                MemoryItem(0, memory.summary.strip(), where, SHORT_TERM, memory.id, "summary")
+            )
+        categories = memory.categories if isinstance(memory.categories, dict) else {}
         for name, text in sorted(categories.items()):
             if str(text).strip():
                 source = f"{where} ({name})"
-                items.append(MemoryItem(0, str(text).strip(), source, SHORT_TERM, row.id, name))
+                items.append(MemoryItem(0, str(text).strip(), source, SHORT_TERM, memory.id, name))
     return [replace(item, number=n) for n, item in enumerate(items, 1)]
 
 

@@ -17,6 +17,7 @@ import io
 import logging
 from posixpath import splitext
 
+import numpy as np
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -153,10 +154,12 @@ def _paying_site(guild_id: int, embedder: EmbeddingModel) -> SpendSite | None:
     return guild_site(guild=guild) if guild is not None else None
 
 
-def _embed_counted(embedder: EmbeddingModel, texts: list[str], site: SpendSite | None):
-    """Embed one batch; with a paying ``site``: refused (`EmbeddingError`, permanent) while
-    its budget is spent, and counted as one ``embedding`` call (the provider's tokens, else
-    the tokenizer's)."""
+def _embed_counted(
+    embedder: EmbeddingModel, texts: list[str], site: SpendSite | None
+) -> np.ndarray:
+    """Embed one batch (a row per text); with a paying ``site``: refused (`EmbeddingError`,
+    permanent) while its budget is spent, and counted as one ``embedding`` call (the
+    provider's tokens, else the tokenizer's)."""
     if site is None:
         return embedder.embed(texts)
     now = timezone.now()
@@ -185,7 +188,8 @@ def _embed_counted(embedder: EmbeddingModel, texts: list[str], site: SpendSite |
             call_cost(tokens, price=price, reported_usd=None),
         ),
     )
-    return embedded.vectors
+    vectors: np.ndarray = embedded.vectors
+    return vectors
 
 
 def document_delete(*, document_id: int) -> int:

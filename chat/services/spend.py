@@ -630,7 +630,7 @@ def _counters_add(site: SpendSite, periods: SpendPeriods, counted: Counted) -> N
             f"INSERT INTO {table} (guild_id, persona_id, period, starts_on, {', '.join(columns)}) "
             f"VALUES {values} ON CONFLICT (guild_id, persona_id, period, starts_on) "
             f"DO UPDATE SET {_added(table, columns)}",
-            [value for key in keys for value in (*key, *amounts)],
+            [value for key in keys for value in (*key, *amounts)],  # type: ignore[misc]
         )
 
 
@@ -662,7 +662,7 @@ def _rollup_upsert(key: Sequence[object], amounts: Sequence[int]) -> None:
             f"{', '.join(columns)}) VALUES ({', '.join(['%s'] * (len(key) + len(amounts)))}) "
             f"ON CONFLICT ({', '.join(_ROLLUP_KEY)}) "
             f"DO UPDATE SET {_added(table, columns)}",
-            [*key, *amounts],
+            [*key, *amounts],  # type: ignore[list-item]
         )
 
 
@@ -738,7 +738,8 @@ def _window_taken(guild_id: int, user_id: int) -> tuple[int, tuple[UserTurnSlot,
             [guild_id, user_id, "[]"],
         )
         row_id, stored = cursor.fetchone()
-    stored = UserTurnWindow._meta.get_field("slots").from_db_value(stored, None, connection)
+    slots = UserTurnWindow._meta.get_field("slots")
+    stored = slots.from_db_value(stored, None, connection)  # type: ignore[arg-type]
     return row_id, tuple(UserTurnSlot(int(m), float(at)) for m, at in stored or [])
 
 

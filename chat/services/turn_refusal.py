@@ -85,7 +85,9 @@ def budget_notice_due(*, channel_id: int, now: dt.datetime, turn_id: int | None 
     or planner step) since a turn or planner step there last asked a model. ``turn_id``, the
     turn asking, is left out; only the `NOTICE_LOOKBACK` before ``now`` is read."""
     floor = now - NOTICE_LOOKBACK
-    turns = Turn.objects.filter(channel_id=channel_id, created_at__gte=floor).exclude(id=turn_id)
+    turns = Turn.objects.filter(channel_id=channel_id, created_at__gte=floor)
+    if turn_id is not None:
+        turns = turns.exclude(id=turn_id)
     refused = Q(status=Turn.Status.REFUSED)
     found = turns.aggregate(
         notice=Max("created_at", filter=refused & Q(reason_detail__notice=True)),
