@@ -25,7 +25,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from botproject.live_updates import LiveUpdateType
@@ -63,6 +63,9 @@ from chat.shards import ShardSet
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+CONNECTION_CHECK_SECONDS = 1.0
+"""How often the database connection of the worker's shared sync thread (the channel loops',
+the lease's and the heartbeat's) is checked and replaced when an outage broke it."""
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,7 @@ async def run_worker(
     At the end the worker's leases are released and its heartbeat row removed.
     """
     keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
+    upkeep = asyncio.create_task(_replace_broken_connections(), name="database-upkeep")
     try:
         while await keeper.acquire(stop, after_holder=neighbour):
             neighbour = False
@@ -313,9 +317,24 @@ async def run_worker(
                 return
             logger.warning("lost the lease of shards %s; waiting as a standby", config.shard_ids)
     finally:
+        upkeep.cancel()
+        await asyncio.gather(upkeep, return_exceptions=True)
         await sync_to_async(shard_leases_release)(shards=config.shards, holder=keeper.holder)
         with contextlib.suppress(DatabaseError):  # a standby's row (a serving one is gone)
             await sync_to_async(worker_heartbeat_clear)(holder=keeper.holder)
+
+
+async def _replace_broken_connections() -> None:
+    """Every `CONNECTION_CHECK_SECONDS`, on the sync thread the worker's loops share: a
+    connection a database outage broke is closed, so the next statement opens a new one. A
+    long-lived process has no requests whose start would do it (Django's
+    ``close_old_connections``); without it, a connection cut in the middle of a statement
+    stays closed, and every later pass, lease renewal and heartbeat fails on it. The threads
+    with connections of their own (the intake, the queue consumer, the spend counters) do the
+    same before each statement."""
+    while True:
+        await asyncio.sleep(CONNECTION_CHECK_SECONDS)
+        await sync_to_async(close_old_connections)()
 
 
 async def _run_client(

@@ -41,7 +41,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from asgiref.sync import sync_to_async
-from django.db import connection, connections, transaction
+from django.db import close_old_connections, connection, connections, transaction
 from django.utils import timezone
 
 from chat import metrics
@@ -983,6 +983,7 @@ class Spend:
             self._lanes[lane] = executor
 
         def counted(*args: Any, **kwargs: Any) -> Any:
+            close_old_connections()  # a connection broken by an outage is replaced, not reused
             _counting_connection()
             return func(*args, **kwargs)
 

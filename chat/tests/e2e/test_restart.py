@@ -286,6 +286,41 @@ async def test_a_database_outage_during_a_burst_loses_and_repeats_nothing(world,
     assert "storing incoming messages works again" in log.read_text()
 
 
+@pytest.mark.postgres_only(reason="the worker's connections are ended by the database server")
+async def test_connections_the_database_ends_between_statements_are_replaced(world, tmp_path):
+    """Every connection the worker holds is ended by the server while the worker is idle (a
+    failover, a restart, an idle timeout): the next statement on each finds its connection
+    closed, and each is replaced, not reused, so the turns, the lease and the heartbeat go on."""
+    log = tmp_path / "worker.log"
+    worker = start_runbot(world, log=log)
+    try:
+        await eventually(lambda: connected_sessions(world), within=30)
+        before = world.say("tomori, before")["id"]
+        await eventually(lambda: before in replies_by_trigger(world), within=30)
+
+        ended = await sync_to_async(_end_other_connections)()
+        assert ended >= 2  # the worker's shared thread and the intake's, at least
+
+        after = [world.say(f"tomori, after {n}")["id"] for n in range(3)]
+        await eventually(lambda: set(after) <= set(replies_by_trigger(world)), within=30)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(asyncio.to_thread(worker.wait), 20)
+
+    assert replies_by_trigger(world) == dict.fromkeys([before, *after], 1)
+    assert "lost the lease" not in log.read_text()
+
+
+def _end_other_connections() -> int:
+    """End every connection to the test database but this one; how many were ended."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -50,9 +50,10 @@ async def test_the_preview_offers_the_video_tool_with_a_transcript_service(
     assert await _tools(client, GENERAL, link) == ["process_youtube_video"]
 
 
-PROCESS_OWN = {"port", "windows", "llm", "clock", "caches", "fence", "configurations"}
+PROCESS_OWN = {"port", "windows", "llm", "clock", "caches", "fence", "configurations", "spend"}
 """`TurnRuntime` fields each process has its own of (its Discord port and windows, its model
-runner, its clock and caches, its lease, how it reads configurations): everything else is a
+runner and the meter its calls are counted through, its clock and caches, its lease, how it
+reads configurations): everything else is a
 capability the settings give, and must be the same in the worker and the preview."""
 
 
