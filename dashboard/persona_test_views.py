@@ -33,7 +33,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from chat.models import PersonaTestResult, PersonaTestRun
+from chat.models import PersonaTestRun
 from chat.pipeline.persona_checks import DiffKind, word_diff
 from chat.services.persona_test_report import CaseOutcome, run_outcomes
 from chat.services.persona_test_runs import (
@@ -46,6 +46,7 @@ from chat.services.persona_test_runs import (
 )
 from chat.services.persona_tests import case_from_turn, mentioned_user_ids
 from chat.tasks import persona_test_run_task
+from dashboard import selectors
 from dashboard.access import guild_access, require_change, turn_access, viewer_required
 from dashboard.form_posts import form_status
 from dashboard.forms import PersonaForm
@@ -58,7 +59,6 @@ from personas.case_schema import parse_case_file
 from personas.case_services import persona_case_delete, persona_case_save, persona_cases_import
 from personas.config_schema import CONFIG_FILE_MAX_BYTES, ConfigError, decode_json_file
 from personas.models import Persona
-from personas.models_cases import PersonaTestCase
 from personas.selectors import persona_cases_file
 
 RUNS_SHOWN = 20
@@ -69,7 +69,7 @@ def _persona(request: HttpRequest, guild_id: int, persona_id: int) -> Persona:
     guild they have no right in or a persona not of it, 403 for a moderator (the one lookup
     every view of a persona's tests goes through)."""
     guild = guild_access(request, guild_id, change=True)
-    return get_object_or_404(Persona.objects.select_related("guild"), pk=persona_id, guild=guild)
+    return get_object_or_404(selectors.guild_personas_listed(guild=guild), pk=persona_id)
 
 
 def _tests_url(persona: Persona) -> str:
@@ -133,7 +133,7 @@ def persona_test_case(
     """One case: its form (keys it does not show kept as they are) and what it was saved
     with (a baseline, memories, notes)."""
     persona = _persona(request, guild_id, persona_id)
-    case = get_object_or_404(PersonaTestCase, pk=case_id, persona=persona)
+    case = get_object_or_404(persona.test_cases, pk=case_id)
     form = CaseForm(stored=case.spec)
     if request.method == "POST":
         form = CaseForm(request.POST, stored=case.spec)
@@ -162,7 +162,7 @@ def persona_test_case_delete(
     request: HttpRequest, guild_id: int, persona_id: int, case_id: int
 ) -> HttpResponse:
     persona = _persona(request, guild_id, persona_id)
-    case = get_object_or_404(PersonaTestCase, pk=case_id, persona=persona)
+    case = get_object_or_404(persona.test_cases, pk=case_id)
     persona_case_delete(case=case, actor=request.user)
     messages.success(request, f"Deleted the case “{case.name}”.")
     return redirect(_tests_url(persona))
@@ -227,7 +227,7 @@ def persona_tests_run(request: HttpRequest, guild_id: int, persona_id: int) -> H
             draft=draft,
             model=request.POST.get("model", "").strip(),
         )
-        cases = run_cases_of(list(persona.test_cases.select_related("persona__guild")))
+        cases = run_cases_of(cases=list(persona.test_cases.select_related("persona__guild")))
         with transaction.atomic():
             run = persona_test_run_create(
                 cases=cases,
@@ -254,9 +254,7 @@ def _run_url(run: PersonaTestRun) -> str:
 
 
 def _run_of(persona: Persona, run_id: int) -> PersonaTestRun:
-    return get_object_or_404(
-        PersonaTestRun.objects.select_related("persona"), pk=run_id, persona=persona
-    )
+    return get_object_or_404(persona.test_runs.select_related("persona"), pk=run_id)
 
 
 @require_GET
@@ -292,11 +290,15 @@ def _run_body(run: PersonaTestRun, compare: PersonaTestRun | None) -> dict[str, 
     if run.status in (PersonaTestRun.Status.QUEUED, PersonaTestRun.Status.RUNNING):
         return {"running": True, "cases": []}
     results = list(run.results.all())
-    outcomes = run_outcomes(run, results)
-    earlier = run_outcomes(compare, list(compare.results.all())) if compare is not None else []
+    outcomes = run_outcomes(run=run, results=results)
+    earlier = (
+        run_outcomes(run=compare, results=list(compare.results.all()))
+        if compare is not None
+        else []
+    )
     return {
         "running": False,
-        "summary": run_summary(results),
+        "summary": run_summary(results=results),
         "cases": _case_rows(run, outcomes, earlier),
     }
 
@@ -366,7 +368,7 @@ def persona_test_result_request(
     the items with the cacheable prefix, the exact body)."""
     persona = _persona(request, guild_id, persona_id)
     run = _run_of(persona, run_id)
-    result = get_object_or_404(PersonaTestResult, pk=result_id, run=run)
+    result = get_object_or_404(run.results, pk=result_id)
     if not result.prompt_record:
         raise Http404("this call has no request: its case could not be prepared")
     context = {
@@ -391,11 +393,7 @@ def turn_save_case(request: HttpRequest, turn_id: int) -> HttpResponse:
     baseline (`chat.services.persona_tests.case_from_turn`); then the case's page."""
     turn = turn_access(request, turn_id)
     back = redirect("dashboard:turn", turn_id=turn.pk)
-    persona = (
-        Persona.objects.select_related("guild").filter(pk=turn.persona_id).first()
-        if turn.persona_id
-        else None
-    )
+    persona = selectors.persona_with_guild(persona_id=turn.persona_id)
     require_change(request, turn.guild_id or (persona.guild.guild_id if persona else None))
     if persona is None or persona.guild.guild_id != turn.guild_id:
         messages.error(request, "Save as test case: this turn's persona is gone.")
@@ -413,7 +411,7 @@ def turn_save_case(request: HttpRequest, turn_id: int) -> HttpResponse:
             window_message_ids=window_ids,
             now=timezone.now(),
         )
-        mentioned = mentioned_user_ids(result.prepared)
+        mentioned = mentioned_user_ids(prepared=result.prepared)
         book = NameBook()
         book.prefetch_users(mentioned)
         known = {i: shown.text for i in mentioned if (shown := book.user(i)).known}

@@ -23,8 +23,8 @@ from chat import selectors as chat_selectors
 from chat.pipeline.types import HistoryMessage
 from chat.ports import DeliveryError, DiscordUnavailable, SandboxRefused
 from chat.runtime import discord_rest_port, sandbox_control
+from dashboard import selectors
 from dashboard.names import NameBook
-from personas.models import Persona
 
 PROBE_SECONDS = 2.0
 
@@ -212,11 +212,7 @@ def chat_lines(*, messages: list[HistoryMessage]) -> list[ChatLine]:
         user_ids=accounts, guild_id=known.guild_id if known else None
     )
     persona_names = {m.author.persona_name for m in messages if m.author.persona_name}
-    avatars = dict(
-        Persona.objects.filter(name__in=persona_names)
-        .exclude(avatar_url="")
-        .values_list("name", "avatar_url")
-    )
+    avatars = selectors.persona_avatars(names=persona_names)
     by_id = {m.id: m for m in messages}
     lines = []
     for message in messages:

@@ -44,7 +44,8 @@ from chat.services.turn_record import context_items_json, window_report
 from chat.services.turn_request import PreparedTurn, TurnRequest, TurnRuntime
 from chat.services.turns import turn_prepare
 from chat.why import rule_label, verdict_sentence
-from personas.models import ChannelConfig, Persona
+from dashboard import selectors as dashboard_selectors
+from personas.models import Persona
 
 T = TypeVar("T")
 MENTION = re.compile(r"<@!?(\d+)>")
@@ -93,7 +94,8 @@ class PreviewResult:
         recalled long-term memories with their scores and why (`memory_recall.recalled_record`)."""
         context = self.prepared.context
         items = [
-            {"index": index, **item} for index, item in enumerate(context_items_json(context.items))
+            {"index": index, **item}
+            for index, item in enumerate(context_items_json(items=context.items))
         ]
         return {
             "request": self.prepared.body,
@@ -107,9 +109,9 @@ class PreviewResult:
                 "removed_message_ids": [str(i) for i in context.truncation.removed_message_ids],
                 "warning": context.truncation.warning,
             },
-            "window": {**self.prepared.window, **window_report(self.prepared)},
+            "window": {**self.prepared.window, **window_report(prepared=self.prepared)},
             "recalled": recalled_record(
-                self.prepared.recalled, after=self.prepared.context.memories_after
+                memories=self.prepared.recalled, after=self.prepared.context.memories_after
             ),
             "lorebook": context.lore.as_record(),
             "chat_preset": self._preset_json(),
@@ -234,7 +236,7 @@ def preview_configuration(
 
     Raises `PreviewError` when the channel's guild is not configured or has no such enabled
     persona."""
-    guild_id = _channel_guild_id(channel_id)
+    guild_id = dashboard_selectors.channel_configured_guild(channel_id=channel_id)
     configuration = selectors.channel_configuration(
         channel_id=channel_id, guild_id=guild_id, now=now
     )
@@ -349,16 +351,6 @@ async def message_fetch(*, channel_id: int, message_id: int) -> HistoryMessage |
             return await port.fetch_message(channel_id, message_id)
     except DiscordUnavailable:
         return None
-
-
-def _channel_guild_id(channel_id: int) -> int | None:
-    """The guild of a configured channel, else the one recorded at ingest; None: unknown (the
-    configuration lookup then answers "not configured")."""
-    row = ChannelConfig.objects.filter(channel_id=channel_id).select_related("guild").first()
-    if row is not None:
-        return row.guild.guild_id
-    known = selectors.channel_guild_id(channel_id=channel_id)
-    return known.guild_id if known is not None else None
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from chat.models import (
 from chat.pipeline.items import ItemTag
 from chat.pipeline.triggers import TurnReason
 from dashboard.names import Member, NameBook, ShownName, guild_members
-from personas.models import ChannelConfig, GuildConfig, Persona
+from personas.models import ChannelConfig, GuildConfig, ModelPrice, Persona
 
 MEDIA_KEY = re.compile(r"\bmedia_\d+\b")
 WINDOW_TAGS = {
@@ -64,7 +64,7 @@ def dm_guild_id() -> int | None:
     )
 
 
-def visible_turns(rights: GuildRights) -> QuerySet[Turn]:
+def visible_turns(*, rights: GuildRights) -> QuerySet[Turn]:
     """The turns the person may see: those of their guilds, and of direct messages answered
     by a persona of their guilds."""
     if rights.unrestricted:
@@ -76,7 +76,7 @@ def visible_turns(rights: GuildRights) -> QuerySet[Turn]:
 
 
 def visible_messages(
-    rights: GuildRights, model: type[EventQueue] | type[UnreadEvent]
+    *, rights: GuildRights, model: type[EventQueue] | type[UnreadEvent]
 ) -> QuerySet[Any]:
     """The recorded messages (queue or unread pool) the person may see: their guilds', and
     direct messages while the persona answering them is of their guilds."""
@@ -111,7 +111,21 @@ def channel_guild(*, channel_id: int) -> int | None:
     return dm_guild_id() if known is not None else None
 
 
-def may_view_channel(rights: GuildRights, channel_id: int) -> bool:
+def channel_configured_guild(*, channel_id: int) -> int | None:
+    """The guild of a configured channel, else the one recorded at ingest; None: unknown (the
+    prompt preview then answers "not configured")."""
+    configured = (
+        ChannelConfig.objects.filter(channel_id=channel_id)
+        .values_list("guild__guild_id", flat=True)
+        .first()
+    )
+    if configured is not None:
+        return configured
+    known = chat_selectors.channel_guild_id(channel_id=channel_id)
+    return known.guild_id if known is not None else None
+
+
+def may_view_channel(*, rights: GuildRights, channel_id: int) -> bool:
     """The person may open the channel's screens (operators: any channel, known or not)."""
     return rights.unrestricted or rights.may_view(channel_guild(channel_id=channel_id))
 
@@ -197,9 +211,9 @@ def channel_window(*, rights: GuildRights, channel_id: int) -> ChannelWindow:
         known = chat_selectors.channel_guild_id(channel_id=channel_id)
         if known is not None and known.guild_id is not None:
             guild = rights.scope(GuildConfig.objects.all()).filter(guild_id=known.guild_id).first()
-    turns = visible_turns(rights).filter(channel_id=channel_id)
+    turns = visible_turns(rights=rights).filter(channel_id=channel_id)
     turn = next((t for t in turns[:20] if t.context_items), None)
-    entries = window_entries(turn) if turn else ()
+    entries = window_entries(turn=turn) if turn else ()
     window = turn.window if turn else {}
     unread = unread_entries(rights=rights, channel_id=channel_id)
     running = turns.filter(status=Turn.Status.RUNNING).exists()

@@ -14,6 +14,7 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from dashboard import selectors
 from dashboard.access import guild_access, operator_required, viewer_required
 from dashboard.names import name_book
 from dashboard.usage_chart import cost_chart, token_chart
@@ -26,7 +27,6 @@ from dashboard.usage_report import (
     usage_range,
     usage_report,
 )
-from personas.models import ModelPrice
 
 
 @require_GET
@@ -91,7 +91,7 @@ def all_usage(request: HttpRequest) -> HttpResponse:
         "guilds": shown,
         "more": len(guilds) - len(shown),
         "total": sum((guild.totals for guild in guilds), Totals()),
-        "prices": ModelPrice.objects.order_by("model"),
+        "prices": selectors.model_prices(),
         "unpriced": unpriced_models(start=start, end=end),
     }
     return render(request, "dashboard/usage_all.html", context)
