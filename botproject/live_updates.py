@@ -17,8 +17,8 @@ consumer method named after the type with dots as underscores receives it, ``tur
 ``turn_finished``); `LiveUpdate.as_message` writes it and `parse_live_update` reads it back.
 
 Updates go out after the change they announce is committed: sync code uses
-`publish_live_update_on_commit` (``transaction.on_commit``), async services publish after their
-awaited save has returned.
+`publish_live_update_on_commit` (``transaction.on_commit``); a turn's changes are published by
+its lifecycle (`chat.services.turn_lifecycle`), each after its own transaction.
 Publishing never raises: a dashboard or a Redis that is down must not stop the bot.
 """
 

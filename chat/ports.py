@@ -1,8 +1,14 @@
-"""What the loop and the services need from Discord, as a protocol.
+"""What the loop and the services need from Discord, as protocols.
 
-`chat.gateway.adapter.DiscordAdapter` implements it over the real discord.py client; nothing in
-the loop or the services imports discord. Discord's own text rules (the 2,000-character message
-limit, webhook names) belong to the implementation: a service hands over the whole reply.
+`DiscordPort` is four smaller ones a service can ask for alone: `HistoryReader` (a channel's
+messages), `Directory` (where a channel is, names, roles and stickers), `Speaking` (deliver,
+edit, react, typing) and `Attachments`. `chat.gateway.adapter.DiscordAdapter` implements it over
+the worker's discord.py client, `chat.gateway.rest.RestDiscordAdapter` over REST alone
+(`RestDiscordPort`: the dashboard and Celery), and `chat.leases.FencedPort` wraps the worker's
+so that every act first asks the `LeaseFence`; the type checker holds all three to the
+protocols. Nothing in the loop or the services imports discord. Discord's own text rules (the
+2,000-character message limit, webhook names) belong to the implementation: a service hands over
+the whole reply.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The bot worker's composition root: client, adapter, runtime, scheduler, control listener,
 slash commands (synced at start).
 
-`run_worker` is what ``manage.py runbot`` runs (nothing else imports this module but the
-command and `chat.sandbox.harness`, which builds the same client for the end-to-end tests and
-benchmarks, against the sandbox). This module assembles the gateway parts; the model clients
+`run_worker` is what ``manage.py runbot`` runs. `build_client` builds its gateway client; the
+sandbox harness (`chat.sandbox.harness`, for the end-to-end tests) and the benchmarks build the
+same client with it, against the sandbox; nothing in the services or the loop imports this
+module. This module assembles the gateway parts; the model clients
 and the turn runtime come from `chat.runtime`, and the database work it needs at start is done
 by services and selectors.
 """

@@ -216,7 +216,9 @@ class MemoryGroup(
     @app_commands.command(name="show", description="List your personal memories, numbered")
     async def show(self, interaction: discord.Interaction) -> None:
         guild_id, _, user_id = _where(interaction)
-        work = sync_to_async(services.memory_list)(guild_id=guild_id, user_id=user_id, now=_now())
+        work = sync_to_async(services.member_memories)(
+            guild_id=guild_id, user_id=user_id, now=_now()
+        )
         await answer(interaction, _text(work, _memory_lines))
 
     @app_commands.command(
@@ -225,7 +227,7 @@ class MemoryGroup(
     @app_commands.describe(text="What the personas should remember about you")
     async def add(self, interaction: discord.Interaction, text: str) -> None:
         guild_id, _, user_id = _where(interaction)
-        work = sync_to_async(services.memory_add)(
+        work = sync_to_async(services.member_memory_add)(
             guild_id=guild_id,
             user_id=user_id,
             text=text,
@@ -238,7 +240,7 @@ class MemoryGroup(
     @app_commands.describe(id="The memory's number in /memory show, or 'all'")
     async def forget(self, interaction: discord.Interaction, id: str) -> None:
         guild_id, _, user_id = _where(interaction)
-        work = sync_to_async(services.memory_forget)(
+        work = sync_to_async(services.member_memory_forget)(
             guild_id=guild_id, user_id=user_id, which=id, now=_now()
         )
         await answer(interaction, _text(work, lambda n: f"Forgotten: {n} memory(ies)."))

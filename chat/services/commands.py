@@ -7,9 +7,10 @@ however the command arrives:
 
 - permission checks (`require_permission`): the worker checks the member's permissions itself,
   whatever Discord's command settings say;
-- `privacy_set` (``/privacy``), `memory_list` / `memory_add` / `memory_forget` (``/memory``),
-  `persona_list` (``/persona list``), `channel_reset` (``/reset``), `prompt_dry_run`
-  (``/prompt``), `message_why` (the ``Why (not)?`` message command);
+- `privacy_set` (``/privacy``), `member_memories` / `member_memory_add` /
+  `member_memory_forget` (``/memory``), `persona_list` (``/persona list``), `channel_reset`
+  (``/reset``), `prompt_dry_run` (``/prompt``), `message_why` (the ``Why (not)?`` message
+  command);
 - `CommandRateLimit`: a member running commands in a burst is slowed down.
 
 A refusal is a `CommandRefused` whose message is the sentence the member reads. Writes happen
@@ -40,9 +41,8 @@ from chat.models import ChannelResetMarker, EventQueue, Memory, ShortTermMemory,
 from chat.pipeline.memory import SUMMARY_TTL
 from chat.pipeline.triggers import TurnReason
 from chat.pipeline.types import BlockType, PrivacyLevel
+from chat.services import memory_store
 from chat.services.memory_store import MemoryRefused, MemoryScope
-from chat.services.memory_store import memory_add as store_memory_add
-from chat.services.memory_store import memory_forget as store_memory_forget
 from chat.services.short_term_memory import short_term_memories_forget_user
 from chat.services.spend import usage_forget_user
 from chat.services.turn_record import turn_records_redact, turn_records_scrub
@@ -64,7 +64,7 @@ class CommandRefused(Exception):
     """A command cannot do what was asked; the message is the sentence the member reads."""
 
 
-def require_permission(permissions: int, needed: int) -> None:
+def require_permission(*, permissions: int, needed: int) -> None:
     """Raise `CommandRefused` unless ``permissions`` (the member's bits in the channel, as the
     interaction carried them) include ``needed`` or administrator."""
     if permissions & ADMINISTRATOR or permissions & needed == needed:
@@ -247,7 +247,7 @@ class MemoryItem:
         return f"{self.number}. {self.text} — {self.source}"
 
 
-def memory_list(*, guild_id: int, user_id: int, now: dt.datetime) -> list[MemoryItem]:
+def member_memories(*, guild_id: int, user_id: int, now: dt.datetime) -> list[MemoryItem]:
     """The caller's personal memories in this guild, numbered from 1 in a stable order: the
     long-term memories about them (oldest first), then what the personas' short-term memories
     of their direct messages hold (persona by name; summary, then notes by name; not once
@@ -282,7 +282,7 @@ def memory_list(*, guild_id: int, user_id: int, now: dt.datetime) -> list[Memory
     return [replace(item, number=n) for n, item in enumerate(items, 1)]
 
 
-def memory_add(
+def member_memory_add(
     *, guild_id: int, user_id: int, text: str, name: str, now: dt.datetime
 ) -> MemoryItem:
     """Remember ``text`` about the caller in this guild (a long-term personal memory, source
@@ -294,22 +294,22 @@ def memory_add(
     _require_remembered(user_id, guild_id)
     _guild(guild_id)
     try:
-        written = store_memory_add(
+        written = memory_store.memory_add(
             scope=MemoryScope.personal(guild_id, user_id, name=name),
             text=text,
             source=Memory.Source.COMMAND,
         )
     except MemoryRefused as refused:
         raise CommandRefused(_sentence(str(refused))) from None
-    items = memory_list(guild_id=guild_id, user_id=user_id, now=now)
+    items = member_memories(guild_id=guild_id, user_id=user_id, now=now)
     return next(i for i in items if i.store == LONG_TERM and i.memory_id == written.memory.id)
 
 
-def memory_forget(*, guild_id: int, user_id: int, which: str, now: dt.datetime) -> int:
-    """Forget the caller's memory number ``which`` (as `memory_list` numbers them), or all of
+def member_memory_forget(*, guild_id: int, user_id: int, which: str, now: dt.datetime) -> int:
+    """Forget the caller's memory number ``which`` (as `member_memories` numbers them), or all of
     them with ``all``, in one transaction. Returns how many were forgotten. Raises
     `CommandRefused` for an id that is not a number of theirs."""
-    items = memory_list(guild_id=guild_id, user_id=user_id, now=now)
+    items = member_memories(guild_id=guild_id, user_id=user_id, now=now)
     which = which.strip().lower()
     if which == "all":
         chosen = items
@@ -326,7 +326,7 @@ def memory_forget(*, guild_id: int, user_id: int, which: str, now: dt.datetime) 
     with transaction.atomic():
         for item in chosen:
             if item.store == LONG_TERM:
-                store_memory_forget(scope=scope, memory_id=item.memory_id)
+                memory_store.memory_forget(scope=scope, memory_id=item.memory_id)
                 continue
             row = ShortTermMemory.objects.select_for_update().filter(id=item.memory_id).first()
             if row is None:
@@ -414,7 +414,7 @@ def channel_reset(
 ) -> ChannelResetMarker:
     """Store the channel's reset marker (replacing an older one): every persona's next window
     starts after ``marker_id``; recorded in the guild's audit trail. Needs Manage Messages."""
-    require_permission(permissions, MANAGE_MESSAGES)
+    require_permission(permissions=permissions, needed=MANAGE_MESSAGES)
     _guild(guild_id)
     with transaction.atomic():
         before = ChannelResetMarker.objects.filter(channel_id=channel_id).first()
@@ -453,7 +453,7 @@ async def prompt_dry_run(
     answering the channel's newest message: `turn_prepare(dry_run=True)`, the prompt preview's
     dry run (nothing stored, sent or moved). Needs Manage Server. Raises `CommandRefused` for
     an unknown persona (naming the valid ones) or an empty channel."""
-    require_permission(permissions, MANAGE_GUILD)
+    require_permission(permissions=permissions, needed=MANAGE_GUILD)
     configuration = await sync_to_async(selectors.channel_configuration)(
         channel_id=channel_id, guild_id=guild_id, now=now
     )
@@ -490,7 +490,7 @@ def message_why(
     """The why-trace of a message, as the dashboard's why page answers it (`chat.why`): the
     summary, then one line per persona. Needs Manage Messages. ``fetch`` gives the message
     when its stored event is gone (the worker passes the one the command was used on)."""
-    require_permission(permissions, MANAGE_MESSAGES)
+    require_permission(permissions=permissions, needed=MANAGE_MESSAGES)
     answer = why_message(message_id=message_id, bot_user_id=bot_user_id, now=now, fetch=fetch)
     lines = [answer.summary]
     if answer.record.delivered_by:
