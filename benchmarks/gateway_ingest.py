@@ -253,8 +253,8 @@ def _stages_timed(client, stamps: Stamps) -> Iterator[None]:
         stamps.taken.setdefault(message.id, time.monotonic())
         put(message, guild_id, **where)
 
-    def timed_ingest(batch, **where):
-        moved = ingest(batch, **where)
+    def timed_ingest(*, batch, **where):
+        moved = ingest(batch=batch, **where)
         now = time.monotonic()
         for message, _ in batch:
             stamps.queued.setdefault(message.id, now)

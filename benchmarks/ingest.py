@@ -103,8 +103,8 @@ def _queue_writes_timed(queued: dict[int, float]) -> Iterator[None]:
 
     write = event_queue.event_ingest_many
 
-    def timed(batch: Sequence[tuple[HistoryMessage, int | None]], **where):
-        stored = write(batch, **where)
+    def timed(*, batch: Sequence[tuple[HistoryMessage, int | None]], **where):
+        stored = write(batch=batch, **where)
         now = time.perf_counter()
         for message, _ in batch:
             queued.setdefault(message.id, now)

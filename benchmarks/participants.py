@@ -123,12 +123,21 @@ async def _after(runtime: Any, requests: list[Any], now: Any) -> list[float]:
     for request in requests:
         request = _with_scope(request, scope)
         history, window = await turn_window_read(
-            runtime, request.channel, request.trigger, now=now, dry_run=False
+            runtime=runtime,
+            channel=request.channel,
+            trigger=request.trigger,
+            now=now,
+            dry_run=False,
         )
         timings.append(
             await _timed(
                 turn_participants_read(
-                    runtime, request, history, now=now, dry_run=False, anchor_id=window.anchor_id
+                    runtime=runtime,
+                    request=request,
+                    history=history,
+                    now=now,
+                    dry_run=False,
+                    anchor_id=window.anchor_id,
                 )
             )
         )
@@ -151,7 +160,11 @@ async def _before(runtime: Any, requests: list[Any], now: Any) -> list[float]:
     timings = []
     for request in requests:
         history, window = await turn_window_read(
-            runtime, request.channel, request.trigger, now=now, dry_run=False
+            runtime=runtime,
+            channel=request.channel,
+            trigger=request.trigger,
+            now=now,
+            dry_run=False,
         )
 
         async def read(request: Any = request, history: Any = history, window: Any = window):
@@ -160,12 +173,14 @@ async def _before(runtime: Any, requests: list[Any], now: Any) -> list[float]:
                 request.channel.channel_id,
                 [m for m in history if m.id <= request.trigger.id],
             )
-            turn_input = await turn_input_gather(runtime, request, history, targets, now=now)
+            turn_input = await turn_input_gather(
+                runtime=runtime, request=request, history=history, reply_targets=targets, now=now
+            )
             messages = (*turn_input.history, *turn_input.reply_targets.values())
-            urls = await turn_attachment_urls_refresh(runtime, messages, now=now)
-            await turn_image_hashes(runtime, messages, urls)
+            urls = await turn_attachment_urls_refresh(runtime=runtime, messages=messages, now=now)
+            await turn_image_hashes(runtime=runtime, messages=messages, urls=urls)
             await sync_to_async(turn_memories_recall)(
-                runtime, request, turn_input, anchor_id=window.anchor_id
+                runtime=runtime, request=request, turn_input=turn_input, anchor_id=window.anchor_id
             )
 
         timings.append(await _timed(read()))

@@ -73,7 +73,7 @@ def _cases() -> list:
                 }
             ),
         )
-    return run_cases_of(list(tomori.test_cases.select_related("persona__guild")))
+    return run_cases_of(cases=list(tomori.test_cases.select_related("persona__guild")))
 
 
 def _new_run(cases: list) -> int:
@@ -182,7 +182,7 @@ async def _prepare_ms(cases: list) -> list[float]:
             case=case.spec, guild=tomori.guild, personas=cast, persona=tomori, now=timezone.now()
         )
         started = time.perf_counter()
-        await case_prepare(turn)
+        await case_prepare(turn=turn)
         times.append((time.perf_counter() - started) * 1000)
     return times[1:]  # the first loads the tokenizer
 

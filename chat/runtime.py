@@ -100,7 +100,7 @@ def vision_model_from_settings(client: LLMClient) -> VisionModel | None:
             settings.LLM_VISION_MODEL,
             supports_vision=True,
             max_output_tokens=600,
-            asks_cost=selectors.endpoint_reports_cost(endpoint),
+            asks_cost=selectors.endpoint_reports_cost(base_url=endpoint),
         ),
     )
 

@@ -125,14 +125,14 @@ def guild_access(request: HttpRequest, guild_id: int, *, change: bool = False) -
 def channel_access(request: HttpRequest, channel_id: int) -> None:
     """Http404 unless the person may see the channel: a channel of a guild they have no right
     in answers exactly as one nothing is known of (operators open any channel)."""
-    if not may_view_channel(request_rights(request), channel_id):
+    if not may_view_channel(rights=request_rights(request), channel_id=channel_id):
         raise Http404(NOT_FOUND)
 
 
 def turn_access(request: HttpRequest, turn_id: int) -> Turn:
     """The turn ``turn_id`` when the person may see it (a direct message's: when its persona is
     of their guilds); Http404 alike for a missing and a forbidden turn."""
-    turn = visible_turns(request_rights(request)).filter(pk=turn_id).first()
+    turn = visible_turns(rights=request_rights(request)).filter(pk=turn_id).first()
     if turn is None:
         raise Http404(NOT_FOUND)
     return turn

@@ -131,7 +131,7 @@ class ChannelConsumer(_LiveConsumer):
         return int(self.scope["url_route"]["kwargs"]["channel_id"])
 
     def may_view(self, rights: GuildRights) -> bool:
-        return selectors.may_view_channel(rights, self.channel_id)
+        return selectors.may_view_channel(rights=rights, channel_id=self.channel_id)
 
     async def groups_to_join(self) -> list[str]:
         return [channel_group(self.channel_id)]
@@ -215,7 +215,9 @@ def _overview_fragment(rights: GuildRights) -> str:
     """The overview's partials: the person's guilds; workers and shards for operators."""
     names = NameBook()
     context = {
-        "overview": selectors.overview_shown(selectors.overview(rights=rights), names),
+        "overview": selectors.overview_shown(
+            overview=selectors.overview(rights=rights), book=names
+        ),
         "scale": scale_out() if rights.operator else None,
         "names": names,
         "oob": True,

@@ -58,7 +58,7 @@ def deployment_status(*, now: dt.datetime, rights: GuildRights) -> DeploymentSta
         passing=[c for c in checks if c.ok],
         pending=pending,
         stalled=None if pending else waiting.order_by("-created_at").first(),
-        refusals=turn_refusals(since=now - REFUSALS_FOR, turns=visible_turns(rights)),
+        refusals=turn_refusals(since=now - REFUSALS_FOR, turns=visible_turns(rights=rights)),
     )
 
 

@@ -208,7 +208,7 @@ def turn_list(request: HttpRequest) -> HttpResponse:
         since=_date(request.GET.get("since")),
         until=_date(request.GET.get("until")),
     )
-    turns = selectors.turns_filtered(filters, rights=rights)
+    turns = selectors.turns_filtered(filters=filters, rights=rights)
     page = Paginator(turns, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -244,7 +244,7 @@ def turn_withheld(request: HttpRequest, turn_id: int) -> HttpResponse:
     model wrote it): shown only when a moderator asks, never on the turn page itself (a turn
     that withheld nothing says so). Answers the partial to htmx, the page otherwise."""
     turn = turn_access(request, turn_id)
-    context = {"turn": turn, "withheld": selectors.withheld_texts(turn)}
+    context = {"turn": turn, "withheld": selectors.withheld_texts(turn=turn)}
     if request.htmx:
         return render(request, "dashboard/_turn_withheld.html", context)
     return render(request, "dashboard/turn_withheld.html", context)
@@ -280,11 +280,11 @@ def _turn_context(request: HttpRequest, turn: Turn) -> dict[str, Any]:
         "reason_json": json.dumps(detail, indent=2, ensure_ascii=False),
         "request_json": json.dumps(turn.request, indent=2, ensure_ascii=False),
         "attempts": turn.attempts,
-        "moderation_checks": selectors.moderation_checks(turn),
-        "has_withheld": selectors.withheld_texts(turn) is not None,
-        "timings": selectors.turn_timings(turn),
-        "participant_reads": selectors.turn_participant_reads(turn),
-        "entries": selectors.window_entries(turn),
+        "moderation_checks": selectors.moderation_checks(turn=turn),
+        "has_withheld": selectors.withheld_texts(turn=turn) is not None,
+        "timings": selectors.turn_timings(turn=turn),
+        "participant_reads": selectors.turn_participant_reads(turn=turn),
+        "entries": selectors.window_entries(turn=turn),
         "left_out": (turn.window or {}).get("left_out", []),
         "items": turn.context_items,
         "cache_prefix_end": turn.cache_prefix_end,
@@ -352,7 +352,9 @@ def _message_access(request: HttpRequest, message_id: int) -> None:
     if rights.unrestricted:
         return
     record = message_record(message_id=message_id)
-    if record.channel_id is None or not selectors.may_view_channel(rights, record.channel_id):
+    if record.channel_id is None or not selectors.may_view_channel(
+        rights=rights, channel_id=record.channel_id
+    ):
         raise Http404(NOT_FOUND)
 
 

@@ -121,7 +121,7 @@ def memory_edit(request: HttpRequest, guild_id: int, memory_id: int) -> HttpResp
 def memory_delete(request: HttpRequest, guild_id: int, memory_id: int) -> HttpResponse:
     guild = guild_access(request, guild_id, change=True)
     memory = get_object_or_404(selectors.guild_memories(guild=guild), pk=memory_id)
-    memory_forget(scope=scope_of(memory), memory_id=memory.id)
+    memory_forget(scope=scope_of(memory=memory), memory_id=memory.id)
     messages.success(request, "Deleted the memory.")
     return redirect("dashboard:memory_list", guild_id=guild_id)
 

@@ -240,7 +240,7 @@ def channel_window(*, rights: GuildRights, channel_id: int) -> ChannelWindow:
     )
 
 
-def window_entries(turn: Turn) -> tuple[WindowEntry, ...]:
+def window_entries(*, turn: Turn) -> tuple[WindowEntry, ...]:
     """The turn's dialogue items (and spacers and notes among them), oldest first."""
     refs: dict[str, str] = (turn.window or {}).get("refs", {})
     entries = []
@@ -269,7 +269,9 @@ def window_entries(turn: Turn) -> tuple[WindowEntry, ...]:
 def unread_entries(*, rights: GuildRights, channel_id: int) -> tuple[UnreadEntry, ...]:
     """The channel's unread pool, oldest first; hidden users' words left out."""
     rows = list(
-        visible_messages(rights, UnreadEvent).filter(channel_id=channel_id).order_by("message_id")
+        visible_messages(rights=rights, model=UnreadEvent)
+        .filter(channel_id=channel_id)
+        .order_by("message_id")
     )
     standing = chat_selectors.user_standing(
         user_ids=[r.author_id for r in rows], guild_id=_guild_of(rows)
@@ -475,7 +477,7 @@ def newest_turns(
         rank = Window(RowNumber(), partition_by=F("guild_id"), order_by=F("created_at").desc())
         ids = list(turns.annotate(rank=rank).filter(rank__lte=limit).values_list("pk", flat=True))
     rows = with_excerpts(
-        list(
+        turns=list(
             rights.scope(Turn.objects.filter(pk__in=ids))
             .only(*OVERVIEW_TURN_FIELDS)
             .order_by("-created_at", "-id")
@@ -487,7 +489,9 @@ def newest_turns(
     return by_guild
 
 
-def overview_shown(overview: Iterable[GuildOverview], book: NameBook) -> tuple[GuildOverview, ...]:
+def overview_shown(
+    *, overview: Iterable[GuildOverview], book: NameBook
+) -> tuple[GuildOverview, ...]:
     """The overview as its cards show it: every trigger author's name read into ``book`` at
     once, and each row's ``version``, a digest of everything its card shows (names as
     ``book`` gives them), by which a card rendered once is kept (``{% kept %}``,
@@ -574,10 +578,10 @@ class TurnFilters:
     until: dt.date | None = None
 
 
-def turns_filtered(filters: TurnFilters, *, rights: GuildRights) -> QuerySet[Turn]:
+def turns_filtered(*, filters: TurnFilters, rights: GuildRights) -> QuerySet[Turn]:
     """The person's turns, newest first, narrowed by every filter that is set (dates
     inclusive, UTC)."""
-    turns = visible_turns(rights)
+    turns = visible_turns(rights=rights)
     if filters.guild:
         turns = turns.filter(guild_id=filters.guild)
     if filters.channel:
@@ -612,7 +616,7 @@ class ModerationCheckRow:
     error: str
 
 
-def moderation_checks(turn: Turn) -> list[ModerationCheckRow]:
+def moderation_checks(*, turn: Turn) -> list[ModerationCheckRow]:
     """The turn's moderation checks, in the order they were recorded, each with its three
     highest scores."""
     rows = []
@@ -645,11 +649,11 @@ class WithheldTexts:
     written: str
 
 
-def withheld_texts(turn: Turn) -> WithheldTexts | None:
+def withheld_texts(*, turn: Turn) -> WithheldTexts | None:
     """The texts moderation withheld on ``turn``; None when it withheld nothing."""
     record = turn.moderation or {}
     checks = record.get("checks", [])
-    rows = moderation_checks(turn)
+    rows = moderation_checks(turn=turn)
     withheld = [
         (row, check["text"])
         for row, check in zip(rows, checks, strict=True)
@@ -661,7 +665,7 @@ def withheld_texts(turn: Turn) -> WithheldTexts | None:
     return WithheldTexts(pieces=tuple(withheld), written=written)
 
 
-def turn_timings(turn: Turn) -> list[dict[str, Any]]:
+def turn_timings(*, turn: Turn) -> list[dict[str, Any]]:
     """The turn's stages with their milliseconds and share of the whole (for the bar)."""
     stages = [
         ("history", turn.history_ms),
@@ -687,7 +691,7 @@ PARTICIPANT_READS = (
 )
 
 
-def turn_participant_reads(turn: Turn) -> list[dict[str, Any]]:
+def turn_participant_reads(*, turn: Turn) -> list[dict[str, Any]]:
     """The reads inside the turn's ``participants`` stage, each with its milliseconds (they
     run at once, so they may add up to more than the stage): where a slow stage's time went."""
     return [
@@ -704,10 +708,12 @@ def recent_messages(*, rights: GuildRights, limit: int = 20) -> list[dict[str, A
     """The newest recorded messages the person may see (for the "why (not)?" picker), newest
     first. Once consumed, the queue keeps only a message's key: its author and words then come
     from the turn it triggered (the line the persona saw), when there is one."""
-    rows = list(visible_messages(rights, EventQueue).order_by("-message_id")[:limit])
+    rows = list(visible_messages(rights=rights, model=EventQueue).order_by("-message_id")[:limit])
     turns = {
         t.trigger_message_id: t
-        for t in visible_turns(rights).filter(trigger_message_id__in=[r.message_id for r in rows])
+        for t in visible_turns(rights=rights).filter(
+            trigger_message_id__in=[r.message_id for r in rows]
+        )
     }
     hidden: set[int] = set()
     for guild_id in {r.guild_id for r in rows}:
@@ -732,7 +738,7 @@ def recent_messages(*, rights: GuildRights, limit: int = 20) -> list[dict[str, A
                 "channel_id": str(row.channel_id),
                 "author": "(hidden user)" if is_hidden else author.get("display_name", ""),
                 "author_id": turn.trigger_author_id if turn and not author else None,
-                "text": text or (trigger_excerpt(turn) if turn and not author else ""),
+                "text": text or (trigger_excerpt(turn=turn) if turn and not author else ""),
                 "at": row.created_at,
             }
         )
@@ -747,7 +753,7 @@ def channel_people(
     the gateway named (`guild_members`: users with full privacy left out); only of what the
     person may see."""
     rows = (
-        visible_messages(rights, EventQueue)
+        visible_messages(rights=rights, model=EventQueue)
         .filter(channel_id=channel_id)
         .order_by("-message_id")[:limit]
     )
@@ -779,7 +785,12 @@ def guild_filter_choices(*, rights: GuildRights) -> Iterable[tuple[int, str]]:
 def turn_channel_ids(*, rights: GuildRights, limit: int = 200) -> list[int]:
     """The channels that have turns the person may see (at most ``limit``), for the turn
     filters."""
-    ids = visible_turns(rights).order_by().values_list("channel_id", flat=True).distinct()[:limit]
+    ids = (
+        visible_turns(rights=rights)
+        .order_by()
+        .values_list("channel_id", flat=True)
+        .distinct()[:limit]
+    )
     return sorted(ids)
 
 
@@ -792,12 +803,12 @@ def persona_name_choices(*, rights: GuildRights) -> list[str]:
 def turn_personas(*, rights: GuildRights, turn: Turn) -> QuerySet[Persona]:
     """The personas a turn may be replayed as: those of its guild (of its persona's guild,
     for a direct message), by name."""
-    guild_id = turn_guild(turn)
+    guild_id = turn_guild(turn=turn)
     personas = rights.scope(Persona.objects.all(), "guild__guild_id")
     return personas.filter(guild__guild_id=guild_id).order_by("name")
 
 
-def turn_guild(turn: Turn) -> int | None:
+def turn_guild(*, turn: Turn) -> int | None:
     """The guild a turn belongs to: its own, or for a direct message its persona's."""
     if turn.guild_id is not None:
         return turn.guild_id
@@ -818,6 +829,24 @@ def bot_user_id() -> int | None:
 def guild_configured(*, guild_id: int) -> bool:
     """A guild of this id is configured (for adding one: operators only)."""
     return GuildConfig.objects.filter(guild_id=guild_id).exists()
+
+
+def persona_with_guild(*, persona_id: int | None) -> Persona | None:
+    """The persona of that id with its guild; None when there is none (or no id)."""
+    if persona_id is None:
+        return None
+    return Persona.objects.select_related("guild").filter(pk=persona_id).first()
+
+
+def persona_avatars(*, names: Iterable[str]) -> dict[str, str]:
+    """The avatar address of each persona of ``names`` that has one, by name."""
+    rows = Persona.objects.filter(name__in=list(names)).exclude(avatar_url="")
+    return dict(rows.values_list("name", "avatar_url"))
+
+
+def model_prices() -> QuerySet[ModelPrice]:
+    """The price table, by model (the operators' usage page)."""
+    return ModelPrice.objects.order_by("model")
 
 
 def guild_personas_listed(*, guild: GuildConfig) -> QuerySet[Persona]:
@@ -873,7 +902,7 @@ dropped first): a finished turn's prompt record never changes, and reading it is
 a list of turns costs."""
 
 
-def with_excerpts(turns: list[Turn]) -> list[Turn]:
+def with_excerpts(*, turns: list[Turn]) -> list[Turn]:
     """Give each of ``turns`` its ``excerpt`` (`trigger_excerpt`): a finished turn's from the
     process's cache, the others' read in one query for them all; none for a trigger whose
     author has full privacy now (their words are scrubbed from the records, and a kept
@@ -893,7 +922,7 @@ def _with_excerpts(turns: list[Turn]) -> list[Turn]:
             record, window = read.get(turn.pk, ({}, {}))
             shape = Turn(trigger_message_id=turn.trigger_message_id, window=window)
             shape.prompt_record = record or {}
-            turn.excerpt = trigger_excerpt(shape)  # type: ignore[attr-defined]
+            turn.excerpt = trigger_excerpt(turn=shape)  # type: ignore[attr-defined]
             if turn.status in FINISHED:
                 _excerpts[_excerpt_key(turn)] = turn.excerpt  # type: ignore[attr-defined]
                 if len(_excerpts) > EXCERPTS_KEPT:
@@ -915,7 +944,7 @@ def _excerpt_key(turn: Turn) -> tuple[int, dt.datetime]:
     return turn.pk, turn.created_at
 
 
-def trigger_excerpt(turn: Turn, *, length: int = EXCERPT_LENGTH) -> str:
+def trigger_excerpt(*, turn: Turn, length: int = EXCERPT_LENGTH) -> str:
     """The start of the turn's trigger message as the persona saw it (its line in the recorded
     prompt, without the ``[ref_N]`` head); empty when the prompt does not hold it (no trigger,
     or a turn recorded without its items)."""

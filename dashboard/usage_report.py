@@ -313,10 +313,10 @@ def budget_states(*, guild: GuildConfig, now: dt.datetime) -> list[BudgetState]:
     zone = ZoneInfo(guild.timezone)
     periods = spend_periods(now, zone)
     scopes: list[tuple[str, int, BudgetLimits]] = [
-        ("guild", 0, guild_limits_from_stored(guild.limits).budget)
+        ("guild", 0, guild_limits_from_stored(stored=guild.limits).budget)
     ]
     scopes += [
-        (p.name, p.id, budget_from_stored(p.limits))
+        (p.name, p.id, budget_from_stored(stored=p.limits))
         for p in Persona.objects.filter(guild=guild).exclude(limits=None).order_by("name")
     ]
     scopes = [s for s in scopes if s[2].limited]

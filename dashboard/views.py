@@ -115,7 +115,7 @@ def index(request: HttpRequest) -> HttpResponse:
     rights = request_rights(request)
     names = name_book(request)
     context = {
-        "overview": overview_shown(live_selectors.overview(rights=rights), names),
+        "overview": overview_shown(overview=live_selectors.overview(rights=rights), book=names),
         "scale": scale_out() if rights.operator else None,
         "names": names,
     }
@@ -452,7 +452,9 @@ def lorebook_test(request: HtmxHttpRequest) -> HttpResponse:
         spec = None
     messages_text = [line for line in request.POST.get("messages", "").splitlines() if line]
     if spec is not None and messages_text:
-        book = compile_lorebook(lorebook_from_stored(spec.model_dump(mode="json"), "lorebook"))
+        book = compile_lorebook(
+            lorebook_from_stored(stored=spec.model_dump(mode="json"), fallback_name="lorebook")
+        )
         counter = _token_counter()
         context["activation"] = activate_lorebooks(
             [book],

@@ -77,10 +77,10 @@ def persona_case_delete(*, case: PersonaTestCase, actor: Actor = None) -> None:
 def _logged(report: ImportReport, *, actor: Actor) -> None:
     """Inside the write's transaction: the changes in the guild's audit trail, as the
     configuration's are. No worker is told: a test set is nothing a turn reads."""
-    report_audit(report, actor=actor)
+    report_audit(report=report, actor=actor)
 
 
-def cases_resolve(document: CaseFile, *, guild_ids: Collection[int] | None = None) -> list[Persona]:
+def cases_resolve(*, document: CaseFile, guild_ids: Collection[int] | None = None) -> list[Persona]:
     """The persona each case of ``document`` names, in order.
 
     ``guild_ids``: the guilds the caller may touch (None: every guild); a case naming another
@@ -154,11 +154,11 @@ def persona_cases_import(
 
     Raises ConfigError (`cases_resolve`) before anything is written.
     """
-    personas = cases_resolve(document, guild_ids=guild_ids)
+    personas = cases_resolve(document=document, guild_ids=guild_ids)
     report = ImportReport()
     with transaction.atomic():
         for persona, case in zip(personas, document.cases, strict=True):
-            case_upsert(persona, case, report=report)
+            case_upsert(persona=persona, case=case, report=report)
         _logged(report, actor=actor)
     counts = report.counts.get(PersonaTestCase.__name__, {})
     return CasesImport(

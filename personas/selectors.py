@@ -60,14 +60,16 @@ def config_export(*, guild_ids: Iterable[int] | None = None, prices: bool = True
     if guild_ids is not None:
         guilds = guilds.filter(guild_id__in=list(guild_ids))
     document: dict = {"version": CONFIG_VERSION}
-    table = [price_row(price) for price in ModelPrice.objects.order_by("model")] if prices else []
+    table = (
+        [price_row(price=price) for price in ModelPrice.objects.order_by("model")] if prices else []
+    )
     if table:
         document["prices"] = table
     document["guilds"] = [_guild(guild) for guild in guilds]
     return document
 
 
-def price_row(price: ModelPrice) -> dict:
+def price_row(*, price: ModelPrice) -> dict:
     """A price table row as the configuration file writes it (prices as JSON numbers: six
     decimal places at most, so each reads back as the same decimal)."""
     per_million = {"input": float(price.input)}

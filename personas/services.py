@@ -158,7 +158,7 @@ def config_import(*, data: object, prune: bool = False, actor: Actor = None) -> 
         for g, guild_spec in enumerate(document.guilds):
             with _saving(f"guilds[{g}]"):
                 _import_guild(guild_spec, report=report, prune=prune)
-        report.warnings = price_warnings(document)
+        report.warnings = price_warnings(document=document)
         _finish(report, actor=actor, guild_ids=[spec.id for spec in document.guilds])
     return report
 
@@ -355,11 +355,11 @@ def _finish(report: ImportReport, *, actor: Actor, guild_ids: list[str]) -> None
     history), and notify workers after the commit."""
     if not report.changed:
         return
-    report_audit(report, actor=actor)
+    report_audit(report=report, actor=actor)
     publish_live_update_on_commit(CONTROL_GROUP, ConfigChanged(guild_ids=guild_ids))
 
 
-def report_audit(report: ImportReport, *, actor: Actor) -> None:
+def report_audit(*, report: ImportReport, actor: Actor) -> None:
     """Inside the write's transaction: each row of a guild ``report`` wrote, in that guild's
     audit trail (and every row in the admin's history for a dashboard account); nothing when
     nobody is named."""
@@ -492,7 +492,7 @@ def _import_prices(specs: list[PriceSpec], *, report: ImportReport, prune: bool)
         _prune(ModelPrice.objects.exclude(model__in=[spec.model for spec in specs]), report)
 
 
-def price_warnings(document: ConfigDocument) -> list[tuple[str, str]]:
+def price_warnings(*, document: ConfigDocument) -> list[tuple[str, str]]:
     """What an imported document prices oddly (run after its rows are written, so the
     database holds every guild's models): a price for a model that no persona (its model or a
     fallback), planner or deployment setting (``LLM_MODEL``, ``LLM_PLANNER_MODEL``,
@@ -603,12 +603,14 @@ def _import_personas(
         stale = [p.pk for key, p in existing.items() if key not in by_name]
         _prune(Persona.objects.filter(pk__in=stale), report)
     for spec in specs:
-        persona_cases_sync(by_name[spec.name.casefold()], spec.tests, report=report, prune=prune)
+        persona_cases_sync(
+            persona=by_name[spec.name.casefold()], cases=spec.tests, report=report, prune=prune
+        )
     return by_name
 
 
 def case_upsert(
-    persona: Persona, case: PersonaCaseSpec, *, report: ImportReport
+    *, persona: Persona, case: PersonaCaseSpec, report: ImportReport
 ) -> PersonaTestCase:
     """Create or update the persona's case of that name (ignoring case) from ``case``; records
     the outcome in ``report``. Call it in the caller's transaction."""
@@ -623,15 +625,15 @@ def case_upsert(
 
 
 def persona_cases_sync(
+    *,
     persona: Persona,
     cases: list[PersonaCaseSpec] | None,
-    *,
     report: ImportReport,
     prune: bool,
 ) -> None:
     """The configuration file's ``tests`` of ``persona``: each case upserted; with ``prune``,
     the persona's cases the list does not name deleted (all of them when it has no list)."""
-    kept = [case_upsert(persona, case, report=report).pk for case in cases or []]
+    kept = [case_upsert(persona=persona, case=case, report=report).pk for case in cases or []]
     if prune:
         _prune(PersonaTestCase.objects.filter(persona=persona).exclude(pk__in=kept), report)
 

@@ -313,7 +313,7 @@ class AutonomousLoop:
         step.shown_unread = unread
         site = spend_site(configuration=configuration, persona=None)
         completion = await self._runtime.runner.complete_turn(
-            models=selectors.planner_model_specs(configuration),
+            models=selectors.planner_model_specs(configuration=configuration),
             render=lambda plan: messages,
             persona_name="planner",
             meter=self._runtime.spend.meter(site) if site is not None else UNMETERED,
@@ -390,8 +390,8 @@ class AutonomousLoop:
         await sync_to_async(planner_step_finish)(step_id=step_id, success=False, result=reason)
         if notice:
             await budget_notice_send(
-                self._runtime,
-                configuration,
+                runtime=self._runtime,
+                configuration=configuration,
                 refusal=refusal,
                 reply_to=unread[-1].id if unread else None,
             )

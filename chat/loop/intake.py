@@ -404,4 +404,4 @@ def _store(
     batch: list[tuple[HistoryMessage, int | None]], own: OwnIdentity | None, shards: ShardSet
 ) -> Consumed:
     close_old_connections()  # a connection broken by an outage is replaced, not reused
-    return event_queue.event_ingest_many(batch, own=own, shards=shards)
+    return event_queue.event_ingest_many(batch=batch, own=own, shards=shards)

@@ -87,7 +87,7 @@ class ReactiveLoop:
             # A message a proxy system replaced (and deleted) is never answered: its proxied
             # copy, the member's message, is.
             pending = await event_queue.pool_without_superseded(
-                pending, port=port, channel_id=channel_id
+                pending=pending, port=port, channel_id=channel_id
             )
             if not pending:
                 return
@@ -251,7 +251,7 @@ def addressable(
 ) -> list[HistoryMessage]:
     """Those of ``pending`` some trigger rule could address (`may_be_addressed`): the rest,
     chatter nobody answers whatever the database says, needs no facts and no query."""
-    personas = tuple(trigger_persona(p) for p in configuration.personas)
+    personas = tuple(trigger_persona(persona=p) for p in configuration.personas)
     is_dm = configuration.guild_id is None
     return [
         m

@@ -208,7 +208,7 @@ def guild_personas(*, guild: GuildConfig | None) -> list[Persona]:
     return list(Persona.objects.filter(guild=guild, enabled=True).order_by("-is_main", "name"))
 
 
-def persona_profile(persona: Persona) -> PersonaProfile:
+def persona_profile(*, persona: Persona) -> PersonaProfile:
     """The pipeline's frozen view of a configured persona."""
     return PersonaProfile(
         name=persona.name,
@@ -238,7 +238,7 @@ def chat_preset(*, persona: Persona, guild: GuildConfig | None) -> ChatPreset | 
     return chat_preset_from_sillytavern(stored) if stored else None
 
 
-def trigger_persona(persona: Persona) -> TriggerPersona:
+def trigger_persona(*, persona: Persona) -> TriggerPersona:
     return TriggerPersona(
         name=persona.name,
         is_main=persona.is_main,
@@ -265,7 +265,7 @@ def trigger_inputs(
         message_ids=[m.reference.message_id for m in messages if m.reference]
     )
     superseded = superseded_original_ids(message_ids=[m.id for m in messages])
-    personas = tuple(trigger_persona(p) for p in configuration.personas)
+    personas = tuple(trigger_persona(persona=p) for p in configuration.personas)
     blocks_of: dict[int, list[tuple[str, BlockType]]] = {}
     for block in configuration.blocks:
         blocks_of.setdefault(block.user_id, []).append((block.persona_name, block.type))

@@ -68,7 +68,7 @@ def models_in_use() -> dict[str, list[str]]:
         for persona in guild.personas.all():
             if not persona.enabled:
                 continue
-            for spec in persona_model_specs(persona):
+            for spec in persona_model_specs(persona=persona):
                 users.setdefault(spec.name, []).append(f"{persona.name} ({guild.name})")
         autonomous = ChannelConfig.objects.filter(
             guild=guild, enabled=True, mode=ChannelMode.AUTONOMOUS

@@ -37,21 +37,23 @@ def lorebooks(*, persona: Persona, guild: GuildConfig | None) -> tuple[CompiledL
         if not stored:
             continue
         if owner._state.adding:  # an unsaved draft (a persona test run): never cached
-            books.append(compile_lorebook(lorebook_from_stored(stored, fallback_name)))
+            books.append(
+                compile_lorebook(lorebook_from_stored(stored=stored, fallback_name=fallback_name))
+            )
             continue
         key = (kind, owner.pk)
         cached = _compiled_lorebooks.get(key)
         if cached is None or cached[0] != owner.updated_at:
             cached = (
                 owner.updated_at,
-                compile_lorebook(lorebook_from_stored(stored, fallback_name)),
+                compile_lorebook(lorebook_from_stored(stored=stored, fallback_name=fallback_name)),
             )
             _compiled_lorebooks.put(key, cached)
         books.append(cached[1])
     return tuple(books)
 
 
-def lorebook_from_stored(stored: dict, fallback_name: str) -> Lorebook:
+def lorebook_from_stored(*, stored: dict, fallback_name: str) -> Lorebook:
     """A stored lorebook (the configuration file's ``lorebook`` fields) as the pipeline's.
     An entry without an ``id`` is named by its place (``#3``)."""
     entries = []

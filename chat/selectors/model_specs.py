@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from chat.selectors import ChannelConfiguration
 
 
-def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tuple[ModelSpec, ...]:
+def persona_model_specs(*, persona: Persona, stop: tuple[str, ...] = ()) -> tuple[ModelSpec, ...]:
     """The models to try for ``persona``, in order: its model (``LLM_MODEL`` when it names none),
     then its fallback models; blanks and repeats dropped.
 
@@ -76,9 +76,9 @@ def persona_model_specs(persona: Persona, *, stop: tuple[str, ...] = ()) -> tupl
                 max_output_tokens=persona.max_output_tokens,
                 stop=stop,
                 api=ModelApi(api),
-                instruct=instruct_template(template) if text_model else None,
+                instruct=instruct_template(stored=template) if text_model else None,
                 context_window=window,
-                asks_cost=endpoint_reports_cost(settings.LLM_BASE_URL),
+                asks_cost=endpoint_reports_cost(base_url=settings.LLM_BASE_URL),
             )
         )
     return tuple(specs)
@@ -89,13 +89,13 @@ COST_REPORTING_HOSTS = ("openrouter.ai",)
 OpenAI-compatible servers may refuse the unknown key, so it is sent only to these."""
 
 
-def endpoint_reports_cost(base_url: str) -> bool:
+def endpoint_reports_cost(*, base_url: str) -> bool:
     """Whether the endpoint at ``base_url`` is one that reports each call's cost."""
     host = (urlsplit(base_url).hostname or "").lower()
     return any(host == known or host.endswith("." + known) for known in COST_REPORTING_HOSTS)
 
 
-def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec, ...]:
+def planner_model_specs(*, configuration: ChannelConfiguration) -> tuple[ModelSpec, ...]:
     """The models the planner of an autonomous channel asks: the guild's ``planner_model``,
     else the deployment's ``LLM_PLANNER_MODEL`` (each with the main persona's temperature and
     output limit), else the main persona's own models (`persona_model_specs`)."""
@@ -103,7 +103,7 @@ def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec,
     guild = configuration.settings.guild
     name = (guild.planner_model if guild is not None else "") or settings.LLM_PLANNER_MODEL
     if not name.strip():
-        return persona_model_specs(main)
+        return persona_model_specs(persona=main)
     capabilities = model_capabilities(name.strip())
     return (
         ModelSpec(
@@ -113,12 +113,12 @@ def planner_model_specs(configuration: ChannelConfiguration) -> tuple[ModelSpec,
             merge_same_role=capabilities.merge_same_role,
             temperature=main.temperature,
             max_output_tokens=main.max_output_tokens,
-            asks_cost=endpoint_reports_cost(settings.LLM_BASE_URL),
+            asks_cost=endpoint_reports_cost(base_url=settings.LLM_BASE_URL),
         ),
     )
 
 
-def instruct_template(stored: str | dict | None) -> InstructTemplate:
+def instruct_template(*, stored: str | dict | None) -> InstructTemplate:
     """A stored instruct template: a built-in's name, or an imported SillyTavern preset;
     None (or an unknown name) is `DEFAULT_TEMPLATE`."""
     if isinstance(stored, dict):

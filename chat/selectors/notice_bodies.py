@@ -13,7 +13,7 @@ from chat.pipeline.types import CardKind, HistoryMessage
 from chat.selectors import user_standing
 
 
-def minimal_notice_memory_ids(messages: Iterable[HistoryMessage]) -> set[int]:
+def minimal_notice_memory_ids(*, messages: Iterable[HistoryMessage]) -> set[int]:
     """The memories the minimal notices among ``messages`` confirm."""
     return {
         embed.memory_id

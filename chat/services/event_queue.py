@@ -50,8 +50,8 @@ class OwnIdentity:
 
 
 def event_ingest_many(
-    batch: Sequence[tuple[HistoryMessage, int | None]],
     *,
+    batch: Sequence[tuple[HistoryMessage, int | None]],
     own: OwnIdentity | None = None,
     shards: ShardSet = EVERY_SHARD,
 ) -> Consumed:
@@ -78,13 +78,17 @@ def event_ingest_many(
     private = selectors.full_privacy_by_guild(user_ids_by_guild=authors)
     rows: list[IngestRow] = []
     for message, guild_id in dict(((m.channel_id, m.id), (m, g)) for m, g in batch).values():
-        kept = withheld(message) if message.accountable_user_id in private[guild_id] else message
+        kept = (
+            withheld(message=message)
+            if message.accountable_user_id in private[guild_id]
+            else message
+        )
         status = EventQueue.Status.READY
         if own is not None and shards.owns(guild_id):
             wrote = own.wrote(message)
             status = EventQueue.Status.DISCARDED if wrote else EventQueue.Status.CONSUMED
         rows.append(IngestRow(kept, guild_id, status, message_to_json_text(kept)))
-    inserted = ingest_rows_insert(rows)
+    inserted = ingest_rows_insert(rows=rows)
     new = inserted.new_keys
     return Consumed(
         unread=[(r.guild_id, r.message) for r in rows if r.pooled and r.key in new],
@@ -95,7 +99,7 @@ def event_ingest_many(
     )
 
 
-def withheld(message: HistoryMessage) -> HistoryMessage:
+def withheld(*, message: HistoryMessage) -> HistoryMessage:
     """``message`` without anything its author wrote or attached: who, where and when only."""
     return replace(
         message,
@@ -229,11 +233,11 @@ async def unread_pool_without_superseded(
     """The channel's unread messages, oldest first, once originals a proxy system replaced
     are discarded from the pool (`DiscordPort.superseded_originals`)."""
     pending = await sync_to_async(unread_pool_messages)(channel_id=channel_id)
-    return await pool_without_superseded(pending, port=port, channel_id=channel_id)
+    return await pool_without_superseded(pending=pending, port=port, channel_id=channel_id)
 
 
 async def pool_without_superseded(
-    pending: list[HistoryMessage], *, port: DiscordPort, channel_id: int
+    *, pending: list[HistoryMessage], port: DiscordPort, channel_id: int
 ) -> list[HistoryMessage]:
     """``pending`` (the channel's unread messages) once the originals a proxy system replaced
     are discarded from the pool."""

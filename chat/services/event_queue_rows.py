@@ -74,7 +74,7 @@ class Inserted:
     """For each channel whose pool grew: how many unread messages it holds now."""
 
 
-def ingest_rows_insert(rows: Sequence[IngestRow]) -> Inserted:
+def ingest_rows_insert(*, rows: Sequence[IngestRow]) -> Inserted:
     """Insert ``rows`` into the event queue (a key already taken is skipped) and the new
     ``consumed`` ones into the unread pools, together (one transaction)."""
     if not rows:

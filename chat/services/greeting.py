@@ -48,13 +48,16 @@ async def persona_greet(
     started = time.perf_counter()
     try:
         delivered = await port.deliver(
-            channel_id=channel_id, speaker=persona_speaker(persona), text=text, reply_to=None
+            channel_id=channel_id,
+            speaker=persona_speaker(persona=persona),
+            text=text,
+            reply_to=None,
         )
     except DeliveryError as error:
-        turn.deliver_ms = ms_since(started)
-        await turn_failed(turn, error=f"delivery failed: {error}")
+        turn.deliver_ms = ms_since(started=started)
+        await turn_failed(turn=turn, error=f"delivery failed: {error}")
     else:
-        turn.deliver_ms = ms_since(started)
+        turn.deliver_ms = ms_since(started=started)
         turn.delivered_message_ids = [str(item.message_id) for item in delivered]
-        await turn_replied(turn, delivered=delivered)
+        await turn_replied(turn=turn, delivered=delivered)
     return turn

@@ -54,7 +54,7 @@ class Extraction:
     retry: bool = False
 
 
-def last_extracted_message_id(channel_id: int) -> int:
+def last_extracted_message_id(*, channel_id: int) -> int:
     """The newest message the channel's last extraction read (0: none yet); an extraction
     that failed, or that a spent budget refused, read nothing."""
     turn = (
@@ -81,7 +81,7 @@ def memory_extraction_due(*, now: dt.datetime) -> list[tuple[int, int]]:
     )
     due = []
     for row in recent:
-        since = last_extracted_message_id(row["channel_id"])
+        since = last_extracted_message_id(channel_id=row["channel_id"])
         new = EventQueue.objects.filter(
             channel_id=row["channel_id"], message_id__gt=since
         ).aggregate(n=Count("id"))["n"]
@@ -121,7 +121,7 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     spent = await runtime.spend.spent(site) if site is not None else None
     if spent is not None:
         return Extraction("waiting", spent.reason)
-    since = await sync_to_async(last_extracted_message_id)(channel_id)
+    since = await sync_to_async(last_extracted_message_id)(channel_id=channel_id)
     try:
         newest = await runtime.port.fetch_history(channel_id, 1)
     except DeliveryError as error:
@@ -162,18 +162,22 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
     messages = build_extraction_messages(conversation=lines, people=list(people), known=known)
 
     turn, completion = await turn_ask(
-        runtime, request, prepared, messages=messages, persona_name=persona.name
+        runtime=runtime,
+        request=request,
+        prepared=prepared,
+        messages=messages,
+        persona_name=persona.name,
     )
     if completion.refusal is not None:
-        await turn_refused(turn, reason=f"a limit said no: {completion.refusal.reason}")
+        await turn_refused(turn=turn, reason=f"a limit said no: {completion.refusal.reason}")
         return Extraction("waiting", completion.refusal.reason, turn_id=turn.id)
     if completion.error is not None:
-        await turn_failed(turn)
+        await turn_failed(turn=turn)
         return Extraction("failed", turn.error, turn_id=turn.id, retry=True)
     try:
         answer = parse_extraction(completion.reply_text)
     except ExtractionError as error:
-        await turn_failed(turn, error=str(error))
+        await turn_failed(turn=turn, error=str(error))
         return Extraction("failed", turn.error, turn_id=turn.id)
     stored, refused = await sync_to_async(_store)(
         guild_id=guild_id,
@@ -183,7 +187,7 @@ async def memories_extract(*, runtime: TurnRuntime, channel_id: int, guild_id: i
         embedder=runtime.embeddings,
     )
     turn.reason_detail = {**turn.reason_detail, "stored": stored, "refused": refused}
-    await turn_replied(turn)
+    await turn_replied(turn=turn)
     return Extraction("extracted", f"{len(stored)} stored, {len(refused)} refused", turn.id)
 
 

@@ -271,7 +271,7 @@ def _query_vector(embedder: EmbeddingModel, query: str) -> np.ndarray | None:
 
 
 def recalled_record(
-    memories: tuple[RecalledMemory, ...], *, after: int | None = None
+    *, memories: tuple[RecalledMemory, ...], after: int | None = None
 ) -> list[dict[str, object]]:
     """What the turn record keeps of each recalled memory (JSON-ready); ``after`` is the
     message the prompt showed them after (`TurnContext.memories_after`), which later turns

@@ -169,14 +169,18 @@ async def _refresh(runtime: TurnRuntime, memory_id: int, run: str) -> MemoryRefr
         conversation=lines,
     )
     turn, completion = await turn_ask(
-        runtime, request, prepared, messages=messages, persona_name=persona.name
+        runtime=runtime,
+        request=request,
+        prepared=prepared,
+        messages=messages,
+        persona_name=persona.name,
     )
     if completion.refusal is not None:
-        await turn_refused(turn, reason=f"a limit said no: {completion.refusal.reason}")
+        await turn_refused(turn=turn, reason=f"a limit said no: {completion.refusal.reason}")
         return MemoryRefresh("waiting", completion.refusal.reason, turn_id=turn.id)
     summary = clip_summary(completion.reply_text)
     if completion.error is not None or not summary:
-        await turn_failed(turn, error=turn.error or "the model gave an empty summary")
+        await turn_failed(turn=turn, error=turn.error or "the model gave an empty summary")
         return MemoryRefresh("failed", turn.error, turn_id=turn.id, retry=True)
     turn.reply_text = summary
     if not await sync_to_async(_memory_refreshed)(turn, memory, summary, now, run):
@@ -194,10 +198,10 @@ def _memory_refreshed(
         current = ShortTermMemory.objects.select_for_update().filter(id=memory.id).first()
         if current is not None and current.refresh_run != run:
             turn_failed_now(
-                turn, error="another refresh took the memory over; this summary was not kept"
+                turn=turn, error="another refresh took the memory over; this summary was not kept"
             )
             return False
-        turn_replied_now(turn)
+        turn_replied_now(turn=turn)
         later = 0
         if current is not None:
             later = max(0, current.turns_since_refresh - memory.turns_since_refresh)

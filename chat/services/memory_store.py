@@ -132,7 +132,7 @@ class MemoryWrite:
     outcome: str
 
 
-def user_is_private(user_id: int, guild_id: int) -> bool:
+def user_is_private(*, user_id: int, guild_id: int) -> bool:
     """True when the user chose ``partial`` or ``full`` privacy in the guild: nothing is kept
     about them there."""
     return UserPrivacy.objects.filter(
@@ -172,7 +172,7 @@ def memory_add(
     if (
         scope.kind is MemoryKind.PERSONAL
         and scope.user_id is not None
-        and user_is_private(scope.user_id, scope.guild_id)
+        and user_is_private(user_id=scope.user_id, guild_id=scope.guild_id)
     ):
         raise MemoryRefused(
             f"nothing is remembered about {scope.describe()}: they chose not to be remembered"
@@ -235,7 +235,7 @@ def memory_update(*, memory_id: int, text: str, embedder: EmbeddingModel | None 
     limit. Raises `MemoryRefused` for an empty or too long text, `Memory.DoesNotExist` for an
     unknown id."""
     memory = Memory.objects.get(id=memory_id)
-    scope = scope_of(memory)
+    scope = scope_of(memory=memory)
     text = " ".join(text.split())
     if not text or len(text) > scope.max_chars:
         raise MemoryRefused(f"a memory here holds 1 to {scope.max_chars} characters")
@@ -248,7 +248,7 @@ def memory_update(*, memory_id: int, text: str, embedder: EmbeddingModel | None 
     return memory
 
 
-def scope_of(memory: Memory) -> MemoryScope:
+def scope_of(*, memory: Memory) -> MemoryScope:
     """The scope a stored memory belongs to."""
     return MemoryScope(
         guild_id=memory.guild_id,

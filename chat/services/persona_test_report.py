@@ -46,7 +46,7 @@ class CaseOutcome:
         return Verdict.PASS if all(line.rate.all_held for line in self.checks) else Verdict.FAIL
 
 
-def run_outcomes(run: PersonaTestRun, results: Sequence[PersonaTestResult]) -> list[CaseOutcome]:
+def run_outcomes(*, run: PersonaTestRun, results: Sequence[PersonaTestResult]) -> list[CaseOutcome]:
     """The run's results grouped by case (in the run's order) and target (in its order)."""
     targets = [target["key"] for target in run.targets]
     grouped: dict[tuple[str, str], list[PersonaTestResult]] = {}
@@ -82,7 +82,7 @@ def _outcome(name: str, target: str, calls: list[PersonaTestResult]) -> CaseOutc
     )
 
 
-def outcome_lines(outcomes: Sequence[CaseOutcome], *, several_targets: bool) -> list[str]:
+def outcome_lines(*, outcomes: Sequence[CaseOutcome], several_targets: bool) -> list[str]:
     """One line per case (its verdict, name, persona, and target when a run has several),
     then one per check (``ok`` or ``FAIL``, held in how many calls, what was found, the
     judge's reason), then each error."""
@@ -102,7 +102,7 @@ def outcome_lines(outcomes: Sequence[CaseOutcome], *, several_targets: bool) -> 
     return lines
 
 
-def outcomes_summary(run: PersonaTestRun, outcomes: Sequence[CaseOutcome]) -> str:
+def outcomes_summary(*, run: PersonaTestRun, outcomes: Sequence[CaseOutcome]) -> str:
     """``3 cases: 2 passed, 1 failed, 0 errors; 7 model calls, 4,211 prompt tokens
     (1,024 cached), 310 completion tokens``."""
     count = {v: sum(o.verdict == v for o in outcomes) for v in (Verdict.PASS, Verdict.FAIL)}
@@ -114,7 +114,7 @@ def outcomes_summary(run: PersonaTestRun, outcomes: Sequence[CaseOutcome]) -> st
     )
 
 
-def junit_xml(run: PersonaTestRun, outcomes: Sequence[CaseOutcome]) -> str:
+def junit_xml(*, run: PersonaTestRun, outcomes: Sequence[CaseOutcome]) -> str:
     """The run as JUnit XML: one ``testsuite``, one ``testcase`` per case (``classname`` its
     persona, and target when not the saved one), a ``failure`` naming the checks that did not
     hold, an ``error`` for a case whose model failed."""
@@ -137,7 +137,7 @@ def junit_xml(run: PersonaTestRun, outcomes: Sequence[CaseOutcome]) -> str:
             name=outcome.case_name,
             time=f"{sum((r.llm_ms or 0) for r in outcome.results) / 1000:.3f}",
         )
-        body = "\n".join(outcome_lines([outcome], several_targets=False)[1:])
+        body = "\n".join(outcome_lines(outcomes=[outcome], several_targets=False)[1:])
         if outcome.verdict == Verdict.ERROR:
             error = ElementTree.SubElement(case, "error", message=outcome.errors[0][:500])
             error.text = body

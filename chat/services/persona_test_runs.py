@@ -170,7 +170,7 @@ class RunCase:
         )
 
 
-def run_cases_of(cases: Sequence[PersonaTestCase]) -> list[RunCase]:
+def run_cases_of(*, cases: Sequence[PersonaTestCase]) -> list[RunCase]:
     """Stored cases as a run's cases."""
     return [
         RunCase(
@@ -390,7 +390,9 @@ def _run_units(
             if target.key == TargetKey.DRAFT and draft_spec is not None and stands_in:
                 persona = persona_draft(persona=saved, spec=draft_spec)
             if target.model:
-                persona = persona_variant(persona, llm_model=target.model, fallback_models=[])
+                persona = persona_variant(
+                    persona=persona, llm_model=target.model, fallback_models=[]
+                )
             turn = case_turn(
                 case=case.spec,
                 guild=guild,
@@ -421,7 +423,7 @@ class _Executor:
     async def unit(self, unit: _Unit) -> None:
         """Prepare the case's request for the target, then make the run's repeats of it."""
         try:
-            prepared = await case_prepare(unit.turn)
+            prepared = await case_prepare(turn=unit.turn)
         except Exception as error:  # a case that cannot be built is that case's error
             logger.exception("persona test case %r could not be prepared", unit.case.spec.name)
             for repeat in range(self.run.repeat):
@@ -441,7 +443,7 @@ class _Executor:
                 models=prepared.models,
                 render=prepared.render,
                 persona_name=prepared.request.persona.name,
-                toolbox=case_toolbox(prepared, tools),
+                toolbox=case_toolbox(prepared=prepared, kept=tools),
             )
         checks: list[CheckResult] = []
         usage = completion.usage
@@ -551,7 +553,7 @@ class _Executor:
         """Record one call and count it on the run (progress, calls, tokens)."""
         record: dict[str, Any] = {}
         if prepared is not None:
-            record = prepared_record(prepared)
+            record = prepared_record(prepared=prepared)
             if completion is not None and completion.request:
                 record["request"] = completion.request  # the final attempt's, as a turn keeps
         passed = None if error else all(check.passed is True for check in checks)
@@ -587,7 +589,7 @@ class _Executor:
             )
 
 
-def prepared_record(prepared: PreparedTurn) -> dict[str, Any]:
+def prepared_record(*, prepared: PreparedTurn) -> dict[str, Any]:
     """What a result keeps of its prepared request, in the prompt preview's JSON shape
     (DESIGN §3: ``request``, ``items``, ``tokens``, ``cache_prefix_end``, ``tools``, with the
     truncation and the lorebook entries that fired), so the preview's page shows it."""
@@ -599,7 +601,8 @@ def prepared_record(prepared: PreparedTurn) -> dict[str, Any]:
     return {
         "request": prepared.body,
         "items": [
-            {"index": index, **item} for index, item in enumerate(context_items_json(context.items))
+            {"index": index, **item}
+            for index, item in enumerate(context_items_json(items=context.items))
         ],
         "tokens": {
             "total": context.total_tokens,
@@ -616,7 +619,7 @@ def prepared_record(prepared: PreparedTurn) -> dict[str, Any]:
             "warning": context.truncation.warning,
         },
         "recalled": [],
-        "lorebook": lore_labels(context.lore.as_record()),
+        "lorebook": lore_labels(record=context.lore.as_record()),
     }
 
 
@@ -653,7 +656,7 @@ class _NoFiles:
         raise ToolError("a persona test case has no files")
 
 
-def case_toolbox(prepared: PreparedTurn, kept: _ToolsAnswered) -> ToolBox:
+def case_toolbox(*, prepared: PreparedTurn, kept: _ToolsAnswered) -> ToolBox:
     """The tools the prepared turn offers (the same definitions, so the request is the real
     turn's), answered without effect: memory writes kept on the result, never stored."""
     writer = _NoMemoryWritten(kept)
@@ -687,7 +690,7 @@ class RunSummary:
     errors: int
 
 
-def run_summary(results: Sequence[PersonaTestResult]) -> RunSummary:
+def run_summary(*, results: Sequence[PersonaTestResult]) -> RunSummary:
     return RunSummary(
         passed=sum(r.passed is True for r in results),
         failed=sum(r.passed is False for r in results),
@@ -695,7 +698,7 @@ def run_summary(results: Sequence[PersonaTestResult]) -> RunSummary:
     )
 
 
-def result_checks(result: PersonaTestResult) -> list[CheckResult]:
+def result_checks(*, result: PersonaTestResult) -> list[CheckResult]:
     return [CheckResult.from_json(data) for data in result.checks]
 
 

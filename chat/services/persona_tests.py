@@ -296,12 +296,12 @@ def _note(note: CaseNote | None) -> ContextNote | None:
     return ContextNote(text=note.text, depth=note.depth) if note and note.text.strip() else None
 
 
-async def case_prepare(turn: CaseTurn) -> PreparedTurn:
+async def case_prepare(*, turn: CaseTurn) -> PreparedTurn:
     """The case's turn prepared as a dry run: the exact request a real turn would send."""
     return await turn_prepare(runtime=turn.runtime, request=turn.request, dry_run=True)
 
 
-def persona_variant(persona: Persona, **changes: object) -> Persona:
+def persona_variant(*, persona: Persona, **changes: object) -> Persona:
     """An unsaved copy of ``persona`` (the same id, so it stands in for the saved one) with
     ``changes`` to its columns: the persona on another model. Never saved."""
     variant = copy.copy(persona)
@@ -377,7 +377,7 @@ def case_from_turn(
         )
 
     settings = prepared.request.channel
-    lore_fired = lore_labels(turn.lorebook or prepared.context.lore.as_record())
+    lore_fired = lore_labels(record=turn.lorebook or prepared.context.lore.as_record())
     spec = PersonaCaseSpec(
         name=name,
         history=[line(m) for m in earlier],
@@ -408,7 +408,7 @@ def case_from_turn(
     return FrozenCase(spec=spec, author_ids=author_ids, left_out=left_out)
 
 
-def mentioned_user_ids(prepared: PreparedTurn) -> frozenset[int]:
+def mentioned_user_ids(*, prepared: PreparedTurn) -> frozenset[int]:
     """The users the prepared turn's messages mention (Discord's list and their markup)."""
     return frozenset(
         {i for m in prepared.turn_input.history for i in m.mention_ids}
@@ -416,7 +416,7 @@ def mentioned_user_ids(prepared: PreparedTurn) -> frozenset[int]:
     )
 
 
-def lore_labels(record: Mapping[str, object]) -> list[str]:
+def lore_labels(*, record: Mapping[str, object]) -> list[str]:
     """The lorebook entries a record (`LoreActivation.as_record`) says were inserted, one
     label each: ``book: entry (key)``."""
     inserted = record.get("inserted")

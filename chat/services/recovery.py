@@ -85,10 +85,10 @@ async def turns_reconcile_interrupted(
                     f"the worker stopped while the reply was being delivered: {len(ids)} "
                     "messages were sent, the rest was not"
                 )
-            await turn_replied(turn, delivered=sent)
+            await turn_replied(turn=turn, delivered=sent)
             replied += 1
         else:
-            await turn_aborted(turn, reason="the worker stopped before the reply was sent")
+            await turn_aborted(turn=turn, reason="the worker stopped before the reply was sent")
             unsent += 1
     return Reconciled(aborted=aborted, replied=replied, unsent=unsent)
 
@@ -102,4 +102,4 @@ def _turns_abort_running(
     stale = [
         turn_id for turn_id, guild_id in running.values_list("id", "guild_id") if on_shard(guild_id)
     ]
-    return turns_abort_interrupted(stale, reason="the worker stopped during the turn")
+    return turns_abort_interrupted(turn_ids=stale, reason="the worker stopped during the turn")

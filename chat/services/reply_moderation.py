@@ -84,7 +84,7 @@ class ModerationCheck:
         }
 
 
-def guild_moderation(guild: GuildConfig | None) -> GuildModeration:
+def guild_moderation(*, guild: GuildConfig | None) -> GuildModeration:
     """A guild's moderation setting as the policy reads it (no guild: the defaults)."""
     if guild is None:
         return GuildModeration()
@@ -150,7 +150,7 @@ class ReplyModeration:
                 blocking=decision.blocking,
                 latency_ms=_ms_since(started),
             )
-        moderation_check_record(self.turn, check)
+        moderation_check_record(turn=self.turn, check=check)
         return check
 
     def withheld_reason(self, check: ModerationCheck, *, sent: int) -> str:
@@ -177,7 +177,7 @@ class ReplyModeration:
         return f"{reason}; {sent} of its messages had been sent"
 
 
-def moderation_check_record(turn: Turn, check: ModerationCheck) -> None:
+def moderation_check_record(*, turn: Turn, check: ModerationCheck) -> None:
     """Keep ``check`` on the turn's record (saved with the turn's next save). The one place a
     check is recorded: whatever counts checks belongs here."""
     record = turn.moderation or {}
@@ -197,7 +197,7 @@ async def reply_moderation_start(
     client = runtime.moderation
     if client is None:
         return None
-    guild = guild_moderation(request.channel.guild or request.persona.guild)
+    guild = guild_moderation(guild=request.channel.guild or request.persona.guild)
     if not guild.checked:
         return None
     if turn.moderation:  # started when the trigger was checked
@@ -224,7 +224,7 @@ async def trigger_moderation_refusal(
     history and reply targets (`chat.selectors.moderation_withheld_message_ids`)."""
     if not request.trigger.content.strip():
         return None
-    guild = guild_moderation(request.channel.guild or request.persona.guild)
+    guild = guild_moderation(guild=request.channel.guild or request.persona.guild)
     if not guild.check_input:
         return None
     moderation = await reply_moderation_start(runtime=runtime, request=request, turn=turn)
@@ -237,7 +237,7 @@ async def trigger_moderation_refusal(
     return moderation.withheld_reason(check, sent=0)
 
 
-def withheld_notice(persona_name: str, *, sent: int) -> str:
+def withheld_notice(*, persona_name: str, sent: int) -> str:
     """The one notice a withheld reply gets (none of its text)."""
     if sent:
         return f"(The rest of {persona_name}'s reply was withheld by this server's moderation.)"
@@ -267,14 +267,16 @@ async def reply_withhold(
         **turn.moderation,
         "withheld": {"message": check.message, "text": written},
     }
-    if not await turn_withheld(turn, reason=moderation.withheld_reason(check, sent=len(shown))):
+    if not await turn_withheld(
+        turn=turn, reason=moderation.withheld_reason(check, sent=len(shown))
+    ):
         return
     main = Speaker(persona_id=0, name=persona.name, is_main=True)
     try:
         await runtime.port.deliver(
             channel_id=request.channel.channel_id,
             speaker=main,
-            text=withheld_notice(persona.name, sent=len(shown)),
+            text=withheld_notice(persona_name=persona.name, sent=len(shown)),
             reply_to=request.trigger.id,
             as_notice=True,
         )

@@ -118,11 +118,11 @@ async def reply_stream_deliver(
                 delivery.want(text, final=True)
         await delivery.caught_up()
     completion = stream.result()
-    turn_completion_record(turn, completion)
+    turn_completion_record(turn=turn, completion=completion)
     if delivery.withheld is not None:
         turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
         if not delivery.sent and not await delivery.claim():
-            await turn_aborted(turn, reason=delivery.refusal)
+            await turn_aborted(turn=turn, reason=delivery.refusal)
             return
         assert moderation is not None  # only a check withholds
         await reply_withhold(
@@ -140,23 +140,23 @@ async def reply_stream_deliver(
         await delivery.send(CUT_NOTICE)
     turn.deliver_ms = round(delivery.deliver_s * 1000, 2)
     if completion.refusal is not None:
-        await turn_refuse(runtime, request, turn, refusal=completion.refusal)
+        await turn_refuse(runtime=runtime, request=request, turn=turn, refusal=completion.refusal)
         return
     if delivery.refusal:
-        await turn_aborted(turn, reason=delivery.refusal)
+        await turn_aborted(turn=turn, reason=delivery.refusal)
         return
     if not delivery.sent:
-        turn_refusal_record(turn, delivery.failure)
+        turn_refusal_record(turn=turn, failure=delivery.failure)
         failure = f"delivery failed: {delivery.failure}" if delivery.failure else None
-        await turn_failed(turn, error=failure)
+        await turn_failed(turn=turn, error=failure)
         if delivery.failure is None:
-            await failure_notice_send(runtime, request)
+            await failure_notice_send(runtime=runtime, request=request)
         return
     if completion.error is not None or delivery.failure is not None:
         cause = completion.error or f"delivery failed: {delivery.failure}"
         turn.error = f"the reply was cut after {pieces} of its messages: {cause}"
-        turn_refusal_record(turn, delivery.failure)
-    await turn_replied(turn, memory_user_id=request.memory_user_id, now=runtime.clock())
+        turn_refusal_record(turn=turn, failure=delivery.failure)
+    await turn_replied(turn=turn, memory_user_id=request.memory_user_id, now=runtime.clock())
 
 
 class _StreamDelivery:
@@ -185,7 +185,7 @@ class _StreamDelivery:
         self.runtime, self.request, self.turn, self.abort_if = runtime, request, turn, abort_if
         self.moderation = moderation
         self.persona = request.persona
-        self.speaker = persona_speaker(self.persona)
+        self.speaker = persona_speaker(persona=self.persona)
         self.channel_id = request.channel.channel_id
         self.edits = self.persona.delivery_mode == DeliveryMode.EDIT
         self.kind = PieceKind.EDIT if self.edits else PieceKind.PARAGRAPH
@@ -424,7 +424,9 @@ class _StreamDelivery:
                 speaker=self.speaker,
                 text=piece,
                 reply_to=trigger.id if index == 0 else None,
-                notice=queued_notice(self.request, self.speaker) if index == 0 else None,
+                notice=queued_notice(request=self.request, speaker=self.speaker)
+                if index == 0
+                else None,
                 nonce_seed=f"{trigger.id}:{self.persona.id}:{index}",
             )
         except DeliveryError as error:
@@ -437,7 +439,7 @@ class _StreamDelivery:
         self.sent += delivered
         self.shown.append(piece)
         self.message_ids.append(delivered[-1].message_id)
-        await turn_piece_delivered(self.turn, delivered, shown=self.shown)
+        await turn_piece_delivered(turn=self.turn, delivered=delivered, shown=self.shown)
 
     async def claim(self) -> bool:
         """Whether this turn may answer: the send safety check, then the ``delivering`` claim
@@ -452,7 +454,7 @@ class _StreamDelivery:
             self.refusal = self.stop_reason = reason
             self.halted = True
             return False
-        if not await turn_claim(self.turn):
+        if not await turn_claim(turn=self.turn):
             self.refusal = self.stop_reason = ANSWERED_ELSEWHERE
             self.halted = True
             return False

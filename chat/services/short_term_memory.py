@@ -24,7 +24,7 @@ from chat.pipeline.memory import (
 from personas.models import Persona
 
 
-def short_term_memory_count_turn(turn: Turn, *, user_id: int | None, now: dt.datetime) -> None:
+def short_term_memory_count_turn(*, turn: Turn, user_id: int | None, now: dt.datetime) -> None:
     """Count the delivered ``turn`` as one raw turn of its persona's memory of the channel (of
     the DM with ``user_id``), creating the memory on the first reply; expired raw turns
     (`RAW_TURNS_TTL`) are dropped first. A turn that refreshed the memory itself (the memory

@@ -119,7 +119,7 @@ class GuildLimits:
     notice: str = ""
 
 
-def budget_from_stored(stored: Mapping[str, Any] | None) -> BudgetLimits:
+def budget_from_stored(*, stored: Mapping[str, Any] | None) -> BudgetLimits:
     """A stored budget (a guild's or a persona's ``limits``) as the rules read it."""
     if not stored:
         return BudgetLimits()
@@ -131,13 +131,13 @@ def budget_from_stored(stored: Mapping[str, Any] | None) -> BudgetLimits:
     )
 
 
-def guild_limits_from_stored(stored: Mapping[str, Any] | None) -> GuildLimits:
+def guild_limits_from_stored(*, stored: Mapping[str, Any] | None) -> GuildLimits:
     """A guild's stored ``limits`` (validated when it was saved) as the rules read them."""
     if not stored:
         return GuildLimits()
     turns = stored.get("user_turns")
     return GuildLimits(
-        budget=budget_from_stored(stored),
+        budget=budget_from_stored(stored=stored),
         user_turns=UserTurnsLimit(int(turns["count"]), int(turns["per_seconds"]))
         if turns
         else None,
@@ -199,7 +199,7 @@ def guild_site(
     user_id: int | None = None,
 ) -> SpendSite:
     """`SpendSite` of a call in ``guild`` (see `spend_site`)."""
-    limits = guild_limits_from_stored(guild.limits)
+    limits = guild_limits_from_stored(stored=guild.limits)
     return SpendSite(
         guild_id=guild.guild_id,
         zone=ZoneInfo(guild.timezone),
@@ -208,7 +208,7 @@ def guild_site(
         persona_name=persona.name if persona is not None else "",
         user_id=user_id or NOBODY,
         guild_budget=limits.budget,
-        persona_budget=budget_from_stored(persona.limits)
+        persona_budget=budget_from_stored(stored=persona.limits)
         if persona is not None
         else BudgetLimits(),
         user_turns=limits.user_turns,
@@ -430,6 +430,7 @@ def _reserved(
 
 
 def spend_views(
+    *,
     site: SpendSite,
     used: Mapping[tuple[int, str], SpendCount],
     reserved: Mapping[int, tuple[int, Decimal]],
@@ -701,7 +702,7 @@ def spend_state(*, site: SpendSite, now: dt.datetime) -> SpendDecision:
             used[(row.persona_id, row.period)] = SpendCount(
                 tokens=row.tokens, usd=Decimal(row.usd_pico) / PICO
             )
-    return spend_decision(spend_views(site, used, _reserved(site, now)))
+    return spend_decision(spend_views(site=site, used=used, reserved=_reserved(site, now)))
 
 
 def reservations_prune(*, now: dt.datetime) -> int:
@@ -827,7 +828,7 @@ class SpendMeter:
             for owner, (tokens, usd) in view.others.items():
                 mine_tokens, mine_usd = held.get(owner, (0, Decimal(0)))
                 held[owner] = (mine_tokens + tokens, mine_usd + usd)
-            decision = spend_decision(spend_views(site, view.used, held))
+            decision = spend_decision(spend_views(site=site, used=view.used, reserved=held))
             if decision.verdict is Verdict.ALLOW:
                 spend.ledger.hold(hold)
                 return _Ticket(request, kind, price, hold, periods)
@@ -902,8 +903,8 @@ class SpendMeter:
         counter = self._spend.token_counter
         written = completion.text if completion is not None and completion.text else received
         return TokenUsage(
-            prompt_tokens=sum(counter.count(t) for t in request_texts(request))
-            + IMAGE_PART_TOKENS * request_images(request),
+            prompt_tokens=sum(counter.count(t) for t in request_texts(request=request))
+            + IMAGE_PART_TOKENS * request_images(request=request),
             completion_tokens=counter.count(written),
             estimated=True,
         )
@@ -912,12 +913,12 @@ class SpendMeter:
         if self._prompt_tokens is not None:
             return self._prompt_tokens
         counter = self._spend.token_counter
-        return sum(counter.count(t) for t in request_texts(request)) + (
-            IMAGE_PART_TOKENS * request_images(request)
+        return sum(counter.count(t) for t in request_texts(request=request)) + (
+            IMAGE_PART_TOKENS * request_images(request=request)
         )
 
 
-def request_texts(request: ModelRequest) -> Iterable[str]:
+def request_texts(*, request: ModelRequest) -> Iterable[str]:
     """Every text a request hands the model (message contents and text parts, or the
     prompt)."""
     if isinstance(request, TextCompletionRequest):
@@ -936,7 +937,7 @@ def request_texts(request: ModelRequest) -> Iterable[str]:
             yield str(call.get("function", {}).get("arguments", ""))
 
 
-def request_images(request: ModelRequest) -> int:
+def request_images(*, request: ModelRequest) -> int:
     """How many image parts a request carries."""
     if not isinstance(request, ChatRequest):
         return 0

@@ -30,7 +30,7 @@ FAILURE_NOTICE_QUIET = dt.timedelta(minutes=5)
 
 
 async def reply_deliver(
-    runtime: TurnRuntime, request: TurnRequest, turn: Turn, completion: TurnCompletion
+    *, runtime: TurnRuntime, request: TurnRequest, turn: Turn, completion: TurnCompletion
 ) -> None:
     """Deliver a whole reply (``completion``) as the turn's persona and record it: a failed or
     empty completion ends the turn ``failed`` with one failure notice; with moderation on, the
@@ -40,8 +40,8 @@ async def reply_deliver(
     ``replied``, its messages indexed."""
     channel_id = request.channel.channel_id
     if completion.error is not None or not completion.reply_text.strip():
-        await turn_failed(turn)
-        await failure_notice_send(runtime, request)
+        await turn_failed(turn=turn)
+        await failure_notice_send(runtime=runtime, request=request)
         return
     persona = request.persona
     # The same deterministic humanizer the persona's past lines get in history, so the model
@@ -56,10 +56,10 @@ async def reply_deliver(
     if moderation is not None:
         check = await moderation.check(text, kind=PieceKind.WHOLE, message=0)
     runtime.caches.channel_replied(channel_id)
-    speaker = persona_speaker(persona)
-    notice = queued_notice(request, speaker)
-    if not await turn_claim(turn):
-        await turn_aborted(turn, reason=ANSWERED_ELSEWHERE)
+    speaker = persona_speaker(persona=persona)
+    notice = queued_notice(request=request, speaker=speaker)
+    if not await turn_claim(turn=turn):
+        await turn_aborted(turn=turn, reason=ANSWERED_ELSEWHERE)
         return
     if moderation is not None and check is not None and not check.passes:
         await reply_withhold(
@@ -83,20 +83,20 @@ async def reply_deliver(
             nonce_seed=f"{request.trigger.id}:{persona.id}",
         )
     except DeliveryError as error:
-        turn.deliver_ms = ms_since(started)
-        turn_refusal_record(turn, error)
-        await turn_failed(turn, error=f"delivery failed: {error}")
+        turn.deliver_ms = ms_since(started=started)
+        turn_refusal_record(turn=turn, failure=error)
+        await turn_failed(turn=turn, error=f"delivery failed: {error}")
         return
-    turn.deliver_ms = ms_since(started)
+    turn.deliver_ms = ms_since(started=started)
     for item in delivered:
         runtime.windows.record_delivery(channel_id, item.message, item.message_id)
     turn.delivered_message_ids = [str(item.message_id) for item in delivered]
     await turn_replied(
-        turn, delivered=delivered, memory_user_id=request.memory_user_id, now=runtime.clock()
+        turn=turn, delivered=delivered, memory_user_id=request.memory_user_id, now=runtime.clock()
     )
 
 
-async def failure_notice_send(runtime: TurnRuntime, request: TurnRequest) -> None:
+async def failure_notice_send(*, runtime: TurnRuntime, request: TurnRequest) -> None:
     """One short notice per failure burst: none again until a reply succeeds or time passes."""
     channel_id = request.channel.channel_id
     if not runtime.caches.failure_notice_due(channel_id, runtime.clock(), FAILURE_NOTICE_QUIET):
@@ -115,7 +115,7 @@ async def failure_notice_send(runtime: TurnRuntime, request: TurnRequest) -> Non
         logger.warning("could not send the failure notice in %s", channel_id, exc_info=True)
 
 
-def persona_speaker(persona: Persona) -> Speaker:
+def persona_speaker(*, persona: Persona) -> Speaker:
     """Who delivers the persona's reply: the bot account for the main persona, else its
     webhook (name and avatar)."""
     return Speaker(
@@ -126,7 +126,7 @@ def persona_speaker(persona: Persona) -> Speaker:
     )
 
 
-def queued_notice(request: TurnRequest, speaker: Speaker) -> str | None:
+def queued_notice(*, request: TurnRequest, speaker: Speaker) -> str | None:
     """The "Replying to …" line a webhook persona sends before a queued reply (the bot account
     replies natively instead)."""
     if request.is_queued_turn and not speaker.is_main:

@@ -93,10 +93,10 @@ class WindowReasons:
 
 
 async def turn_window_read(
+    *,
     runtime: TurnRuntime,
     channel: ChannelSettings,
     trigger: HistoryMessage,
-    *,
     now: dt.datetime,
     dry_run: bool,
     pinned_anchor_id: int | None = None,
@@ -183,9 +183,9 @@ async def turn_window_read(
     )
     if selection.anchor_id is not None and not dry_run:
         await sync_to_async(window_anchor_store)(
-            channel.channel_id,
-            selection.anchor_id,
-            limit,
+            channel_id=channel.channel_id,
+            anchor_id=selection.anchor_id,
+            limit=limit,
             guild_id=channel.guild.guild_id if channel.guild is not None else None,
             # the gateway reconnected while this turn ran: its next turn re-anchors
             reanchor_due=runtime.windows.reanchor_pending(channel.channel_id),
@@ -262,7 +262,7 @@ async def _with_thread_starter(
 
 
 async def turn_attachment_urls_refresh(
-    runtime: TurnRuntime, messages: Sequence[HistoryMessage], *, now: dt.datetime
+    *, runtime: TurnRuntime, messages: Sequence[HistoryMessage], now: dt.datetime
 ) -> dict[str, str]:
     """Every attachment URL of ``messages`` that expires within `URL_REFRESH_MARGIN`, signed
     anew (original → refreshed; remembered ones reused, the others asked of Discord in one
@@ -296,7 +296,7 @@ async def turn_attachment_urls_refresh(
 
 
 async def turn_image_hashes(
-    runtime: TurnRuntime, messages: Sequence[HistoryMessage], urls: Mapping[str, str]
+    *, runtime: TurnRuntime, messages: Sequence[HistoryMessage], urls: Mapping[str, str]
 ) -> dict[int, str]:
     """A ``content_hash`` (SHA-256 of the bytes) for every image attachment of ``messages``
     that can be read, by attachment id, so an image posted again is recognised as the same
@@ -360,10 +360,10 @@ class TurnParticipants:
 
 
 async def turn_participants_read(
+    *,
     runtime: TurnRuntime,
     request: TurnRequest,
     history: tuple[HistoryMessage, ...],
-    *,
     now: dt.datetime,
     dry_run: bool,
     anchor_id: int | None,
@@ -394,7 +394,7 @@ async def turn_participants_read(
         try:
             yield
         finally:
-            timings[name] = timings.get(name, 0.0) + ms_since(started)
+            timings[name] = timings.get(name, 0.0) + ms_since(started=started)
 
     with timed("hydration_ms"):
         reply_targets = await _reply_targets(
@@ -406,9 +406,11 @@ async def turn_participants_read(
         urls: dict[str, str] = {}
         if not dry_run:
             with timed("url_refresh_ms"):
-                urls = await turn_attachment_urls_refresh(runtime, messages, now=now)
+                urls = await turn_attachment_urls_refresh(
+                    runtime=runtime, messages=messages, now=now
+                )
         with timed("image_hash_ms"):
-            hashes = await turn_image_hashes(runtime, messages, urls)
+            hashes = await turn_image_hashes(runtime=runtime, messages=messages, urls=urls)
         return urls, hashes
 
     recalled: tuple[RecalledMemory, ...] = ()
@@ -416,11 +418,17 @@ async def turn_participants_read(
     reading_media = asyncio.create_task(media())
     try:
         with timed("hydration_ms"):
-            turn_input = await turn_input_gather(runtime, request, history, reply_targets, now=now)
+            turn_input = await turn_input_gather(
+                runtime=runtime,
+                request=request,
+                history=history,
+                reply_targets=reply_targets,
+                now=now,
+            )
         if request.fixed is None:
             with timed("recall_ms"):
                 recalled, shown = await sync_to_async(turn_memories_recall)(
-                    runtime, request, turn_input, anchor_id=anchor_id
+                    runtime=runtime, request=request, turn_input=turn_input, anchor_id=anchor_id
                 )
         urls, hashes = await reading_media
     finally:
@@ -452,11 +460,11 @@ async def turn_participants_read(
 
 
 async def turn_input_gather(
+    *,
     runtime: TurnRuntime,
     request: TurnRequest,
     history: tuple[HistoryMessage, ...],
     reply_targets: Mapping[int, HistoryMessage],
-    *,
     now: dt.datetime,
 ) -> TurnInput:
     """The turn's input before its media and memories are read: the window, its reply
@@ -467,13 +475,15 @@ async def turn_input_gather(
     user_ids = [i for m in history for i in (m.author.id, m.accountable_user_id, *m.mention_ids)]
     previous = runtime.caches.warm_context(channel.channel_id, persona.id)
     return TurnInput(
-        persona=selectors.persona_profile(persona),
+        persona=selectors.persona_profile(persona=persona),
         history=history,
         trigger_id=request.trigger.id,
         now=now,
         timezone=channel.timezone,
         token_counter=runtime.token_counter,
-        personas=tuple(selectors.persona_profile(p) for p in request.configuration.personas),
+        personas=tuple(
+            selectors.persona_profile(persona=p) for p in request.configuration.personas
+        ),
         reply_targets=reply_targets,
         is_queued_turn=request.is_queued_turn,
         later_queued_trigger_ids=request.later_queued_trigger_ids,
@@ -488,7 +498,7 @@ async def turn_input_gather(
         short_term_memory_text=people.short_term_memory_text,
         short_term_memory_depth=persona.short_term_memory_depth,
         configured_tools=_configured_tools(runtime, request),
-        tool_schema_tokens=tool_schema_tokens(runtime.token_counter),
+        tool_schema_tokens=tool_schema_tokens(counter=runtime.token_counter),
         follow_up_tools=people.follow_up_tools,
         notice_bodies=people.notice_bodies,
         autonomous=channel.mode == ChannelMode.AUTONOMOUS,
@@ -505,7 +515,7 @@ async def turn_input_gather(
 _TOOL_SCHEMA_TOKENS: dict[str, Mapping[str, int]] = {}
 
 
-def tool_schema_tokens(counter: TokenCounter) -> Mapping[str, int]:
+def tool_schema_tokens(*, counter: TokenCounter) -> Mapping[str, int]:
     """What each tool's definition costs in a request's ``tools`` list, by tool name (counted
     once per tokenizer)."""
     known = _TOOL_SCHEMA_TOKENS.get(counter.name)
@@ -598,7 +608,7 @@ def _gather_people(
         )
     return _People(
         notice_bodies=scope.notice_bodies(
-            guild_id=guild_id, memory_ids=minimal_notice_memory_ids(messages)
+            guild_id=guild_id, memory_ids=minimal_notice_memory_ids(messages=messages)
         ),
         follow_up_tools=follow_up_tools,
         last_seen=last_seen,
@@ -653,8 +663,8 @@ async def _reply_targets(
 
 
 def turn_renderer(
-    context: TurnContext,
     *,
+    context: TurnContext,
     limit: int,
     budget: int | None = None,
     counter: TokenCounter | None = None,
@@ -721,7 +731,7 @@ def _shorten(context: TurnContext, *, batches: int, stride: int) -> TurnContext:
 
 
 def turn_memories_recall(
-    runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput, *, anchor_id: int | None
+    *, runtime: TurnRuntime, request: TurnRequest, turn_input: TurnInput, anchor_id: int | None
 ) -> tuple[tuple[RecalledMemory, ...], dict[int, tuple[tuple[str, ...], ...]]]:
     """The long-term memories this turn shows (`memory_recall.memories_recall_for_turn`), and
     what the persona's earlier turns of this window (``anchor_id``) showed and is still

@@ -90,7 +90,7 @@ class StaleTurn(Exception):
     it (the turn object now holds the row's status)."""
 
 
-def transition_allowed(source: str, target: str) -> bool:
+def transition_allowed(*, source: str, target: str) -> bool:
     """Whether `TRANSITIONS` lets a turn move from ``source`` to ``target``."""
     return target in TRANSITIONS.get(source, frozenset())
 
@@ -98,7 +98,7 @@ def transition_allowed(source: str, target: str) -> bool:
 # --- Start and records that change no status -------------------------------------------------
 
 
-async def turn_start(request: TurnRequest) -> Turn:
+async def turn_start(*, request: TurnRequest) -> Turn:
     """Create the turn's row (``running``) and publish ``turn.started``.
 
     A turn that answers no message (a memory refresh or extraction) names no trigger, so it
@@ -152,20 +152,20 @@ async def turn_start_unprompted(
     return turn
 
 
-async def turn_context_recorded(turn: Turn, prepared: PreparedTurn) -> None:
+async def turn_context_recorded(*, turn: Turn, prepared: PreparedTurn) -> None:
     """Put what the turn was built from on record (window, items, the exact request; they
     stay there while the model runs) and tell the channel's dashboard which messages the
     window holds (``window.changed``)."""
-    turn_context_record(turn, prepared)
+    turn_context_record(turn=turn, prepared=prepared)
     await sync_to_async(_save_record)(turn)
     message_ids = [str(m.id) for m in prepared.turn_input.history]
     await _publish(turn, WindowChanged(message_ids=message_ids))
 
 
-async def turn_exchange_recorded(turn: Turn, completion: TurnCompletion) -> None:
+async def turn_exchange_recorded(*, turn: Turn, completion: TurnCompletion) -> None:
     """Put the model exchange on record (attempts, usage, reply, error) before anything is
     sent."""
-    turn_completion_record(turn, completion)
+    turn_completion_record(turn=turn, completion=completion)
     await sync_to_async(_save_record)(turn)
 
 
@@ -177,7 +177,7 @@ def _save_record(turn: Turn) -> None:
 # --- The claim and the pieces ----------------------------------------------------------------
 
 
-async def turn_claim(turn: Turn) -> bool:
+async def turn_claim(*, turn: Turn) -> bool:
     """``running`` → ``delivering``: claim the trigger just before the reply's first message
     goes out. False when another turn of the persona already answers the trigger (the
     constraint refuses the claim; the turn stays ``running`` for its caller to abort).
@@ -200,7 +200,7 @@ def _claim(turn: Turn) -> None:
         _stale(turn)
 
 
-async def turn_piece_delivered(turn: Turn, delivered: list[Delivered], *, shown: list[str]) -> None:
+async def turn_piece_delivered(*, turn: Turn, delivered: list[Delivered], shown: list[str]) -> None:
     """One more piece of a streamed reply is out: the turn's delivered messages and reply so
     far (``shown``, one text per reply message) and the piece's index rows, in one
     transaction (a crash leaves them known); then ``turn.delivered``."""
@@ -226,7 +226,7 @@ def _piece_record(turn: Turn, delivered: list[Delivered]) -> None:
         _index_delivered(turn, delivered)
 
 
-async def turn_delivery_unsettled(turn: Turn, *, error: str | None = None) -> None:
+async def turn_delivery_unsettled(*, turn: Turn, error: str | None = None) -> None:
     """A ``delivering`` turn stopped (an error, the worker stopping) after or while its reply
     went out: it stays ``delivering``, its record saved (with ``error``, when given), so it
     still holds the trigger against a second answer, and the next start reconciles it against
@@ -241,8 +241,8 @@ async def turn_delivery_unsettled(turn: Turn, *, error: str | None = None) -> No
 
 
 async def turn_replied(
-    turn: Turn,
     *,
+    turn: Turn,
     delivered: list[Delivered] | None = None,
     memory_user_id: int | None = None,
     now: dt.datetime | None = None,
@@ -262,7 +262,7 @@ async def turn_replied(
     return moved
 
 
-def turn_replied_now(turn: Turn, *, delivered: list[Delivered] | None = None) -> bool:
+def turn_replied_now(*, turn: Turn, delivered: list[Delivered] | None = None) -> bool:
     """`turn_replied` for sync code, inside the caller's transaction when there is one (the
     live update goes out when it commits)."""
     moved = _replied(turn, delivered=delivered or [], memory_user_id=None, now=None)
@@ -284,14 +284,14 @@ def _replied(
                 return False
             _index_delivered(turn, delivered)
             if now is not None:
-                short_term_memory_count_turn(turn, user_id=memory_user_id, now=now)
+                short_term_memory_count_turn(turn=turn, user_id=memory_user_id, now=now)
     except BaseException:
         turn.status = seen  # rolled back: the row still has the status it had
         raise
     return True
 
 
-async def turn_failed(turn: Turn, *, error: str | None = None) -> bool:
+async def turn_failed(*, turn: Turn, error: str | None = None) -> bool:
     """→ ``failed`` (the model or Discord failed; nothing holds the trigger any more), with
     ``error`` (None: keep the error already recorded, e.g. the model's)."""
     if error is not None:
@@ -299,7 +299,7 @@ async def turn_failed(turn: Turn, *, error: str | None = None) -> bool:
     return await _finish_and_publish(turn, Status.FAILED)
 
 
-def turn_failed_now(turn: Turn, *, error: str) -> bool:
+def turn_failed_now(*, turn: Turn, error: str) -> bool:
     """`turn_failed` for sync code, inside the caller's transaction when there is one (the
     live update goes out when it commits)."""
     turn.error = error
@@ -308,7 +308,7 @@ def turn_failed_now(turn: Turn, *, error: str) -> bool:
     return moved
 
 
-async def turn_aborted(turn: Turn, *, reason: str) -> bool:
+async def turn_aborted(*, turn: Turn, reason: str) -> bool:
     """→ ``aborted``: the turn stopped without answering (refused by the planner's send
     check, its trigger answered by another turn, the worker stopping or losing the lease,
     its reply not found on Discord after a crash); ``reason`` is kept as its error."""
@@ -316,20 +316,20 @@ async def turn_aborted(turn: Turn, *, reason: str) -> bool:
     return await _finish_and_publish(turn, Status.ABORTED)
 
 
-async def turn_refused(turn: Turn, *, reason: str) -> bool:
+async def turn_refused(*, turn: Turn, reason: str) -> bool:
     """→ ``refused``: a limit said no before any model was called; ``reason`` says which."""
     turn.error = reason
     return await _finish_and_publish(turn, Status.REFUSED)
 
 
-async def turn_withheld(turn: Turn, *, reason: str) -> bool:
+async def turn_withheld(*, turn: Turn, reason: str) -> bool:
     """→ ``withheld``: the reply (or its rest) was stopped before Discord showed it; the
     pieces already delivered stay on record."""
     turn.error = reason
     return await _finish_and_publish(turn, Status.WITHHELD)
 
 
-def turns_abort_interrupted(turn_ids: list[int], *, reason: str) -> int:
+def turns_abort_interrupted(*, turn_ids: list[int], reason: str) -> int:
     """``running`` → ``aborted`` for turns a stopped worker left running (crash recovery;
     one statement, no live update: nobody watches a dead worker's turns). Returns how many
     moved; a turn no longer running is left as it is."""
@@ -414,7 +414,7 @@ def _first_message_out(turn: Turn) -> None:
 
 
 def _check(turn: Turn, target: str) -> None:
-    if not transition_allowed(turn.status, target):
+    if not transition_allowed(source=turn.status, target=target):
         raise TransitionRefused(f"turn {turn.id}: {turn.status} → {target} is not allowed")
 
 
@@ -454,7 +454,7 @@ def _index_delivered(turn: Turn, delivered: list[Delivered]) -> None:
         )
 
 
-def turn_extra_delivered(turn_id: int, delivered: list[Delivered]) -> None:
+def turn_extra_delivered(*, turn_id: int, delivered: list[Delivered]) -> None:
     """Index messages a turn's tool sent (a sticker) as the persona's, like its reply's."""
     turn = Turn.objects.filter(id=turn_id).first()
     if turn is not None:

@@ -29,7 +29,7 @@ LEFT_OUT_BLOCKED = "blocked for this persona: shown as a notice"
 LEFT_OUT_EMPTY = "nothing to show (no text, media or cards)"
 
 
-def window_report(prepared: PreparedTurn) -> dict[str, Any]:
+def window_report(*, prepared: PreparedTurn) -> dict[str, Any]:
     """The window a turn read, as the dashboard shows it (JSON-ready; ids as strings).
 
     Keys: ``anchor_message_id`` (the oldest message of the selected window, None when it is
@@ -73,7 +73,7 @@ def window_report(prepared: PreparedTurn) -> dict[str, Any]:
 
 
 def context_items_json(
-    items: Sequence[ContextItem], *, authors: Mapping[int, int] | None = None
+    *, items: Sequence[ContextItem], authors: Mapping[int, int] | None = None
 ) -> list[dict[str, Any]]:
     """The context's items as JSON (the turn record keeps them, the preview shows them): tag,
     role, text, tokens and the source message ids as strings; with ``authors`` (message id →
@@ -94,18 +94,20 @@ def context_items_json(
     return rows
 
 
-def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
+def turn_context_record(*, turn: Turn, prepared: PreparedTurn) -> None:
     """What the turn was built from: items, request, truncation, tools, timings."""
     context = prepared.context
     given = prepared.turn_input
     authors = {m.id: m.accountable_user_id for m in (*given.history, *given.reply_targets.values())}
-    turn.context_items = context_items_json(context.items, authors=authors)
+    turn.context_items = context_items_json(items=context.items, authors=authors)
     turn.request = prepared.body
-    turn.window = {**prepared.window, **window_report(prepared)}
+    turn.window = {**prepared.window, **window_report(prepared=prepared)}
     turn.cache_prefix_end = context.cacheable_prefix_end
     turn.truncation = _jsonable(asdict(context.truncation))
     turn.tool_allowlist = list(context.tools)
-    turn.recalled = recalled_record(prepared.recalled, after=prepared.context.memories_after)
+    turn.recalled = recalled_record(
+        memories=prepared.recalled, after=prepared.context.memories_after
+    )
     turn.prefill = context.prefill or ""
     turn.warnings = list(context.warnings)
     turn.lorebook = context.lore.as_record()
@@ -116,7 +118,7 @@ def turn_context_record(turn: Turn, prepared: PreparedTurn) -> None:
     turn.build_ms = prepared.build_ms
 
 
-def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
+def turn_completion_record(*, turn: Turn, completion: TurnCompletion) -> None:
     """The model exchange: one JSON object per model call (the tools' own calls after the
     attempts; each with its kind and cost), the summed token usage (None when the provider
     reported none), the exact body of the final attempt, the reply, the error and the
@@ -133,7 +135,7 @@ def turn_completion_record(turn: Turn, completion: TurnCompletion) -> None:
     turn.warnings = [*turn.warnings, *completion.warnings]
 
 
-def turn_refusal_record(turn: Turn, failure: DeliveryError | None) -> None:
+def turn_refusal_record(*, turn: Turn, failure: DeliveryError | None) -> None:
     """Keep on the turn what Discord refused it (the code, the channel, the permission by
     name), when ``failure`` says (a 403 Missing Permissions or Missing Access)."""
     if failure is not None and failure.refusal is not None:
@@ -151,10 +153,10 @@ def _jsonable(value: object) -> object:
 
 
 def window_anchor_store(
+    *,
     channel_id: int,
     anchor_id: int,
     limit: int,
-    *,
     guild_id: int | None,
     reanchor_due: bool = False,
 ) -> None:
@@ -182,7 +184,7 @@ def window_anchors_reanchor_due(*, shards: ShardSet, before: dt.datetime) -> int
     return shards.filter(rows).update(reanchor_due=True)
 
 
-def ms_since(started: float) -> float:
+def ms_since(*, started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 2)
 
 

@@ -40,26 +40,28 @@ NOTICE_LOOKBACK = dt.timedelta(days=31)
 
 
 async def turn_refuse(
-    runtime: TurnRuntime, request: TurnRequest, turn: Turn, *, refusal: Refusal
+    *, runtime: TurnRuntime, request: TurnRequest, turn: Turn, refusal: Refusal
 ) -> None:
     """End ``turn`` refused by the limit ``refusal`` names, answered as that limit is."""
     if refusal.limit == "user_turns":
-        await turn_refuse_user_turns(runtime, request, turn, reason=refusal.reason)
+        await turn_refuse_user_turns(
+            runtime=runtime, request=request, turn=turn, reason=refusal.reason
+        )
     else:
-        await turn_refuse_budget(runtime, request, turn, refusal=refusal)
+        await turn_refuse_budget(runtime=runtime, request=request, turn=turn, refusal=refusal)
 
 
 async def turn_refuse_user_turns(
-    runtime: TurnRuntime, request: TurnRequest, turn: Turn, *, reason: str
+    *, runtime: TurnRuntime, request: TurnRequest, turn: Turn, reason: str
 ) -> None:
     """End ``turn`` refused (a user past ``user_turns``) and react ⏳ to its trigger."""
     turn.reason_detail = {**turn.reason_detail, "limit": "user_turns"}
-    await turn_refused(turn, reason=f"a limit said no: {reason}")
+    await turn_refused(turn=turn, reason=f"a limit said no: {reason}")
     await _react(runtime, request.channel.channel_id, request.trigger.id, WAITING)
 
 
 async def turn_refuse_budget(
-    runtime: TurnRuntime, request: TurnRequest, turn: Turn, *, refusal: Refusal
+    *, runtime: TurnRuntime, request: TurnRequest, turn: Turn, refusal: Refusal
 ) -> None:
     """End ``turn`` refused (a spent budget); the channel's first such turn since a model was
     last called there sends the notice, the later ones react 💤."""
@@ -68,11 +70,11 @@ async def turn_refuse_budget(
         channel_id=channel_id, now=runtime.clock(), turn_id=turn.id
     )
     turn.reason_detail = {**turn.reason_detail, "limit": "budget", "notice": notice}
-    await turn_refused(turn, reason=f"a limit said no: {refusal.reason}")
+    await turn_refused(turn=turn, reason=f"a limit said no: {refusal.reason}")
     if notice:
         await budget_notice_send(
-            runtime,
-            request.configuration,
+            runtime=runtime,
+            configuration=request.configuration,
             refusal=refusal,
             reply_to=request.trigger.id,
         )
@@ -108,9 +110,9 @@ def _latest(*stamps: dt.datetime | None) -> dt.datetime | None:
 
 
 async def budget_notice_send(
+    *,
     runtime: TurnRuntime,
     configuration: ChannelConfiguration,
-    *,
     refusal: Refusal,
     reply_to: int | None,
 ) -> None:
@@ -121,7 +123,7 @@ async def budget_notice_send(
     main = configuration.personas[0]
     guild = configuration.settings.guild or main.guild
     text = budget_notice_text(
-        guild_limits_from_stored(guild.limits).notice,
+        configured=guild_limits_from_stored(stored=guild.limits).notice,
         persona=main.name,
         renews_at=refusal.renews_at,
         zone=ZoneInfo(guild.timezone),
@@ -139,7 +141,7 @@ async def budget_notice_send(
 
 
 def budget_notice_text(
-    configured: str, *, persona: str, renews_at: dt.datetime | None, zone: ZoneInfo
+    *, configured: str, persona: str, renews_at: dt.datetime | None, zone: ZoneInfo
 ) -> str:
     """The notice: the guild's text, else `DEFAULT_NOTICE`; ``{persona}`` becomes the main
     persona's name and ``{renews}`` when the budget renews, in the guild's time zone."""

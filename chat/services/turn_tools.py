@@ -31,11 +31,11 @@ from personas.models import Persona
 
 
 def turn_toolbox(
+    *,
     runtime: TurnRuntime,
     context: TurnContext,
     turn_input: TurnInput,
     request: TurnRequest,
-    *,
     turn_id: int | None,
     meter: CallMeter = UNMETERED,
 ) -> ToolBox:
@@ -111,14 +111,14 @@ class _StickerSender:
         try:
             delivered = await self._runtime.port.send_sticker(
                 channel_id=channel_id,
-                speaker=persona_speaker(self._request.persona),
+                speaker=persona_speaker(persona=self._request.persona),
                 sticker_id=self._stickers[name],
             )
         except DeliveryError as error:
             raise ToolError(f"the sticker could not be sent: {error}") from None
         self._runtime.windows.record_delivery(channel_id, delivered.message, delivered.message_id)
         if self._turn_id is not None:
-            await sync_to_async(turn_extra_delivered)(self._turn_id, [delivered])
+            await sync_to_async(turn_extra_delivered)(turn_id=self._turn_id, delivered=[delivered])
 
 
 class _AttachmentReader:
@@ -272,6 +272,6 @@ class _LongTermMemoryWriter:
         }
         for name, user_id in people.items():
             if fact_names(fact, name) and await sync_to_async(user_is_private)(
-                user_id, self._guild_id
+                user_id=user_id, guild_id=self._guild_id
             ):
                 raise ToolError(f"nothing is remembered about {name}: they chose not to be")

@@ -101,32 +101,37 @@ async def turn_prepare(
         history, window = request.fixed.history, _fixed_window(request.fixed)
     else:
         history, window = await turn_window_read(
-            runtime,
-            channel,
-            trigger,
+            runtime=runtime,
+            channel=channel,
+            trigger=trigger,
             now=now,
             dry_run=dry_run,
             pinned_anchor_id=request.pinned_anchor_id,
         )
-    history_ms = ms_since(started)
+    history_ms = ms_since(started=started)
 
     started = time.perf_counter()
     participants = await turn_participants_read(
-        runtime, request, history, now=now, dry_run=dry_run, anchor_id=window.anchor_id
+        runtime=runtime,
+        request=request,
+        history=history,
+        now=now,
+        dry_run=dry_run,
+        anchor_id=window.anchor_id,
     )
     turn_input = participants.turn_input
-    participant_ms = ms_since(started)
+    participant_ms = ms_since(started=started)
 
     started = time.perf_counter()
     context = build_turn_context(turn_input)
-    build_ms = ms_since(started)
+    build_ms = ms_since(started=started)
     if not dry_run:
         runtime.caches.remember_context(channel.channel_id, persona.id, context)
 
-    models = selectors.persona_model_specs(persona)
+    models = selectors.persona_model_specs(persona=persona)
     budget = context_budget(persona.context_window, persona.max_output_tokens)
     render = turn_renderer(
-        context, limit=channel.fetch_limit, budget=budget, counter=runtime.token_counter
+        context=context, limit=channel.fetch_limit, budget=budget, counter=runtime.token_counter
     )
     site = (
         None
@@ -144,7 +149,14 @@ async def turn_prepare(
         if site is not None
         else UNMETERED
     )
-    toolbox = turn_toolbox(runtime, context, turn_input, request, turn_id=turn_id, meter=meter)
+    toolbox = turn_toolbox(
+        runtime=runtime,
+        context=context,
+        turn_input=turn_input,
+        request=request,
+        turn_id=turn_id,
+        meter=meter,
+    )
     return PreparedTurn(
         request=request,
         turn_input=turn_input,
@@ -200,7 +212,7 @@ async def turn_run(
     ``aborted``, its trigger left unread for the worker that owns the channel now).
     """
     channel, persona = request.channel, request.persona
-    turn = await turn_start(request)
+    turn = await turn_start(request=request)
     try:
         if persona.delivery_mode != DeliveryMode.WHOLE:
             # A streamed reply types from the start of its turn (the history read and the
@@ -224,14 +236,18 @@ async def turn_run(
                     toolbox=prepared.toolbox,
                     meter=prepared.meter,
                 )
-            await turn_exchange_recorded(turn, completion)
+            await turn_exchange_recorded(turn=turn, completion=completion)
             abort_reason = await abort_if() if abort_if and completion.error is None else None
             if completion.refusal is not None:
-                await turn_refuse(runtime, request, turn, refusal=completion.refusal)
+                await turn_refuse(
+                    runtime=runtime, request=request, turn=turn, refusal=completion.refusal
+                )
             elif abort_reason:
-                await turn_aborted(turn, reason=abort_reason)
+                await turn_aborted(turn=turn, reason=abort_reason)
             else:
-                await reply_deliver(runtime, request, turn, completion)
+                await reply_deliver(
+                    runtime=runtime, request=request, turn=turn, completion=completion
+                )
     except LeaseLost as lost:
         # Another worker owns the channel now and answers the trigger (still unread there).
         # The fence refused before anything went out: a turn that sent nothing is aborted; a
@@ -254,9 +270,11 @@ async def turn_run(
             # The reply is (or may be) out there: the turn stays delivering, so it still
             # holds the trigger against a second answer and the next start records what
             # was sent.
-            await turn_delivery_unsettled(turn, error=f"recording the delivery failed: {cause}")
+            await turn_delivery_unsettled(
+                turn=turn, error=f"recording the delivery failed: {cause}"
+            )
         elif turn.status == Turn.Status.RUNNING:
-            await turn_failed(turn, error=cause)
+            await turn_failed(turn=turn, error=cause)
     return turn
 
 
@@ -265,9 +283,9 @@ async def _turn_settle_stopped(turn: Turn, reason: str, *, sent: bool) -> None:
     delivering but has not ``sent`` anything, is aborted; one whose reply may be out stays
     delivering, its record saved, for the next start to reconcile."""
     if turn.status == Turn.Status.RUNNING or (turn.status == Turn.Status.DELIVERING and not sent):
-        await turn_aborted(turn, reason=reason)
+        await turn_aborted(turn=turn, reason=reason)
     elif turn.status == Turn.Status.DELIVERING:
-        await turn_delivery_unsettled(turn)
+        await turn_delivery_unsettled(turn=turn)
 
 
 async def _turn_prepare_recorded(
@@ -288,17 +306,17 @@ async def _turn_prepare_recorded(
     finally:
         input_check.cancel()
     if refusal:
-        await turn_refused(turn, reason=refusal)
+        await turn_refused(turn=turn, reason=refusal)
         return None
-    await turn_context_recorded(turn, prepared)
+    await turn_context_recorded(turn=turn, prepared=prepared)
     return prepared
 
 
 async def turn_ask(
+    *,
     runtime: TurnRuntime,
     request: TurnRequest,
     prepared: PreparedTurn,
-    *,
     messages: list[Message],
     persona_name: str,
 ) -> tuple[Turn, TurnCompletion]:
@@ -308,8 +326,8 @@ async def turn_ask(
     ``refresh`` or an ``extraction``), record the exchange. Returns the running turn and the
     completion (``refusal`` set when a spent budget refused the call): the caller judges the
     reply and ends the turn (`chat.services.turn_lifecycle`)."""
-    turn = await turn_start(request)
-    turn_context_record(turn, prepared)
+    turn = await turn_start(request=request)
+    turn_context_record(turn=turn, prepared=prepared)
     turn.request = {"messages": messages}
     turn.tool_allowlist = []
     site = spend_site(configuration=request.configuration, persona=request.persona)
@@ -320,5 +338,5 @@ async def turn_ask(
         meter=runtime.spend.meter(site) if site is not None else UNMETERED,
         kind=CallKind.EXTRACTION if request.reason == TurnReason.EXTRACTION else CallKind.REFRESH,
     )
-    await turn_exchange_recorded(turn, completion)
+    await turn_exchange_recorded(turn=turn, completion=completion)
     return turn, completion

@@ -107,7 +107,7 @@ def test_a_shard_set_owns_its_guilds_and_dms_on_shard_zero(guild_id, expected):
 @pytest.mark.django_db
 def test_a_worker_consumes_and_resumes_only_its_shards_channels():
     for channel_id, guild_id in [(1, guild_on(0)), (2, guild_on(1)), (3, None), (4, guild_on(2))]:
-        event_ingest_many([(message(content="hi", channel_id=channel_id), guild_id)])
+        event_ingest_many(batch=[(message(content="hi", channel_id=channel_id), guild_id)])
 
     consumed = event_queue_consume(own=OwnIdentity(bot_user_id=9), shards=TWO_OF_FOUR)
 

@@ -45,7 +45,7 @@ def test_persona_models_are_its_model_then_its_fallbacks_without_blanks_or_repea
         max_output_tokens=300,
     )
 
-    specs = persona_model_specs(persona, stop=("\nAnn:",))
+    specs = persona_model_specs(persona=persona, stop=("\nAnn:",))
 
     assert [spec.name for spec in specs] == ["deployment-model", "backup", "last"]
     assert {(s.temperature, s.max_output_tokens, s.stop) for s in specs} == {
@@ -58,7 +58,7 @@ def test_a_persona_model_overrides_the_deployment_default(settings: Settings) ->
     settings.LLM_MODEL = "deployment-model"
     persona = Persona(name="Tomori", llm_model="own-model", fallback_models=[])
 
-    assert [spec.name for spec in persona_model_specs(persona)] == ["own-model"]
+    assert [spec.name for spec in persona_model_specs(persona=persona)] == ["own-model"]
 
 
 # -- configuration and records ---------------------------------------------------------------------
@@ -95,8 +95,8 @@ def test_a_channel_configuration_is_one_read_at_one_instant():
 def test_a_channels_guild_is_what_its_messages_were_ingested_with():
     guild_message = message(content="hi", channel_id=30)
     dm = message(content="psst", channel_id=31)
-    event_ingest_many([(guild_message, 10)])
-    event_ingest_many([(dm, None)])
+    event_ingest_many(batch=[(guild_message, 10)])
+    event_ingest_many(batch=[(dm, None)])
     event_queue_consume(own=OwnIdentity(bot_user_id=1))
     unread_pool_take(channel_id=30)  # an empty pool still knows its guild
 
@@ -156,7 +156,7 @@ def test_model_capabilities_come_from_the_name_and_the_persona_overrides_its_fir
         name="Tomori", llm_model="llama3:8b", fallback_models=["gpt-4o"], llm_prefill=True
     )
 
-    first, fallback = persona_model_specs(persona)
+    first, fallback = persona_model_specs(persona=persona)
 
     assert (first.supports_vision, first.supports_prefill, first.merge_same_role) == (
         False,
@@ -196,7 +196,7 @@ def test_the_planner_model_is_the_guilds_else_the_deployments_else_the_main_pers
 
     def planner_model() -> str:
         configuration = channel_configuration(channel_id=20, guild_id=10, now=now)
-        return planner_model_specs(configuration)[0].name
+        return planner_model_specs(configuration=configuration)[0].name
 
     by_persona = planner_model()
     settings.LLM_PLANNER_MODEL = "deployment-planner"

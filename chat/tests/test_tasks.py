@@ -37,9 +37,9 @@ def test_the_prune_task_removes_expired_records_and_keeps_work_and_recent_ones(s
     settings.MESSAGE_INDEX_RETENTION_DAYS = 90
     now = timezone.now()
     old_key, waiting = message(content="old"), message(content="waiting")
-    event_ingest_many([(old_key, 1)])
+    event_ingest_many(batch=[(old_key, 1)])
     event_queue_consume(own=OwnIdentity(bot_user_id=999))
-    event_ingest_many([(waiting, 1)])
+    event_ingest_many(batch=[(waiting, 1)])
     EventQueue.objects.update(created_at=now - dt.timedelta(days=8))
     turns = {
         status: Turn.objects.create(

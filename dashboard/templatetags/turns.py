@@ -23,7 +23,7 @@ register = template.Library()
 def trigger_excerpt(turn: Turn) -> str:
     """The excerpt `selectors.with_excerpts` gave the turn, else read from its record."""
     excerpt = getattr(turn, "excerpt", None)
-    return excerpt if excerpt is not None else selectors.trigger_excerpt(turn)
+    return excerpt if excerpt is not None else selectors.trigger_excerpt(turn=turn)
 
 
 @register.simple_tag

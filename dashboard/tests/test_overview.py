@@ -69,10 +69,10 @@ def test_a_kept_excerpt_is_gone_once_its_author_chooses_full_privacy():
     [guild_id] = _guilds(1)
     turn = Turn.objects.filter(guild_id=guild_id).first()
     _said(turn, "my secret plan")
-    [shown] = with_excerpts([Turn.objects.get(pk=turn.pk)])
+    [shown] = with_excerpts(turns=[Turn.objects.get(pk=turn.pk)])
     assert shown.excerpt == "my secret plan"
     privacy_set(guild_id=guild_id, user_id=AUTHOR, level="full")
-    [hidden] = with_excerpts([Turn.objects.get(pk=turn.pk)])
+    [hidden] = with_excerpts(turns=[Turn.objects.get(pk=turn.pk)])
     assert hidden.excerpt == ""
 
 

@@ -403,7 +403,7 @@ async def test_the_run_page_sets_old_and_new_replies_side_by_side_with_checks_an
         runs = []
         for _ in range(2):
             cases = await sync_to_async(run_cases_of)(
-                await sync_to_async(list)(tomori.test_cases.select_related("persona__guild"))
+                cases=await sync_to_async(list)(tomori.test_cases.select_related("persona__guild"))
             )
             run = await sync_to_async(persona_test_run_create)(
                 cases=cases,

@@ -148,7 +148,7 @@ def test_a_file_naming_an_unknown_guild_or_persona_is_refused_whole(guilds):
 def test_a_guild_outside_the_callers_reads_as_unknown(guilds):
     document = parse_case_file(a_file(CASE))
     with pytest.raises(ConfigError) as raised:
-        cases_resolve(document, guild_ids=[42])
+        cases_resolve(document=document, guild_ids=[42])
     assert raised.value.problems == [("cases[0].guild", f"no configured guild has the id {GUILD}")]
 
 

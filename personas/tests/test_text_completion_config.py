@@ -43,7 +43,7 @@ def test_api_template_and_mixed_fallbacks_round_trip(db):
     assert llm["fallback_models"][1]["instruct_template"] == "llama3"
     assert not config_import(data=exported).changed
 
-    specs = persona_model_specs(Persona.objects.get())
+    specs = persona_model_specs(persona=Persona.objects.get())
     assert [(s.name, s.api) for s in specs] == [
         ("local", ModelApi.COMPLETIONS),
         ("gpt-4o-mini", ModelApi.CHAT),

@@ -74,12 +74,14 @@ class Command(BaseCommand):
         run.refresh_from_db()
         if run.status == PersonaTestRun.Status.FAILED:
             raise CommandError(f"the run could not go on: {run.error}", returncode=1)
-        outcomes = run_outcomes(run, list(run.results.all()))
-        for line in outcome_lines(outcomes, several_targets=False):
+        outcomes = run_outcomes(run=run, results=list(run.results.all()))
+        for line in outcome_lines(outcomes=outcomes, several_targets=False):
             self.stdout.write(line)
-        self.stdout.write("\n" + outcomes_summary(run, outcomes))
+        self.stdout.write("\n" + outcomes_summary(run=run, outcomes=outcomes))
         if options["junit"]:
-            Path(str(options["junit"])).write_text(junit_xml(run, outcomes), encoding="utf-8")
+            Path(str(options["junit"])).write_text(
+                junit_xml(run=run, outcomes=outcomes), encoding="utf-8"
+            )
         self.stdout.flush()
         if any(outcome.verdict != Verdict.PASS for outcome in outcomes):
             sys.exit(1)
@@ -89,7 +91,7 @@ class Command(BaseCommand):
         file). Raises CommandError (exit status 2) naming the file and the JSON path."""
         path = str(options["file"])
         document = _checked(path, lambda: parse_case_file(_read(path)))
-        personas = _checked(path, lambda: cases_resolve(document))
+        personas = _checked(path, lambda: cases_resolve(document=document))
         draft_row, draft_for = None, []
         if options["persona_file"]:
             draft_path = str(options["persona_file"])

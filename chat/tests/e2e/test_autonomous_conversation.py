@@ -49,7 +49,7 @@ def queued_while_down(world, payload: dict) -> None:
         content=payload["content"],
         created_at=dt.datetime.fromisoformat(payload["timestamp"]),
     )
-    event_ingest_many([(message, DEMO_GUILD_ID)])
+    event_ingest_many(batch=[(message, DEMO_GUILD_ID)])
 
 
 async def burst(world, *lines: tuple[int, str]) -> None:

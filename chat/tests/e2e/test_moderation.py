@@ -73,7 +73,10 @@ async def test_a_flagged_paragraph_and_the_rest_are_withheld_with_one_notice(wor
     await world.drained()
 
     messages = world.bot_messages(GENERAL)
-    assert [m["content"] for m in messages] == [FIRST, withheld_notice("Tomori", sent=1)]
+    assert [m["content"] for m in messages] == [
+        FIRST,
+        withheld_notice(persona_name="Tomori", sent=1),
+    ]
     assert messages[1]["flags"] & (1 << 12)  # a notice: silent
     assert flagged_texts(world, GENERAL) == []
     assert world.llm.abandoned == [0]  # the model stopped writing
@@ -108,7 +111,7 @@ async def test_in_edit_mode_no_edit_ever_shows_flagged_text(world):
     await world.drained()
 
     edited, notice = world.bot_messages(GENERAL)
-    assert notice["content"] == withheld_notice("Tomori", sent=1)
+    assert notice["content"] == withheld_notice(persona_name="Tomori", sent=1)
     shown = [text for message_id, text in world.sandbox.sandbox.shown_texts(GENERAL)]
     assert len(shown) >= 3  # the message grew in place before it stopped
     assert flagged_texts(world, GENERAL) == []
@@ -129,7 +132,7 @@ async def test_whole_delivery_checks_the_reply_before_sending_it(world):
     await world.drained()
 
     [notice] = world.bot_messages(GENERAL)
-    assert notice["content"] == withheld_notice("Tomori", sent=0)
+    assert notice["content"] == withheld_notice(persona_name="Tomori", sent=0)
     assert notice["message_reference"]["message_id"] == trigger
     turn = await turn_of(trigger)
     assert turn.status == "withheld" and turn.reply_text == ""
@@ -172,7 +175,7 @@ async def test_the_nsfw_channel_passes_sexual_and_withholds_sexual_minors(world,
 
     assert [m["content"] for m in world.bot_messages(channel_id)] == [
         passing,
-        withheld_notice("Tomori", sent=1),
+        withheld_notice(persona_name="Tomori", sent=1),
     ]
     turn = await turn_of(trigger)
     assert turn.status == "withheld"
@@ -192,7 +195,7 @@ async def test_the_same_sexual_paragraph_is_withheld_outside_the_nsfw_channel(wo
     await world.drained()
 
     assert [m["content"] for m in world.bot_messages(GENERAL)] == [
-        withheld_notice("Tomori", sent=0)
+        withheld_notice(persona_name="Tomori", sent=0)
     ]
     turn = await turn_of(trigger)
     assert turn.status == "withheld" and "as sexual" in turn.error
@@ -208,7 +211,7 @@ async def test_a_failing_moderation_service_withholds(world):
     await world.drained()
 
     assert [m["content"] for m in world.bot_messages(GENERAL)] == [
-        withheld_notice("Tomori", sent=0)
+        withheld_notice(persona_name="Tomori", sent=0)
     ]
     assert len(world.llm.moderation.inputs) == 2  # the service was retried
     turn = await turn_of(trigger)
@@ -304,7 +307,7 @@ async def test_a_tool_result_the_model_quotes_is_checked_like_any_piece(world):
     await world.drained()
 
     assert [m["content"] for m in world.bot_messages(GENERAL)] == [
-        withheld_notice("Tomori", sent=0)
+        withheld_notice(persona_name="Tomori", sent=0)
     ]
     assert world.sandbox.video_lookups == ["dQw4w9WgXcQ"]
     assert flagged_texts(world, GENERAL) == []

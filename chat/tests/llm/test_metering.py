@@ -147,7 +147,7 @@ async def test_a_reported_cost_is_read_and_asked_for_where_the_provider_takes_th
 def test_only_an_endpoint_that_reports_costs_is_asked_for_them(base_url: str, asks: bool) -> None:
     from chat.selectors.model_specs import endpoint_reports_cost
 
-    assert endpoint_reports_cost(base_url) is asks
+    assert endpoint_reports_cost(base_url=base_url) is asks
 
 
 def test_a_usage_with_a_cost_keeps_it_on_the_record() -> None:

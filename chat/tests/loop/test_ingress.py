@@ -41,8 +41,8 @@ def test_codec_round_trips_a_message_with_attachments():
 
 def test_a_duplicate_dispatch_is_stored_once():
     msg = message(content="hi")
-    event_ingest_many([(msg, 1)])
-    event_ingest_many([(msg, 1), (msg, 1)])
+    event_ingest_many(batch=[(msg, 1)])
+    event_ingest_many(batch=[(msg, 1), (msg, 1)])
     assert EventQueue.objects.count() == 1
 
 
@@ -50,7 +50,7 @@ def test_consume_moves_ready_events_into_the_unread_pool_in_order():
     first, second = message(content="one", channel_id=10), message(content="two", channel_id=10)
     other = message(content="three", channel_id=11)
     for msg in (first, other, second):
-        event_ingest_many([(msg, 1)])
+        event_ingest_many(batch=[(msg, 1)])
 
     consumed = event_queue_consume(own=OWN)
 
@@ -60,11 +60,15 @@ def test_consume_moves_ready_events_into_the_unread_pool_in_order():
 
 
 def test_consume_reports_how_many_unread_messages_each_grown_pool_holds():
-    event_ingest_many([(message(content="left", channel_id=10), 1)])
+    event_ingest_many(batch=[(message(content="left", channel_id=10), 1)])
     event_queue_consume(own=OWN)
-    event_ingest_many([(message(content=t, channel_id=c), 1) for t, c in (("a", 10), ("b", 11))])
     event_ingest_many(
-        [(message(content="mine", channel_id=12, author=Author(id=BOT, display_name="bot")), 1)]
+        batch=[(message(content=t, channel_id=c), 1) for t, c in (("a", 10), ("b", 11))]
+    )
+    event_ingest_many(
+        batch=[
+            (message(content="mine", channel_id=12, author=Author(id=BOT, display_name="bot")), 1)
+        ]
     )
 
     consumed = event_queue_consume(own=OWN)
@@ -83,7 +87,7 @@ def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
         author=Author(id=889, display_name="Other", is_bot=True, webhook_id=123),
     )
     for msg in (own, echo, foreign):
-        event_ingest_many([(msg, 1)])
+        event_ingest_many(batch=[(msg, 1)])
 
     consumed = event_queue_consume(own=OWN)
 
@@ -95,11 +99,11 @@ def test_the_bots_own_messages_and_webhook_echoes_never_count_as_unread():
 
 def test_a_replayed_message_after_consumption_is_still_deduplicated():
     msg = message(content="hi")
-    event_ingest_many([(msg, 1)])
+    event_ingest_many(batch=[(msg, 1)])
     event_queue_consume(own=OWN)
     unread_pool_take(channel_id=msg.channel_id)
 
-    event_ingest_many([(msg, 1)])
+    event_ingest_many(batch=[(msg, 1)])
     assert EventQueue.objects.get(message_id=msg.id).status == "consumed"
     assert event_queue_consume(own=OWN).unread == []
     assert unread_pool_count(channel_id=msg.channel_id) == 0
@@ -108,7 +112,7 @@ def test_a_replayed_message_after_consumption_is_still_deduplicated():
 def test_take_up_to_a_message_leaves_later_arrivals_unread():
     msgs = [message(content=str(n), channel_id=20) for n in range(4)]
     for msg in msgs:
-        event_ingest_many([(msg, 1)])
+        event_ingest_many(batch=[(msg, 1)])
     event_queue_consume(own=OWN)
 
     taken = unread_pool_take(channel_id=20, up_to_message_id=msgs[1].id)
@@ -120,7 +124,7 @@ def test_take_up_to_a_message_leaves_later_arrivals_unread():
 
 def test_consume_is_idempotent_when_the_pool_already_has_the_message():
     msg = message(content="hi")
-    event_ingest_many([(msg, 1)])
+    event_ingest_many(batch=[(msg, 1)])
     UnreadEvent.objects.create(
         channel_id=msg.channel_id, message_id=msg.id, author_id=42, event=message_to_json(msg)
     )
@@ -132,7 +136,7 @@ def test_consume_is_idempotent_when_the_pool_already_has_the_message():
 
 def test_a_consumed_queue_row_keeps_only_its_key():
     msg = message(content="hello there")
-    event_ingest_many([(msg, 1)])
+    event_ingest_many(batch=[(msg, 1)])
 
     event_queue_consume(own=OWN)
 
@@ -149,7 +153,7 @@ def test_one_batch_over_several_guilds_withholds_each_guilds_full_privacy_users_
         (message(content="partial in two", author=BOB, channel_id=20), 2),
         (message(content="secret in a dm", author=ALICE, channel_id=30), None),
     ]
-    event_ingest_many(batch)
+    event_ingest_many(batch=batch)
     event_queue_consume(own=OWN)
 
     kept = {m.content for c in (10, 20, 30) for m in unread_pool_messages(channel_id=c)}
@@ -163,7 +167,7 @@ def test_a_full_privacy_users_words_are_stored_nowhere():
         author=ALICE,
         attachments=(Attachment(id=9, filename="plans.txt", url="https://cdn/plans.txt"),),
     )
-    event_ingest_many([(secret, 1), (message(content="hi all", author=BOB), 1)])
+    event_ingest_many(batch=[(secret, 1), (message(content="hi all", author=BOB), 1)])
     event_queue_consume(own=OWN)
 
     stored = [json.dumps(row.event) for row in UnreadEvent.objects.all()]
@@ -177,7 +181,7 @@ def test_a_full_privacy_users_words_are_stored_nowhere():
 def test_marking_read_up_to_a_message_leaves_later_arrivals_and_other_channels_unread():
     msgs = [message(content=str(n), channel_id=20) for n in range(4)]
     elsewhere = message(content="other", channel_id=21)
-    event_ingest_many([(msg, 1) for msg in (*msgs, elsewhere)])
+    event_ingest_many(batch=[(msg, 1) for msg in (*msgs, elsewhere)])
     event_queue_consume(own=OWN)
 
     removed = unread_pool_mark_read(channel_id=20, up_to_message_id=msgs[1].id)
@@ -190,10 +194,10 @@ def test_marking_read_up_to_a_message_leaves_later_arrivals_and_other_channels_u
 def test_a_loop_takes_only_what_it_planned_from_the_pool():
     caught_up = message(1, "read back later, older", channel_id=10)
     live = message(2, "came live", channel_id=10)
-    event_ingest_many([(live, 1)])
+    event_ingest_many(batch=[(live, 1)])
     event_queue_consume(own=OWN)
     planned = [m.id for m in unread_pool_messages(channel_id=10)]
-    event_ingest_many([(caught_up, 1)])
+    event_ingest_many(batch=[(caught_up, 1)])
     event_queue_consume(own=OWN)
 
     removed = unread_pool_mark_read(channel_id=10, up_to_message_id=live.id, message_ids=planned)
@@ -208,7 +212,7 @@ def test_marking_a_large_planned_batch_read_removes_exactly_those_up_to_the_boun
     goes, the one past it and the unplanned one stay."""
     msgs = [message(content=str(n), channel_id=30) for n in range(1_201)]
     unplanned = msgs[600]
-    event_ingest_many([(msg, 1) for msg in msgs], own=OWN)
+    event_ingest_many(batch=[(msg, 1) for msg in msgs], own=OWN)
     planned = [m.id for m in msgs if m is not unplanned]
 
     removed = unread_pool_mark_read(
@@ -233,7 +237,7 @@ def test_the_workers_own_shards_messages_reach_the_pool_with_their_queue_rows():
     )
 
     moved = event_ingest_many(
-        [(mine, ON_SHARD_TWO), (others, ON_SHARD_ONE), (by_the_bot, ON_SHARD_TWO)],
+        batch=[(mine, ON_SHARD_TWO), (others, ON_SHARD_ONE), (by_the_bot, ON_SHARD_TWO)],
         own=OWN,
         shards=TWO_OF_FOUR,
     )
@@ -252,10 +256,10 @@ def test_the_workers_own_shards_messages_reach_the_pool_with_their_queue_rows():
 
 def test_a_message_seen_again_is_never_pooled_twice():
     msg = message(content="hi", channel_id=10)
-    first = event_ingest_many([(msg, 1), (msg, 1)], own=OWN)
+    first = event_ingest_many(batch=[(msg, 1), (msg, 1)], own=OWN)
     unread_pool_mark_read(channel_id=10, up_to_message_id=msg.id)  # answered
 
-    again = event_ingest_many([(msg, 1)], own=OWN)  # replayed after a RESUME
+    again = event_ingest_many(batch=[(msg, 1)], own=OWN)  # replayed after a RESUME
 
     assert [m.id for _, m in first.unread] == [msg.id]
     assert again.unread == [] and again.pool_sizes == {}
@@ -269,20 +273,22 @@ def test_a_pooled_message_reads_back_exactly_as_it_came():
         channel_id=10,
         attachments=(Attachment(id=9, filename="notes.txt", url="https://cdn/notes.txt"),),
     )
-    event_ingest_many([(original, 1)], own=OWN)
+    event_ingest_many(batch=[(original, 1)], own=OWN)
     assert unread_pool_messages(channel_id=10) == [original]
 
 
 def test_the_pool_sizes_count_what_was_already_waiting():
-    event_ingest_many([(message(content=str(n), channel_id=10), 1) for n in range(3)], own=OWN)
-    moved = event_ingest_many([(message(content="more", channel_id=10), 1)], own=OWN)
+    event_ingest_many(
+        batch=[(message(content=str(n), channel_id=10), 1) for n in range(3)], own=OWN
+    )
+    moved = event_ingest_many(batch=[(message(content="more", channel_id=10), 1)], own=OWN)
     assert moved.pool_sizes == {10: 4}
 
 
 def test_a_full_privacy_users_words_reach_no_pool_on_the_workers_path():
     user_privacy(ALICE.id, guild_id=1, level="full")
     secret = message(content="my secret plans", author=ALICE, channel_id=10)
-    event_ingest_many([(secret, 1)], own=OWN)
+    event_ingest_many(batch=[(secret, 1)], own=OWN)
 
     stored = [json.dumps(row.event) for row in UnreadEvent.objects.all()]
     stored += [json.dumps(row.event) for row in EventQueue.objects.all()]

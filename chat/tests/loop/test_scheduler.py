@@ -29,7 +29,7 @@ LATE_SATURDAY = dt.datetime(2026, 7, 11, 20, 0, tzinfo=dt.UTC)
 def arrive(text: str) -> None:
     """A guild message is ingested and moved into the unread pool."""
     arrived = message(content=text, channel_id=CHANNEL, author=ALICE, at=LATE_SATURDAY)
-    event_ingest_many([(arrived, GUILD_ID)])
+    event_ingest_many(batch=[(arrived, GUILD_ID)])
     event_queue_consume(own=OwnIdentity(bot_user_id=BOT.id))
 
 
@@ -67,7 +67,7 @@ async def dm_turns(bench: Bench, text: str, *, author=ALICE) -> list[Turn]:
     dm_channel = CHANNEL + 1
     bench.discord.places[dm_channel] = ChannelPlace(guild_id=None)
     await sync_to_async(event_ingest_many)(
-        [(message(content=text, channel_id=dm_channel, author=author), None)]
+        batch=[(message(content=text, channel_id=dm_channel, author=author), None)]
     )
     await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
     scheduler = Scheduler(runtime=bench.runtime, own=lambda: OwnIdentity(bot_user_id=BOT.id))
@@ -179,7 +179,7 @@ async def test_channel_loops_never_exceed_the_cap_and_every_woken_channel_is_ser
     for channel_id in dms:
         bench.discord.places[channel_id] = ChannelPlace(guild_id=None)
         await sync_to_async(event_ingest_many)(
-            [(message(content="hello?", channel_id=channel_id), None)]
+            batch=[(message(content="hello?", channel_id=channel_id), None)]
         )
     await sync_to_async(event_queue_consume)(own=OwnIdentity(bot_user_id=BOT.id))
     scheduler = Scheduler(

@@ -144,7 +144,7 @@ async def _run(runner, cases, targets=SAVED, **kw):
 async def test_a_case_is_prepared_as_a_dry_run_turn_over_its_history(demo):
     before = await sync_to_async(database_state)()
 
-    prepared = await case_prepare(await _turn(CASE))
+    prepared = await case_prepare(turn=await _turn(CASE))
 
     messages = prepared.body["messages"]
     assert messages[0]["role"] == "system" and "You are Tomori" in messages[0]["content"]
@@ -166,7 +166,7 @@ async def test_given_memories_and_notes_replace_what_the_store_and_the_channel_h
         "notes": {"channel": {"text": "This channel is for poems.", "depth": 1}},
     }
 
-    prepared = await case_prepare(await _turn(case))
+    prepared = await case_prepare(turn=await _turn(case))
 
     text = json.dumps(prepared.body["messages"], ensure_ascii=False)
     assert "alice's cat is called Miso" in text

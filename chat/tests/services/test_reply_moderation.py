@@ -26,8 +26,8 @@ NO_WAIT = RetryPolicy(attempts_per_model=2, backoff_base=0.001, backoff_cap=0.00
 )
 def test_a_guilds_setting_as_the_policy_reads_it(setting, check_input, expected):
     guild = GuildConfig(guild_id=1, name="g", moderation=setting, moderation_input=check_input)
-    assert guild_moderation(guild) == expected
-    assert guild_moderation(None) == GuildModeration()
+    assert guild_moderation(guild=guild) == expected
+    assert guild_moderation(guild=None) == GuildModeration()
 
 
 @pytest.fixture

@@ -52,7 +52,7 @@ ALLOWED = {
 
 @pytest.mark.parametrize(("source", "target"), list(itertools.product(ALL, ALL)))
 def test_the_table_allows_exactly_the_promised_changes(source, target):
-    assert transition_allowed(source, target) is ((source, target) in ALLOWED)
+    assert transition_allowed(source=source, target=target) is ((source, target) in ALLOWED)
 
 
 def _turn(status: str, *, trigger: int = 500, persona_name: str = "Tomori") -> Turn:
@@ -73,13 +73,13 @@ def _turn(status: str, *, trigger: int = 500, persona_name: str = "Tomori") -> T
 
 async def _change(turn: Turn, target: str) -> bool:
     if target == S.DELIVERING:
-        return await turn_claim(turn)
+        return await turn_claim(turn=turn)
     change = {
-        S.REPLIED: lambda: turn_replied(turn),
-        S.FAILED: lambda: turn_failed(turn, error="the model failed"),
-        S.ABORTED: lambda: turn_aborted(turn, reason="stopped"),
-        S.WITHHELD: lambda: turn_withheld(turn, reason="flagged"),
-        S.REFUSED: lambda: turn_refused(turn, reason="the day's tokens are spent"),
+        S.REPLIED: lambda: turn_replied(turn=turn),
+        S.FAILED: lambda: turn_failed(turn=turn, error="the model failed"),
+        S.ABORTED: lambda: turn_aborted(turn=turn, reason="stopped"),
+        S.WITHHELD: lambda: turn_withheld(turn=turn, reason="flagged"),
+        S.REFUSED: lambda: turn_refused(turn=turn, reason="the day's tokens are spent"),
     }[target]
     return await change()
 
@@ -117,12 +117,12 @@ async def test_a_second_claim_on_the_same_trigger_and_persona_is_refused():
     first, second = [await sync_to_async(_turn)(S.RUNNING) for _ in range(2)]
     other_persona = await sync_to_async(_turn)(S.RUNNING, persona_name="Anon")
 
-    assert await turn_claim(first) is True
-    assert await turn_claim(second) is False
+    assert await turn_claim(turn=first) is True
+    assert await turn_claim(turn=second) is False
     assert second.status == S.RUNNING
     assert (await Turn.objects.aget(pk=second.pk)).status == S.RUNNING
-    assert await turn_aborted(second, reason="answered elsewhere") is True
-    assert await turn_claim(other_persona) is True  # each persona may answer the message once
+    assert await turn_aborted(turn=second, reason="answered elsewhere") is True
+    assert await turn_claim(turn=other_persona) is True  # each persona may answer the message once
 
 
 @pytest.mark.django_db(transaction=True)
@@ -131,18 +131,18 @@ async def test_a_turn_settled_elsewhere_is_not_moved_back():
     delivering = await sync_to_async(_turn)(S.DELIVERING, trigger=501)
     # A new shard owner's recovery aborts them while this process still holds them.
     moved = await sync_to_async(turns_abort_interrupted)(
-        [running.pk, delivering.pk], reason="the worker stopped during the turn"
+        turn_ids=[running.pk, delivering.pk], reason="the worker stopped during the turn"
     )
     assert moved == 1  # only the running one: recovery never aborts a delivering turn so
 
     with pytest.raises(StaleTurn, match="aborted"):
-        await turn_claim(running)
+        await turn_claim(turn=running)
     assert running.status == S.ABORTED
     stored = await Turn.objects.aget(pk=running.pk)
     assert (stored.status, stored.error) == (S.ABORTED, "the worker stopped during the turn")
 
     await sync_to_async(Turn.objects.filter(pk=delivering.pk).update)(status=S.REPLIED)
-    assert await turn_failed(delivering, error="late") is False
+    assert await turn_failed(turn=delivering, error="late") is False
     stored = await Turn.objects.aget(pk=delivering.pk)
     assert (delivering.status, stored.status, stored.error) == (S.REPLIED, S.REPLIED, "")
 
@@ -152,12 +152,12 @@ async def test_pieces_are_recorded_and_indexed_only_while_delivering():
     turn = await sync_to_async(_turn)(S.RUNNING)
     piece = Delivered(message_id=9001, author_id=1, webhook_id=None, message=None)
     with pytest.raises(TransitionRefused, match="running"):
-        await turn_piece_delivered(turn, [piece], shown=["first"])
+        await turn_piece_delivered(turn=turn, delivered=[piece], shown=["first"])
 
-    await turn_claim(turn)
-    await turn_piece_delivered(turn, [piece], shown=["first"])
+    await turn_claim(turn=turn)
+    await turn_piece_delivered(turn=turn, delivered=[piece], shown=["first"])
     second = Delivered(message_id=9002, author_id=1, webhook_id=None, message=None)
-    await turn_piece_delivered(turn, [second], shown=["first", "second"])
+    await turn_piece_delivered(turn=turn, delivered=[second], shown=["first", "second"])
 
     stored = await Turn.objects.aget(pk=turn.pk)
     assert (stored.status, stored.delivered_message_ids, stored.reply_text) == (
@@ -175,7 +175,7 @@ async def test_the_finished_update_goes_out_once_the_change_is_committed():
     await layer.group_add(channel_group(7), inbox)
     turn = await sync_to_async(_turn)(S.RUNNING)
 
-    await turn_refused(turn, reason="the day's tokens are spent")
+    await turn_refused(turn=turn, reason="the day's tokens are spent")
 
     update = parse_live_update(await asyncio.wait_for(layer.receive(inbox), 10))
     assert update == TurnFinished(turn_id=turn.pk, persona="Tomori", status="refused")

@@ -88,10 +88,10 @@ async def test_a_streamed_reply_counts_one_turn_and_one_first_message_timed_from
     turn = await sync_to_async(_turn)(trigger_age_s=3.0)
     seen = Seen()
 
-    assert await turn_claim(turn)
-    await turn_piece_delivered(turn, [_piece(9001)], shown=["one"])
-    await turn_piece_delivered(turn, [_piece(9002)], shown=["one", "two"])
-    await turn_replied(turn)
+    assert await turn_claim(turn=turn)
+    await turn_piece_delivered(turn=turn, delivered=[_piece(9001)], shown=["one"])
+    await turn_piece_delivered(turn=turn, delivered=[_piece(9002)], shown=["one", "two"])
+    await turn_replied(turn=turn)
 
     moved = seen.moved()
     assert moved.pop("replied") == 1
@@ -107,8 +107,8 @@ async def test_a_whole_reply_times_its_first_message_at_the_delivery():
     turn = await sync_to_async(_turn)(trigger_age_s=1.0)
     seen = Seen()
 
-    assert await turn_claim(turn)
-    await turn_replied(turn, delivered=[_piece(9003)])
+    assert await turn_claim(turn=turn)
+    await turn_replied(turn=turn, delivered=[_piece(9003)])
 
     moved = seen.moved()
     assert (moved["replied"], moved["first_count"], moved["turn_count"]) == (1, 1, 1)
@@ -118,7 +118,7 @@ async def test_a_turn_that_answers_no_message_is_timed_from_its_start_and_sends_
     turn = await sync_to_async(_turn)(trigger_age_s=0, trigger=False)
     seen = Seen()
 
-    await turn_replied(turn)
+    await turn_replied(turn=turn)
 
     moved = seen.moved()
     assert (moved.pop("replied"), moved.pop("turn_count")) == (1, 1)
@@ -131,10 +131,10 @@ async def test_turns_that_never_sent_count_by_status_without_a_first_message():
     aborted = await sync_to_async(_turn)(trigger_age_s=0.5)
     seen = Seen()
 
-    await turn_refused(refused, reason="the day's tokens are spent")
-    await turn_aborted(aborted, reason="stopped")
+    await turn_refused(turn=refused, reason="the day's tokens are spent")
+    await turn_aborted(turn=aborted, reason="stopped")
     with pytest.raises(TransitionRefused):  # a second end is refused, and not counted
-        await turn_aborted(aborted, reason="again")
+        await turn_aborted(turn=aborted, reason="again")
 
     moved = seen.moved()
     assert (moved["refused"], moved["aborted"], moved["turn_count"]) == (1, 1, 2)
@@ -146,7 +146,7 @@ async def test_a_change_that_did_not_happen_counts_nothing():
     await sync_to_async(Turn.objects.filter(pk=turn.pk).update)(status=S.ABORTED)
     seen = Seen()
 
-    assert await turn_refused(turn, reason="late") is False  # settled elsewhere meanwhile
+    assert await turn_refused(turn=turn, reason="late") is False  # settled elsewhere meanwhile
 
     assert seen.moved() == {}
 
@@ -157,7 +157,7 @@ async def test_a_change_rolled_back_with_its_transaction_counts_nothing():
 
     def fail_then_roll_back() -> None:
         with pytest.raises(RuntimeError), transaction.atomic():
-            assert turn_failed_now(turn, error="the model failed")
+            assert turn_failed_now(turn=turn, error="the model failed")
             raise RuntimeError("the caller's transaction fails after the change")
 
     await sync_to_async(fail_then_roll_back)()
@@ -170,7 +170,7 @@ async def test_turns_a_stopped_worker_left_running_count_as_aborted_untimed():
     seen = Seen()
 
     moved = await sync_to_async(turns_abort_interrupted)(
-        [t.pk for t in turns], reason="the worker stopped during the turn"
+        turn_ids=[t.pk for t in turns], reason="the worker stopped during the turn"
     )
 
     assert moved == 2

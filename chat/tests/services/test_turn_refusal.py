@@ -122,4 +122,4 @@ async def test_memory_extraction_waits_while_the_budget_is_spent(bench: Bench):
         status=Turn.Status.REFUSED,
         reason_detail={"window_newest_message_id": "999"},
     )
-    assert await sync_to_async(last_extracted_message_id)(CHANNEL) == 0
+    assert await sync_to_async(last_extracted_message_id)(channel_id=CHANNEL) == 0

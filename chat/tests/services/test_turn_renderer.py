@@ -22,7 +22,7 @@ def test_a_fallback_with_a_smaller_context_window_gets_its_own_budget():
         for n in range(1, 41)
     ]
     context = build_turn_context(turn_input(history, persona=PERSONA, fetch_limit=40))
-    render = turn_renderer(context, limit=40, budget=context_budget(16000, 200))
+    render = turn_renderer(context=context, limit=40, budget=context_budget(16000, 200))
 
     roomy = render(AttemptPlan(model=ModelSpec("big", max_output_tokens=200)))
     small = render(

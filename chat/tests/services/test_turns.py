@@ -404,7 +404,7 @@ async def test_a_queued_turn_starts_at_the_channels_anchor_and_ends_at_its_trigg
         triggers[0].id
     ]
     assert (queued.window["reanchor_reason"], queued.window["advanced_by"]) == (None, 0)
-    report = window_report(queued)
+    report = window_report(prepared=queued)
     assert {"reason": LEFT_OUT_AFTER_TRIGGER, "count": 14} in report["left_out"]
 
 

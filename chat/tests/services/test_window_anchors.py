@@ -23,9 +23,9 @@ def due() -> dict[int, bool]:
 
 
 def test_a_worker_marks_the_anchors_of_its_own_shards_and_dms_on_shard_0():
-    window_anchor_store(1, 100, 80, guild_id=ON_SHARD_0)
-    window_anchor_store(2, 200, 80, guild_id=ON_SHARD_1)
-    window_anchor_store(3, 300, 80, guild_id=None)  # a DM: shard 0
+    window_anchor_store(channel_id=1, anchor_id=100, limit=80, guild_id=ON_SHARD_0)
+    window_anchor_store(channel_id=2, anchor_id=200, limit=80, guild_id=ON_SHARD_1)
+    window_anchor_store(channel_id=3, anchor_id=300, limit=80, guild_id=None)  # a DM: shard 0
 
     marked = window_anchors_reanchor_due(
         shards=ShardSet.of([0], 2), before=timezone.now() + dt.timedelta(seconds=1)
@@ -36,9 +36,9 @@ def test_a_worker_marks_the_anchors_of_its_own_shards_and_dms_on_shard_0():
 
 
 def test_an_anchor_stored_after_the_windows_were_dropped_is_not_marked():
-    window_anchor_store(1, 100, 80, guild_id=ON_SHARD_0)
+    window_anchor_store(channel_id=1, anchor_id=100, limit=80, guild_id=ON_SHARD_0)
     dropped_at = timezone.now()
-    window_anchor_store(2, 200, 80, guild_id=ON_SHARD_0)
+    window_anchor_store(channel_id=2, anchor_id=200, limit=80, guild_id=ON_SHARD_0)
     ChannelWindowAnchor.objects.filter(channel_id=1).update(
         updated_at=dropped_at - dt.timedelta(seconds=1)
     )
@@ -48,11 +48,13 @@ def test_an_anchor_stored_after_the_windows_were_dropped_is_not_marked():
 
 
 def test_storing_a_new_anchor_clears_its_due_mark():
-    window_anchor_store(1, 100, 80, guild_id=ON_SHARD_0)
+    window_anchor_store(channel_id=1, anchor_id=100, limit=80, guild_id=ON_SHARD_0)
     window_anchors_reanchor_due(shards=ShardSet(), before=timezone.now() + dt.timedelta(1))
 
-    window_anchor_store(1, 150, 80, guild_id=ON_SHARD_0)
+    window_anchor_store(channel_id=1, anchor_id=150, limit=80, guild_id=ON_SHARD_0)
 
     assert due() == {1: False}
-    window_anchor_store(1, 150, 80, guild_id=ON_SHARD_0, reanchor_due=True)
+    window_anchor_store(
+        channel_id=1, anchor_id=150, limit=80, guild_id=ON_SHARD_0, reanchor_due=True
+    )
     assert due() == {1: True}

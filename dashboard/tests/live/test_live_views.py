@@ -192,12 +192,16 @@ def test_turn_filters_narrow_the_list(moderator_client, recorded):
         error="the model did not answer",
     )
     everyone = GuildRights(moderator_everywhere=True)
-    assert turns_filtered(TurnFilters(persona="anon"), rights=everyone).count() == 1
-    assert turns_filtered(TurnFilters(status="replied"), rights=everyone).get() == recorded
-    assert turns_filtered(TurnFilters(reason="mention"), rights=everyone).count() == 1
-    assert turns_filtered(TurnFilters(since=dt.date(2000, 1, 1)), rights=everyone).count() == 2
-    assert turns_filtered(TurnFilters(until=dt.date(2000, 1, 1)), rights=everyone).count() == 0
-    assert turns_filtered(TurnFilters(), rights=GuildRights()).count() == 0
+    assert turns_filtered(filters=TurnFilters(persona="anon"), rights=everyone).count() == 1
+    assert turns_filtered(filters=TurnFilters(status="replied"), rights=everyone).get() == recorded
+    assert turns_filtered(filters=TurnFilters(reason="mention"), rights=everyone).count() == 1
+    assert (
+        turns_filtered(filters=TurnFilters(since=dt.date(2000, 1, 1)), rights=everyone).count() == 2
+    )
+    assert (
+        turns_filtered(filters=TurnFilters(until=dt.date(2000, 1, 1)), rights=everyone).count() == 0
+    )
+    assert turns_filtered(filters=TurnFilters(), rights=GuildRights()).count() == 0
     html = moderator_client.get("/turns/?status=failed").content.decode()
     assert "the model did not answer" in html and "I am fine." not in html
     html = moderator_client.get(f"/turns/?channel={CHANNEL}&persona=Tomori").content.decode()
@@ -353,7 +357,9 @@ def test_the_withheld_text_is_for_moderators_and_admins_only(
 
 def test_the_turn_list_lists_withheld_turns_without_their_withheld_text(moderator_client, withheld):
     assert (
-        turns_filtered(TurnFilters(status="withheld"), rights=GuildRights(operator=True)).get()
+        turns_filtered(
+            filters=TurnFilters(status="withheld"), rights=GuildRights(operator=True)
+        ).get()
         == withheld
     )
     html = moderator_client.get("/turns/?status=withheld").content.decode()

@@ -59,7 +59,7 @@ async def _save_case(turn: Turn, name: str) -> PersonaTestCase:
 async def _run(world, case: PersonaTestCase, targets, **kw) -> list:
     tomori = case.persona
     run = await sync_to_async(persona_test_run_create)(
-        cases=await sync_to_async(run_cases_of)([case]), targets=targets, persona=tomori, **kw
+        cases=await sync_to_async(run_cases_of)(cases=[case]), targets=targets, persona=tomori, **kw
     )
     runner = AttemptRunner(
         client=OpenAICompatibleClient(base_url=world.llm.base_url, api_key="test"), stream=False
