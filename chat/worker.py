@@ -32,11 +32,11 @@ from django.utils import timezone
 from botproject.live_updates import LiveUpdateType
 from chat import selectors
 from chat.gateway.client import PersonaBotClient
-from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
 from chat.gateway.health import WorkerHealth
 from chat.gateway.limits import SharedLimits
 from chat.gateway.proxies import ProxyResolver
+from chat.gateway.slash_commands import PersonaCommandTree
 from chat.gateway.stops import client_stop
 from chat.heartbeats import (
     worker_heartbeat_clear,

@@ -18,8 +18,8 @@ import discord
 from discord.http import Route
 
 from chat.gateway.client import bot_intents
-from chat.gateway.commands import PersonaCommandTree
 from chat.gateway.endpoints import configure_discord_endpoints
+from chat.gateway.slash_commands import PersonaCommandTree
 from chat.pipeline.permissions import GuildRoles, Overwrite, OverwriteKind, Role
 from chat.ports import (
     BotApplication,

@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.urls import reverse
 
-from chat.services.commands import channel_reset, privacy_set
+from chat.services.slash_commands import channel_reset, privacy_set
 from dashboard.tests.conftest import FIXTURE
 from dashboard.tests.submitted_form import submitted_form
 from personas.models import ChangeKind, ConfigChange, GuildConfig, Persona

@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from accounts.models import GuildRole
 from accounts.tests.people import client_of, discord_person
 from chat.models import Turn
-from chat.services.commands import privacy_set
+from chat.services.slash_commands import privacy_set
 from dashboard.selectors import with_excerpts
 from personas.models import GuildConfig
 

@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from botproject.live_updates import CONTROL_GROUP
 from chat.pipeline.tokens import default_token_counter
-from chat.services.commands import privacy_set
+from chat.services.slash_commands import privacy_set
 from dashboard.tests.submitted_form import submitted_form
 from personas.config_schema import CONFIG_FILE_MAX_BYTES
 from personas.models import Block, ChannelConfig, GuildConfig, Persona, UserPrivacy

@@ -13,7 +13,7 @@ from chat.models import ChannelResetMarker, Memory, Turn
 from chat.sandbox.demo import DEMO_GUILD_ID
 from chat.sandbox.errors import DiscordAPIError
 from chat.sandbox.interactions import ACK_SECONDS, CALLBACK_DEFERRED, InteractionRecord
-from chat.services.commands import CommandRateLimit
+from chat.services.slash_commands import CommandRateLimit
 from chat.services.turn_record import REDACTED
 from chat.tests.e2e.conftest import (
     ALICE,

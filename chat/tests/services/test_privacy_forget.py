@@ -14,7 +14,7 @@ from chat.models_spend import ANONYMOUS
 from chat.pipeline.spend import CallCost, CallKind, TokenUsage
 from chat.pipeline.types import PrivacyLevel
 from chat.selectors import user_standing
-from chat.services.commands import privacy_set
+from chat.services.slash_commands import privacy_set
 from chat.services.spend import Counted, guild_site, spend_record
 from chat.services.turn_record import REDACTED
 from personas.models import GuildConfig, Persona

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from accounts.selectors import GuildRights
 from chat.models import EventQueue, Turn, UnreadEvent, WorkerHeartbeat
-from chat.services.commands import channel_reset
+from chat.services.slash_commands import channel_reset
 from chat.tests.privacy import user_privacy
 from dashboard.selectors import TurnFilters, turns_filtered
 

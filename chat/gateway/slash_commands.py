@@ -1,6 +1,6 @@
 """Slash commands and the "Why (not)?" message command, through discord.py's `app_commands`.
 
-Each callback is three lines: call a service of `chat.services.commands` with plain arguments
+Each callback is three lines: call a service of `chat.services.slash_commands` with plain arguments
 (through `answer`, which defers when the work takes longer than `DEFER_AFTER` seconds, so the
 first answer always comes within Discord's 3 s), and send its result ephemerally. Every rule,
 the permission checks included, is in the services: ``default_permissions`` only decides what
@@ -27,8 +27,8 @@ from discord import app_commands
 from django.utils import timezone
 
 from chat.pipeline.types import HistoryMessage
-from chat.services import commands as services
-from chat.services.commands import CommandRateLimit, CommandRefused
+from chat.services import slash_commands as services
+from chat.services.slash_commands import CommandRateLimit, CommandRefused
 from chat.services.turn_request import TurnRuntime
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What the slash commands do: each use case a member can run on the bot from Discord.
 
-The gateway's command module (`chat.gateway.commands`) turns an interaction into one call here
+The gateway's command module (`chat.gateway.slash_commands`) turns an interaction into one call here
 with plain arguments (guild, channel, the caller's id and their permission bits as Discord
 reported them) and the result into an ephemeral answer. Every rule lives here, so it holds
 however the command arrives:
