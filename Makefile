@@ -36,13 +36,14 @@ run: migrate
 
 # `make test` is the whole suite in TEST_WORKERS processes (pytest-xdist; a module's tests stay
 # in one process), then the `serial` tests alone (timing-sensitive, or sharing the Redis limits
-# named by the sandbox's bot token); each run names its slowest tests. Four processes on two
-# cores: most end-to-end tests wait on sockets, subprocesses and the fake model.
+# named by the sandbox's bot token); each run names its slowest tests. Six processes on two
+# cores: most end-to-end tests wait on sockets, subprocesses and the fake model (with four, the
+# cores were busy 44 % of the run).
 # `make test-fast` leaves out the slow tiers (the end-to-end worker, the browser, the real
 # Celery worker: pytest markers) and tries each Hypothesis property on 20 examples instead of
 # 100, in FAST_WORKERS processes.
 SLOW_TIERS := e2e or browser or celery
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 FAST_WORKERS ?= 3
 
 test: $(VENV)/.installed services | var/staticfiles
