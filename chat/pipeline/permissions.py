@@ -113,17 +113,6 @@ def permission_name(permission: Permission) -> str:
     return PERMISSION_NAMES.get(permission, f"permission bit {permission.value.bit_length() - 1}")
 
 
-def permissions_in(bits: int) -> list[Permission]:
-    """The named permissions set in ``bits``, lowest bit first."""
-    return [p for p in PERMISSION_NAMES if bits & p]
-
-
-def permission_named(name: str) -> Permission | None:
-    """The permission Discord's screens call ``name`` (case-insensitive); None if unknown."""
-    wanted = name.casefold()
-    return next((p for p, n in PERMISSION_NAMES.items() if n.casefold() == wanted), None)
-
-
 class OverwriteKind(StrEnum):
     ROLE = "role"
     MEMBER = "member"
