@@ -9,7 +9,10 @@ The rules are pure (`chat.pipeline.spend`); this module keeps the counts they re
   judged and held with no await in between, so a process never starts two calls on the same
   headroom). Two processes judging at the same instant may each start one call the other would
   have refused: a budget is overspent by at most one turn per process, whatever the
-  concurrency. The calls after a turn's first hold their bound without being judged.
+  concurrency. A persona turn begins this as it starts (`SpendMeter.admit_early`, judged on
+  the context's whole budget), so the trip runs beside its prompt build and the first call
+  finds it done; the call then holds its own bound. The calls after a turn's first hold
+  their bound without being judged.
 - `spend_settle`: after the call, in the background, in one transaction: its reservation row
   goes, what it used is added to the day's rollup row (guild, channel, persona, user, kind,
   model) and to the counters (the guild's and the persona's, for the day and the month), then
@@ -33,11 +36,11 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from asgiref.sync import sync_to_async
@@ -85,6 +88,8 @@ from personas.config_version import PRICES_VERSION_KEY, config_versions
 from personas.models import GuildConfig, ModelPrice, Persona
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RESERVATION_TTL = dt.timedelta(minutes=10)
 """A reservation a stopped process never settled lapses after this (a model call's own total
@@ -542,12 +547,14 @@ def _budget_read(
     return used, others
 
 
-def first_call_give_back(*, site: SpendSite, hold: Hold, trigger: int | None) -> None:
-    """A first call a budget kept out: its reservation row goes and its trigger's slot is
-    given back (a refused trigger counts for nothing)."""
+def first_call_give_back(*, site: SpendSite, hold: Hold | None, trigger: int | None) -> None:
+    """A first call a budget kept out, or one admitted for a turn that made no call: its
+    reservation row goes (``hold`` None: it wrote none) and its trigger's slot is given back
+    (a refused trigger counts for nothing)."""
     with transaction.atomic():
         _commit_without_flush()
-        SpendReservation.objects.filter(ticket=hold.ticket).delete()
+        if hold is not None:
+            SpendReservation.objects.filter(ticket=hold.ticket).delete()
         if trigger is not None and site.user_turns is not None:
             row_id, slots = _window_taken(site.guild_id, site.user_id)
             kept = tuple(slot for slot in slots if slot.message_id != trigger)
@@ -569,6 +576,13 @@ def reservation_record(*, hold: Hold, expires_at: dt.datetime) -> None:
         expires_at=expires_at,
         ticket=hold.ticket,
         holder=hold.holder,
+    )
+
+
+def reservation_resize(*, hold: Hold) -> None:
+    """A call admitted on a larger bound holds its own now: its row says so."""
+    SpendReservation.objects.filter(ticket=hold.ticket).update(
+        tokens=hold.tokens, usd_pico=int(hold.usd * PICO)
     )
 
 
@@ -760,6 +774,16 @@ class _Ticket:
     periods: SpendPeriods
 
 
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    """How a turn's first call was judged: its ``hold`` (None: no budget applies), or the
+    ``refusal`` and the ``limit`` that made it."""
+
+    hold: Hold | None
+    refusal: Refusal | None = None
+    limit: str = ""
+
+
 class SpendMeter:
     """The `CallMeter` of one turn (planner step, memory task): every call of it is priced,
     reserved against ``site``'s budgets (when it has any) and settled into the counters and
@@ -778,24 +802,44 @@ class SpendMeter:
         self.site = site
         self._prompt_tokens = prompt_tokens
         self._trigger_id = trigger_id
+        self._early: asyncio.Future[_Admission] | None = None
+
+    def count_prompt(self, tokens: int) -> None:
+        """The prompt's count, once the turn's context is built (a first call holds it)."""
+        self._prompt_tokens = tokens
+
+    def admit_early(self, *, prompt_tokens: int, model: str, max_output_tokens: int) -> None:
+        """Begin the turn's first-call admission now, while its prompt is still being built
+        (`turn_run` calls this as the turn starts), so the trip to the database runs beside
+        the build instead of in front of the call. It is judged on an upper bound: the whole
+        ``prompt_tokens`` budget of the context and ``model``'s ``max_output_tokens``; the
+        first call then holds its own bound instead (`reserve`). Nothing happens when no
+        limit applies. Whatever the admission took is given back by `close` when the turn
+        makes no call."""
+        site = self.site
+        counts_trigger = self._trigger_id is not None and site.counts_user_turns
+        if self._early is not None or not (site.limited or counts_trigger):
+            return
+        self._early = self._spend.tracked(
+            self._first_admission(
+                model=model, prompt_tokens=prompt_tokens, max_output_tokens=max_output_tokens
+            )
+        )
 
     async def reserve(self, request: ModelRequest, *, kind: CallKind, admitted: bool) -> object:
         """Let the call start (module docstring): a turn's first call (``admitted`` False)
         counts its trigger against the guild's ``user_turns`` and, when a budget applies, is
         judged on the counters, other processes' reservations and this process's calls in
-        flight (`first_call_take`: one trip to the database); a user past their turns or a
-        spent budget refuses it, one held by calls in flight makes it wait for them (refused
-        after `WAIT_MAX_S`). A call under a budget then holds its bound until it settles.
-        Raises `SpendRefused`. A call no limit applies to costs no trip to the database."""
+        flight (`first_call_take`: one trip to the database, begun ahead by `admit_early`
+        when the turn asked for it); a user past their turns or a spent budget refuses it,
+        one held by calls in flight makes it wait for them (refused after `WAIT_MAX_S`). A
+        call under a budget then holds its bound until it settles. Raises `SpendRefused`. A
+        call no limit applies to costs no trip to the database."""
         spend, site = self._spend, self.site
         now = spend.clock()
         periods = spend_periods(now, site.zone)
-        trigger = (
-            self._trigger_id
-            if not admitted and self._trigger_id is not None and site.counts_user_turns
-            else None
-        )
-        if not site.limited and trigger is None:
+        first = not admitted and self._trigger_id is not None and site.counts_user_turns
+        if not site.limited and not first:
             return _Ticket(request, kind, None, None, periods)
         price = await spend.price(request.model.name) if site.limited else None
         bound = call_bound(
@@ -808,6 +852,70 @@ class SpendMeter:
             spend.ledger.hold(hold)
             spend.background(reservation_record, hold=hold, expires_at=now + RESERVATION_TTL)
             return _Ticket(request, kind, price, hold, periods)
+        early, self._early = self._early, None
+        admission = await (early if early is not None else self._admission(bound, now))
+        if admission.refusal is not None:
+            spend.refused(
+                site=site, kind=kind, reason=admission.refusal.reason, limit=admission.limit
+            )
+            raise SpendRefused(admission.refusal)
+        held = admission.hold
+        if held is None:
+            return _Ticket(request, kind, None, None, periods)
+        if (held.tokens, held.usd) != (bound.tokens, bound.usd or Decimal(0)):
+            # Admitted early on the context's whole budget: the call holds its own bound.
+            held.tokens, held.usd = bound.tokens, bound.usd or Decimal(0)
+            spend.background(reservation_resize, hold=held)
+        return _Ticket(request, kind, price, held, held.periods)
+
+    def close(self) -> None:
+        """The turn is over: a first-call admission begun by `admit_early` that no call used
+        gives back what it took (its reservation and its trigger's slot: a turn that asked
+        nothing counts for nothing), once it has ended."""
+        early, self._early = self._early, None
+        if early is None:
+            return
+        if early.done():
+            self._give_back(early)
+        else:
+            early.add_done_callback(self._give_back)
+
+    def _give_back(self, early: asyncio.Future[_Admission]) -> None:
+        if early.cancelled() or early.exception() is not None:
+            return
+        admission = early.result()
+        if admission.refusal is not None:
+            return  # a refused admission gave back its slot and row already
+        hold = admission.hold
+        self._spend.background(
+            first_call_give_back,
+            site=self.site,
+            hold=hold,
+            trigger=self._trigger_id,
+            then_release=hold,
+        )
+
+    async def _first_admission(
+        self, *, model: str, prompt_tokens: int, max_output_tokens: int
+    ) -> _Admission:
+        spend, site = self._spend, self.site
+        price = await spend.price(model) if site.limited else None
+        bound = call_bound(
+            prompt_tokens=prompt_tokens if site.limited else 0,
+            max_output_tokens=max_output_tokens,
+            price=price,
+        )
+        return await self._admission(bound, spend.clock())
+
+    async def _admission(self, bound: CallBound, now: dt.datetime) -> _Admission:
+        """The first call's admission on ``bound``: the trigger counted, the budget judged,
+        waiting while calls in flight hold it (at most `WAIT_MAX_S`); a hold when a budget
+        applies, or the refusal and the limit that made it."""
+        spend, site = self._spend, self.site
+        trigger = (
+            self._trigger_id if self._trigger_id is not None and site.counts_user_turns else None
+        )
+        periods = spend_periods(now, site.zone)
         waited = 0.0
         while True:
             hold = self._hold(bound, periods)
@@ -820,18 +928,18 @@ class SpendMeter:
             finally:
                 spend.ledger.read_done(epoch)
             if view.turn is not None and not view.turn.allowed:
-                refusal = spend.user_turns_refusal(view.turn, site=site)
-                limit = "user_turns"
-                break
+                return _Admission(
+                    None, spend.user_turns_refusal(view.turn, site=site), "user_turns"
+                )
             if not site.limited:
-                return _Ticket(request, kind, None, None, periods)
+                return _Admission(None)
             for owner, (tokens, usd) in view.others.items():
                 mine_tokens, mine_usd = held.get(owner, (0, Decimal(0)))
                 held[owner] = (mine_tokens + tokens, mine_usd + usd)
             decision = spend_decision(spend_views(site=site, used=view.used, reserved=held))
             if decision.verdict is Verdict.ALLOW:
                 spend.ledger.hold(hold)
-                return _Ticket(request, kind, price, hold, periods)
+                return _Admission(hold)
             if decision.verdict is Verdict.WAIT and waited < spend.max_wait_s:
                 # The trigger keeps its slot; this try's row goes, the next writes its own.
                 spend.background(spend_release, hold=hold)
@@ -842,10 +950,7 @@ class SpendMeter:
                 continue
             spend.background(first_call_give_back, site=site, hold=hold, trigger=trigger)
             refusal = spend.refusal(decision, site=site, now=now)
-            limit = str(decision.kind or BudgetKind.TOKENS_PER_DAY)
-            break
-        spend.refused(site=site, kind=kind, reason=refusal.reason, limit=limit)
-        raise SpendRefused(refusal)
+            return _Admission(None, refusal, str(decision.kind or BudgetKind.TOKENS_PER_DAY))
 
     def _hold(self, bound: CallBound, periods: SpendPeriods) -> Hold:
         return Hold(
@@ -1004,9 +1109,14 @@ class Spend:
                 if then_release is not None:
                     self.ledger.release(then_release)
 
-        task = asyncio.get_running_loop().create_task(run())
+        self.tracked(run())
+
+    def tracked(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """``work`` as a task `settled` waits for (a failure is logged)."""
+        task = asyncio.get_running_loop().create_task(work)
         self._pending.add(task)
         task.add_done_callback(self._settled_one)
+        return task
 
     def _settled_one(self, task: asyncio.Task[Any]) -> None:
         self._pending.discard(task)

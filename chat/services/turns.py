@@ -20,7 +20,7 @@ import time
 from chat import selectors
 from chat.llm.attempts import request_body
 from chat.llm.base import Message
-from chat.llm.metering import UNMETERED
+from chat.llm.metering import UNMETERED, CallMeter
 from chat.llm.turn_completion import TurnCompletion
 from chat.models import Turn
 from chat.pipeline.context import build_turn_context
@@ -30,7 +30,7 @@ from chat.pipeline.truncation import context_budget
 from chat.ports import LeaseLost
 from chat.services.reply_moderation import trigger_moderation_refusal
 from chat.services.reply_stream import reply_stream_deliver
-from chat.services.spend import spend_site
+from chat.services.spend import SpendMeter, spend_site
 from chat.services.turn_delivery import reply_deliver
 from chat.services.turn_input import (
     WindowReasons,
@@ -68,6 +68,7 @@ async def turn_prepare(
     request: TurnRequest,
     dry_run: bool = False,
     turn_id: int | None = None,
+    meter: SpendMeter | None = None,
 ) -> PreparedTurn:
     """Prepare one persona turn up to the model request.
 
@@ -90,8 +91,9 @@ async def turn_prepare(
     warm contexts are untouched, no row is written and no live update published; the result is the
     same. ``turn_id`` is the `Turn` being run (memory written by a tool names it); None for a
     dry run. The prepared turn's ``meter`` counts its model calls against its guild's and
-    persona's budgets (a dry run's counts nothing). Raises what the port or the database raise
-    (a caller records the failure).
+    persona's budgets (a dry run's counts nothing): ``meter`` when given (`turn_run`'s, its
+    first call's admission already under way), else `turn_meter`'s. Raises what the port or
+    the database raise (a caller records the failure).
     """
     channel, persona, trigger = request.channel, request.persona, request.trigger
     now = runtime.clock()
@@ -133,29 +135,18 @@ async def turn_prepare(
     render = turn_renderer(
         context=context, limit=channel.fetch_limit, budget=budget, counter=runtime.token_counter
     )
-    site = (
-        None
-        if dry_run
-        else spend_site(
-            configuration=request.configuration, persona=persona, user_id=request.user_id
-        )
-    )
-    meter = (
-        runtime.spend.meter(
-            site,
-            prompt_tokens=min(budget, sum(item.tokens for item in context.items)),
-            trigger_id=trigger.id if request.user_id is not None else None,
-        )
-        if site is not None
-        else UNMETERED
-    )
+    if meter is None and not dry_run:
+        meter = turn_meter(runtime=runtime, request=request)
+    if meter is not None:
+        meter.count_prompt(min(budget, sum(item.tokens for item in context.items)))
+    call_meter: CallMeter = meter if meter is not None else UNMETERED
     toolbox = turn_toolbox(
         runtime=runtime,
         context=context,
         turn_input=turn_input,
         request=request,
         turn_id=turn_id,
-        meter=meter,
+        meter=call_meter,
     )
     return PreparedTurn(
         request=request,
@@ -172,7 +163,20 @@ async def turn_prepare(
         build_ms=build_ms,
         recalled=participants.recalled,
         participant_timings=participants.timings,
-        meter=meter,
+        meter=call_meter,
+    )
+
+
+def turn_meter(*, runtime: TurnRuntime, request: TurnRequest) -> SpendMeter | None:
+    """The meter of a persona turn: its calls counted against the guild's and the persona's
+    budgets, its first call's trigger against the user's turns (None: no guild pays)."""
+    site = spend_site(
+        configuration=request.configuration, persona=request.persona, user_id=request.user_id
+    )
+    if site is None:
+        return None
+    return runtime.spend.meter(
+        site, trigger_id=request.trigger.id if request.user_id is not None else None
     )
 
 
@@ -210,7 +214,33 @@ async def turn_run(
     Failures of the model or of delivery end the turn as ``failed`` with the error recorded;
     they never raise out of here except for cancellation and `LeaseLost` (the turn ends
     ``aborted``, its trigger left unread for the worker that owns the channel now).
+
+    The first call's admission (its trigger counted against the user's turns, the budget
+    judged) begins as the turn starts and runs beside steps 1 and 2 (`SpendMeter.admit_early`);
+    a turn that makes no call gives back what it took.
     """
+    persona = request.persona
+    meter = turn_meter(runtime=runtime, request=request)
+    if meter is not None:
+        first_model = selectors.persona_model_specs(persona=persona)[0]
+        meter.admit_early(
+            prompt_tokens=context_budget(persona.context_window, persona.max_output_tokens),
+            model=first_model.name,
+            max_output_tokens=first_model.max_output_tokens,
+        )
+    try:
+        return await _turn_run(runtime, request, meter, abort_if)
+    finally:
+        if meter is not None:
+            meter.close()
+
+
+async def _turn_run(
+    runtime: TurnRuntime,
+    request: TurnRequest,
+    meter: SpendMeter | None,
+    abort_if: AbortCheck | None,
+) -> Turn:
     channel, persona = request.channel, request.persona
     turn = await turn_start(request=request)
     try:
@@ -218,7 +248,7 @@ async def turn_run(
             # A streamed reply types from the start of its turn (the history read and the
             # prompt build included) until its last piece is out.
             async with runtime.port.typing(channel.channel_id):
-                prepared = await _turn_prepare_recorded(runtime, request, turn)
+                prepared = await _turn_prepare_recorded(runtime, request, turn, meter)
                 if prepared is not None:
                     await reply_stream_deliver(
                         runtime=runtime,
@@ -227,7 +257,7 @@ async def turn_run(
                         prepared=prepared,
                         abort_if=abort_if,
                     )
-        elif (prepared := await _turn_prepare_recorded(runtime, request, turn)) is not None:
+        elif (prepared := await _turn_prepare_recorded(runtime, request, turn, meter)) is not None:
             async with runtime.port.typing(channel.channel_id):
                 completion = await runtime.runner.complete_turn(
                     models=prepared.models,
@@ -289,7 +319,7 @@ async def _turn_settle_stopped(turn: Turn, reason: str, *, sent: bool) -> None:
 
 
 async def _turn_prepare_recorded(
-    runtime: TurnRuntime, request: TurnRequest, turn: Turn
+    runtime: TurnRuntime, request: TurnRequest, turn: Turn, meter: SpendMeter | None
 ) -> PreparedTurn | None:
     """`turn_prepare` the turn and put its window and request on record (they stay there while
     the model runs); the channel's dashboard hears which messages the window holds.
@@ -301,7 +331,9 @@ async def _turn_prepare_recorded(
         trigger_moderation_refusal(runtime=runtime, request=request, turn=turn)
     )
     try:
-        prepared = await turn_prepare(runtime=runtime, request=request, turn_id=turn.id)
+        prepared = await turn_prepare(
+            runtime=runtime, request=request, turn_id=turn.id, meter=meter
+        )
         refusal = await input_check
     finally:
         input_check.cancel()

@@ -289,6 +289,30 @@ async def test_a_flagged_trigger_is_not_answered_when_the_guild_checks_triggers(
     assert "flag:harassment" not in json.dumps(body)
 
 
+async def test_a_withheld_trigger_does_not_use_up_the_users_turns(world):
+    """The first call's admission begins as the turn starts (its trigger counted against the
+    user's turns); a turn that ends before asking any model gives the slot back."""
+    stored = {"tokens_per_day": 1_000_000, "usd_per_month": None, "notice": ""}
+    await set_guild(
+        moderation_input=True, limits={**stored, "user_turns": {"count": 1, "per_seconds": 600}}
+    )
+    await world.start_worker(stream=True, moderation=ModerationOnError.WITHHOLD)
+
+    flagged = world.say("tomori, flag:harassment you")["id"]
+    await eventually(
+        lambda: Turn.objects.filter(trigger_message_id=int(flagged), status="refused").aexists()
+    )
+    await world.drained()
+    clean = world.say("tomori, how are you?")["id"]
+    await eventually(lambda: world.bot_messages(GENERAL))
+    await world.drained()
+
+    assert (await turn_of(flagged)).status == "refused"
+    assert (await turn_of(clean)).status == "replied"
+    [answer] = world.bot_messages(GENERAL)
+    assert answer["message_reference"]["message_id"] == clean
+
+
 async def test_a_tool_result_the_model_quotes_is_checked_like_any_piece(world):
     world.sandbox.videos["dQw4w9WgXcQ"] = {
         "title": "A video",

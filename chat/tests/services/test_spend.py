@@ -358,3 +358,55 @@ async def test_a_first_call_counts_its_trigger_unless_a_budget_keeps_it_out():
     assert past.value.refusal.limit == "user_turns"
     assert past.value.refusal.reason.startswith("this user's 1 triggers every 60 s are used up")
     await reserve(spend.meter(site(user_turns=turns), trigger_id=11))  # a co-responder's turn
+
+
+async def test_an_early_admission_is_what_the_first_call_holds_at_its_own_bound():
+    """`admit_early` judges the turn's first call on the context's whole budget while the
+    prompt is built: the trigger's slot and the reservation are taken before the call asks;
+    the call then waits for nothing and holds its own, smaller bound."""
+    turns = UserTurnsLimit(count=5, per_seconds=60)
+    spend = Spend(clock=lambda: NOW)
+    meter = spend.meter(site(tokens_per_day=100_000, user_turns=turns), trigger_id=11)
+
+    meter.admit_early(prompt_tokens=7_000, model="gpt-4o-mini", max_output_tokens=500)
+    await spend.settled()  # the admission ran on its own, before any call
+    assert (await SpendReservation.objects.aget()).tokens == 7_500
+    assert [slot[0] for slot in (await UserTurnWindow.objects.aget()).slots] == [11]
+
+    meter.count_prompt(40)
+    ticket = await reserve(meter, max_output=50)
+    await spend.settled()
+    assert ticket.hold.tokens == 90
+    assert (await SpendReservation.objects.aget()).tokens == 90  # the page's "reserved"
+    assert [slot[0] for slot in (await UserTurnWindow.objects.aget()).slots] == [11]
+
+
+async def test_a_turn_that_asks_nothing_gives_back_its_early_admission():
+    turns = UserTurnsLimit(count=1, per_seconds=60)
+    spend = Spend(clock=lambda: NOW)
+    meter = spend.meter(site(tokens_per_day=100_000, user_turns=turns), trigger_id=11)
+
+    meter.admit_early(prompt_tokens=7_000, model="gpt-4o-mini", max_output_tokens=500)
+    meter.close()  # the turn ended before its admission did: given back once it has
+    await spend.settled()
+
+    assert not await SpendReservation.objects.aexists()
+    assert (await UserTurnWindow.objects.aget()).slots == []
+    assert spend.ledger.held(GUILD, since=0) == {}
+    await reserve(spend.meter(site(user_turns=turns), trigger_id=12))  # the slot is free
+
+
+async def test_an_early_refusal_refuses_the_first_call():
+    await record(100)
+    spend = Spend(clock=lambda: NOW)
+    meter = spend.meter(site(tokens_per_day=100))
+
+    meter.admit_early(prompt_tokens=7_000, model="gpt-4o-mini", max_output_tokens=500)
+    await spend.settled()
+    with pytest.raises(SpendRefused) as refused:
+        await reserve(meter)
+
+    assert "is spent (100 used)" in refused.value.refusal.reason
+    meter.close()
+    await spend.settled()
+    assert not await SpendReservation.objects.aexists()
