@@ -28,6 +28,10 @@ from dashboard.usage_report import (
     usage_report,
 )
 
+EARLIEST_DAY = ZoneInfo("Etc/GMT-14")
+"""The time zone whose day begins first (UTC+14): its today is the newest day any guild's
+rollups can be dated."""
+
 
 @require_GET
 @viewer_required
@@ -75,10 +79,11 @@ GUILDS_SHOWN = 200
 def all_usage(request: HttpRequest) -> HttpResponse:
     """Every guild's totals over the range (operators; the `GUILDS_SHOWN` that used the most
     tokens, unless ``?all=1``, and the sum of all), the price table and the models called
-    without a known cost."""
+    without a known cost. Each guild's rollups are dated in its own time zone, so the default
+    range ends at the newest date any guild can have (`EARLIEST_DAY`'s today)."""
     try:
         start, end = usage_range(
-            zone=ZoneInfo("UTC"), start=request.GET.get("from"), end=request.GET.get("to")
+            zone=EARLIEST_DAY, start=request.GET.get("from"), end=request.GET.get("to")
         )
     except RangeRefused as refused:
         return HttpResponse(f"Bad range: {refused}", status=400, content_type="text/plain")

@@ -175,6 +175,20 @@ def test_a_range_of_the_past_shows_only_its_days(used, admin_client):
     assert answer["totals"]["usd"] is None  # its only call had no price
 
 
+def test_the_operators_page_counts_a_guild_whose_day_began_before_utcs(admin_client, guild):
+    """Rollups are dated in each guild's time zone: a guild at UTC+14 has been on tomorrow's
+    date since 10:00 UTC, and its calls of today are in the default range all the same."""
+    ahead = GuildConfig.objects.create(
+        guild_id=1100000000000000778, name="Line Islands", timezone="Pacific/Kiritimati"
+    )
+    record(ahead, usd="2")
+
+    page = admin_client.get(reverse("dashboard:usage_all")).content.decode()
+
+    row = page.split("Line Islands")[1].split("</tr>")[0]
+    assert "<td>1</td>" in row and "$2" in row
+
+
 def test_operators_see_every_guild_and_the_price_table(used, admin_client, moderator_client):
     other = GuildConfig.objects.create(guild_id=1100000000000000777, name="Elsewhere")
     record(other, usd="1")
