@@ -46,17 +46,25 @@ SLOW_TIERS := e2e or browser or celery
 TEST_WORKERS ?= 6
 FAST_WORKERS ?= 3
 
+# Pytest keeps each test module's assertion-rewritten bytecode in __pycache__; a machine that
+# sets PYTHONDONTWRITEBYTECODE would have every test process rewrite all of them again (7 s of
+# CPU each here). The type check runs beside one collection that writes them, so the test
+# processes start from it.
+unexport PYTHONDONTWRITEBYTECODE
+CHECK_TYPES_AND_COLLECT = $(BIN)/python -m pytest -q --collect-only -p no:randomly >/dev/null 2>&1 & \
+	collecting=$$!; $(BIN)/mypy; checked=$$?; wait $$collecting; exit $$checked
+
 test: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(CHECK_TYPES_AND_COLLECT)
 	$(BIN)/python -m pytest -q --durations=25 -m "not serial" -n $(TEST_WORKERS) --dist loadfile
 	$(BIN)/python -m pytest -q --durations=5 -m serial
 
 test-fast: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(CHECK_TYPES_AND_COLLECT)
 	$(BIN)/python -m pytest -q --durations=10 -m "not ($(SLOW_TIERS))" --hypothesis-profile=fast \
 		-n $(FAST_WORKERS) --dist loadfile
 
