@@ -239,7 +239,7 @@ def render_dialogue(
                 if entry.kind is EntryKind.MESSAGE
                 and (entry.persona_name == persona.name or entry.author_id == impersonated_user_id)
                 else Role.USER
-            )  # `dialogue_role`, inline: it runs for every entry of a cold build
+            )  # the persona's own messages and the impersonated user's; others' are the user's
             item = _entry_item(
                 entry,
                 entry_media,
@@ -379,18 +379,6 @@ def humanize_stably(text: str, *, force_lowercase: bool, punctuation_splits: boo
     if punctuation_splits:
         text = _SEMICOLON_BETWEEN_WORDS.sub(".", text)
     return text.lower() if force_lowercase else text
-
-
-def dialogue_role(
-    entry: SimplifiedEntry, persona_name: str, impersonated_user_id: int | None
-) -> Role:
-    """``assistant`` for the persona's own messages and the impersonated user's; else ``user``
-    (other personas, people, notices)."""
-    if entry.kind is EntryKind.MESSAGE and (
-        entry.persona_name == persona_name or entry.author_id == impersonated_user_id
-    ):
-        return Role.ASSISTANT
-    return Role.USER
 
 
 def _stable_humanizer(inputs: RenderInputs) -> Callable[[str], str] | None:
