@@ -123,6 +123,14 @@ async def test_kill_9_mid_burst_then_restart_answers_every_trigger_exactly_once(
         # now is answered, any second answer to an earlier one would already be here.
         sentinel = world.say("tomori, last question")["id"]
         await eventually(lambda: sentinel in replies_by_trigger(world), within=30)
+        # Its reply is out; stop once it is on record too (a worker stopped between the two
+        # leaves the turn delivering, for the next start to settle).
+        await eventually(
+            lambda: Turn.objects.filter(
+                trigger_message_id=int(sentinel), status=Turn.Status.REPLIED
+            ).aexists(),
+            within=30,
+        )
     finally:
         worker.send_signal(signal.SIGTERM)
         exit_code = worker.wait(timeout=20)
