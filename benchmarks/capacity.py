@@ -45,14 +45,13 @@ from benchmarks.gateway_ingest import (
     LINES,
     TOKEN,
     Stamps,
-    _setup_django,
     _stages_timed,
-    _teardown_django,
     _until,
     bench_config,
     bench_world,
 )
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 GUILDS = 8
 CHANNELS_PER_GUILD = 4
@@ -277,7 +276,7 @@ def _worker_rss(guilds: int, database: str) -> float:
 
 def measure() -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="bench-capacity-") as directory:
-        database = _setup_django(directory, prefix="bench_capacity")
+        database = setup_django(directory, prefix="bench_capacity", in_memory_layer=False)
         try:
             # Memory first, on the empty database (no configured guild the world lacks).
             rss_one = _worker_rss(1, database)
@@ -289,7 +288,7 @@ def measure() -> dict[str, float]:
                 _stop_world(process, pipe)
             figures.update(load=os.getloadavg()[0], rss_one=rss_one, rss_many=rss_many)
         finally:
-            _teardown_django(database)
+            teardown_django(database)
     return figures
 
 

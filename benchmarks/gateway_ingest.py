@@ -48,6 +48,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 RATE = 1000
 SECONDS = 5
@@ -330,37 +331,6 @@ def percentiles(values: list[float]) -> tuple[float, float]:
     return statistics.median(values), cuts[98]
 
 
-def _setup_django(directory: str, prefix: str = "bench_gateway_ingest") -> str:
-    """Django on a throwaway database (PostgreSQL's own test database, else a SQLite file in
-    ``directory``) with the configured channel layer (Redis), migrated; returns its name."""
-    if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
-        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
-    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-secret-key")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "botproject.settings"
-    import logging
-
-    import django
-    from django.db import connection
-
-    django.setup()
-    logging.disable(logging.WARNING)
-    if connection.vendor == "sqlite":
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        return connection.settings_dict["NAME"]
-    connection.settings_dict["TEST"]["NAME"] = f"{prefix}_{os.getpid()}"
-    return connection.creation.create_test_db(verbosity=0, autoclobber=True)
-
-
-def _teardown_django(name: str) -> None:
-    from django.db import connection, connections
-
-    connections.close_all()
-    if connection.vendor != "sqlite":
-        connection.creation.destroy_test_db(name, verbosity=0)
-
-
 async def _until(check: Callable[[], bool], within: float = WAIT) -> None:
     deadline = time.monotonic() + within
     while not check():
@@ -468,11 +438,11 @@ def measure() -> Figures:
     try:
         world = sandbox.recv()
         with tempfile.TemporaryDirectory(prefix="bench-gateway-ingest-") as directory:
-            database = _setup_django(directory)
+            database = setup_django(directory, prefix="bench_gateway_ingest", in_memory_layer=False)
             try:
                 return asyncio.run(_run(sandbox, world))
             finally:
-                _teardown_django(database)
+                teardown_django(database)
     finally:
         with contextlib.suppress(OSError):
             sandbox.send("stop")

@@ -20,8 +20,9 @@ import sys
 import tempfile
 import time
 
-from benchmarks.model_calls import DEMO_CONFIG, _setup_django, _teardown_django
+from benchmarks.model_calls import DEMO_CONFIG
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 MESSAGES = 20
 RECEIVE = 5.0
@@ -98,11 +99,11 @@ async def _run() -> list[float]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-live-push-") as directory:
-        database = _setup_django(directory)
+        database = setup_django(directory, prefix="bench_live_push")
         try:
             timings = asyncio.run(_run())
         finally:
-            _teardown_django(database)
+            teardown_django(database)
     p50, worst = statistics.median(timings), max(timings)
     emit(
         [

@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import random
 import re
-import statistics
 import time
 from dataclasses import replace
 
-from benchmarks.table import Row, emit
+from benchmarks.table import Row, emit, percentile
 from chat.pipeline.lorebook import (
     Lorebook,
     LoreEntry,
@@ -111,10 +110,6 @@ def naive_scan(book: Lorebook, messages: list[str]) -> set[str]:
     return fired
 
 
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[94]
-
-
 def _cpu_ms(run) -> float:
     """``run()``'s CPU time in ms: the machine may be shared, and wall time would count the
     waits for a core."""
@@ -139,7 +134,7 @@ def _measure(book: Lorebook, messages: list[str], depth: int) -> tuple[float, fl
     scanned = messages[-depth:]
     naive = [_cpu_ms(lambda: naive_scan(book, scanned)) for _ in range(RUNS // 10)]
     fired = len(activation.inserted) + len(activation.left_out)
-    return _p95(timings), _p95(naive), fired
+    return percentile(timings, 0.95), percentile(naive, 0.95), fired
 
 
 def main() -> None:

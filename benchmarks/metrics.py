@@ -41,13 +41,12 @@ from typing import Any
 from benchmarks.gateway_ingest import (
     LINES,
     TOKEN,
-    _setup_django,
-    _teardown_django,
     _until,
     bench_config,
     bench_world,
 )
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 GUILDS = 8
 CHANNELS_PER_GUILD = 4
@@ -297,7 +296,7 @@ def _update_cost() -> float:
 def measure() -> dict[str, Any]:
     spawn = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="bench-metrics-") as directory:
-        database = _setup_django(directory, prefix="bench_metrics")
+        database = setup_django(directory, prefix="bench_metrics", in_memory_layer=False)
         pipe, child = spawn.Pipe()
         world_process = spawn.Process(target=_world_process, args=(child,), name="world")
         world_process.start()
@@ -309,7 +308,7 @@ def measure() -> dict[str, Any]:
             world_process.join(20)
             if world_process.is_alive():
                 world_process.terminate()
-            _teardown_django(database)
+            teardown_django(database)
     figures["load"] = os.getloadavg()[0]
     return figures
 

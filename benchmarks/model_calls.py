@@ -45,8 +45,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import logging
-import os
 import re
 import statistics
 import sys
@@ -59,6 +57,7 @@ from typing import Any
 
 from benchmarks.pipeline_build import keeps_prefix
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 BURSTS = 5
 QUESTIONS = 100
@@ -76,42 +75,6 @@ DEMO_CONFIG = ROOT / "chat" / "sandbox" / "demo_config.json"
 PLANNER_MARK = "You decide what happens next"
 _UNREAD = re.compile(r"You have (\d+) unread message")
 _ACTION_LINE = re.compile(r"^\d+\. (\w+): (ok|failed):", re.MULTILINE)
-
-
-def _setup_django(directory: str) -> str:
-    """Django on a throwaway database and an in-memory channel layer, migrated; returns the
-    database's name for `_teardown_django`.
-
-    PostgreSQL (or any server database ``DATABASE_URL`` names) gets a test database of its own;
-    otherwise a SQLite file in ``directory`` (its writers wait for the one file lock: see
-    the SQLite settings in `botproject.settings`).
-    """
-    if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
-        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
-    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-secret-key")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "botproject.settings"
-    import django
-    from django.conf import settings
-    from django.db import connection
-
-    django.setup()
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    logging.disable(logging.WARNING)  # the worker's per-request log lines would bury the table
-    if connection.vendor == "sqlite":
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        return connection.settings_dict["NAME"]
-    connection.settings_dict["TEST"]["NAME"] = f"bench_model_calls_{os.getpid()}"
-    return connection.creation.create_test_db(verbosity=0, autoclobber=True)
-
-
-def _teardown_django(name: str) -> None:
-    from django.db import connection, connections
-
-    connections.close_all()
-    if connection.vendor != "sqlite":
-        connection.creation.destroy_test_db(name, verbosity=0)
 
 
 @dataclass
@@ -373,11 +336,11 @@ async def _run() -> tuple[dict[str, Figures], dict[str, PrefixFigures]]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-model-calls-") as directory:
-        database = _setup_django(directory)
+        database = setup_django(directory, prefix="bench_model_calls")
         try:
             figures, prefixes = asyncio.run(_run())
         finally:
-            _teardown_django(database)
+            teardown_django(database)
     talk, busy = figures["reactive"], figures["busy"]
     talk_prefix, busy_prefix = prefixes["reactive"], prefixes["busy"]
     if "--rows" in sys.argv:

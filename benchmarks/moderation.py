@@ -33,8 +33,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.model_calls import DEMO_CONFIG, _setup_django, _teardown_django
-from benchmarks.table import Row, emit
+from benchmarks.model_calls import DEMO_CONFIG
+from benchmarks.table import Row, emit, percentile
+from benchmarks.throwaway import setup_django, teardown_django
 
 REPLIES = 50
 BASELINE_GUILD_ID = 1191168914227201000
@@ -65,11 +66,6 @@ class Figures:
     """The last message after the reply's last token."""
     check_ms: list[float] = field(default_factory=list)
     """Each check's latency as the turn recorded it (moderation on only)."""
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 async def _run() -> dict[str, Figures]:
@@ -154,11 +150,11 @@ async def _finished(turn_model, trigger_id: int):
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-moderation-") as directory:
-        database = _setup_django(directory)
+        database = setup_django(directory, prefix="bench_moderation")
         try:
             figures = asyncio.run(_run())
         finally:
-            _teardown_django(database)
+            teardown_django(database)
     on, off = figures["on"], figures["off"]
     rows = []
     for label, attribute, token in (
@@ -167,30 +163,30 @@ def main() -> None:
     ):
         moderated, baseline = getattr(on, f"{attribute}_s"), getattr(off, f"{attribute}_s")
         lag, lag_baseline = getattr(on, f"{attribute}_lag_s"), getattr(off, f"{attribute}_lag_s")
-        added = (p95(moderated) - p95(baseline)) * 1000
+        added = (percentile(moderated, 0.95) - percentile(baseline, 0.95)) * 1000
         rows.append(
             Row(
                 f"moderation on ({CHECK_LATENCY_S * 1000:.0f} ms checks): {label} message of a "
                 f"3-paragraph streamed reply after the trigger (p95 of {REPLIES})",
-                f"{p95(moderated):.3f} s ({added:+.0f} ms; median "
+                f"{percentile(moderated, 0.95):.3f} s ({added:+.0f} ms; median "
                 f"{(statistics.median(moderated) - statistics.median(baseline)) * 1000:+.0f} ms)",
-                f"moderation off: {p95(baseline):.3f} s",
+                f"moderation off: {percentile(baseline, 0.95):.3f} s",
                 f"≤ +{GOAL_MS} ms",
             )
         )
         rows.append(
             Row(
                 f"moderation on: {label} message after {token} (p95, diagnostic)",
-                f"{p95(lag) * 1000:.0f} ms",
-                f"moderation off: {p95(lag_baseline) * 1000:.0f} ms",
+                f"{percentile(lag, 0.95) * 1000:.0f} ms",
+                f"moderation off: {percentile(lag_baseline, 0.95) * 1000:.0f} ms",
                 "—",
             )
         )
     rows.append(
         Row(
             "moderation: one check's latency as the turn recorded it (diagnostic)",
-            f"median {statistics.median(on.check_ms):.0f} ms, p95 {p95(on.check_ms):.0f} ms "
-            f"({len(on.check_ms)} checks)",
+            f"median {statistics.median(on.check_ms):.0f} ms, "
+            f"p95 {percentile(on.check_ms, 0.95):.0f} ms ({len(on.check_ms)} checks)",
             f"the service answers after {CHECK_LATENCY_S * 1000:.0f} ms",
             "—",
         )

@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 MESSAGES = 30
 HISTORY = 40
@@ -49,38 +49,6 @@ MEMORIES = 30
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = ROOT / "chat" / "sandbox" / "demo_config.json"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 2048
-
-
-def _setup_django(directory: str) -> str:
-    """Django on a throwaway database, migrated; returns its name for `_teardown_django`."""
-    if not os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql")):
-        os.environ["DATABASE_URL"] = f"sqlite:///{directory}/bench.sqlite3"
-    os.environ.setdefault("DJANGO_SECRET_KEY", "benchmark-only-secret-key")
-    os.environ["DJANGO_SETTINGS_MODULE"] = "botproject.settings"
-    import logging
-
-    import django
-    from django.conf import settings
-    from django.db import connection
-
-    django.setup()
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    logging.disable(logging.WARNING)
-    if connection.vendor == "sqlite":
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
-        return connection.settings_dict["NAME"]
-    connection.settings_dict["TEST"]["NAME"] = f"bench_participants_{os.getpid()}"
-    return connection.creation.create_test_db(verbosity=0, autoclobber=True)
-
-
-def _teardown_django(name: str) -> None:
-    from django.db import connection, connections
-
-    connections.close_all()
-    if connection.vendor != "sqlite":
-        connection.creation.destroy_test_db(name, verbosity=0)
 
 
 async def _timed(work: Awaitable[Any]) -> float:
@@ -297,11 +265,11 @@ def main() -> None:
     try:
         served = pipe.recv()
         with tempfile.TemporaryDirectory(prefix="bench-participants-") as directory:
-            database = _setup_django(directory)
+            database = setup_django(directory, prefix="bench_participants")
             try:
                 figures = asyncio.run(_run(*served))
             finally:
-                _teardown_django(database)
+                teardown_django(database)
     finally:
         with contextlib.suppress(OSError):
             pipe.send("stop")

@@ -27,8 +27,9 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks.model_calls import DEMO_CONFIG, _setup_django, _teardown_django
+from benchmarks.model_calls import DEMO_CONFIG
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 CASES = 50
 MODEL_SECONDS = 1.0
@@ -212,11 +213,11 @@ async def _measure() -> dict[str, float]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-persona-tests-") as directory:
-        name = _setup_django(directory)
+        name = setup_django(directory, prefix="bench_persona_tests")
         try:
             figures = asyncio.run(_measure())
         finally:
-            _teardown_django(name)
+            teardown_django(name)
     met = "met" if figures["celery"] <= GOAL_SECONDS else "NOT met"
     emit(
         [

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from benchmarks.table import Row, emit
+from benchmarks.table import Row, emit, percentile
 from chat.pipeline.context import TurnContext, TurnInput, build_turn_context
 from chat.pipeline.items import ItemTag
 from chat.pipeline.tokens import O200kTokenCounter
@@ -213,10 +213,6 @@ def milliseconds(run: Callable[[], object], runs: int) -> list[float]:
         run()
         timings.append((time.thread_time() - started) * 1000)
     return timings
-
-
-def percentile(values: Sequence[float], share: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
 
 
 def next_turn(turn: TurnInput, previous: TurnContext) -> TurnInput:

@@ -45,14 +45,13 @@ import asyncio
 import os
 import random
 import re
-import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 
 from benchmarks.recall_eval import KINDS, distractors, facts, questions
-from benchmarks.table import Row, emit
+from benchmarks.table import Row, emit, percentile
 from chat.llm.embeddings import (
     EmbeddingModel,
     MiniLMEmbeddings,
@@ -77,10 +76,6 @@ WINDOW_PEOPLE = 8
 HYBRID = RecallWeights()
 KEYWORD_ONLY = replace(HYBRID, vector=0.0, keyword=1.0)
 VECTOR_ONLY = replace(HYBRID, vector=1.0, keyword=0.0)
-
-
-def percentile(values: Sequence[float], share: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]
 
 
 def evaluation_index(model: EmbeddingModel) -> MemoryIndex:

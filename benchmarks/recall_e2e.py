@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.model_calls import _setup_django, _teardown_django
 from benchmarks.recall_people import CHATTER, FACTS, QUESTIONS, Question
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO_CONFIG = ROOT / "chat" / "sandbox" / "demo_config.json"
@@ -353,11 +353,11 @@ async def _run() -> list[Figures]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-recall-e2e-") as directory:
-        database = _setup_django(directory)
+        database = setup_django(directory, prefix="bench_recall_e2e")
         try:
             results = asyncio.run(_run())
         finally:
-            _teardown_django(database)
+            teardown_django(database)
     by = dict(zip((way.label for way in WAYS), results, strict=True))
     product, keyword, vector = by[WAYS[0].label], by[WAYS[1].label], by[WAYS[2].label]
     off, wordllama = by[WAYS[3].label], by[WAYS[4].label]

@@ -30,8 +30,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.model_calls import DEMO_CONFIG, _setup_django, _teardown_django
-from benchmarks.table import Row, emit
+from benchmarks.model_calls import DEMO_CONFIG
+from benchmarks.table import Row, emit, percentile
+from benchmarks.throwaway import setup_django, teardown_django
 
 REPLIES = 4
 WORDS_PER_PARAGRAPH = 100
@@ -64,11 +65,6 @@ class ModeFigures:
     edits: list[int] = field(default_factory=list)
     edits_per_second: list[int] = field(default_factory=list)
     """The most edits of one reply that arrived within any one second."""
-
-
-def p95(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
 async def _run() -> dict[str, ModeFigures]:
@@ -152,11 +148,11 @@ def _measure(into: ModeFigures, mode: str, requests, words: list[float], started
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-streaming-") as directory:
-        database = _setup_django(directory)
+        database = setup_django(directory, prefix="bench_streaming")
         try:
             figures = asyncio.run(_run())
         finally:
-            _teardown_django(database)
+            teardown_django(database)
     whole = figures["whole"]
     rows = []
     waited_for = {
@@ -171,7 +167,7 @@ def main() -> None:
                 f"streaming {mode}: first persona message after the trigger (300 tokens in "
                 "3 paragraphs, 30 tok/s after 0.8 s)",
                 f"{statistics.median(f.first_s):.2f} s median; p95 "
-                f"{p95(f.first_lag_s) * 1000:+.0f} ms after {waited_for[mode]}",
+                f"{percentile(f.first_lag_s, 0.95) * 1000:+.0f} ms after {waited_for[mode]}",
                 f"whole: {statistics.median(whole.first_s):.2f} s",
                 "unchanged" if mode == "whole" else "≤ that token + 150 ms (p95)",
             )
@@ -179,9 +175,9 @@ def main() -> None:
         rows.append(
             Row(
                 f"streaming {mode}: the reply complete (last message or edit) after the last token",
-                f"p95 {p95(f.last_lag_s) * 1000:.0f} ms ({statistics.median(f.last_s):.2f} s "
-                "after the trigger)",
-                f"whole: p95 {p95(whole.last_lag_s) * 1000:.0f} ms",
+                f"p95 {percentile(f.last_lag_s, 0.95) * 1000:.0f} ms "
+                f"({statistics.median(f.last_s):.2f} s after the trigger)",
+                f"whole: p95 {percentile(whole.last_lag_s, 0.95) * 1000:.0f} ms",
                 "≤ 1 s (one edit a second)" if mode == "edit" else "≤ 150 ms",
             )
         )

@@ -1,4 +1,5 @@
-"""One row of the benchmark table, and how each benchmark hands its rows to ``make bench``.
+"""One row of the benchmark table, how each benchmark hands its rows to ``make bench``, and the
+percentile its figures are read with.
 
 Every benchmark module runs in its own process (each sets up Django its own way, and the memory
 figures are the process's own); with ``--rows`` it prints its rows as JSON on its last line, which
@@ -8,7 +9,9 @@ figures are the process's own); with ``--rows`` it prints its rows as JSON on it
 from __future__ import annotations
 
 import json
+import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 
@@ -29,3 +32,9 @@ def emit(rows: list[Row]) -> None:
         return
     for row in rows:
         print(f"  {row.what}: {row.measured}   (baseline: {row.baseline}; goal: {row.goal})")
+
+
+def percentile(values: Sequence[float], share: float) -> float:
+    """The ``share`` percentile of ``values`` (0.95: p95), interpolated between the two
+    nearest samples (`statistics.quantiles`' inclusive method); at least two values."""
+    return statistics.quantiles(values, n=100, method="inclusive")[round(share * 100) - 1]

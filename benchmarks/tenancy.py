@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from benchmarks.model_calls import _setup_django, _teardown_django
 from benchmarks.table import Row, emit
+from benchmarks.throwaway import setup_django, teardown_django
 
 GUILDS = int(os.environ.get("BENCH_TENANCY_GUILDS", "1000"))
 TURNS = int(os.environ.get("BENCH_TENANCY_TURNS", "1000000"))
@@ -413,11 +413,11 @@ def run() -> list[Row]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
-        name = _setup_django(directory)
+        name = setup_django(directory, prefix="bench_tenancy")
         try:
             rows = run()
         finally:
-            _teardown_django(name)
+            teardown_django(name)
     emit(rows)
 
 

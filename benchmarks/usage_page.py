@@ -20,15 +20,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.model_calls import _setup_django, _teardown_django
-from benchmarks.table import Row, emit
+from benchmarks.table import Row, emit, percentile
+from benchmarks.throwaway import setup_django, teardown_django
 
 GUILDS = 1_000
 DAYS = 365
@@ -206,13 +205,9 @@ async def _measure(base: str, cookie: tuple[str, str]) -> dict[str, list[float]]
         }
 
 
-def _p95(values: list[float]) -> float:
-    return statistics.quantiles(values, n=20, method="inclusive")[-1]
-
-
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-usage-") as directory:
-        database = _setup_django(directory)
+        database = setup_django(directory, prefix="bench_usage_page")
         from django.db import connection, connections
 
         vendor = connection.vendor
@@ -229,32 +224,32 @@ def main() -> None:
                 daphne.terminate()
                 daphne.wait(timeout=20)
         finally:
-            _teardown_django(database)
-    baseline = f"p95 {_p95(timings['empty']):.0f} ms (a guild with no calls)"
+            teardown_django(database)
+    baseline = f"p95 {percentile(timings['empty'], 0.95):.0f} ms (a guild with no calls)"
     what = f"({rows:,} rollups, {GUILDS:,} guilds × {DAYS} days, {vendor}, through daphne)"
     emit(
         [
             Row(
                 f"a guild's usage page, 30 days {what}",
-                f"p95 {_p95(timings['page']):.0f} ms",
+                f"p95 {percentile(timings['page'], 0.95):.0f} ms",
                 baseline,
                 f"≤ {GOAL_MS} ms",
             ),
             Row(
                 "… its ?format=json",
-                f"p95 {_p95(timings['json']):.0f} ms",
+                f"p95 {percentile(timings['json'], 0.95):.0f} ms",
                 baseline,
                 f"≤ {GOAL_MS} ms",
             ),
             Row(
                 "… its whole year",
-                f"p95 {_p95(timings['year']):.0f} ms",
+                f"p95 {percentile(timings['year'], 0.95):.0f} ms",
                 baseline,
                 f"≤ {GOAL_MS} ms",
             ),
             Row(
                 "the operators' page of every guild, 30 days",
-                f"p95 {_p95(timings['all']):.0f} ms",
+                f"p95 {percentile(timings['all'], 0.95):.0f} ms",
                 baseline,
                 f"≤ {GOAL_MS} ms",
             ),
