@@ -117,7 +117,9 @@ async def model():
 SAVED = (Target(TargetKey.SAVED, "saved"),)
 
 
-async def _run(runner, cases, targets=SAVED, **kw):
+async def _run(runner, cases, targets=SAVED, spend=None, **kw):
+    """Create a run of ``cases`` against Tomori and execute it (its calls counted by ``spend``
+    when given); the run and its results."""
     tomori = await _tomori()
     run = await sync_to_async(persona_test_run_create)(
         cases=[
@@ -134,8 +136,10 @@ async def _run(runner, cases, targets=SAVED, **kw):
         **kw,
     )
     await persona_test_run_execute(
-        run_id=run.pk, runner=runner, embeddings=HashingEmbeddings, now=NOW
+        run_id=run.pk, runner=runner, embeddings=HashingEmbeddings, now=NOW, spend=spend
     )
+    if spend is not None:
+        await spend.settled()
     run = await PersonaTestRun.objects.aget(pk=run.pk)
     results = await sync_to_async(lambda: list(run.results.order_by("id")))()
     return run, results
@@ -392,9 +396,9 @@ async def test_a_runs_calls_count_as_tests_against_the_guilds_budget_and_a_spent
     await sync_to_async(config_version_bump)(GUILD)
     spend = Spend(token_counter=default_token_counter())
     try:
-        first = await _run_counted(runner, spend, [CASE])
+        _, first = await _run(runner, [CASE], spend=spend)
         calls_before = len(server.chat_bodies)
-        second = await _run_counted(runner, spend, [CASE])
+        _, second = await _run(runner, [CASE], spend=spend)
     finally:
         await spend.close()
 
@@ -408,25 +412,3 @@ async def test_a_runs_calls_count_as_tests_against_the_guilds_budget_and_a_spent
     [refused] = second
     assert refused.error.startswith("no model was asked: ") and "budget" in refused.error
     assert refused.passed is None
-
-
-async def _run_counted(runner, spend, cases):
-    tomori = await _tomori()
-    run = await sync_to_async(persona_test_run_create)(
-        cases=[
-            RunCase(
-                spec=PersonaCaseSpec.model_validate(c),
-                persona_id=tomori.pk,
-                persona_name="Tomori",
-                guild_id=GUILD,
-            )
-            for c in cases
-        ],
-        targets=list(SAVED),
-        persona=tomori,
-    )
-    await persona_test_run_execute(
-        run_id=run.pk, runner=runner, embeddings=HashingEmbeddings, now=NOW, spend=spend
-    )
-    await spend.settled()
-    return await sync_to_async(lambda: list(run.results.order_by("id")))()
