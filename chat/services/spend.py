@@ -803,6 +803,7 @@ class SpendMeter:
         self._prompt_tokens = prompt_tokens
         self._trigger_id = trigger_id
         self._early: asyncio.Future[_Admission] | None = None
+        self._closed = False
 
     def count_prompt(self, tokens: int) -> None:
         """The prompt's count, once the turn's context is built (a first call holds it)."""
@@ -871,7 +872,9 @@ class SpendMeter:
     def close(self) -> None:
         """The turn is over: a first-call admission begun by `admit_early` that no call used
         gives back what it took (its reservation and its trigger's slot: a turn that asked
-        nothing counts for nothing), once it has ended."""
+        nothing counts for nothing), once it has ended; one still waiting for calls in flight
+        stops waiting."""
+        self._closed = True
         early, self._early = self._early, None
         if early is None:
             return
@@ -943,6 +946,8 @@ class SpendMeter:
             if decision.verdict is Verdict.WAIT and waited < spend.max_wait_s:
                 # The trigger keeps its slot; this try's row goes, the next writes its own.
                 spend.background(spend_release, hold=hold)
+                if self._closed:
+                    return _Admission(None)  # its turn ended: `close` gives the slot back
                 await asyncio.sleep(spend.wait_poll_s)
                 waited += spend.wait_poll_s
                 now = spend.clock()

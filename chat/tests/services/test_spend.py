@@ -410,3 +410,18 @@ async def test_an_early_refusal_refuses_the_first_call():
     meter.close()
     await spend.settled()
     assert not await SpendReservation.objects.aexists()
+
+
+async def test_an_early_admission_waiting_for_calls_in_flight_stops_when_its_turn_ends():
+    turns = UserTurnsLimit(count=5, per_seconds=60)
+    spend = Spend(clock=lambda: NOW, wait_poll_s=0.01, max_wait_s=600)
+    await reserve(spend.meter(site(tokens_per_day=1000)), max_output=999)  # holds the budget
+    meter = spend.meter(site(tokens_per_day=1000, user_turns=turns), trigger_id=11)
+
+    meter.admit_early(prompt_tokens=100, model="gpt-4o-mini", max_output_tokens=50)
+    await asyncio.sleep(0.05)  # it judged at least once: held by the call in flight, it waits
+    meter.close()
+    await asyncio.wait_for(spend.settled(), timeout=10)  # not the ten minutes it may wait
+
+    assert (await UserTurnWindow.objects.aget()).slots == []
+    assert await SpendReservation.objects.acount() == 1  # the call in flight's alone
