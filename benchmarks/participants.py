@@ -13,11 +13,12 @@ images, alice has ``MEMORIES`` memories, and each of ``MESSAGES`` new messages (
 image) is answered by two personas, Tomori then Anon, as co-responders.
 
 - **After** (the product): `turn_participants_read` for each persona in turn, the two sharing
-  one `ParticipantScope`: its people read once for both, and within a turn the images are
-  hashed while the database thread reads the people and recalls the memories.
+  one `ParticipantScope`: its people read once for both, the question's vector embedded once
+  for both (the recall keeps it), and within a turn the images are hashed while the database
+  thread reads the people and recalls the memories.
 - **Before** (baseline, same run): the same building blocks one after another — the people
-  (`turn_input_gather`, each persona on its own), the images, the memories — as turns read
-  them before.
+  (`turn_input_gather`, each persona on its own), the images, the memories (each persona
+  embedding the question again) — as turns read them before.
 
 Each variant has its own window registry and caches, so both read each image once (the first
 persona's turn) and the second persona finds its hash kept, as a worker's turns do. The
@@ -116,6 +117,7 @@ async def _before(runtime: Any, requests: list[Any], now: Any) -> list[float]:
     """The baseline: the same reads one after another, each persona on its own."""
     from asgiref.sync import sync_to_async
 
+    from chat.services import memory_recall
     from chat.services.turn_input import (
         _reply_targets,
         turn_attachment_urls_refresh,
@@ -136,6 +138,7 @@ async def _before(runtime: Any, requests: list[Any], now: Any) -> list[float]:
         )
 
         async def read(request: Any = request, history: Any = history, window: Any = window):
+            memory_recall._query_vectors.clear()  # before: each persona embedded its question
             targets = await _reply_targets(
                 runtime,
                 request.channel.channel_id,
@@ -215,6 +218,7 @@ async def _run(token: str, api_base: str, gateway_url: str, triggers: list[int])
     from chat.pipeline.triggers import TurnReason
     from chat.runtime import discord_rest_port
     from chat.sandbox.demo import DEMO_CHANNEL_IDS, DEMO_GUILD_ID, DEMO_USER_IDS
+    from chat.services import memory_recall
     from chat.services.turn_request import TurnRequest
     from personas.services import config_import
 
@@ -250,6 +254,8 @@ async def _run(token: str, api_base: str, gateway_url: str, triggers: list[int])
             ]
             order = ("after", "before") if n % 2 else ("before", "after")
             for variant in order:
+                # Each variant meets the message as new: nothing of its question is embedded.
+                memory_recall._query_vectors.clear()
                 first, second = await variants[variant](runtimes[variant], requests, now)
                 figures[variant]["first"].append(first)
                 figures[variant]["second"].append(second)

@@ -23,6 +23,7 @@ import numpy as np
 from django.conf import settings
 
 from chat import metrics
+from chat.caches import BoundedCache
 from chat.llm.embeddings import EmbeddingError, EmbeddingModel, vector_from_bytes
 from chat.models import Document, DocumentChunk, Memory, Turn
 from chat.models_memory import memory_version
@@ -49,7 +50,11 @@ class _Cached:
 
 
 EMBED_WHILE_INDEXING = 32
+QUERY_VECTORS_KEPT = 256
+"""Query vectors kept (by model and text): the personas answering one message ask the same
+question, and embedding it is most of what a recall costs."""
 _indexes: dict[tuple[int, str], _Cached] = {}
+_query_vectors: BoundedCache[tuple[str, str], np.ndarray] = BoundedCache(QUERY_VECTORS_KEPT)
 _lock = threading.Lock()
 
 
@@ -262,11 +267,19 @@ def _named(memory: RecalledMemory, people: Mapping[tuple[int, str], str]) -> Rec
 
 
 def _query_vector(embedder: EmbeddingModel, query: str) -> np.ndarray | None:
-    """The query's vector; None when the model fails (ranking then uses keywords alone)."""
+    """The query's vector, embedded once for the turns that ask it (`QUERY_VECTORS_KEPT`);
+    None when the model fails (ranking then uses keywords alone; a failure is not kept)."""
+    key = (embedder.name, query)
+    with _lock:
+        kept = _query_vectors.get(key)
+    if kept is not None:
+        return kept
     try:
         vector: np.ndarray = embedder.embed([query])[0]
     except EmbeddingError:
         return None
+    with _lock:
+        _query_vectors.put(key, vector)
     return vector
 
 

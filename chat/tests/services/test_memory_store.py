@@ -210,3 +210,33 @@ def test_the_search_index_follows_every_change_of_the_guilds_memories():
     assert texts() == {"keeps a cat named Tofu"}
     Memory.objects.filter(guild_id=GUILD).delete()
     assert texts() == set()
+
+
+def test_the_personas_answering_one_message_embed_its_question_once():
+    guild = GuildConfig.objects.create(guild_id=GUILD, name="g")
+    tomori = Persona.objects.create(guild=guild, name="Tomori")
+    anon = Persona.objects.create(guild=guild, name="Anon")
+    add(alice(), "keeps two cats named Miso and Tofu")
+    asked: list[str] = []
+
+    class Counting(HashingEmbeddings):
+        def embed(self, texts):
+            asked.extend(texts)
+            return super().embed(texts)
+
+    embedder = Counting(dimensions=48)  # a model of its own: nothing embedded before
+    memories_embed_missing(embedder=embedder)
+    asked.clear()
+    for persona in (tomori, anon):
+        [memory] = memories_recall_for_turn(
+            guild_id=GUILD,
+            persona_id=persona.id,
+            people={(ALICE, ""): "Alice"},
+            query="how are Miso and Tofu doing these days?",
+            token_budget=1000,
+            count_tokens=len,
+            embedder=embedder,
+        )
+        assert memory.record.text == "keeps two cats named Miso and Tofu"
+
+    assert asked == ["how are Miso and Tofu doing these days?"]
