@@ -51,7 +51,7 @@ FAST_WORKERS ?= 3
 # CPU each here). The type check runs beside one collection that writes them, so the test
 # processes start from it.
 unexport PYTHONDONTWRITEBYTECODE
-CHECK_TYPES_AND_COLLECT = $(BIN)/python -m pytest -q --collect-only -p no:randomly >/dev/null 2>&1 & \
+CHECK_TYPES_AND_COLLECT = $(BIN)/python -m pytest -q --collect-only >/dev/null 2>&1 & \
 	collecting=$$!; $(BIN)/mypy; checked=$$?; wait $$collecting; exit $$checked
 
 test: $(VENV)/.installed services | var/staticfiles
