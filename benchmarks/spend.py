@@ -7,13 +7,14 @@ Run: ``DATABASE_URL=postgres://… .venv/bin/python -m benchmarks.spend`` (on a 
 of that server; SQLite when ``DATABASE_URL`` names nothing, which serialises the two workers'
 writes and says little).
 
-Figures, each with limits on beside limits off:
+Figures, each with limits on beside limits off (the first is the goal's):
 
-1. **The limits' own time per turn** (`Turn.limits_ms`: the user's turns counted, each call
-   reserved and settled, waits for calls in flight included): p95 over the 50 turns. With limits
-   off it is the accounting alone (settling each call into the counters and rollups).
-2. **Trigger → reply** as the sandbox sees it (what a person gets): p50 and p95. The fake
+1. **Trigger → reply** as the sandbox sees it (what a person gets): p50 and p95. The fake
    model answers after 0.2 s, so about 25 turns of a worker are in flight together.
+2. **The limits' own time per turn**, a diagnostic beside it (`Turn.limits_ms`: the user's
+   turns counted, each call reserved and settled, waits for calls in flight included): p50
+   and p95 over the 50 turns. With limits off it is the accounting alone (settling each call
+   into the counters and rollups).
 """
 
 from __future__ import annotations
@@ -216,23 +217,24 @@ def main() -> None:
     (limits_on, reply_on), (limits_off, reply_off) = results["on"], results["off"]
     on_p95, off_p95 = percentile(limits_on, 0.95), percentile(limits_off, 0.95)
     reply_on_p95, reply_off_p95 = percentile(reply_on, 0.95), percentile(reply_off, 0.95)
+    added_ms = (reply_on_p95 - reply_off_p95) * 1000
     emit(
         [
             Row(
-                f"limits' own time per turn, 2 workers, 50 concurrent triggers ({vendor}), "
-                "p50 / p95",
+                f"trigger → reply as the sandbox sees it, 2 workers, 50 concurrent triggers "
+                f"({vendor}), p50 / p95",
+                f"{statistics.median(reply_on) * 1000:.0f} / {reply_on_p95 * 1000:.0f} ms "
+                f"with every limit on (p95 adds {added_ms:.0f} ms)",
+                f"{statistics.median(reply_off) * 1000:.0f} / {reply_off_p95 * 1000:.0f} ms "
+                "with none",
+                f"adds ≤ {GOAL_MS:g} ms p95",
+            ),
+            Row(
+                "… the limits' own time per turn (diagnostic), p50 / p95",
                 f"{statistics.median(limits_on):.2f} / {on_p95:.2f} ms with every "
                 f"limit on (p95 adds {on_p95 - off_p95:.2f} ms)",
                 f"{statistics.median(limits_off):.2f} / {off_p95:.2f} ms with none "
                 "(counting alone)",
-                f"adds ≤ {GOAL_MS:g} ms",
-            ),
-            Row(
-                "trigger → reply, 50 concurrent triggers, p50 / p95",
-                f"{statistics.median(reply_on) * 1000:.0f} / {reply_on_p95 * 1000:.0f} ms "
-                "with limits on",
-                f"{statistics.median(reply_off) * 1000:.0f} / {reply_off_p95 * 1000:.0f} ms "
-                "with none",
             ),
         ]
     )
