@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
-import ssl
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +31,7 @@ from chat.caches import BoundedCache
 from chat.gateway.convert import convert_message
 from chat.gateway.delivery_text import sanitize_webhook_name, split_reply
 from chat.gateway.proxies import ProxyRecord, ProxyResolver
+from chat.llm.tls import tls_context
 from chat.pipeline.permissions import Permission, permission_name
 from chat.pipeline.types import HistoryMessage, NameDirectory, ProxyIdentity
 from chat.pipeline.window_reuse import GatewayCacheView
@@ -405,7 +404,7 @@ class DiscordAdapter:
     async def read_attachment(self, url: str, *, max_bytes: int) -> bytes:
         try:
             async with (
-                httpx.AsyncClient(timeout=10, verify=_tls_context()) as http,
+                httpx.AsyncClient(timeout=10, verify=tls_context()) as http,
                 http.stream("GET", url) as response,
             ):
                 response.raise_for_status()
@@ -704,14 +703,6 @@ class DiscordAdapter:
             channel_id=channel.id if channel is not None else channel_id,
             channel_name=getattr(channel, "name", "") or "",
         )
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One TLS context for every attachment download: httpx builds a new one (loading the CA
-    bundle) for each client otherwise, about 100 ms of CPU, more than the rest of a turn's
-    reads of its window put together."""
-    return httpx.create_ssl_context()
 
 
 if TYPE_CHECKING:

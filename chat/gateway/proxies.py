@@ -20,6 +20,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from chat.caches import BoundedCache
+from chat.llm.tls import tls_context
 from chat.pipeline.types import ProxyIdentity
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class ProxyResolver:
         self.grace_seconds = grace_seconds
         """How old a user's message must be before asking whether a proxy replaced it."""
         self._interval = 1.0 / requests_per_second
-        self._http = httpx.AsyncClient(timeout=timeout)
+        self._http = httpx.AsyncClient(timeout=timeout, verify=tls_context())
         self._gate = asyncio.Lock()
         self._last_request = 0.0
         self._found: BoundedCache[int, ProxyRecord] = BoundedCache(CACHE_SIZE)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from chat.llm.attempts import RetryPolicy
 from chat.llm.base import ErrorKind, LLMError
 from chat.llm.openai_compat import as_llm_errors, status_error
+from chat.llm.tls import tls_context
 
 DEFAULT_MODERATION_MODEL = "omni-moderation-latest"
 MODERATION_RETRY = RetryPolicy(
@@ -136,7 +137,9 @@ class OpenAIModerationClient:
     async def _ask(self, text: str) -> ModerationAnswer:
         """One request; every failure is an ``LLMError`` (transient or permanent)."""
         if self._http is None:
-            self._http = httpx.AsyncClient(headers=self._headers, timeout=self._timeout_s)
+            self._http = httpx.AsyncClient(
+                headers=self._headers, timeout=self._timeout_s, verify=tls_context()
+            )
         with as_llm_errors():
             response = await self._http.post(
                 f"{self.base_url}/moderations", json={"model": self.model, "input": text}

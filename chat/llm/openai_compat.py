@@ -42,6 +42,7 @@ from chat.llm.base import (
     ToolCallStarted,
     Usage,
 )
+from chat.llm.tls import tls_context
 
 ERROR_TEXT_LIMIT = 500
 """Longest provider error message kept on an ``LLMError`` (it ends up on the turn record)."""
@@ -75,6 +76,7 @@ class OpenAICompatibleClient:
             base_url=base_url.rstrip("/") + "/",
             headers=headers,
             timeout=httpx.Timeout(timeouts.read, connect=timeouts.connect),
+            verify=tls_context(),
         )
 
     async def __aenter__(self) -> Self:

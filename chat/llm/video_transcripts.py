@@ -20,6 +20,8 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from chat.llm.tls import tls_context
+
 VIDEO_ID = re.compile(
     r"(?:youtube\.com/(?:watch\?(?:\S*&)?v=|shorts/|live/|embed/)|youtu\.be/)([\w-]{6,20})"
 )
@@ -65,7 +67,7 @@ class VideoTranscriptService:
         """The video's metadata and transcript; raises `TranscriptUnavailable`."""
         url = f"{self.base_url}/videos/{quote(video_id, safe='')}"
         try:
-            async with httpx.AsyncClient(timeout=self._timeout) as http:
+            async with httpx.AsyncClient(timeout=self._timeout, verify=tls_context()) as http:
                 response = await http.get(url)
         except httpx.HTTPError as error:
             raise TranscriptUnavailable(

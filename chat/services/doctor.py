@@ -26,6 +26,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from chat.llm.base import LLMError
 from chat.llm.openai_compat import OpenAICompatibleClient, Timeouts
+from chat.llm.tls import tls_context
 from chat.models import DoctorReport
 from chat.pipeline.going_live import (
     BotStanding,
@@ -355,7 +356,7 @@ async def _moderation_checks() -> list[Check]:
     name = f"moderation endpoint {base_url}"
     fix = "check MODERATION_BASE_URL, MODERATION_API_KEY and MODERATION_MODEL"
     try:
-        async with httpx.AsyncClient(timeout=ENDPOINT_SECONDS) as http:
+        async with httpx.AsyncClient(timeout=ENDPOINT_SECONDS, verify=tls_context()) as http:
             answer = await http.post(
                 base_url.rstrip("/") + "/moderations",
                 json={"model": model, "input": "hello"},
