@@ -78,6 +78,8 @@ class WorkerConfig:
     shard_count: int | None = None
     step_delay: float = 2.5
     lease_seconds: float = 15.0
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
+    """How often the worker's heartbeat row is renewed, serving or standing by."""
     max_concurrency: int | None = None
     """IDENTIFYs Discord lets start at once (None: ask ``GET /gateway/bot``)."""
     shared_limits: bool = False
@@ -211,8 +213,8 @@ def known_latencies(latencies: Iterable[tuple[int, float]]) -> dict[int, float]:
 
 
 async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str) -> None:
-    """Every `HEARTBEAT_SECONDS`: record the connected shards, their gateway latency and their
-    guilds (`chat.heartbeats`); the row is removed when the client closes."""
+    """Every ``config.heartbeat_seconds``: record the connected shards, their gateway latency
+    and their guilds (`chat.heartbeats`); the row is removed when the client closes."""
     try:
         while True:
             latencies = known_latencies(client.latencies)
@@ -227,7 +229,7 @@ async def _heartbeat(client: PersonaBotClient, config: WorkerConfig, holder: str
                 )
             except DatabaseError:
                 logger.warning("could not record the worker heartbeat", exc_info=True)
-            await asyncio.sleep(HEARTBEAT_SECONDS)
+            await asyncio.sleep(config.heartbeat_seconds)
     finally:
         with contextlib.suppress(DatabaseError):
             await asyncio.shield(sync_to_async(worker_heartbeat_clear)(holder=holder))
@@ -300,7 +302,11 @@ async def run_worker(
     worker's own: this one first waits until that worker holds them (`LeaseKeeper.acquire`).
     At the end the worker's leases are released and its heartbeat row removed.
     """
-    keeper = LeaseKeeper(config.shards, ttl=dt.timedelta(seconds=config.lease_seconds))
+    keeper = LeaseKeeper(
+        config.shards,
+        ttl=dt.timedelta(seconds=config.lease_seconds),
+        heartbeat_seconds=config.heartbeat_seconds,
+    )
     upkeep = asyncio.create_task(_replace_broken_connections(), name="database-upkeep")
     try:
         while await keeper.acquire(stop, after_holder=neighbour):
@@ -394,9 +400,12 @@ class LeaseKeeper:
     at that moment, not when the call returns, and `check` refuses from then on without asking
     the database."""
 
-    def __init__(self, shards: ShardSet, *, ttl: dt.timedelta) -> None:
+    def __init__(
+        self, shards: ShardSet, *, ttl: dt.timedelta, heartbeat_seconds: float = HEARTBEAT_SECONDS
+    ) -> None:
         self.shards = shards
         self.ttl = ttl
+        self.heartbeat_seconds = heartbeat_seconds
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.fence: int | None = None
         self.valid_until = 0.0
@@ -417,7 +426,9 @@ class LeaseKeeper:
         the workers holding them. The row stays when this returns; the client's heartbeat
         replaces it once connected, `run_worker` removes it at the end."""
         announced: bool | None = None
-        pulse = StandbyPulse(holder=self.holder, shards=self.shards)
+        pulse = StandbyPulse(
+            holder=self.holder, shards=self.shards, every_seconds=self.heartbeat_seconds
+        )
         try:
             while not stop.is_set():
                 if not after_holder and await self._claim():
@@ -511,11 +522,12 @@ class LeaseKeeper:
 
 class StandbyPulse:
     """A standby worker's heartbeat (`worker_standby_record`): written at once when whom it
-    waits for changes (`waiting_for`), else renewed every `HEARTBEAT_SECONDS` until `stop`."""
+    waits for changes (`waiting_for`), else renewed every ``every_seconds`` until `stop`."""
 
-    def __init__(self, *, holder: str, shards: ShardSet) -> None:
+    def __init__(self, *, holder: str, shards: ShardSet, every_seconds: float) -> None:
         self.holder = holder
         self.shards = shards
+        self.every_seconds = every_seconds
         self._holders: tuple[str, ...] | None = None
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -545,4 +557,4 @@ class StandbyPulse:
             except DatabaseError:
                 logger.warning("could not record the standby heartbeat", exc_info=True)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), HEARTBEAT_SECONDS)
+                await asyncio.wait_for(self._changed.wait(), self.every_seconds)
