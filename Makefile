@@ -43,6 +43,8 @@ run: migrate
 # Celery worker: pytest markers) and tries each Hypothesis property on 20 examples instead of
 # 100, in FAST_WORKERS processes.
 SLOW_TIERS := e2e or browser or celery
+# Directories that hold only slow-tier tests: `make test-fast` does not even import them.
+SLOW_TIER_DIRS := chat/tests/e2e dashboard/tests/browser
 TEST_WORKERS ?= 6
 FAST_WORKERS ?= 3
 
@@ -72,7 +74,7 @@ test-fast: $(VENV)/.installed services | var/staticfiles
 	$(BIN)/ruff format --check .
 	$(CHECK_TYPES_AND_COLLECT)
 	$(BIN)/python -m pytest -q --durations=10 -m "not ($(SLOW_TIERS))" --hypothesis-profile=fast \
-		-n $(FAST_WORKERS) --dist loadfile
+		$(SLOW_TIER_DIRS:%=--ignore=%) -n $(FAST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

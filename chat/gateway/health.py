@@ -42,6 +42,10 @@ from chat.metrics import NAMESPACE
 from chat.selectors.event_queue import event_queue_ready_count, unread_messages_count
 from chat.shards import ShardSet
 
+STOP_POLL_SECONDS = 0.1
+"""How often the serving thread looks whether it was asked to stop: a stopping worker (and
+every test's) waits up to this long for it, not socketserver's 0.5 s."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -248,7 +252,10 @@ class WorkerMonitor:
         self._counter.start()
         self.port = self._server.server_port
         threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": STOP_POLL_SECONDS},
+            name="metrics-http",
+            daemon=True,
         ).start()
         return self.port
 

@@ -48,7 +48,7 @@ def layer_config(*, prefix: str, client_name: str, address: str | None = None) -
     return config
 
 
-RECEIVE_CYCLE_S = 1.0
+RECEIVE_CYCLE_S = 0.5
 
 
 class QuickReceiveLayer(RedisChannelLayer):
