@@ -19,6 +19,9 @@ from chat.sandbox import GatewaySettings, Sandbox, SandboxServer
 from chat.sandbox.demo import demo_sandbox
 
 EVENT_TIMEOUT = 5.0
+GUILD_READY_SECONDS = 0.05
+"""How long discord.py waits after the last GUILD_CREATE before it is ready (2 s by default).
+The sandbox sends them right after READY; should one still come later, `running` waits for it."""
 
 RestCaller = Callable[..., Awaitable[tuple[int, Any]]]
 """``await rest(method, path, auth=True, **aiohttp_kwargs)`` -> (status, decoded body)."""
@@ -35,8 +38,12 @@ class RecordingClient(discord.Client):
     """A plain discord.Client that queues what it receives, for tests to await in order."""
 
     def __init__(self, *, intents: discord.Intents | None = None, **options: Any) -> None:
-        super().__init__(intents=intents or full_intents(), guild_ready_timeout=0.2, **options)
+        super().__init__(
+            intents=intents or full_intents(), guild_ready_timeout=GUILD_READY_SECONDS, **options
+        )
         self.received: defaultdict[str, asyncio.Queue[Any]] = defaultdict(asyncio.Queue)
+        self.announced_guilds: set[int] = set()
+        """Guilds discord.py dispatched as available or joined (after chunking their members)."""
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         """discord.py sleeps 5 s before every non-initial IDENTIFY; the sandbox has no limit."""
@@ -77,7 +84,11 @@ class RecordingClient(discord.Client):
         self._record("raw_typing", payload)
 
     async def on_guild_join(self, guild: discord.Guild) -> None:
+        self.announced_guilds.add(guild.id)
         self._record("guild_join", guild)
+
+    async def on_guild_available(self, guild: discord.Guild) -> None:
+        self.announced_guilds.add(guild.id)
 
     async def on_guild_channel_create(self, channel: discord.abc.GuildChannel) -> None:
         self._record("guild_channel_create", channel)
@@ -93,7 +104,7 @@ class RecordingShardedClient(RecordingClient, discord.AutoShardedClient):
     """The sharded variant: the same recording over AutoShardedClient's connection logic."""
 
 
-ClientT = TypeVar("ClientT", bound=discord.Client)
+ClientT = TypeVar("ClientT", bound=RecordingClient)
 
 
 @contextlib.asynccontextmanager
@@ -109,6 +120,7 @@ async def running(client: ClientT, token: str) -> AsyncIterator[ClientT]:
         if task in done:
             task.result()
         assert ready in done, "the client did not become ready"
+        await every_guild_available(client)
         yield client
     finally:
         ready.cancel()
@@ -116,6 +128,16 @@ async def running(client: ClientT, token: str) -> AsyncIterator[ClientT]:
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await keep_alive_threads_finished()
+
+
+async def every_guild_available(client: RecordingClient) -> None:
+    """Wait until discord.py has announced each guild READY listed (with its members, when
+    the client asked for them): it is ready once no GUILD_CREATE came for
+    `GUILD_READY_SECONDS`; a guild a stalled process delayed longer is announced after READY."""
+    deadline = asyncio.get_running_loop().time() + EVENT_TIMEOUT
+    while {guild.id for guild in client.guilds} - client.announced_guilds:
+        assert asyncio.get_running_loop().time() < deadline, "a guild was never announced"
+        await asyncio.sleep(0.01)
 
 
 async def keep_alive_threads_finished() -> None:
