@@ -1,7 +1,8 @@
 """What the budget check costs a turn: two `runbot` processes (one guild's shard each) take 50
-triggers at once, first with no limits (the calls are only counted), then, in the same run, with
-every limit on (tokens a day, US dollars a month and a user's turns, none of them reached, the
-models priced).
+triggers at once, with no limits (the calls are only counted) and, in the same run, with every
+limit on (tokens a day, US dollars a month and a user's turns, none of them reached, the models
+priced). The two alternate over `ROUNDS` rounds (off then on, then on then off, …; each switch
+followed by a warm-up burst), so a drift of the machine over the run falls on both alike.
 
 Run: ``DATABASE_URL=postgres://… .venv/bin/python -m benchmarks.spend`` (on a throwaway database
 of that server; SQLite when ``DATABASE_URL`` names nothing, which serialises the two workers'
@@ -9,29 +10,36 @@ writes and says little).
 
 Figures, each with limits on beside limits off (the first is the goal's):
 
-1. **Trigger → reply** as the sandbox sees it (what a person gets): p50 and p95. The fake
-   model answers after 0.2 s, so about 25 turns of a worker are in flight together.
-2. **The limits' own time per turn**, a diagnostic beside it (`Turn.limits_ms`: the user's
-   turns counted, each call reserved and settled, waits for calls in flight included): p50
-   and p95 over the 50 turns. With limits off it is the accounting alone (settling each call
-   into the counters and rollups).
+1. **Trigger → reply** as the sandbox sees it (what a person gets): p50 and p95 over every
+   round's turns, and each round's p95 difference (on minus off), which shows how far apart
+   two bursts of the same kind fall. The fake model answers after 0.2 s, so about 25 turns of
+   a worker are in flight together.
+2. **The limits' own time per turn**, a diagnostic (`Turn.limits_ms`: the user's turns
+   counted, each call reserved and settled, waits for calls in flight included). With limits
+   off it is the accounting alone (settling each call into the counters and rollups).
+3. **CPU per turn**, a diagnostic: the two workers' and PostgreSQL's processes, over the
+   measured bursts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.table import Row, emit, percentile
 from benchmarks.throwaway import setup_django, teardown_django
 
 CHANNELS = 25
+ROUNDS = 10
+RESAMPLES = 2000
 EPOCH_MS = 1_704_067_200_000
 GOAL_MS = 2.0
 WAIT = 120.0
@@ -66,22 +74,56 @@ def _configuration(guilds: list[int]) -> dict:
     }
 
 
-def _limits_on(guilds: list[int]) -> None:
-    """Every limit on, none reached; the model priced (each save moves the guild's stamp, so
-    the workers read it on their next batch)."""
+def _limits(guilds: list[int], *, on: bool) -> None:
+    """Every limit on, none reached, the model priced; or none at all (each save moves the
+    guild's stamp, so the workers read it on their next batch)."""
     from personas.models import GuildConfig, ModelPrice
 
     ModelPrice.objects.update_or_create(
         model="gpt-4o-mini", defaults={"input": "0.15", "cached_input": "0.075", "output": "0.6"}
     )
+    limits = {
+        "tokens_per_day": 1_000_000_000,
+        "usd_per_month": "1000000",
+        "user_turns": {"count": 10_000, "per_seconds": 60},
+        "notice": "",
+    }
     for guild in GuildConfig.objects.filter(guild_id__in=guilds):
-        guild.limits = {
-            "tokens_per_day": 1_000_000_000,
-            "usd_per_month": "1000000",
-            "user_turns": {"count": 10_000, "per_seconds": 60},
-            "notice": "",
-        }
+        guild.limits = limits if on else {}
         guild.save()
+
+
+def _cpu_seconds(pids: list[int] | None = None) -> dict[int, float]:
+    """User and system CPU seconds each process used so far (Linux ``/proc``); every
+    PostgreSQL process of this machine when ``pids`` is None."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    if pids is None:
+        pids = [
+            int(entry.name)
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and _comm(entry) == "postgres"
+        ]
+    used = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # a process that ended since
+            continue
+        used[pid] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return used
+
+
+def _cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two readings, by process (one that started in between counts from
+    nothing; one that ended in between is lost: the workers hold their connections)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())
+
+
+def _comm(entry: Path) -> str:
+    try:
+        return (entry / "comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _database_url() -> str:
@@ -149,7 +191,19 @@ async def _burst(sandbox_state, channels, alice, replies: dict[str, float], text
     return [ms or 0.0 for _, ms in turns], latencies
 
 
-async def _run(directory: str) -> dict[str, tuple[list[float], list[float]]]:
+@dataclass(frozen=True)
+class Burst:
+    """One measured burst: its turns' limits_ms and trigger → reply seconds, and the CPU
+    seconds the workers and PostgreSQL used over it."""
+
+    limits_on: bool
+    limits_ms: list[float]
+    latencies: list[float]
+    worker_cpu: float
+    database_cpu: float
+
+
+async def _run(directory: str) -> list[Burst]:
     from asgiref.sync import sync_to_async
     from django.db import connections
 
@@ -180,7 +234,7 @@ async def _run(directory: str) -> dict[str, tuple[list[float], list[float]]]:
         responder=lambda body: Reply("noted.", prompt_tokens=100, completion_tokens=20),
         pace=StreamPace(first_token_s=0.2),
     )
-    results = {}
+    results: list[Burst] = []
     gateway = GatewaySettings(heartbeat_interval_ms=500)
     async with SandboxServer(world, gateway=gateway) as server, llm:
         workers = [_runbot(k, server, llm, Path(directory) / f"worker{k}.log") for k in (0, 1)]
@@ -190,11 +244,20 @@ async def _run(directory: str) -> dict[str, tuple[list[float], list[float]]]:
                 if time.monotonic() > deadline:
                     raise RuntimeError("the workers did not connect")
                 await asyncio.sleep(0.1)
-            await _burst(world, channels, alice, replies, "tomori, warming up")
-            results["off"] = await _burst(world, channels, alice, replies, "tomori, question")
-            await sync_to_async(_limits_on)(guilds)
-            await _burst(world, channels, alice, replies, "tomori, warming up again")
-            results["on"] = await _burst(world, channels, alice, replies, "tomori, question")
+            pids = [worker.pid for worker in workers]
+            for n in range(ROUNDS):
+                for on in (False, True) if n % 2 == 0 else (True, False):
+                    await sync_to_async(_limits)(guilds, on=on)
+                    await _burst(world, channels, alice, replies, "tomori, warming up")
+                    workers_cpu, database_cpu = _cpu_seconds(pids), _cpu_seconds()
+                    limits_ms, latencies = await _burst(
+                        world, channels, alice, replies, "tomori, question"
+                    )
+                    used = (
+                        _cpu_used(workers_cpu, _cpu_seconds(pids)),
+                        _cpu_used(database_cpu, _cpu_seconds()),
+                    )
+                    results.append(Burst(on, limits_ms, latencies, *used))
         finally:
             for worker in workers:
                 worker.terminate()
@@ -214,30 +277,72 @@ def main() -> None:
             results = asyncio.run(_run(directory))
         finally:
             teardown_django(database)
-    (limits_on, reply_on), (limits_off, reply_off) = results["on"], results["off"]
-    on_p95, off_p95 = percentile(limits_on, 0.95), percentile(limits_off, 0.95)
-    reply_on_p95, reply_off_p95 = percentile(reply_on, 0.95), percentile(reply_off, 0.95)
-    added_ms = (reply_on_p95 - reply_off_p95) * 1000
-    emit(
-        [
-            Row(
-                f"trigger → reply as the sandbox sees it, 2 workers, 50 concurrent triggers "
-                f"({vendor}), p50 / p95",
-                f"{statistics.median(reply_on) * 1000:.0f} / {reply_on_p95 * 1000:.0f} ms "
-                f"with every limit on (p95 adds {added_ms:.0f} ms)",
-                f"{statistics.median(reply_off) * 1000:.0f} / {reply_off_p95 * 1000:.0f} ms "
-                "with none",
-                f"adds ≤ {GOAL_MS:g} ms p95",
-            ),
-            Row(
-                "… the limits' own time per turn (diagnostic), p50 / p95",
-                f"{statistics.median(limits_on):.2f} / {on_p95:.2f} ms with every "
-                f"limit on (p95 adds {on_p95 - off_p95:.2f} ms)",
-                f"{statistics.median(limits_off):.2f} / {off_p95:.2f} ms with none "
-                "(counting alone)",
-            ),
-        ]
-    )
+    emit(_rows(results, vendor))
+
+
+def _interval(rounds: list[tuple[Burst, Burst]]) -> tuple[float, float]:
+    """A 95 % interval of the pooled p95 difference (on minus off, ms): the rounds resampled
+    with replacement (a round's two bursts ran side by side, so they are drawn together)."""
+    draw = random.Random(0)
+    differences = []
+    for _ in range(RESAMPLES):
+        chosen = draw.choices(rounds, k=len(rounds))
+        on = [value for burst, _ in chosen for value in burst.latencies]
+        off = [value for _, burst in chosen for value in burst.latencies]
+        differences.append((percentile(on, 0.95) - percentile(off, 0.95)) * 1000)
+    differences.sort()
+    return differences[RESAMPLES * 25 // 1000], differences[RESAMPLES * 975 // 1000 - 1]
+
+
+def _rows(bursts: list[Burst], vendor: str) -> list[Row]:
+    on = [b for b in bursts if b.limits_on]
+    off = [b for b in bursts if not b.limits_on]
+
+    def pooled(chosen: list[Burst], figure: str) -> list[float]:
+        return [value for burst in chosen for value in getattr(burst, figure)]
+
+    reply_on, reply_off = pooled(on, "latencies"), pooled(off, "latencies")
+    limits_on, limits_off = pooled(on, "limits_ms"), pooled(off, "limits_ms")
+    rounds = [  # each round's p95 difference, on minus off, in ms
+        (percentile(a.latencies, 0.95) - percentile(b.latencies, 0.95)) * 1000
+        for a, b in zip(on, off, strict=True)
+    ]
+    added_ms = (percentile(reply_on, 0.95) - percentile(reply_off, 0.95)) * 1000
+    per_round = ", ".join(f"{d:+.0f}" for d in rounds)
+    low, high = _interval(list(zip(on, off, strict=True)))
+
+    def ms(values: list[float], scale: float = 1000) -> str:
+        return (
+            f"{statistics.median(values) * scale:.0f} / {percentile(values, 0.95) * scale:.0f} ms"
+        )
+
+    def cpu_ms(chosen: list[Burst], figure: str) -> float:
+        turns = sum(len(burst.latencies) for burst in chosen)
+        return sum(getattr(burst, figure) for burst in chosen) * 1000 / turns
+
+    return [
+        Row(
+            f"trigger → reply as the sandbox sees it, 2 workers, 50 concurrent triggers "
+            f"({vendor}), {len(on)} bursts of each kind, p50 / p95",
+            f"{ms(reply_on)} with every limit on (p95 adds {added_ms:+.0f} ms, 95 % interval "
+            f"{low:+.0f} to {high:+.0f} ms; each round's p95: {per_round} ms)",
+            f"{ms(reply_off)} with none",
+            f"adds ≤ {GOAL_MS:g} ms p95",
+        ),
+        Row(
+            "… the limits' own time per turn (diagnostic), p50 / p95",
+            f"{statistics.median(limits_on):.2f} / {percentile(limits_on, 0.95):.2f} ms "
+            "with every limit on",
+            f"{statistics.median(limits_off):.2f} / {percentile(limits_off, 0.95):.2f} ms "
+            "with none (counting alone)",
+        ),
+        Row(
+            "… CPU per turn (diagnostic): the two workers, PostgreSQL",
+            f"{cpu_ms(on, 'worker_cpu'):.1f} ms, {cpu_ms(on, 'database_cpu'):.1f} ms "
+            "with every limit on",
+            f"{cpu_ms(off, 'worker_cpu'):.1f} ms, {cpu_ms(off, 'database_cpu'):.1f} ms with none",
+        ),
+    ]
 
 
 if __name__ == "__main__":
