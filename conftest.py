@@ -105,7 +105,9 @@ class MigratedTemplate:
             return
         for stale in self.path.parent.glob("test-db-template-*.sqlite3"):
             stale.unlink()
-        _sqlite_copy(self.database, self.path)
+        building = self.path.with_suffix(".building")
+        _sqlite_copy(self.database, building)
+        building.replace(self.path)  # whole or not at all, should the run be stopped meanwhile
         self.building = False
         fcntl.flock(self._lock, fcntl.LOCK_UN)
 
