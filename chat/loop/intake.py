@@ -38,10 +38,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import DatabaseError, connections
 
 from botproject.failures import FailureStreak
 from chat import metrics
+from chat.db_connections import connections_renewed
 from chat.pipeline.types import HistoryMessage
 from chat.selectors.event_queue import LastIngested
 from chat.services import event_queue
@@ -403,5 +404,5 @@ def _connect() -> None:
 def _store(
     batch: list[tuple[HistoryMessage, int | None]], own: OwnIdentity | None, shards: ShardSet
 ) -> Consumed:
-    close_old_connections()  # a connection broken by an outage is replaced, not reused
+    connections_renewed()  # one an outage broke is replaced, not reused
     return event_queue.event_ingest_many(batch=batch, own=own, shards=shards)

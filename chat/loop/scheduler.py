@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from botproject.failures import FailureStreak
 from botproject.live_updates import (
@@ -36,6 +36,7 @@ from botproject.live_updates import (
     publish_live_update,
 )
 from chat import selectors
+from chat.db_connections import connections_renewed
 from chat.loop.autonomous import AutonomousLoop
 from chat.loop.reactive import ReactiveLoop
 from chat.loop.unread_counts import UnreadCounts
@@ -175,7 +176,7 @@ class Scheduler:
                 self.schedule(channel_id)
 
     def _consume(self, own: OwnIdentity) -> event_queue.Consumed:
-        close_old_connections()  # a connection broken by an outage is replaced, not reused
+        connections_renewed()  # one an outage broke is replaced, not reused
         return event_queue.event_queue_consume(own=own, shards=self._shards)
 
     def schedule(self, channel_id: int) -> None:
