@@ -2,22 +2,24 @@
 
 The rules are pure (`chat.pipeline.spend`); this module keeps the counts they read:
 
-- `first_call_take`: a turn's first call, in one transaction: its trigger counted in the
-  user's window (`user_turn_decision`, under the row's lock, in any process), its reservation
-  row written, the counters and other processes' reservations read in one statement. The call
-  is judged on that plus what this process's calls in flight hold (`SpendLedger`, in memory:
-  judged and held with no await in between, so a process never starts two calls on the same
-  headroom). Two processes judging at the same instant may each start one call the other would
-  have refused: a budget is overspent by at most one turn per process, whatever the
-  concurrency. A persona turn begins this as it starts (`SpendMeter.admit_early`, judged on
-  the context's whole budget), so the trip runs beside its prompt build and the first call
-  finds it done; the call then holds its own bound. The calls after a turn's first hold
-  their bound without being judged.
-- `spend_settle`: after the call, in the background, in one transaction: its reservation row
-  goes, what it used is added to the day's rollup row (guild, channel, persona, user, kind,
-  model) and to the counters (the guild's and the persona's, for the day and the month), then
-  its hold is released. Integer sums in single statements (``INSERT … ON CONFLICT DO
-  UPDATE``): exact on PostgreSQL and SQLite.
+- `first_call_take`: a turn's first call, all or nothing: its trigger counted in the user's
+  window (`user_turn_decision`, under the row's lock, in any process), its reservation row
+  written, the counters and other processes' reservations read (on PostgreSQL: the window
+  read, one statement for the rest, the commit; one statement when no trigger is counted).
+  The call is judged on that plus what this process's calls in flight hold (`SpendLedger`, in
+  memory: judged and held with no await in between, so a process never starts two calls on
+  the same headroom). Two processes judging at the same instant may each start one call the
+  other would have refused: a budget is overspent by at most one turn per process, whatever
+  the concurrency. A persona turn begins this as it starts (`SpendMeter.admit_early`, judged
+  on the context's whole budget), so the trip runs beside its prompt build and the first call
+  finds it done; the call then holds its own bound in the ledger (its row keeps the larger
+  one until it settles). The calls after a turn's first hold their bound without being
+  judged.
+- `spend_settle`: after the call, in the background, all or nothing (on PostgreSQL one
+  statement: `_in_one_trip`): its reservation row goes, what it used is added to the day's
+  rollup row (guild, channel, persona, user, kind, model) and to the counters (the guild's
+  and the persona's, for the day and the month), then its hold is released. Integer sums
+  (``INSERT … ON CONFLICT DO UPDATE``): exact on PostgreSQL and SQLite.
 
 `SpendMeter` is the `chat.llm.metering.CallMeter` of one turn (or planner step, memory task): it
 prices each call (`PriceBook`: the operator's table, kept while its stamp stands), lets it in
@@ -31,12 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime as dt
+import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -44,10 +48,11 @@ from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connection, connections, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from chat import metrics
+from chat.db_connections import connections_renewed
 from chat.llm.base import ChatRequest, Completion, ModelRequest, TextCompletionRequest
 from chat.llm.metering import CallCharge, Refusal, SpendRefused
 from chat.models_spend import (
@@ -397,43 +402,6 @@ def _counter_keys(site: SpendSite, periods: SpendPeriods) -> list[tuple[int, int
     ]
 
 
-def _counters_read(site: SpendSite, periods: SpendPeriods) -> dict[tuple[int, str], SpendCount]:
-    """What each of the call's counters has used (a counter not made yet: nothing), by
-    (persona id, period)."""
-    keys = _counter_keys(site, periods)
-    rows = SpendCounter.objects.filter(
-        guild_id=site.guild_id,
-        persona_id__in={owner for _, owner, _, _ in keys},
-        starts_on__in={periods.day, periods.month},
-    ).values_list(
-        "persona_id", "period", "starts_on", "prompt_tokens", "completion_tokens", "usd_pico"
-    )
-    wanted = {(owner, period, start) for _, owner, period, start in keys}
-    return {
-        (owner, period): SpendCount(tokens=prompt + completion, usd=Decimal(pico) / PICO)
-        for owner, period, start, prompt, completion, pico in rows
-        if (owner, period, start) in wanted
-    }
-
-
-def _reserved(
-    site: SpendSite, now: dt.datetime, *, but: str = ""
-) -> dict[int, tuple[int, Decimal]]:
-    """The live reservations of the guild (those of holder ``but`` left out), summed per
-    persona id: (tokens, US dollars)."""
-    rows = (
-        SpendReservation.objects.filter(guild_id=site.guild_id, expires_at__gt=now)
-        .exclude(holder=but)
-        .values_list("persona_id", "tokens", "usd_pico")
-        .order_by()
-    )
-    sums: dict[int, tuple[int, Decimal]] = {}
-    for owner, tokens, pico in rows:
-        held_tokens, held_usd = sums.get(owner, (0, Decimal(0)))
-        sums[owner] = (held_tokens + tokens, held_usd + Decimal(pico) / PICO)
-    return sums
-
-
 def spend_views(
     *,
     site: SpendSite,
@@ -471,6 +439,50 @@ def spend_views(
     return views
 
 
+Statement = tuple[str, list[Any]]
+"""One SQL statement and its parameters."""
+
+
+def _in_one_trip(
+    writes: Sequence[Statement], read: Statement | None = None
+) -> list[tuple[Any, ...]]:
+    """Run ``writes`` in order, then ``read``, all or nothing, and return what ``read`` found.
+    On PostgreSQL that is one statement, one trip to the server (the writes as data-modifying
+    ``WITH`` parts: they run once, whole, and ``read`` sees the snapshot from before them); on
+    SQLite, which has no such parts, one statement after another in a transaction."""
+    if connection.vendor == "postgresql":
+        leading, (last, params) = (writes, read) if read else (writes[:-1], writes[-1])
+        parts = ", ".join(f"w{n} AS ({sql})" for n, (sql, _) in enumerate(leading))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH {parts} {last}" if parts else last,
+                [*(p for _, ps in leading for p in ps), *params],
+            )
+            return list(cursor.fetchall()) if read else []
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        for sql, params in writes:
+            cursor.execute(sql, params)
+        if read is None:
+            return []
+        cursor.execute(*read)
+        return list(cursor.fetchall())
+
+
+def _counting(*, locks: bool) -> contextlib.AbstractContextManager[Any]:
+    """The transaction a counting step that ``locks`` a row runs in (committed without a disk
+    flush); none for one that does not: its `_in_one_trip` is all or nothing by itself."""
+    if not locks:
+        return contextlib.nullcontext()
+    return _unflushed_transaction()
+
+
+@contextlib.contextmanager
+def _unflushed_transaction() -> Iterator[None]:
+    with transaction.atomic():
+        _commit_without_flush()
+        yield
+
+
 @dataclass(frozen=True, slots=True)
 class FirstCallView:
     """What a turn's first call is judged on: the trigger's count against ``user_turns``
@@ -488,15 +500,18 @@ def first_call_take(
     now: dt.datetime,
     trigger: int | None,
 ) -> FirstCallView:
-    """A turn's first call, in one transaction: count its ``trigger`` in the user's window
-    (under the row's lock; a user past ``user_turns`` stops here, nothing written), write the
-    call's reservation row, then read the counters and other processes' reservations
-    (`_budget_read`). The caller judges on it with its own calls in flight, and gives the slot
-    and the row back (`first_call_give_back`) when the budget says no."""
-    with transaction.atomic():
-        _commit_without_flush()
-        turn = None
-        if trigger is not None and site.user_turns is not None:
+    """A turn's first call, all or nothing: count its ``trigger`` in the user's window (under
+    the row's lock; a user past ``user_turns`` stops here, nothing written), write the call's
+    reservation row and read the counters and other processes' reservations (`_budget_read`).
+    On PostgreSQL that is two statements and a commit with a trigger to count, one statement
+    without. The caller judges on it with its own calls in flight, and gives the slot and the
+    row back (`first_call_give_back`) when the budget says no."""
+    counts = trigger is not None and site.user_turns is not None
+    writes: list[Statement] = []
+    turn = None
+    with _counting(locks=counts):
+        if counts:
+            assert trigger is not None and site.user_turns is not None
             row_id, slots = _window_taken(site.guild_id, site.user_id)
             turn = user_turn_decision(
                 slots=slots, message_id=trigger, now=now.timestamp(), limit=site.user_turns
@@ -504,36 +519,52 @@ def first_call_take(
             if not turn.allowed:
                 return FirstCallView(turn, {}, {})
             if turn.slots != slots:
-                _window_store(row_id, turn.slots)
-        if site.limited:
-            reservation_record(hold=hold, expires_at=now + RESERVATION_TTL)
-            used, others = _budget_read(site, hold.periods, now, but=hold.holder)
-            return FirstCallView(turn, used, others)
-    return FirstCallView(turn, {}, {})
+                writes.append(_window_stored(row_id, turn.slots))
+        if not site.limited:
+            if writes:
+                _in_one_trip(writes)
+            return FirstCallView(turn, {}, {})
+        writes.append(_reservation_inserted(hold, expires_at=now + RESERVATION_TTL))
+        rows = _in_one_trip(writes, _budget_query(site, hold.periods, now, but=hold.holder))
+    used, others = _budget_rows(site, hold.periods, rows)
+    return FirstCallView(turn, used, others)
 
 
-def _budget_read(
+def _budget_query(
     site: SpendSite, periods: SpendPeriods, now: dt.datetime, *, but: str
-) -> tuple[dict[tuple[int, str], SpendCount], dict[int, tuple[int, Decimal]]]:
+) -> Statement:
     """What the call's counters used and what other holders' live reservations hold (per
     persona id), in one statement: one snapshot, so a settlement (its row gone and its use
-    counted, in one transaction) is seen whole or not at all."""
+    counted, at once) is seen whole or not at all."""
     reservations, counters = SpendReservation._meta.db_table, SpendCounter._meta.db_table
-    keys = _counter_keys(site, periods)
-    owners = sorted({owner for _, owner, _, _ in keys})
+    owners = sorted({owner for _, owner, _, _ in _counter_keys(site, periods)})
     marks = ", ".join(["%s"] * len(owners))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT persona_id, NULL, NULL, SUM(tokens), SUM(usd_pico) FROM {reservations} "
-            "WHERE guild_id = %s AND expires_at > %s AND holder <> %s GROUP BY persona_id "
-            "UNION ALL "
-            "SELECT persona_id, period, starts_on, prompt_tokens + completion_tokens, usd_pico "
-            f"FROM {counters} WHERE guild_id = %s AND persona_id IN ({marks}) "
-            "AND starts_on IN (%s, %s)",
-            [site.guild_id, now, but, site.guild_id, *owners, periods.day, periods.month],
-        )
-        rows = cursor.fetchall()
-    wanted = {(owner, period, start) for _, owner, period, start in keys}
+    ops = connection.ops
+    return (
+        f"SELECT persona_id, NULL, NULL, SUM(tokens), SUM(usd_pico) FROM {reservations} "
+        "WHERE guild_id = %s AND expires_at > %s AND holder <> %s GROUP BY persona_id "
+        "UNION ALL "
+        "SELECT persona_id, period, starts_on, prompt_tokens + completion_tokens, usd_pico "
+        f"FROM {counters} WHERE guild_id = %s AND persona_id IN ({marks}) "
+        "AND starts_on IN (%s, %s)",
+        [
+            site.guild_id,
+            ops.adapt_datetimefield_value(now),
+            but,
+            site.guild_id,
+            *owners,
+            ops.adapt_datefield_value(periods.day),
+            ops.adapt_datefield_value(periods.month),
+        ],
+    )
+
+
+def _budget_rows(
+    site: SpendSite, periods: SpendPeriods, rows: Iterable[Sequence[Any]]
+) -> tuple[dict[tuple[int, str], SpendCount], dict[int, tuple[int, Decimal]]]:
+    """`_budget_query`'s rows: what each counter used, by (persona id, period), and what the
+    other holders hold, by persona id (tokens, US dollars)."""
+    wanted = {(owner, period, start) for _, owner, period, start in _counter_keys(site, periods)}
     used: dict[tuple[int, str], SpendCount] = {}
     others: dict[int, tuple[int, Decimal]] = {}
     for owner, period, start, tokens, pico in rows:
@@ -547,43 +578,60 @@ def _budget_read(
     return used, others
 
 
+def _budget_read(
+    site: SpendSite, periods: SpendPeriods, now: dt.datetime, *, but: str = ""
+) -> tuple[dict[tuple[int, str], SpendCount], dict[int, tuple[int, Decimal]]]:
+    """`_budget_rows` of `_budget_query`, read now (``but``: the holder whose reservations
+    are left out; none when empty)."""
+    with connection.cursor() as cursor:
+        cursor.execute(*_budget_query(site, periods, now, but=but))
+        return _budget_rows(site, periods, cursor.fetchall())
+
+
 def first_call_give_back(*, site: SpendSite, hold: Hold | None, trigger: int | None) -> None:
     """A first call a budget kept out, or one admitted for a turn that made no call: its
     reservation row goes (``hold`` None: it wrote none) and its trigger's slot is given back
     (a refused trigger counts for nothing)."""
-    with transaction.atomic():
-        _commit_without_flush()
-        if hold is not None:
-            SpendReservation.objects.filter(ticket=hold.ticket).delete()
-        if trigger is not None and site.user_turns is not None:
+    counts = trigger is not None and site.user_turns is not None
+    writes = [_reservation_deleted(hold.ticket)] if hold is not None else []
+    with _counting(locks=counts):
+        if counts:
             row_id, slots = _window_taken(site.guild_id, site.user_id)
             kept = tuple(slot for slot in slots if slot.message_id != trigger)
             if kept != slots:
-                _window_store(row_id, kept)
+                writes.append(_window_stored(row_id, kept))
+        if writes:
+            _in_one_trip(writes)
 
 
 def reservation_record(*, hold: Hold, expires_at: dt.datetime) -> None:
     """Write a hold's reservation row: what other processes see of the call, and the usage
     page shows as reserved (a process that stops without settling it leaves it to lapse at
     ``expires_at``)."""
-    SpendReservation.objects.create(
-        guild_id=hold.guild_id,
-        persona_id=hold.persona_id,
-        day=hold.periods.day,
-        month=hold.periods.month,
-        tokens=hold.tokens,
-        usd_pico=int(hold.usd * PICO),
-        expires_at=expires_at,
-        ticket=hold.ticket,
-        holder=hold.holder,
+    _in_one_trip([_reservation_inserted(hold, expires_at=expires_at)])
+
+
+def _reservation_inserted(hold: Hold, *, expires_at: dt.datetime) -> Statement:
+    ops = connection.ops
+    return (
+        f"INSERT INTO {SpendReservation._meta.db_table} (ticket, holder, guild_id, persona_id, "
+        "day, month, tokens, usd_pico, expires_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        [
+            hold.ticket,
+            hold.holder,
+            hold.guild_id,
+            hold.persona_id,
+            ops.adapt_datefield_value(hold.periods.day),
+            ops.adapt_datefield_value(hold.periods.month),
+            hold.tokens,
+            int(hold.usd * PICO),
+            ops.adapt_datetimefield_value(expires_at),
+        ],
     )
 
 
-def reservation_resize(*, hold: Hold) -> None:
-    """A call admitted on a larger bound holds its own now: its row says so."""
-    SpendReservation.objects.filter(ticket=hold.ticket).update(
-        tokens=hold.tokens, usd_pico=int(hold.usd * PICO)
-    )
+def _reservation_deleted(ticket: str) -> Statement:
+    return (f"DELETE FROM {SpendReservation._meta.db_table} WHERE ticket = %s", [ticket])
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,20 +647,21 @@ class Counted:
 def spend_settle(
     *, site: SpendSite, hold: Hold | None, periods: SpendPeriods, counted: Counted
 ) -> None:
-    """Settle one call in one transaction: its reservation row goes, what it used is added to
-    the counters of ``periods`` (the guild's, and the persona's when it has one) and to the
-    day's rollup row."""
-    with transaction.atomic():
-        _commit_without_flush()
-        if hold is not None:
-            SpendReservation.objects.filter(ticket=hold.ticket).delete()
-        _rollup_add(site, periods.day, counted)
-        _counters_add(site, periods, counted)
+    """Settle one call, all or nothing (on PostgreSQL one statement): its reservation row
+    goes, what it used is added to the day's rollup row and to the counters of ``periods``
+    (the guild's, and the persona's when it has one)."""
+    _in_one_trip(
+        [
+            *([_reservation_deleted(hold.ticket)] if hold is not None else []),
+            _rollup_added(_rollup_key(site, periods.day, counted), _rollup_amounts(counted)),
+            _counters_added(site, periods, counted),
+        ]
+    )
 
 
 def spend_release(*, hold: Hold) -> None:
     """Drop the reservation row of a call that used nothing (it failed before any answer)."""
-    SpendReservation.objects.filter(ticket=hold.ticket).delete()
+    _in_one_trip([_reservation_deleted(hold.ticket)])
 
 
 def _amounts(counted: Counted) -> list[int]:
@@ -634,27 +683,32 @@ def _added(table: str, columns: Sequence[str]) -> str:
     return ", ".join(f"{c} = {table}.{c} + excluded.{c}" for c in columns)
 
 
-def _counters_add(site: SpendSite, periods: SpendPeriods, counted: Counted) -> None:
+def _counters_added(site: SpendSite, periods: SpendPeriods, counted: Counted) -> Statement:
+    """Add a call to its counters (`_counter_keys`), each made when missing."""
     table = SpendCounter._meta.db_table
     keys = _counter_keys(site, periods)
     amounts = _amounts(counted)
     columns = (*_ADDED, "unpriced_calls")
     values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(keys))
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (guild_id, persona_id, period, starts_on, {', '.join(columns)}) "
-            f"VALUES {values} ON CONFLICT (guild_id, persona_id, period, starts_on) "
-            f"DO UPDATE SET {_added(table, columns)}",
-            [value for key in keys for value in (*key, *amounts)],  # type: ignore[misc]
-        )
+    day = connection.ops.adapt_datefield_value
+    return (
+        f"INSERT INTO {table} (guild_id, persona_id, period, starts_on, {', '.join(columns)}) "
+        f"VALUES {values} ON CONFLICT (guild_id, persona_id, period, starts_on) "
+        f"DO UPDATE SET {_added(table, columns)}",
+        [
+            value
+            for guild, owner, period, start in keys
+            for value in (guild, owner, period, day(start), *amounts)
+        ],
+    )
 
 
 _ROLLUP_KEY = ("guild_id", "day", "channel_id", "persona_name", "user_id", "kind", "model")
 _ROLLUP_AMOUNTS = (*_ADDED, "unpriced_calls", "estimated_calls")
 
 
-def _rollup_add(site: SpendSite, day: dt.date, counted: Counted) -> None:
-    key = [
+def _rollup_key(site: SpendSite, day: dt.date, counted: Counted) -> list[Any]:
+    return [
         site.guild_id,
         day,
         site.channel_id,
@@ -663,22 +717,26 @@ def _rollup_add(site: SpendSite, day: dt.date, counted: Counted) -> None:
         str(counted.kind),
         counted.model[:200],
     ]
-    _rollup_upsert(key, [*_amounts(counted), 1 if counted.tokens.estimated else 0])
 
 
-def _rollup_upsert(key: Sequence[object], amounts: Sequence[int]) -> None:
+def _rollup_amounts(counted: Counted) -> list[int]:
+    return [*_amounts(counted), 1 if counted.tokens.estimated else 0]
+
+
+def _rollup_added(key: Sequence[Any], amounts: Sequence[int]) -> Statement:
     """Add ``amounts`` (`_ROLLUP_AMOUNTS`) to the rollup row of ``key`` (`_ROLLUP_KEY`), made
-    when missing: one statement."""
+    when missing."""
     table = UsageDay._meta.db_table
     columns = _ROLLUP_AMOUNTS
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (guild_id, day, channel_id, persona_name, user_id, kind, model, "
-            f"{', '.join(columns)}) VALUES ({', '.join(['%s'] * (len(key) + len(amounts)))}) "
-            f"ON CONFLICT ({', '.join(_ROLLUP_KEY)}) "
-            f"DO UPDATE SET {_added(table, columns)}",
-            [*key, *amounts],  # type: ignore[list-item]
-        )
+    key = list(key)
+    key[1] = connection.ops.adapt_datefield_value(key[1])
+    return (
+        f"INSERT INTO {table} (guild_id, day, channel_id, persona_name, user_id, kind, model, "
+        f"{', '.join(columns)}) VALUES ({', '.join(['%s'] * (len(key) + len(amounts)))}) "
+        f"ON CONFLICT ({', '.join(_ROLLUP_KEY)}) "
+        f"DO UPDATE SET {_added(table, columns)}",
+        [*key, *amounts],
+    )
 
 
 def usage_forget_user(*, guild_id: int, user_id: int) -> int:
@@ -689,7 +747,7 @@ def usage_forget_user(*, guild_id: int, user_id: int) -> int:
     for row in rows:
         key = [getattr(row, name) for name in _ROLLUP_KEY]
         key[_ROLLUP_KEY.index("user_id")] = ANONYMOUS
-        _rollup_upsert(key, [getattr(row, name) for name in _ROLLUP_AMOUNTS])
+        _in_one_trip([_rollup_added(key, [getattr(row, name) for name in _ROLLUP_AMOUNTS])])
     UsageDay.objects.filter(id__in=[row.id for row in rows]).delete()
     UserTurnWindow.objects.filter(guild_id=guild_id, user_id=user_id).delete()
     return len(rows)
@@ -704,19 +762,8 @@ def spend_record(*, site: SpendSite, now: dt.datetime, counted: Counted) -> None
 def spend_state(*, site: SpendSite, now: dt.datetime) -> SpendDecision:
     """Whether a call of ``site`` could start now, read without reserving or locking (the
     question a background task asks before it prepares anything)."""
-    periods = spend_periods(now, site.zone)
-    keys = _counter_keys(site, periods)
-    used = {}
-    for row in SpendCounter.objects.filter(
-        guild_id=site.guild_id,
-        persona_id__in={owner for _, owner, _, _ in keys},
-        starts_on__in={periods.day, periods.month},
-    ):
-        if (row.guild_id, row.persona_id, row.period, row.starts_on) in keys:
-            used[(row.persona_id, row.period)] = SpendCount(
-                tokens=row.tokens, usd=Decimal(row.usd_pico) / PICO
-            )
-    return spend_decision(spend_views(site=site, used=used, reserved=_reserved(site, now)))
+    used, reserved = _budget_read(site, spend_periods(now, site.zone), now)
+    return spend_decision(spend_views(site=site, used=used, reserved=reserved))
 
 
 def reservations_prune(*, now: dt.datetime) -> int:
@@ -732,34 +779,45 @@ def user_turn_take(
 ) -> UserTurnDecision:
     """Judge one trigger of ``user_id`` in ``guild_id`` against ``limit`` and count it when it
     is let in, under the lock of the user's window row (atomic across processes)."""
-    with transaction.atomic():
-        _commit_without_flush()
+    with _unflushed_transaction():
         row_id, slots = _window_taken(guild_id, user_id)
         decision = user_turn_decision(slots=slots, message_id=message_id, now=now, limit=limit)
         if decision.slots != slots:
-            _window_store(row_id, decision.slots)
+            _in_one_trip([_window_stored(row_id, decision.slots)])
     return decision
 
 
 def _window_taken(guild_id: int, user_id: int) -> tuple[int, tuple[UserTurnSlot, ...]]:
-    """The user's window row (made when missing) locked until the transaction ends, in one
-    statement: its id and its slots."""
+    """The user's window row, locked until the transaction ends (made when missing): its id
+    and its slots. On PostgreSQL the row is read ``FOR UPDATE``; SQLite's transactions here
+    take its one write lock as they begin."""
     table = UserTurnWindow._meta.db_table
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (guild_id, user_id, slots) VALUES (%s, %s, %s) "
-            f"ON CONFLICT (guild_id, user_id) DO UPDATE SET slots = {table}.slots "
-            "RETURNING id, slots",
-            [guild_id, user_id, "[]"],
+            f"SELECT id, slots FROM {table} WHERE guild_id = %s AND user_id = %s{lock}",
+            [guild_id, user_id],
         )
-        row_id, stored = cursor.fetchone()
+        found = cursor.fetchone()
+        if found is None:  # a first trigger: two at once both come here, the second waits
+            cursor.execute(
+                f"INSERT INTO {table} (guild_id, user_id, slots) VALUES (%s, %s, %s) "
+                f"ON CONFLICT (guild_id, user_id) DO UPDATE SET slots = {table}.slots "
+                "RETURNING id, slots",
+                [guild_id, user_id, "[]"],
+            )
+            found = cursor.fetchone()
+    row_id, stored = found
     slots = UserTurnWindow._meta.get_field("slots")
     stored = slots.from_db_value(stored, None, connection)  # type: ignore[arg-type]
     return row_id, tuple(UserTurnSlot(int(m), float(at)) for m, at in stored or [])
 
 
-def _window_store(row_id: int, slots: Sequence[UserTurnSlot]) -> None:
-    UserTurnWindow.objects.filter(id=row_id).update(slots=[[s.message_id, s.at] for s in slots])
+def _window_stored(row_id: int, slots: Sequence[UserTurnSlot]) -> Statement:
+    return (
+        f"UPDATE {UserTurnWindow._meta.db_table} SET slots = %s WHERE id = %s",
+        [json.dumps([[s.message_id, s.at] for s in slots]), row_id],
+    )
 
 
 # --- The meter ---------------------------------------------------------------------------------
@@ -863,10 +921,9 @@ class SpendMeter:
         held = admission.hold
         if held is None:
             return _Ticket(request, kind, None, None, periods)
-        if (held.tokens, held.usd) != (bound.tokens, bound.usd or Decimal(0)):
-            # Admitted early on the context's whole budget: the call holds its own bound.
-            held.tokens, held.usd = bound.tokens, bound.usd or Decimal(0)
-            spend.background(reservation_resize, hold=held)
+        # Admitted early on the context's whole budget, the call holds its own bound in this
+        # process; its row keeps the larger one (what other processes see, until it settles).
+        held.tokens, held.usd = bound.tokens, bound.usd or Decimal(0)
         return _Ticket(request, kind, price, held, held.periods)
 
     def close(self) -> None:
@@ -1094,7 +1151,7 @@ class Spend:
             self._lanes[lane] = executor
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            close_old_connections()  # a connection broken by an outage is replaced, not reused
+            connections_renewed()  # one an outage broke is replaced, not reused
             _counting_connection()
             return func(*args, **kwargs)
 

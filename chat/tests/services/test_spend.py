@@ -360,10 +360,11 @@ async def test_a_first_call_counts_its_trigger_unless_a_budget_keeps_it_out():
     await reserve(spend.meter(site(user_turns=turns), trigger_id=11))  # a co-responder's turn
 
 
-async def test_an_early_admission_is_what_the_first_call_holds_at_its_own_bound():
+async def test_an_early_admission_holds_the_first_call_at_its_own_bound_in_its_process():
     """`admit_early` judges the turn's first call on the context's whole budget while the
     prompt is built: the trigger's slot and the reservation are taken before the call asks;
-    the call then waits for nothing and holds its own, smaller bound."""
+    the call then waits for nothing and holds its own, smaller bound in this process; its row,
+    what other processes see, keeps the larger one until it settles."""
     turns = UserTurnsLimit(count=5, per_seconds=60)
     spend = Spend(clock=lambda: NOW)
     meter = spend.meter(site(tokens_per_day=100_000, user_turns=turns), trigger_id=11)
@@ -377,7 +378,8 @@ async def test_an_early_admission_is_what_the_first_call_holds_at_its_own_bound(
     ticket = await reserve(meter, max_output=50)
     await spend.settled()
     assert ticket.hold.tokens == 90
-    assert (await SpendReservation.objects.aget()).tokens == 90  # the page's "reserved"
+    assert spend.ledger.held(GUILD, since=0)[7][0] == 90  # what this process judges on
+    assert (await SpendReservation.objects.aget()).tokens == 7_500  # what the others see
     assert [slot[0] for slot in (await UserTurnWindow.objects.aget()).slots] == [11]
 
 
