@@ -235,6 +235,8 @@ class PriceBook:
 
     def __init__(self, *, recheck_s: float = 0.0) -> None:
         self._stamp: str | None = None
+        self.read = False
+        """Whether the table was read at least once."""
         self._prices: dict[str, Price] = {}
         self._checked = -float("inf")
         self._recheck_s = recheck_s
@@ -255,9 +257,10 @@ class PriceBook:
         """Read the table's stamp, and the table when it moved."""
         stamp = config_versions([PRICES_VERSION_KEY])[PRICES_VERSION_KEY]
         with self._lock:
-            if stamp != self._stamp:
+            if stamp != self._stamp or not self.read:
                 self._prices = prices_table()
                 self._stamp = stamp
+                self.read = True
             self._checked = time.monotonic()
 
     def cached(self, model: str) -> Price | None:
@@ -1085,6 +1088,13 @@ class SpendMeter:
         )
 
 
+def _price_check_done(check: asyncio.Future[Any]) -> None:
+    """A price book's check failed (the call it began for was priced as last read; the next
+    call past the recheck interval tries again): logged."""
+    if not check.cancelled() and check.exception() is not None:
+        logger.warning("could not read the price table", exc_info=check.exception())
+
+
 def request_texts(*, request: ModelRequest) -> Iterable[str]:
     """Every text a request hands the model (message contents and text parts, or the
     prompt)."""
@@ -1191,18 +1201,25 @@ class Spend:
             await asyncio.gather(*list(self._pending), return_exceptions=True)
 
     async def price(self, model: str) -> Price | None:
-        """``model``'s price, from the price book: a trip to the database only when it is due
-        to check the table's stamp, and one for every call asking meanwhile."""
+        """``model``'s price, from the price book. When the book is due to check the table's
+        stamp, one check starts on a spend thread and the call is priced with the table as last
+        read: a changed price applies once the check has read it (within about
+        `PRICE_RECHECK_S` and a trip), and no turn waits for it. Only a call before the book's
+        first read waits, for that read."""
         if not self.prices.fresh:
             if self._refreshing is None or self._refreshing.done():
                 self._refreshing = asyncio.ensure_future(self.on_thread(self.prices.refresh)())
-            await asyncio.shield(self._refreshing)
+                self._refreshing.add_done_callback(_price_check_done)
+            if not self.prices.read:
+                await asyncio.shield(self._refreshing)
         return self.prices.cached(model)
 
     async def close(self) -> None:
         """Settle what is pending, then close the spend threads' database connections and
         the threads (nothing when it has none)."""
         await self.settled()
+        if self._refreshing is not None:
+            await asyncio.gather(self._refreshing, return_exceptions=True)
         lanes, self._lanes = self._lanes, {}
         for executor in lanes.values():
             threads = executor._max_workers

@@ -239,6 +239,18 @@ def test_the_price_book_reads_a_changed_price():
     assert book.price("gpt-4o-mini") is None
 
 
+async def test_a_due_price_check_never_keeps_a_call_waiting():
+    """Past its recheck interval, the book starts one check on a spend thread and the call is
+    priced with the table as last read; the change applies to the calls after the check."""
+    spend = Spend(prices=PriceBook(recheck_s=0), clock=lambda: NOW)
+    assert await spend.price("gpt-4o-mini") is None  # the book's first read is waited for
+    await ModelPrice.objects.acreate(model="gpt-4o-mini", input="1", output="2")
+
+    assert await spend.price("gpt-4o-mini") is None  # as last read: the check runs beside it
+    await spend.close()  # waits for the check
+    assert spend.prices.cached("gpt-4o-mini").output == Decimal("2")
+
+
 def request_of(text: str, max_output: int = 50) -> ChatRequest:
     return ChatRequest(
         model=ModelSpec("gpt-4o-mini", max_output_tokens=max_output),
