@@ -1,8 +1,9 @@
 """What the budget check costs a turn: two `runbot` processes (one guild's shard each) take 50
-triggers at once, with no limits (the calls are only counted) and, in the same run, with every
-limit on (tokens a day, US dollars a month and a user's turns, none of them reached, the models
-priced). The two alternate over `ROUNDS` rounds (off then on, then on then off, …; each switch
-followed by a warm-up burst), so a drift of the machine over the run falls on both alike.
+triggers at once (50 people, one in each channel), with no limits (the calls are only
+counted) and, in the same run, with every limit on (tokens a day, US dollars a month and a
+user's turns, none of them reached, the models priced). The two alternate over `ROUNDS`
+rounds (off then on, then on then off, …; each switch followed by a warm-up burst), so a
+drift of the machine over the run falls on both alike.
 
 Run: ``DATABASE_URL=postgres://… .venv/bin/python -m benchmarks.spend`` (on a throwaway database
 of that server; SQLite when ``DATABASE_URL`` names nothing, which serialises the two workers'
@@ -38,7 +39,7 @@ from benchmarks.table import Row, emit, percentile
 from benchmarks.throwaway import setup_django, teardown_django
 
 CHANNELS = 25
-ROUNDS = 10
+ROUNDS = 20
 RESAMPLES = 2000
 EPOCH_MS = 1_704_067_200_000
 GOAL_MS = 2.0
@@ -46,7 +47,8 @@ WAIT = 120.0
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _ids() -> tuple[list[int], list[list[int]], int]:
+def _ids() -> tuple[list[int], list[list[int]], list[int]]:
+    """The two guilds, each one's channels, and the people: one for each channel."""
     from chat.pipeline.snowflakes import snowflake_from_ms
 
     guilds = [snowflake_from_ms(EPOCH_MS + k, increment=1) for k in (0, 1)]
@@ -54,7 +56,8 @@ def _ids() -> tuple[list[int], list[list[int]], int]:
         [snowflake_from_ms(EPOCH_MS + 1000 * k + n, increment=2) for n in range(CHANNELS)]
         for k in (0, 1)
     ]
-    return guilds, channels, snowflake_from_ms(EPOCH_MS, increment=4000)
+    people = [snowflake_from_ms(EPOCH_MS, increment=4000 + n) for n in range(2 * CHANNELS)]
+    return guilds, channels, people
 
 
 def _configuration(guilds: list[int]) -> dict:
@@ -85,7 +88,7 @@ def _limits(guilds: list[int], *, on: bool) -> None:
     limits = {
         "tokens_per_day": 1_000_000_000,
         "usd_per_month": "1000000",
-        "user_turns": {"count": 10_000, "per_seconds": 60},
+        "user_turns": {"count": 1_000, "per_seconds": 60},
         "notice": "",
     }
     for guild in GuildConfig.objects.filter(guild_id__in=guilds):
@@ -166,14 +169,14 @@ def _settled(trigger_ids: list[int]) -> list[tuple[str, float | None]]:
     )
 
 
-async def _burst(sandbox_state, channels, alice, replies: dict[str, float], text: str):
-    """Post one trigger in every channel at once; wait until every turn has ended; returns
-    (each turn's limits_ms, each trigger's seconds to its reply)."""
+async def _burst(sandbox_state, channels, people, replies: dict[str, float], text: str):
+    """Post one trigger in every channel at once, each by its own person; wait until every
+    turn has ended; returns (each turn's limits_ms, each trigger's seconds to its reply)."""
     from asgiref.sync import sync_to_async
 
     posted: dict[str, float] = {}
-    for channel_id in [c for group in channels for c in group]:
-        message = sandbox_state.user_says(channel_id, alice, text)
+    for channel_id, person in zip([c for group in channels for c in group], people, strict=True):
+        message = sandbox_state.user_says(channel_id, person, text)
         posted[message["id"]] = time.perf_counter()
     ids = [int(i) for i in posted]
     deadline = time.monotonic() + WAIT
@@ -213,13 +216,15 @@ async def _run(directory: str) -> list[Burst]:
     from chat.sandbox.state import Sandbox
     from personas.services import config_import
 
-    guilds, channels, alice = _ids()
+    guilds, channels, people = _ids()
     await sync_to_async(config_import)(data=_configuration(guilds))
     world = Sandbox(token="bench-spend-token", bot_name="Tomori", bot_user_id=DEMO_BOT_ID)
-    world.add_user("alice", user_id=alice, global_name="Alice")
+    for n, person in enumerate(people):
+        world.add_user(f"member{n}", user_id=person, global_name=f"Member {n}")
     for k, guild_id in enumerate(guilds):
         world.add_guild(f"Guild {k}", guild_id=guild_id)
-        world.add_member(guild_id, alice)
+        for person in people[k * CHANNELS : (k + 1) * CHANNELS]:
+            world.add_member(guild_id, person)
         for n, channel_id in enumerate(channels[k]):
             world.add_text_channel(guild_id, f"room-{n}", channel_id=channel_id)
     replies: dict[str, float] = {}
@@ -248,10 +253,10 @@ async def _run(directory: str) -> list[Burst]:
             for n in range(ROUNDS):
                 for on in (False, True) if n % 2 == 0 else (True, False):
                     await sync_to_async(_limits)(guilds, on=on)
-                    await _burst(world, channels, alice, replies, "tomori, warming up")
+                    await _burst(world, channels, people, replies, "tomori, warming up")
                     workers_cpu, database_cpu = _cpu_seconds(pids), _cpu_seconds()
                     limits_ms, latencies = await _burst(
-                        world, channels, alice, replies, "tomori, question"
+                        world, channels, people, replies, "tomori, question"
                     )
                     used = (
                         _cpu_used(workers_cpu, _cpu_seconds(pids)),
