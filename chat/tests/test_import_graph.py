@@ -28,6 +28,7 @@ LAYERS: dict[str, int] = {
     "chat.fields": 1,
     "chat.codec": 1,
     "chat.caches": 1,
+    "chat.db_connections": 1,
     "chat.migrations": 1,
     "chat.ports": 1,
     "chat.windows": 1,
