@@ -235,11 +235,12 @@ async def publish_live_update(group: str, update: LiveUpdate) -> None:
         slots = _publish_slots[loop] = asyncio.Semaphore(PUBLISH_CONCURRENCY)
     try:
         async with slots:
+            attempt = _publishing.begin()
             await layer.group_send(group, update.as_message())
     except Exception as error:  # any layer failure: the bot goes on
-        _publishing.failed(error)
+        _publishing.failed(error, attempt=attempt)
     else:
-        _publishing.succeeded()
+        _publishing.succeeded(attempt=attempt)
 
 
 def publish_live_update_on_commit(group: str, update: LiveUpdate) -> None:
