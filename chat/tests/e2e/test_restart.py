@@ -388,7 +388,7 @@ async def test_a_redis_restart_under_load_loses_and_repeats_nothing_and_logs_lit
         line for line in log.read_text().splitlines() if "publishing live updates" in line
     ]
     # 10 turns publish about 60 events, most of them into the outage: a handful of lines.
-    assert 1 <= len(publishing) <= 8, '\n'.join(publishing)
+    assert 1 <= len(publishing) <= 8, "\n".join(publishing)
 
 
 async def test_a_restarted_worker_reads_each_personas_own_lines_back_from_discord(world):
