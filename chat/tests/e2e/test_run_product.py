@@ -1,6 +1,6 @@
 """``make run``'s script, stopped with Ctrl-C as a terminal sends it: to the script's process
 group. The worker stops first, while the sandbox still answers; the sandbox and the demo model
-last; nothing ends in a traceback."""
+last; nothing ends in a traceback, and nothing it started is left running."""
 
 from __future__ import annotations
 
@@ -58,6 +58,22 @@ def _start(log_path, ports: dict[str, int]) -> subprocess.Popen:
     )
 
 
+def _still_writing(log_path) -> dict[int, str]:
+    """The processes whose output still goes to ``log_path`` (everything the script started
+    writes there): pid → command line."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry.name}/fd/1") == str(log_path):
+                with open(f"/proc/{entry.name}/cmdline", "rb") as cmdline:
+                    found[int(entry.name)] = cmdline.read().replace(b"\0", b" ").decode()
+        except OSError:  # ended meanwhile, or not ours to read
+            continue
+    return found
+
+
 async def test_ctrl_c_stops_the_worker_before_the_sandbox_without_tracebacks(tmp_path):
     ports = {"web": free_port(), "sandbox": free_port(), "model": free_port()}
     log_path = tmp_path / "run-product.log"
@@ -71,6 +87,15 @@ async def test_ctrl_c_stops_the_worker_before_the_sandbox_without_tracebacks(tmp
         with contextlib.suppress(ProcessLookupError):
             os.killpg(product.pid, signal.SIGKILL)
 
+    # Nothing it started is left behind (Celery's beat, begun as the stop came, was).
+    try:
+        await eventually(lambda: not _still_writing(log_path), within=20)
+    except AssertionError:
+        left = _still_writing(log_path)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"still running after the stop: {left}") from None
     log = log_path.read_text()
     assert status in (0, 130), log[-3000:]  # 130: the shell's status after a Ctrl-C
     assert "run-product: stopping 4 processes" in log
