@@ -235,12 +235,15 @@ class PriceBook:
 
     def __init__(self, *, recheck_s: float = 0.0) -> None:
         self._stamp: str | None = None
-        self.read = False
-        """Whether the table was read at least once."""
         self._prices: dict[str, Price] = {}
         self._checked = -float("inf")
         self._recheck_s = recheck_s
         self._lock = threading.Lock()
+
+    @property
+    def read(self) -> bool:
+        """Whether the table was read at least once."""
+        return self._stamp is not None
 
     @property
     def fresh(self) -> bool:
@@ -257,10 +260,9 @@ class PriceBook:
         """Read the table's stamp, and the table when it moved."""
         stamp = config_versions([PRICES_VERSION_KEY])[PRICES_VERSION_KEY]
         with self._lock:
-            if stamp != self._stamp or not self.read:
+            if stamp != self._stamp:
                 self._prices = prices_table()
                 self._stamp = stamp
-                self.read = True
             self._checked = time.monotonic()
 
     def cached(self, model: str) -> Price | None:
